@@ -1,0 +1,1 @@
+"""deck's demo ACP agent (stdlib only): `python -m deck.demo`."""

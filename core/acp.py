@@ -1,0 +1,273 @@
+"""ACP over stdio: JSON-RPC 2.0 line framing, and a connection that dispatches both ways.
+
+Framing (`LineFramer`) is separate from dispatch (`Connection`). Messages are raw
+dicts: deck forwards and records what agents send without dropping unknown fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .errors import AcpError, ConnectionClosed
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = 1
+
+#: The longest line deck accepts from an agent. Real messages (a big diff, a
+#: file read, a session replay) stay far below it; a longer line is dropped
+#: with a log line instead of growing memory without bound.
+MAX_LINE_BYTES = 64 * 1024 * 1024
+
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+REQUEST_CANCELLED = -32800
+
+RequestHandler = Callable[[dict[str, Any]], Awaitable[Any]]
+NotificationHandler = Callable[[dict[str, Any]], None]
+
+
+class LineFramer:
+    """Splits a byte stream into lines; lines over `max_bytes` are reported and skipped."""
+
+    __slots__ = ("_parts", "_size", "_skipping", "max_bytes", "on_line", "on_overflow")
+
+    def __init__(
+        self,
+        on_line: Callable[[bytes], None],
+        on_overflow: Callable[[int], None],
+        max_bytes: int = MAX_LINE_BYTES,
+    ) -> None:
+        self.on_line = on_line
+        self.on_overflow = on_overflow
+        self.max_bytes = max_bytes
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._skipping = False
+
+    def feed(self, data: bytes) -> None:
+        start = 0
+        while True:
+            end = data.find(b"\n", start)
+            if end < 0:
+                break
+            if self._parts:
+                self._parts.append(data[start:end])
+                line = b"".join(self._parts)
+                self._parts.clear()
+                self._size = 0
+            else:
+                line = data[start:end]
+            start = end + 1
+            if self._skipping:
+                self._skipping = False
+                self.on_overflow(len(line))
+            elif len(line) > self.max_bytes:
+                self.on_overflow(len(line))
+            else:
+                self.on_line(line)
+        rest = len(data) - start
+        if rest and not self._skipping:
+            self._size += rest
+            if self._size > self.max_bytes:
+                self._parts.clear()
+                self._skipping = True
+            else:
+                self._parts.append(data[start:] if start else data)
+
+    def close(self) -> None:
+        """End of stream: a last line without its newline still counts."""
+        if self._parts and not self._skipping:
+            line = b"".join(self._parts)
+            self._parts.clear()
+            if line.strip():
+                self.on_line(line)
+
+
+class Connection:
+    """One JSON-RPC 2.0 peer: our requests are futures keyed by id; theirs go to handlers.
+
+    Notifications are handled synchronously, in arrival order; requests run in
+    their own task because some (a permission request) wait for a user.
+    """
+
+    def __init__(
+        self,
+        write: Callable[[bytes], None],
+        *,
+        on_bad_line: Callable[[str], None],
+        trace: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self._write = write
+        self._on_bad_line = on_bad_line
+        self.trace = trace
+        self._next_id = 0
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._requests: dict[str, RequestHandler] = {}
+        self._notifications: dict[str, NotificationHandler] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._incoming: dict[Any, asyncio.Task[None]] = {}
+        self.closed: str | None = None
+        self.framer = LineFramer(self._on_line, self._on_overflow)
+
+    # -- registration -------------------------------------------------------------------
+
+    def on_request(self, method: str, handler: RequestHandler) -> None:
+        self._requests[method] = handler
+
+    def on_notification(self, method: str, handler: NotificationHandler) -> None:
+        self._notifications[method] = handler
+
+    # -- sending --------------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self.closed is not None:
+            raise ConnectionClosed(self.closed)
+        if self.trace is not None:
+            self.trace("out", message)
+        self._write(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        """Send a request and wait for its result; a JSON-RPC error raises AcpError."""
+        request_id = self._next_id
+        self._next_id += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            return await future
+        finally:
+            self._pending.pop(request_id, None)
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    # -- receiving ------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        self.framer.feed(data)
+
+    def _on_overflow(self, size: int) -> None:
+        self._on_bad_line(f"line of {size} bytes skipped: longer than the {MAX_LINE_BYTES}-byte maximum")
+
+    def _on_line(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            text = line.decode(errors="replace").strip()
+            if text:
+                self._on_bad_line(f"not JSON, skipped: {text[:200]}")
+            return
+        if not isinstance(message, dict):
+            self._on_bad_line(f"not a JSON-RPC object, skipped: {line[:200]!r}")
+            return
+        if self.trace is not None:
+            self.trace("in", message)
+        try:
+            self.dispatch(message)
+        except Exception:  # a handler bug must not end the connection
+            log.exception("error while handling %s", str(message)[:200])
+            self._on_bad_line(f"error while handling a message: {str(message)[:200]}")
+
+    def dispatch(self, message: dict[str, Any]) -> None:
+        method = message.get("method")
+        if method is None:
+            self._on_response(message)
+        elif "id" in message:  # an id of 0 or "" is still an id
+            self._start_request(message)
+        else:
+            handler = self._notifications.get(method)
+            if handler is not None:
+                handler(message.get("params") or {})
+            elif method == "$/cancel_request":
+                self._cancel_incoming((message.get("params") or {}).get("requestId"))
+
+    def _on_response(self, message: dict[str, Any]) -> None:
+        future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+        if future is None or future.done():
+            self._on_bad_line(f"response to no pending request, skipped: {str(message)[:200]}")
+            return
+        error = message.get("error")
+        if error is not None:
+            if not isinstance(error, dict):
+                error = {"code": INTERNAL_ERROR, "message": str(error)}
+            future.set_exception(
+                AcpError(error.get("code", INTERNAL_ERROR), str(error.get("message", "")), error.get("data"))
+            )
+        else:
+            future.set_result(message.get("result"))
+
+    def _start_request(self, message: dict[str, Any]) -> None:
+        request_id = message["id"]
+        handler = self._requests.get(message["method"])
+        if handler is None:
+            self._reply_error(request_id, METHOD_NOT_FOUND, f"method not found: {message['method']}")
+            return
+        task = asyncio.get_running_loop().create_task(self._run_request(request_id, handler, message))
+        self._tasks.add(task)
+        key = _hashable(request_id)
+        self._incoming[key] = task
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            if self._incoming.get(key) is t:
+                del self._incoming[key]
+
+        task.add_done_callback(done)
+
+    async def _run_request(self, request_id: Any, handler: RequestHandler, message: dict[str, Any]) -> None:
+        params = message.get("params")
+        try:
+            result = handler(params if isinstance(params, dict) else {})
+            if inspect.isawaitable(result):
+                result = await result
+        except asyncio.CancelledError:
+            if self.closed is None:
+                self._reply_error(request_id, REQUEST_CANCELLED, "request cancelled")
+            raise
+        except AcpError as exc:
+            self._reply_error(request_id, exc.code, str(exc.args[0]), exc.data)
+        except Exception as exc:  # reported to the agent, never fatal to deck
+            log.exception("handler for %s failed", message.get("method"))
+            self._reply_error(request_id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        else:
+            self._reply(request_id, {"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    def _cancel_incoming(self, request_id: Any) -> None:
+        task = self._incoming.get(_hashable(request_id))
+        if task is not None:
+            task.cancel()
+
+    def _reply_error(self, request_id: Any, code: int, message: str, data: Any = None) -> None:
+        error: dict[str, Any] = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        self._reply(request_id, {"jsonrpc": "2.0", "id": request_id, "error": error})
+
+    def _reply(self, request_id: Any, message: dict[str, Any]) -> None:
+        if self.closed is None:
+            self.send(message)
+
+    # -- ending ---------------------------------------------------------------------------
+
+    def close(self, reason: str) -> None:
+        """Fail every pending request with `reason` and cancel handlers in progress."""
+        if self.closed is not None:
+            return
+        self.framer.close()
+        self.closed = reason
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ConnectionClosed(reason))
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, (int, str, type(None))) else json.dumps(value)

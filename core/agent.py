@@ -1,0 +1,356 @@
+"""One configured agent at run time: its process, ACP connection, sessions and state."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from . import fs
+from ._version import __version__
+from .acp import PROTOCOL_VERSION, Connection
+from .config import AgentConfig
+from .errors import AcpError, ConnectionClosed, ServiceError
+from .events import AgentLog, AgentStateChanged
+from .states import AgentState, transition
+from .supervisor import Process, SpawnError
+
+if TYPE_CHECKING:
+    from .app import Deck
+
+log = logging.getLogger(__name__)
+
+LOG_LINES = 200
+STDERR_TAIL = 10
+
+
+class SessionSink(Protocol):
+    """Whoever owns an ACP session: the agent's conversation, or an inter-agent ask."""
+
+    def on_update(self, update: dict[str, Any]) -> None: ...
+    def on_permission(self, params: dict[str, Any]) -> Awaitable[dict[str, Any]]: ...
+    def on_question(self, params: dict[str, Any]) -> Awaitable[dict[str, Any]]: ...
+
+
+class Agent:
+    def __init__(self, deck: Deck, name: str, config: AgentConfig) -> None:
+        self.deck = deck
+        self.name = name
+        self.config = config
+        self.state = AgentState.STOPPED
+        self.error: str | None = None
+        self.outdated = False
+        self.pending_config: AgentConfig | None = None
+        self.logs: deque[str] = deque(maxlen=LOG_LINES)
+        self.process: Process | None = None
+        self.conn: Connection | None = None
+        self.init_result: dict[str, Any] = {}
+        self.session_id: str | None = None
+        self.session_result: dict[str, Any] = {}
+        self.users = 0
+        self.last_used = time.monotonic()
+        self.sinks: dict[str, SessionSink] = {}
+        self._early: dict[str, list[dict[str, Any]]] = {}
+        self._start_task: asyncio.Task[None] | None = None
+        self._stop_task: asyncio.Task[None] | None = None
+        self._stop_after_start = False
+        self._auth_method: str | None = None
+        self._exit_watch: asyncio.Task[None] | None = None
+
+    # -- what the outside sees -------------------------------------------------------------
+
+    @property
+    def title(self) -> str:
+        return self.config.title or self.name
+
+    @property
+    def icon(self) -> str:
+        return self.config.icon or self.name[:1].upper()
+
+    @property
+    def running(self) -> bool:
+        return self.state in (AgentState.READY, AgentState.BUSY)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "icon": self.icon,
+            "description": self.config.description,
+            "state": self.state.value,
+            "error": self.error,
+            "outdated": self.outdated,
+        }
+
+    def emit_state(self) -> None:
+        self.deck.emit(AgentStateChanged(self.name, self.state.value, self.outdated, self.error))
+
+    def log(self, line: str) -> None:
+        """A line for the agent's log: its stderr, and deck's own notes about it."""
+        self.logs.append(line)
+        self.deck.emit(AgentLog(self.name, line))
+
+    # -- use ------------------------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """One more user (a turn, an ask): ready → busy."""
+        self.users += 1
+        self.touch()
+        if self.state is AgentState.READY:
+            transition(self, AgentState.BUSY)
+
+    def release(self) -> None:
+        """One user less: busy → ready when it was the last."""
+        self.users = max(0, self.users - 1)
+        self.touch()
+        if self.users == 0 and self.state is AgentState.BUSY:
+            transition(self, AgentState.READY)
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+        self.deck.call_hook("deck_agent_used", agent=self)
+
+    # -- start ----------------------------------------------------------------------------
+
+    async def start(self, auth_method: str | None = None) -> None:
+        """Start the agent if it is not running; raise ServiceError when it cannot start."""
+        if self._stop_task is not None:
+            await asyncio.shield(self._stop_task)
+        if self.running:
+            return
+        if self.state is not AgentState.STARTING:
+            await self.deck.before_start(self)
+            if self.running or self.state is AgentState.STARTING:
+                return await self.start(auth_method)
+            if self.pending_config is not None:
+                self.config, self.pending_config = self.pending_config, None
+            self.outdated = False
+            self._auth_method = auth_method
+            self._stop_after_start = False
+            transition(self, AgentState.STARTING)
+            self._start_task = asyncio.get_running_loop().create_task(self._start(), name=f"start {self.name}")
+        assert self._start_task is not None
+        await asyncio.shield(self._start_task)
+        if self.state is AgentState.ERROR:
+            raise ServiceError(f"{self.name} could not start: {self.error}")
+        if self.state is AgentState.STOPPED:
+            raise ServiceError(f"{self.name} was stopped while starting")
+
+    async def _start(self) -> None:
+        try:
+            await self._spawn()
+            async with asyncio.timeout(self.deck.config.limits.handshake_timeout):
+                await self._handshake()
+        except TimeoutError:
+            await self._fail(f"handshake timed out after {self.deck.config.limits.handshake_timeout:g}s")
+            return
+        except (SpawnError, AcpError, ServiceError) as exc:
+            await self._fail(str(exc) if not isinstance(exc, ConnectionClosed) else exc.args[0])
+            return
+        if self._stop_after_start:
+            await self._end_process("stopped while starting")
+            transition(self, AgentState.STOPPED)
+            return
+        self.deck.chat.session_opened(self)
+        transition(self, AgentState.READY)
+        self._exit_watch = asyncio.get_running_loop().create_task(self._watch_exit(), name=f"watch {self.name}")
+
+    async def _spawn(self) -> None:
+        cfg = self.config
+        env = {**os.environ, **cfg.env}
+        cwd = cfg.resolved_cwd()
+        if not os.path.isdir(cwd):
+            raise SpawnError(f"working directory does not exist: {cwd}")
+        conn = Connection(self._write, on_bad_line=lambda line: self.log(f"deck: {line}"))
+        if self.deck.trace_acp:
+            conn.trace = self._trace
+        self._register_handlers(conn)
+        self.conn = conn
+        self.sinks.clear()
+        self._early.clear()
+        self.process = await Process.spawn(
+            list(cfg.command), cwd=cwd, env=env, on_stdout=conn.feed, on_stderr_line=self.log,
+            log=lambda line: self.log(f"deck: {line}"),
+        )  # fmt: skip
+        self.process.exited.add_done_callback(lambda _f: None)
+
+    def _write(self, data: bytes) -> None:
+        if self.process is None:
+            raise ConnectionClosed("the agent is not running")
+        try:
+            self.process.write(data)
+        except BrokenPipeError as exc:
+            raise ConnectionClosed("the agent's stdin is closed") from exc
+
+    def _trace(self, direction: str, message: dict[str, Any]) -> None:
+        self.deck.call_hook("deck_acp_message", agent=self, direction=direction, message=message)
+
+    async def _handshake(self) -> None:
+        conn = self.conn
+        assert conn is not None and self.process is not None
+        exited = self.process
+        init = await _unless_exited(
+            conn.request(
+                "initialize",
+                {
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "clientCapabilities": {
+                        "fs": {"readTextFile": True, "writeTextFile": True},
+                        "terminal": False,
+                        "elicitation": {"form": {}},
+                    },
+                    "clientInfo": {"name": "deck", "title": "deck", "version": __version__},
+                },
+            ),
+            exited,
+        )
+        if not isinstance(init, dict):
+            raise ServiceError("initialize returned no result object")
+        version = init.get("protocolVersion")
+        if version != PROTOCOL_VERSION:
+            raise ServiceError(f"agent speaks ACP protocol version {version!r}; deck speaks version {PROTOCOL_VERSION}")
+        self.init_result = init
+        method = self._auth_method or self.config.auth_method
+        if method:
+            await _unless_exited(conn.request("authenticate", {"methodId": method}), exited)
+        self.session_id, self.session_result = await self.new_session(exited)
+
+    async def new_session(self, exited: Process | None = None) -> tuple[str, dict[str, Any]]:
+        """Open an ACP session in the agent's cwd with the MCP servers plugins offer."""
+        assert self.conn is not None
+        servers: list[dict[str, Any]] = []
+        for result in self.deck.call_hook("deck_session_mcp_servers", agent=self):
+            servers.extend(result or [])
+        request = self.conn.request("session/new", {"cwd": self.config.resolved_cwd(), "mcpServers": servers})
+        result = await (_unless_exited(request, exited) if exited else request)
+        if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
+            raise ServiceError("session/new returned no sessionId")
+        return result["sessionId"], result
+
+    async def _fail(self, reason: str) -> None:
+        await self._end_process(reason)
+        tail = [line for line in self.logs if not line.startswith("deck: ")][-STDERR_TAIL:]
+        transition(self, AgentState.ERROR, "\n".join([reason, *tail]))
+
+    # -- sessions and requests from the agent ---------------------------------------------------
+
+    def attach(self, session_id: str, sink: SessionSink) -> None:
+        """Route `session_id`'s updates and requests to `sink`, replaying any that came early."""
+        self.sinks[session_id] = sink
+        for update in self._early.pop(session_id, []):
+            sink.on_update(update)
+
+    def detach(self, session_id: str) -> None:
+        self.sinks.pop(session_id, None)
+
+    def _register_handlers(self, conn: Connection) -> None:
+        conn.on_notification("session/update", self._on_update)
+        conn.on_request("session/request_permission", self._on_permission)
+        conn.on_request("elicitation/create", self._on_question)
+        conn.on_request("fs/read_text_file", lambda p: fs.read_text_file(self.config.resolved_cwd(), p))
+        conn.on_request("fs/write_text_file", lambda p: fs.write_text_file(self.config.resolved_cwd(), p))
+
+    def _on_update(self, params: dict[str, Any]) -> None:
+        update = params.get("update")
+        if not isinstance(update, dict):
+            self.log(f"deck: session/update without an update object, skipped: {str(params)[:200]}")
+            return
+        session_id = params.get("sessionId")
+        sink = self.sinks.get(session_id)  # type: ignore[arg-type]
+        if sink is not None:
+            sink.on_update(update)
+        else:  # before the session/new reply: kept for the session's owner
+            self._early.setdefault(str(session_id), []).append(update)
+
+    def _sink_for(self, params: dict[str, Any]) -> SessionSink:
+        sink = self.sinks.get(params.get("sessionId"))  # type: ignore[arg-type]
+        if sink is None:
+            raise AcpError(-32002, f"unknown session: {params.get('sessionId')}")
+        return sink
+
+    async def _on_permission(self, params: dict[str, Any]) -> dict[str, Any]:
+        return await self._sink_for(params).on_permission(params)
+
+    async def _on_question(self, params: dict[str, Any]) -> dict[str, Any]:
+        return await self._sink_for(params).on_question(params)
+
+    # -- stop and exit --------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop the agent (SPEC §3); a start in progress ends first, then the agent stops."""
+        if self.state is AgentState.STARTING:
+            self._stop_after_start = True
+            if self._start_task is not None:
+                await asyncio.shield(self._start_task)
+            return
+        if not self.running:
+            return
+        if self._stop_task is None:
+            self._stop_task = asyncio.get_running_loop().create_task(self._stop(), name=f"stop {self.name}")
+        await asyncio.shield(self._stop_task)
+
+    async def _stop(self) -> None:
+        try:
+            await self._end_process("agent stopped")
+            if self.running:
+                transition(self, AgentState.STOPPED)
+        finally:
+            self._stop_task = None
+
+    async def _end_process(self, reason: str) -> None:
+        if self._exit_watch is not None:
+            self._exit_watch.cancel()
+            self._exit_watch = None
+        process, self.process = self.process, None
+        if process is not None:
+            try:
+                await process.stop(self.deck.timings)
+            finally:
+                if self.conn is not None:
+                    self.conn.close(reason)
+        elif self.conn is not None:
+            self.conn.close(reason)
+
+    async def _watch_exit(self) -> None:
+        process = self.process
+        assert process is not None
+        code = await process.exited
+        # Let the last lines it wrote arrive before the connection closes.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):
+                await process.stdout_closed
+        if self.process is not process:
+            return
+        self._exit_watch = None
+        reason = f"the agent exited on its own with code {code}" if code >= 0 else f"the agent was killed by signal {-code}"
+        self.log(f"deck: {reason}")
+        await self._end_process(reason)
+        if self.running:
+            transition(self, AgentState.ERROR, reason)
+
+    def kill_now(self) -> None:
+        if self.process is not None:
+            self.process.kill_now()
+
+
+async def _unless_exited(awaitable: Awaitable[Any], process: Process) -> Any:
+    """Await `awaitable`, but fail at once if the process exits first."""
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task, process.exited}, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        return task.result()
+    # The answer may be in the last bytes written before the exit.
+    await asyncio.wait({task, process.stdout_closed}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.sleep(0)
+    if task.done():
+        return task.result()
+    task.cancel()
+    code = process.exited.result()
+    raise ServiceError(f"the agent exited during the handshake with code {code}")
+
+

@@ -1,0 +1,157 @@
+"""The `deck` command line (typer). Heavy modules are imported inside the commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+
+from ._version import __version__
+
+if TYPE_CHECKING:
+    from .app import Deck
+
+app = typer.Typer(
+    name="deck",
+    help="One terminal, many coding agents: run the ACP agents named in a config file.",
+    no_args_is_help=False,
+    add_completion=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Check, locate and print the config file.", rich_markup_mode=None)
+app.add_typer(config_app, name="config")
+
+ConfigOption = typer.Option(None, "--config", "-c", help="Config file (else $DECK_CONFIG, ./deck.toml, XDG, built-in).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"deck {__version__}")
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def main_callback(
+    ctx: typer.Context,
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """One terminal, many coding agents."""
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print one clear line and exit with `code` (2: the user's mistake)."""
+    typer.echo(f"deck: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def make_deck(config: Optional[Path], disabled: tuple[str, ...] = ()) -> Deck:
+    from .app import Deck
+    from .config import find_config
+    from .errors import UsageError
+
+    path, source = find_config(str(config) if config else None)
+    if path is not None and not path.is_file():
+        fail(f"config file not found: {path}")
+    try:
+        return Deck(path, source, disabled=disabled)
+    except UsageError as exc:
+        fail(str(exc))
+        raise
+
+
+def frontends(deck: Deck) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for result in deck.call_hook("deck_register_frontends"):
+        found.update(result)
+    return found
+
+
+def run_async(coro: Any) -> Any:
+    import asyncio
+
+    try:
+        return asyncio.run(coro)
+    except KeyboardInterrupt:
+        return 130
+
+
+@app.command()
+def run(
+    config: Optional[Path] = ConfigOption,
+    frontend: Optional[str] = typer.Option(None, "--frontend", "-f", help="urwid, line or jsonl (else the config's)."),
+    stay: bool = typer.Option(False, "--stay", help="jsonl: keep running after the end of stdin, until a signal."),
+    plugin: list[str] = typer.Option([], "--plugin", "-p", help="-p no:NAME disables plugin NAME."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Write every ACP line exchanged to this JSONL file."),
+) -> None:
+    """Start deck with a frontend (with no config: the built-in demo agent)."""
+    disabled = tuple(p[3:] for p in plugin if p.startswith("no:"))
+    bad = [p for p in plugin if not p.startswith("no:")]
+    if bad:
+        fail(f"bad --plugin value {bad[0]!r}: use -p no:NAME to disable a plugin")
+    deck = make_deck(config, disabled)
+    deck.trace_path = trace  # type: ignore[attr-defined]
+    available = frontends(deck)
+    name = frontend or deck.config.frontend or ("urwid" if sys.stdin.isatty() and sys.stdout.isatty() else "line")
+    if name not in available and frontend is None:
+        name = next((n for n in ("line", "jsonl") if n in available), name)
+    if name not in available:
+        fail(f"unknown frontend {name!r} (available: {', '.join(sorted(available)) or 'none'})")
+    options: dict[str, Any] = {"stay": stay} if name == "jsonl" else {}
+    code = run_async(deck.run(available[name], **options))
+    raise typer.Exit(code or 0)
+
+
+@app.command()
+def agents(config: Optional[Path] = ConfigOption, as_json: bool = typer.Option(False, "--json", help="JSON output.")) -> None:
+    """List the configured agents."""
+    deck = make_deck(config)
+    rows = [
+        {"name": a.name, "title": a.title, "icon": a.icon, "description": a.config.description, "command": a.config.command}
+        for a in deck.agents.values()
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        typer.echo(f"{row['icon']} {row['name']:<16} {row['title']:<24} {' '.join(row['command'])}")
+
+
+@app.command()
+def plugins(config: Optional[Path] = ConfigOption, as_json: bool = typer.Option(False, "--json", help="JSON output.")) -> None:
+    """List the loaded plugins, where each comes from and the hooks it implements."""
+    from .pluginmanager import describe
+
+    deck = make_deck(config)
+    rows = describe(deck.pm)
+    disabled = sorted(set(deck.disabled))
+    if as_json:
+        typer.echo(json.dumps({"plugins": rows, "disabled": disabled}, indent=2))
+        return
+    for row in rows:
+        typer.echo(f"{row['name']:<16} {row['source']:<24} {', '.join(row['hooks'])}")
+    if disabled:
+        typer.echo(f"disabled: {', '.join(disabled)}")
+
+
+@config_app.command("path")
+def config_path(config: Optional[Path] = ConfigOption) -> None:
+    """Say which config file is in use and how it was found."""
+    from .config import find_config
+
+    path, source = find_config(str(config) if config else None)
+    how = {"flag": "--config", "env": "$DECK_CONFIG", "cwd": "./deck.toml", "xdg": "$XDG_CONFIG_HOME/deck/deck.toml"}
+    typer.echo(f"{path} (from {how[source]})" if path else "built-in default (no config file found)")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,401 @@
+"""One agent's conversation: messages and parts, and ACP `session/update` → parts and events."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from .events import ConversationChanged, Event, MessageDelta, MessageUpdated, SessionUpdate, UsageChanged
+
+log = logging.getLogger(__name__)
+
+_ids = itertools.count(1)
+
+TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"})
+TOOL_STATUSES = frozenset({"pending", "in_progress", "completed", "failed"})
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{next(_ids)}"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def compact_json(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+class TextPart:
+    """A text or thought part; streamed chunks are kept in a list and joined when read."""
+
+    __slots__ = ("type", "_chunks")
+
+    def __init__(self, type: str, text: str = "") -> None:
+        self.type = type
+        self._chunks = [text] if text else []
+
+    def append(self, text: str) -> None:
+        self._chunks.append(text)
+
+    @property
+    def text(self) -> str:
+        if len(self._chunks) > 1:
+            self._chunks[:] = ["".join(self._chunks)]
+        return self._chunks[0] if self._chunks else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "text": self.text}
+
+
+class DictPart:
+    """A tool or plan part, kept in its wire form."""
+
+    __slots__ = ("type", "data")
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.type = data["type"]
+        self.data = data
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+Part = TextPart | DictPart
+
+
+class Message:
+    __slots__ = (
+        "id", "agent", "created_at", "role", "parts", "done", "queued", "stop_reason",
+        "error", "code", "duration_ms", "usage", "started", "text_for_prompt",
+    )  # fmt: skip
+
+    def __init__(self, agent: str, role: str, *, done: bool = True, queued: bool = False) -> None:
+        self.id = new_id("msg")
+        self.agent = agent
+        self.created_at = now_iso()
+        self.role = role
+        self.parts: list[Part] = []
+        self.done = done
+        self.queued = queued
+        self.stop_reason: str | None = None
+        self.error: str | None = None
+        self.code: str | None = None
+        self.duration_ms: int | None = None
+        self.usage: dict[str, Any] | None = None
+        self.started = time.monotonic()
+        self.text_for_prompt = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "agent": self.agent,
+            "createdAt": self.created_at,
+            "role": self.role,
+            "parts": [p.to_dict() for p in self.parts],
+            "done": self.done,
+            "queued": self.queued,
+        }
+        for key, value in (
+            ("stopReason", self.stop_reason),
+            ("error", self.error),
+            ("code", self.code),
+            ("durationMs", self.duration_ms),
+            ("usage", self.usage),
+        ):
+            if value is not None:
+                out[key] = value
+        return out
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart) and p.type == "text")
+
+
+class Conversation:
+    """Messages of one agent plus what its session reports: usage, commands, modes, options."""
+
+    def __init__(self, agent: str, emit: Callable[[Event], None]) -> None:
+        self.agent = agent
+        self.emit = emit
+        self.messages: list[Message] = []
+        self.by_id: dict[str, Message] = {}
+        self.queue: deque[Message] = deque()
+        self.busy = False
+        self.usage: dict[str, Any] = {"used": 0, "size": 0}
+        self.commands: list[dict[str, Any]] = []
+        self.modes: dict[str, Any] | None = None
+        self.config_options: list[dict[str, Any]] = []
+        self.title: str | None = None
+        self.permissions: dict[str, dict[str, Any]] = {}
+        self.current: Message | None = None  # the agent message receiving updates
+        self._tools: dict[str, tuple[Message, int]] = {}
+        self.session_id: str | None = None
+        self.sessions_used = 0
+
+    # -- messages -------------------------------------------------------------------------
+
+    def add(self, message: Message) -> Message:
+        self.messages.append(message)
+        self.by_id[message.id] = message
+        self.updated(message)
+        return message
+
+    def updated(self, message: Message) -> None:
+        self.emit(MessageUpdated(self.agent, message.to_dict()))
+
+    def add_user(self, text: str, queued: bool) -> Message:
+        message = Message(self.agent, "user", queued=queued)
+        message.parts.append(TextPart("text", text))
+        message.text_for_prompt = text
+        return self.add(message)
+
+    def add_system(self, code: str, error: str | None = None, text: str = "") -> Message:
+        message = Message(self.agent, "system")
+        message.code = code
+        message.error = error
+        if text:
+            message.parts.append(TextPart("text", text))
+        return self.add(message)
+
+    def begin_reply(self) -> Message:
+        self.current = self.add(Message(self.agent, "agent", done=False))
+        return self.current
+
+    def finish(self, message: Message, stop_reason: str | None, error: str | None = None) -> None:
+        message.done = True
+        message.stop_reason = stop_reason
+        message.error = error
+        message.duration_ms = int((time.monotonic() - message.started) * 1000)
+        self.updated(message)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "messages": [m.to_dict() for m in self.messages],
+            "busy": self.busy,
+            "queued": len(self.queue),
+            "usage": self.usage,
+            "commands": self.commands,
+            "permissions": list(self.permissions.values()),
+            "modes": self.modes,
+            "configOptions": self.config_options,
+            "title": self.title,
+        }
+
+    def session_started(self, session_id: str, result: dict[str, Any]) -> None:
+        """A new ACP session serves this conversation (first start, restart, after a crash)."""
+        self.session_id = session_id
+        self._tools.clear()
+        self.sessions_used += 1
+        modes = result.get("modes")
+        if modes is not None:
+            self._set("modes", modes)
+        options = result.get("configOptions")
+        if options is not None:
+            self._set("config_options", options)
+
+    def _set(self, attr: str, value: Any) -> None:
+        setattr(self, attr, value)
+        key = {"config_options": "configOptions"}.get(attr, attr)
+        self.emit(ConversationChanged(self.agent, key, value))
+
+    # -- session/update -------------------------------------------------------------------
+
+    def apply_update(self, update: dict[str, Any]) -> None:
+        """Fold one ACP `session/update` into the conversation; unknown kinds pass through raw."""
+        kind = update.get("sessionUpdate")
+        handler = self._handlers.get(kind)  # type: ignore[arg-type]
+        if handler is None:
+            log.info("%s: session/update %r passed on raw", self.agent, kind)
+            self.emit(SessionUpdate(self.agent, update))
+            return
+        handler(self, update)
+
+    def _target(self) -> Message:
+        if self.current is None:  # updates outside any turn still land somewhere visible
+            message = Message(self.agent, "agent")
+            self.current = self.add(message)
+        return self.current
+
+    def _chunk(self, kind: str, update: dict[str, Any]) -> None:
+        content = update.get("content") or {}
+        text = content.get("text") if isinstance(content, dict) else None
+        if text is None:
+            text = _describe_block(content)
+        if not text:
+            return
+        message = self._target()
+        parts = message.parts
+        if parts and parts[-1].type == kind:
+            parts[-1].append(text)  # type: ignore[union-attr]
+        else:
+            parts.append(TextPart(kind, text))
+        self.emit(MessageDelta(self.agent, message.id, len(parts) - 1, kind, text=text))
+
+    def _agent_chunk(self, update: dict[str, Any]) -> None:
+        self._chunk("text", update)
+
+    def _thought_chunk(self, update: dict[str, Any]) -> None:
+        self._chunk("thought", update)
+
+    def _user_chunk(self, update: dict[str, Any]) -> None:
+        # Replayed or echoed user text: shown as a user message of its own.
+        content = update.get("content") or {}
+        text = content.get("text") if isinstance(content, dict) else None
+        if not text:
+            return
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last.role == "user" and last.text_for_prompt == "" and last.parts:
+            last.parts[-1].append(text)  # type: ignore[union-attr]
+            self.emit(MessageDelta(self.agent, last.id, len(last.parts) - 1, "text", text=text))
+            return
+        message = Message(self.agent, "user")
+        message.parts.append(TextPart("text", text))
+        self.add(message)
+
+    def _tool_call(self, update: dict[str, Any]) -> None:
+        tool_id = str(update.get("toolCallId", ""))
+        if tool_id in self._tools:
+            self._tool_update(update)
+            return
+        message = self._target()
+        message.parts.append(DictPart(tool_part(update)))
+        index = len(message.parts) - 1
+        self._tools[tool_id] = (message, index)
+        self.emit(MessageDelta(self.agent, message.id, index, "tool", part=message.parts[index].to_dict()))
+
+    def _tool_update(self, update: dict[str, Any]) -> None:
+        tool_id = str(update.get("toolCallId", ""))
+        found = self._tools.get(tool_id)
+        if found is None:
+            self._tool_call({"title": "", **update, "toolCallId": tool_id} if "title" not in update else update)
+            return
+        message, index = found
+        part = tool_part(update, message.parts[index].to_dict())
+        message.parts[index] = DictPart(part)
+        self.emit(MessageDelta(self.agent, message.id, index, "tool", part=part))
+
+    def tool(self, tool_id: str) -> dict[str, Any] | None:
+        found = self._tools.get(tool_id)
+        return found[0].parts[found[1]].to_dict() if found else None
+
+    def _plan(self, update: dict[str, Any]) -> None:
+        message = self._target()
+        entries = [
+            {"content": e.get("content", ""), "priority": e.get("priority", "medium"), "status": e.get("status", "pending")}
+            for e in update.get("entries") or []
+            if isinstance(e, dict)
+        ]
+        part = DictPart({"type": "plan", "entries": entries})
+        for index, old in enumerate(message.parts):
+            if old.type == "plan":
+                message.parts[index] = part
+                break
+        else:
+            message.parts.append(part)
+            index = len(message.parts) - 1
+        self.emit(MessageDelta(self.agent, message.id, index, "plan", part=part.data))
+
+    def _commands(self, update: dict[str, Any]) -> None:
+        self._set("commands", list(update.get("availableCommands") or []))
+
+    def _mode(self, update: dict[str, Any]) -> None:
+        modes = dict(self.modes or {"availableModes": []})
+        modes["currentModeId"] = update.get("currentModeId")
+        self._set("modes", modes)
+
+    def _config_options(self, update: dict[str, Any]) -> None:
+        self._set("config_options", list(update.get("configOptions") or []))
+
+    def _session_info(self, update: dict[str, Any]) -> None:
+        if "title" in update:
+            self._set("title", update.get("title"))
+
+    def _usage(self, update: dict[str, Any]) -> None:
+        usage = {"used": int(update.get("used") or 0), "size": int(update.get("size") or 0)}
+        if update.get("cost"):
+            usage["cost"] = update["cost"]
+        self.usage = usage
+        self.emit(UsageChanged(self.agent, usage))
+
+    _handlers: dict[str, Callable[[Conversation, dict[str, Any]], None]] = {
+        "agent_message_chunk": _agent_chunk,
+        "agent_thought_chunk": _thought_chunk,
+        "user_message_chunk": _user_chunk,
+        "tool_call": _tool_call,
+        "tool_call_update": _tool_update,
+        "plan": _plan,
+        "available_commands_update": _commands,
+        "current_mode_update": _mode,
+        "config_option_update": _config_options,
+        "session_info_update": _session_info,
+        "usage_update": _usage,
+    }
+
+
+def tool_part(call: dict[str, Any], old: dict[str, Any] | None = None) -> dict[str, Any]:
+    """ACP ToolCall / ToolCallUpdate → deck's tool part; only the fields sent change."""
+    part = dict(old) if old else {
+        "type": "tool", "id": str(call.get("toolCallId", "")), "title": "", "kind": "other",
+        "status": "pending", "input": "", "output": "", "locations": [], "diffs": [],
+    }  # fmt: skip
+    if call.get("title") is not None:
+        part["title"] = str(call["title"])
+    if call.get("kind") is not None:
+        part["kind"] = call["kind"] if call["kind"] in TOOL_KINDS else "other"
+    if call.get("status") is not None:
+        part["status"] = call["status"] if call["status"] in TOOL_STATUSES else part["status"]
+    if "rawInput" in call:
+        part["input"] = compact_json(call["rawInput"])
+    if call.get("locations") is not None:
+        part["locations"] = [
+            {k: v for k, v in loc.items() if k in ("path", "line")} for loc in call["locations"] if isinstance(loc, dict)
+        ]
+    if call.get("content") is not None:
+        texts, diffs = [], []
+        for item in call["content"]:
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "diff":
+                old_text = item.get("oldText")
+                diffs.append(
+                    {"path": item.get("path", ""), "oldText": old_text or "", "newText": item.get("newText", ""),
+                     "newFile": old_text is None}  # fmt: skip
+                )
+            elif item.get("type") == "content":
+                texts.append(_describe_block(item.get("content") or {}, text_too=True))
+            elif item.get("type") == "terminal":
+                texts.append(f"[terminal {item.get('terminalId', '')}]")
+        part["output"] = "\n".join(t for t in texts if t)
+        part["diffs"] = diffs
+    if call.get("rawOutput") is not None and not part["output"]:
+        part["output"] = compact_json(call["rawOutput"])
+    return part
+
+
+def _describe_block(block: dict[str, Any], text_too: bool = False) -> str:
+    """A non-text content block as a short Markdown stand-in (images, links, resources)."""
+    if not isinstance(block, dict):
+        return ""
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", "")) if text_too else ""
+    if kind == "resource_link":
+        return f"[{block.get('name') or block.get('uri', '')}]({block.get('uri', '')})"
+    if kind == "resource":
+        resource = block.get("resource") or {}
+        return str(resource.get("text") or f"[{resource.get('uri', 'resource')}]")
+    if kind in ("image", "audio"):
+        return f"[{kind} {block.get('mimeType', '')}]"
+    return ""

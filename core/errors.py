@@ -1,0 +1,73 @@
+"""deck's exceptions and exit codes.
+
+    DeckError                 base of every error deck raises on purpose
+    ├── UsageError            the user's mistake (bad flag, bad config): one line, exit 2
+    ├── ServiceError          a service call refused (unknown agent, empty text, limit reached)
+    │   └── InvalidParams     a service call whose parameters are missing or of the wrong type
+    └── AcpError              an agent answered a request with a JSON-RPC error,
+        └── ConnectionClosed  or can no longer answer at all (it exited, stdin closed)
+
+Agent failures become states and events; they are raised only to the caller
+that asked for the failed thing.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+
+class ExitCode(IntEnum):
+    """Documented exit codes of the `deck` command."""
+
+    OK = 0
+    ERROR = 1  # deck itself failed (an agent error in `deck send`)
+    USAGE = 2  # bad command line or config
+    MAX_TOKENS = 3  # `deck send`: the stop reasons other than end_turn
+    MAX_TURN_REQUESTS = 4
+    REFUSAL = 5
+    CANCELLED = 6
+    INTERRUPTED = 130  # SIGINT; other signals exit 128 + signal number
+
+
+class DeckError(Exception):
+    """Base of deck's own errors."""
+
+
+class UsageError(DeckError):
+    """A mistake of the user's: printed as one line, exit code 2."""
+
+
+class ServiceError(DeckError):
+    """A service refused a call; the message goes back to the caller as is."""
+
+    code = -32000
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.data = data
+
+
+class InvalidParams(ServiceError):
+    """Missing or ill-typed service parameters (JSON-RPC -32602)."""
+
+    code = -32602
+
+
+class AcpError(DeckError):
+    """A JSON-RPC error answered by an agent."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.data = data
+
+    def __str__(self) -> str:
+        return f"{self.args[0]} ({self.code})"
+
+
+class ConnectionClosed(AcpError):
+    """The agent's connection closed before it answered."""
+
+    def __init__(self, message: str = "the agent's connection is closed") -> None:
+        super().__init__(-32603, message)

@@ -1,0 +1,76 @@
+"""Every deck hook, typed, one docstring each. Plugins implement them with `@deck.hookimpl`.
+
+Hooks are synchronous. A notification hook that must do async work returns an
+awaitable; the core runs it in its own task under a timeout, so a slow plugin
+cannot stall the event bus. docs/plugins.md documents each one with an example.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    import typer
+
+    from .agent import Agent
+    from .app import Deck
+    from .events import Event
+    from .frontend import Frontend
+
+hookspec = pluggy.HookspecMarker("deck")
+hookimpl = pluggy.HookimplMarker("deck")
+
+
+@hookspec
+def deck_register_frontends() -> dict[str, type[Frontend]]:
+    """Contribute frontends by name (`deck run --frontend=NAME`)."""
+
+
+@hookspec
+def deck_register_commands(app: typer.Typer) -> None:
+    """Add sub-commands to the `deck` command line."""
+
+
+@hookspec
+def deck_config_sections() -> dict[str, Any]:
+    """Contribute top-level config sections: `{section name: pydantic model class}`."""
+
+
+@hookspec
+def deck_startup(deck: Deck) -> Awaitable[None] | None:
+    """deck has loaded its config and is about to run its frontend."""
+
+
+@hookspec
+def deck_shutdown(deck: Deck) -> Awaitable[None] | None:
+    """deck is closing: agents are stopped after this returns."""
+
+
+@hookspec
+def deck_event(deck: Deck, event: Event) -> Awaitable[None] | None:
+    """Every event of SPEC §4, in order, as it happens. Called on the event loop: be quick."""
+
+
+@hookspec
+def deck_before_start(deck: Deck, agent: Agent) -> Awaitable[None] | None:
+    """An agent is about to start. Raise `deck.ServiceError` to refuse the start;
+    the awaitable, if any, is awaited before the start goes on (e.g. to stop another agent)."""
+
+
+@hookspec
+def deck_session_mcp_servers(deck: Deck, agent: Agent) -> list[dict[str, Any]] | None:
+    """MCP servers (ACP `McpServer` dicts) to pass in the agent's `session/new`."""
+
+
+@hookspec
+def deck_acp_message(deck: Deck, agent: Agent, direction: str, message: dict[str, Any]) -> None:
+    """Every ACP message exchanged with an agent; `direction` is "in" or "out".
+    Called only while a plugin asks for tracing (`Deck.trace_acp`), since it is hot."""
+
+
+@hookspec
+def deck_agent_used(deck: Deck, agent: Agent) -> None:
+    """An agent was used (a prompt, an ask): idle tracking and least-recently-used order."""

@@ -1,0 +1,93 @@
+"""Plugin loading: the built-in list, the "deck" entry-point group, and what is disabled."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+
+log = logging.getLogger(__name__)
+
+#: Built-in plugins and frontends, registered exactly as a third party's would be.
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "deck.frontends.jsonl",
+    "deck.frontends.line",
+    "deck.frontends.urwid",
+    "deck.plugins.idle_stop",
+    "deck.plugins.logs",
+)
+
+ENTRY_POINT_GROUP = "deck"
+AUTOLOAD_ENV = "DECK_DISABLE_PLUGIN_AUTOLOAD"
+
+#: Where each third-party plugin comes from: "distribution version".
+SOURCES: dict[str, str] = {}
+
+
+def short_name(module_name: str) -> str:
+    """`deck.plugins.idle_stop` → `idle_stop`; the name used in `[plugins] disabled`."""
+    return module_name.rsplit(".", 1)[-1]
+
+
+def make_manager(disabled: Iterable[str] = (), *, autoload: bool | None = None) -> pluggy.PluginManager:
+    """A PluginManager with the hookspecs, the built-ins and the entry points, less `disabled`."""
+    disabled = set(disabled)
+    pm = pluggy.PluginManager("deck")
+    pm.add_hookspecs(hookspecs)
+    for module_name in DEFAULT_PLUGINS:
+        name = short_name(module_name)
+        if name in disabled:
+            pm.set_blocked(name)
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # a built-in not shipped yet
+        pm.register(module, name=name)
+    if autoload is None:
+        autoload = not os.environ.get(AUTOLOAD_ENV)
+    if autoload:
+        for name in disabled:
+            pm.set_blocked(name)
+        _load_entry_points(pm)
+    return pm
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
+            continue
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # a broken third-party plugin must not stop deck
+            log.error("cannot load plugin %s: %s", ep.name, exc)
+            continue
+        pm.register(plugin, name=ep.name)
+        SOURCES[ep.name] = f"{ep.dist.name} {ep.dist.version}" if ep.dist else ep.value
+
+
+def describe(pm: pluggy.PluginManager) -> list[dict[str, Any]]:
+    """Loaded plugins: name, where each comes from, the hooks it implements."""
+    rows = []
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:
+            continue
+        rows.append(
+            {
+                "name": name,
+                "source": SOURCES.get(name, "built-in"),
+                "module": getattr(plugin, "__name__", type(plugin).__name__),
+                "hooks": sorted(h.name for h in pm.get_hookcallers(plugin) or []),
+            }
+        )
+    return rows

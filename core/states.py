@@ -1,0 +1,74 @@
+"""Agent states, the transition table, and the one function that changes state."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+
+class AgentState(str, Enum):
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    BUSY = "busy"
+    ERROR = "error"
+
+
+S = AgentState
+
+#: SPEC §3, exactly. Any other change of state is a bug and raises.
+TRANSITIONS: frozenset[tuple[AgentState, AgentState]] = frozenset(
+    {
+        (S.STOPPED, S.STARTING),  # start requested
+        (S.ERROR, S.STARTING),
+        (S.STARTING, S.READY),  # handshake succeeded
+        (S.STARTING, S.ERROR),  # handshake failed, wrong protocol, timeout
+        (S.STARTING, S.STOPPED),  # stop requested while starting, once the start finished
+        (S.READY, S.BUSY),  # used
+        (S.BUSY, S.READY),  # the last user is done
+        (S.READY, S.STOPPED),  # stop, app closing, removed, idle, least recently used
+        (S.BUSY, S.STOPPED),
+        (S.READY, S.ERROR),  # the process exited on its own
+        (S.BUSY, S.ERROR),
+    }
+)
+
+LABELS: dict[str, dict[AgentState, str]] = {
+    "en": {
+        S.STOPPED: "stopped",
+        S.STARTING: "starting…",
+        S.READY: "ready",
+        S.BUSY: "busy",
+        S.ERROR: "error",
+    },
+    "fr": {
+        S.STOPPED: "arrêté",
+        S.STARTING: "démarre…",
+        S.READY: "prêt",
+        S.BUSY: "occupé",
+        S.ERROR: "erreur",
+    },
+}
+
+OUTDATED_LABEL = {"en": "restart to apply changes", "fr": "à redémarrer"}
+
+
+class InvalidTransition(RuntimeError):
+    """A change of state that SPEC §3 does not allow."""
+
+
+def label(state: AgentState, language: str = "en") -> str:
+    """The state as shown to a user in `language` (en, fr)."""
+    return LABELS.get(language, LABELS["en"])[state]
+
+
+def transition(agent: Agent, to: AgentState, error: str | None = None) -> None:
+    """Move `agent` to state `to` and emit `agent:state`; the only writer of `agent.state`."""
+    if (agent.state, to) not in TRANSITIONS:
+        raise InvalidTransition(f"{agent.name}: {agent.state.value} → {to.value} is not allowed")
+    agent.state = to
+    agent.error = error if to is S.ERROR else None
+    agent.emit_state()

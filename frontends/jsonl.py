@@ -1,0 +1,165 @@
+"""The jsonl frontend: events out as JSON lines, JSON-RPC 2.0 service calls in.
+
+stdout carries one `{"event": NAME, ...payload}` line per event and one response
+line per request. Writes are batched and flushed when the event loop goes idle,
+so a burst of events costs one system call, and latency stays low.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+from typing import Any
+
+from deck import hookimpl
+from deck.errors import ServiceError
+from deck.events import Event
+from deck.frontend import Frontend
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INTERNAL_ERROR = -32603
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+class JsonlFrontend(Frontend):
+    name = "jsonl"
+    description = "JSON lines on stdin/stdout, for programs"
+
+    def __init__(self, deck: Any, *, stay: bool = False, stdin: Any = None, stdout_fd: int | None = None, **options: Any) -> None:
+        super().__init__(deck, **options)
+        self.stay = stay
+        self._stdin = stdin if stdin is not None else sys.stdin.buffer
+        self._fd = stdout_fd if stdout_fd is not None else sys.stdout.fileno()
+        self._out: list[str] = []
+        self._flush_scheduled = False
+        self._closed = False
+        self._requests: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- output ------------------------------------------------------------------------------
+
+    def on_event(self, event: Event) -> None:
+        self.write({"event": event.name, **event.payload()})
+
+    def write(self, obj: dict[str, Any]) -> None:
+        if self._closed:
+            return
+        try:
+            line = _dumps(obj)
+        except (TypeError, ValueError):
+            line = _dumps(json.loads(json.dumps(obj, default=str)))
+        self._out.append(line)
+        if not self._flush_scheduled and self._loop is not None:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._out or self._closed:
+            return
+        data = ("\n".join(self._out) + "\n").encode()
+        self._out.clear()
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            # The reader went away (`| head -1`): end quietly.
+            self._closed = True
+            self._silence_stdout()
+            self.deck.request_exit(0)
+
+    def _silence_stdout(self) -> None:
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._fd)
+            os.close(devnull)
+        except OSError:
+            pass
+
+    # -- input -------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        self._loop = asyncio.get_running_loop()
+        self.deck.subscribe(self.on_event)
+        lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+        reader = threading.Thread(target=self._read_stdin, args=(self._loop, lines), name="jsonl-stdin", daemon=True)
+        reader.start()
+        try:
+            while (line := await lines.get()) is not None:
+                self._handle_line(line)
+            if self._requests:
+                await asyncio.gather(*self._requests, return_exceptions=True)
+            if self.stay:
+                await asyncio.Event().wait()
+            # End of input: finish the work in hand; nobody is left to answer questions.
+            self.deck.chat.cancel_pending_asks()
+            await self.deck.chat.drain()
+            await self.deck.stop_all()
+            return 0
+        finally:
+            self.flush()
+            self.deck.unsubscribe(self.on_event)
+
+    def _read_stdin(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[bytes | None]) -> None:
+        try:
+            for line in self._stdin:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+        except (OSError, ValueError):
+            pass
+        finally:
+            try:
+                loop.call_soon_threadsafe(lines.put_nowait, None)
+            except RuntimeError:  # the loop is closed: deck is already gone
+                pass
+
+    def _handle_line(self, raw: bytes) -> None:
+        text = raw.decode(errors="replace").strip()
+        if not text:
+            return
+        try:
+            request = json.loads(text)
+        except ValueError as exc:
+            self._error(None, PARSE_ERROR, f"not JSON: {exc}")
+            return
+        if not isinstance(request, dict):
+            self._error(None, INVALID_REQUEST, "a request must be a JSON object")
+            return
+        request_id = request.get("id")
+        if request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
+            self._error(request_id, INVALID_REQUEST, 'not a JSON-RPC 2.0 request: need "jsonrpc": "2.0" and a "method"')
+            return
+        if request_id is not None and not isinstance(request_id, (int, str)) or isinstance(request_id, bool):
+            self._error(None, INVALID_REQUEST, "id must be a string or a number")
+            return
+        task = asyncio.get_running_loop().create_task(self._call(request_id, request["method"], request.get("params")))
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+
+    async def _call(self, request_id: Any, method: str, params: Any) -> None:
+        try:
+            result = await self.deck.call(method, params)
+        except LookupError:
+            self._error(request_id, METHOD_NOT_FOUND, f"unknown method: {method}")
+        except ServiceError as exc:
+            self._error(request_id, exc.code, str(exc))
+        except Exception as exc:  # a bug must not end the bridge
+            self._error(request_id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        else:
+            if request_id is not None:
+                self.write({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    def _error(self, request_id: Any, code: int, message: str) -> None:
+        self.write({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+
+@hookimpl
+def deck_register_frontends() -> dict[str, type[Frontend]]:
+    return {"jsonl": JsonlFrontend}

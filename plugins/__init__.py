@@ -1,0 +1,1 @@
+"""deck's built-in feature plugins: idle_stop, logs, announcements."""
