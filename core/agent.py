@@ -319,11 +319,11 @@ class Agent:
     async def _watch_exit(self) -> None:
         process = self.process
         assert process is not None
-        code = await process.exited
+        code = await asyncio.shield(process.exited)
         # Let the last lines it wrote arrive before the connection closes.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(1.0):
-                await process.stdout_closed
+                await asyncio.shield(process.stdout_closed)
         if self.process is not process:
             return
         self._exit_watch = None
@@ -341,16 +341,14 @@ class Agent:
 async def _unless_exited(awaitable: Awaitable[Any], process: Process) -> Any:
     """Await `awaitable`, but fail at once if the process exits first."""
     task = asyncio.ensure_future(awaitable)
-    done, _ = await asyncio.wait({task, process.exited}, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        return task.result()
-    # The answer may be in the last bytes written before the exit.
-    await asyncio.wait({task, process.stdout_closed}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
-    await asyncio.sleep(0)
-    if task.done():
-        return task.result()
-    task.cancel()
-    code = process.exited.result()
-    raise ServiceError(f"the agent exited during the handshake with code {code}")
-
-
+    try:
+        done, _ = await asyncio.wait({task, process.exited}, return_when=asyncio.FIRST_COMPLETED)
+        if task not in done:
+            # The answer may be in the last bytes written before the exit.
+            await asyncio.wait({task, process.stdout_closed}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.sleep(0)
+        if task.done():
+            return task.result()
+        raise ServiceError(f"the agent exited during the handshake with code {process.exited.result()}")
+    finally:
+        task.cancel()

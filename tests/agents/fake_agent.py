@@ -1,0 +1,212 @@
+"""A scriptable ACP agent for tests (stdlib only). Flags shape the process; the prompt text picks the turn.
+
+Flags: --hang-handshake, --protocol N, --fail-start, --stderr-mb N, --ignore-eof,
+--ignore-sigterm, --grandchild PIDFILE, --garbage, --early-update, --string-ids.
+
+Prompt commands (first word): `stream N` (N chunks), `slow` (a chunk every 50 ms
+until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7),
+`perm` (a tool call asking permission), `read PATH`, `write PATH TEXT`,
+`question`, `late` (an update after the response), `error` (a JSON-RPC error),
+`thought`, `tools`, `plan`, `usage`, `unknown-update`; anything else is echoed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--hang-handshake", action="store_true")
+parser.add_argument("--protocol", type=int, default=1)
+parser.add_argument("--fail-start", action="store_true")
+parser.add_argument("--stderr-mb", type=int, default=0)
+parser.add_argument("--ignore-eof", action="store_true")
+parser.add_argument("--ignore-sigterm", action="store_true")
+parser.add_argument("--grandchild")
+parser.add_argument("--garbage", action="store_true")
+parser.add_argument("--early-update", action="store_true")
+parser.add_argument("--string-ids", action="store_true")
+parser.add_argument("--modes", action="store_true")
+args = parser.parse_args()
+
+lock = threading.Lock()
+ids = itertools.count()
+waiting: dict = {}
+cancelled: set = set()
+out = sys.stdout.buffer
+
+
+def send(msg: dict) -> None:
+    data = json.dumps({"jsonrpc": "2.0", **msg}).encode() + b"\n"
+    with lock:
+        out.write(data)
+        out.flush()
+
+
+def update(sid: str, body: dict) -> None:
+    send({"method": "session/update", "params": {"sessionId": sid, "update": body}})
+
+
+def chunk(sid: str, text: str, kind: str = "agent_message_chunk") -> None:
+    update(sid, {"sessionUpdate": kind, "content": {"type": "text", "text": text}})
+
+
+def ask(method: str, params: dict) -> dict:
+    rid = f"req-{next(ids)}" if args.string_ids else next(ids)
+    ev = threading.Event()
+    box: list = []
+    waiting[rid] = (ev, box)
+    send({"id": rid, "method": method, "params": params})
+    ev.wait()
+    return box[0]
+
+
+def turn(rid, sid: str, text: str) -> None:
+    cancelled.discard(sid)
+    word, _, rest = text.partition(" ")
+    result: dict = {"stopReason": "end_turn"}
+    if word == "stream":
+        for i in range(int(rest or 10)):
+            chunk(sid, f"c{i} ")
+    elif word == "slow":
+        while sid not in cancelled:
+            chunk(sid, "tick ")
+            time.sleep(0.05)
+        result["stopReason"] = "cancelled"
+    elif word == "big":
+        chunk(sid, "x" * int(rest))
+    elif word == "crash":
+        chunk(sid, "about to crash")
+        sys.stdout.flush()
+        os._exit(7)
+    elif word == "error":
+        send({"id": rid, "error": {"code": -32000, "message": "Authentication required"}})
+        return
+    elif word == "perm":
+        update(sid, {"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Edit file", "kind": "edit",
+                     "status": "pending", "rawInput": {"path": "/x"},
+                     "content": [{"type": "diff", "path": "/x", "oldText": "a", "newText": "b"}]})
+        answer = ask("session/request_permission", {
+            "sessionId": sid, "toolCall": {"toolCallId": "t1", "title": "Edit file"},
+            "options": [{"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+                        {"optionId": "no", "name": "Reject", "kind": "reject_once"}]})
+        outcome = answer.get("result", {}).get("outcome", {})
+        chosen = outcome.get("optionId") if outcome.get("outcome") == "selected" else "cancelled"
+        update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "t1",
+                     "status": "completed" if chosen == "yes" else "failed"})
+        chunk(sid, f"permission: {chosen}")
+        if chosen == "cancelled" or sid in cancelled:
+            result["stopReason"] = "cancelled"
+    elif word == "read":
+        answer = ask("fs/read_text_file", {"sessionId": sid, "path": rest})
+        chunk(sid, json.dumps(answer.get("result") or answer.get("error")))
+    elif word == "write":
+        path, _, content = rest.partition(" ")
+        answer = ask("fs/write_text_file", {"sessionId": sid, "path": path, "content": content})
+        chunk(sid, json.dumps({"error": answer["error"]} if "error" in answer else {"ok": True}))
+    elif word == "question":
+        answer = ask("elicitation/create", {"sessionId": sid, "mode": "form", "message": "Your name?",
+                                            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}})
+        chunk(sid, json.dumps(answer.get("result")))
+    elif word == "late":
+        chunk(sid, "before ")
+        send({"id": rid, "result": result})
+        time.sleep(0.1)
+        chunk(sid, "after")
+        return
+    elif word == "thought":
+        chunk(sid, "thinking", "agent_thought_chunk")
+        chunk(sid, "answer")
+        chunk(sid, " more thinking", "agent_thought_chunk")
+    elif word == "plan":
+        update(sid, {"sessionUpdate": "plan", "entries": [{"content": "one", "priority": "high", "status": "pending"}]})
+        update(sid, {"sessionUpdate": "plan", "entries": [{"content": "one", "priority": "high", "status": "completed"}]})
+    elif word == "usage":
+        update(sid, {"sessionUpdate": "usage_update", "used": 1000, "size": 200000})
+        result["usage"] = {"totalTokens": 30, "inputTokens": 10, "outputTokens": 20}
+    elif word == "unknown-update":
+        update(sid, {"sessionUpdate": "compaction_update", "status": "started"})
+        chunk(sid, "still fine")
+    else:
+        chunk(sid, f"You said: {text}")
+    send({"id": rid, "result": result})
+
+
+def handle(msg: dict) -> None:
+    method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+    if method is None:
+        ev, box = waiting.pop(rid, (None, None))
+        if ev:
+            box.append(msg)
+            ev.set()
+    elif method == "initialize":
+        if args.hang_handshake:
+            return
+        if args.garbage:
+            out.write(b"this is not json\n{\"also\": broken\n[1,2,3]\n")
+            out.flush()
+        send({"id": rid, "result": {"protocolVersion": args.protocol, "agentCapabilities": {}, "authMethods": [
+            {"id": "key", "name": "API key"}]}})
+    elif method == "authenticate":
+        send({"id": rid, "result": {}})
+        print(f"authenticated with {params.get('methodId')}", file=sys.stderr, flush=True)
+    elif method == "session/new":
+        sid = f"s{next(ids)}"
+        if args.early_update:
+            update(sid, {"sessionUpdate": "available_commands_update",
+                         "availableCommands": [{"name": "early", "description": "sent before the reply"}]})
+        result: dict = {"sessionId": sid}
+        if args.modes:
+            result["modes"] = {"currentModeId": "a", "availableModes": [{"id": "a", "name": "A"}, {"id": "b", "name": "B"}]}
+            result["configOptions"] = [{"id": "model", "name": "Model", "type": "select", "currentValue": "m1",
+                                        "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]
+        send({"id": rid, "result": result})
+    elif method == "session/prompt":
+        text = " ".join(b.get("text", "") for b in params.get("prompt", []))
+        threading.Thread(target=turn, args=(rid, params.get("sessionId"), text), daemon=True).start()
+    elif method == "session/cancel":
+        cancelled.add(params.get("sessionId"))
+    elif method == "session/set_mode":
+        send({"id": rid, "result": {}})
+    elif method == "session/set_config_option":
+        send({"id": rid, "result": {"configOptions": [{"id": "model", "name": "Model", "type": "select",
+              "currentValue": params.get("value"), "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]}})
+    elif rid is not None:
+        send({"id": rid, "error": {"code": -32601, "message": "method not found"}})
+
+
+def main() -> None:
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.grandchild:
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        with open(args.grandchild, "w") as f:
+            f.write(str(child.pid))
+    if args.stderr_mb:
+        line = b"e" * 1023 + b"\n"
+        for _ in range(args.stderr_mb * 1024):
+            sys.stderr.buffer.write(line)
+        sys.stderr.flush()
+    if args.fail_start:
+        print("fatal: missing API key", file=sys.stderr, flush=True)
+        print("see the docs", file=sys.stderr, flush=True)
+        sys.exit(3)
+    for raw in sys.stdin.buffer:
+        try:
+            handle(json.loads(raw))
+        except ValueError:
+            print(f"fake agent: bad line {raw[:80]!r}", file=sys.stderr, flush=True)
+    if args.ignore_eof:
+        while True:
+            time.sleep(1)
+
+
+if __name__ == "__main__":
+    main()

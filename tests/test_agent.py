@@ -1,0 +1,171 @@
+"""Agent lifecycle against real subprocess agents: states, handshake, failures, crash, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+
+from deck.errors import ServiceError
+from deck.supervisor import StopTimings
+
+from .conftest import alive, agent_block, descendants_of_self
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_lifecycle_state_sequence(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    await deck.agent_service.Start("a")
+    deck.chat.send("a", "hello")
+    await rec.wait_event("turn:changed", agent="a", busy=False)
+    await deck.agent_service.Stop("a")
+    assert rec.states("a") == ["starting", "ready", "busy", "ready", "stopped"]
+    assert [a["state"] for a in await deck.agent_service.List()] == ["stopped"]
+
+
+async def test_handshake_timeout_is_an_error(make_deck):
+    deck, rec = make_deck("[limits]\nhandshakeTimeout = \"0.5s\"\n" + agent_block("a", "--hang-handshake"))
+    with pytest.raises(ServiceError, match="handshake timed out after 0.5s"):
+        await deck.agent_service.Start("a")
+    assert rec.states("a") == ["starting", "error"]
+    assert deck.agents["a"].process is None
+
+
+async def test_other_protocol_version_is_refused(make_deck):
+    deck, rec = make_deck(agent_block("a", "--protocol", "2"))
+    with pytest.raises(ServiceError, match="protocol version 2"):
+        await deck.agent_service.Start("a")
+    assert deck.agents["a"].state.value == "error"
+
+
+async def test_start_failure_carries_reason_and_stderr_tail(make_deck):
+    deck, rec = make_deck(agent_block("a", "--fail-start"))
+    with pytest.raises(ServiceError):
+        await deck.agent_service.Start("a")
+    error = rec.named("agent:state", "a")[-1]["error"]
+    assert "exited during the handshake with code 3" in error
+    assert error.splitlines()[-2:] == ["fatal: missing API key", "see the docs"]
+
+
+async def test_missing_command_is_a_clear_error(make_deck):
+    deck, rec = make_deck(agent_block("a", command=["/no/such/agent-binary"]))
+    with pytest.raises(ServiceError, match="command not found: /no/such/agent-binary"):
+        await deck.agent_service.Start("a")
+    assert rec.states("a") == ["starting", "error"]
+
+
+async def test_crash_mid_turn_is_error_never_restarted(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    deck.chat.send("a", "crash")
+    await rec.wait_event("agent:state", agent="a", state="error")
+    reply = (await rec.wait_event("turn:changed", agent="a", busy=False)) and deck.chat.conversation("a").messages[-1]
+    assert reply.role == "agent" and reply.done and reply.stop_reason is None
+    assert "code 7" in reply.error
+    assert reply.text == "about to crash"  # what it wrote before dying is kept
+    await asyncio.sleep(0.3)
+    assert deck.agents["a"].state.value == "error"  # not restarted automatically
+    # The next use starts it again.
+    deck.chat.send("a", "hi again")
+    await rec.wait(lambda r: r.states("a")[-2:] == ["busy", "ready"])
+    assert deck.chat.conversation("a").messages[-1].text == "You said: hi again"
+
+
+async def test_twenty_mib_line_arrives_intact(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    size = 20 * 1024 * 1024
+    deck.chat.send("a", f"big {size}")
+    await rec.wait_event("turn:changed", agent="a", busy=False, timeout=60)
+    reply = deck.chat.conversation("a").messages[-1]
+    assert reply.stop_reason == "end_turn"
+    assert len(reply.text) == size and set(reply.text) == {"x"}
+
+
+async def test_garbage_lines_are_logged_and_skipped(make_deck):
+    deck, rec = make_deck(agent_block("a", "--garbage"))
+    await deck.agent_service.Start("a")
+    logs = await deck.agent_service.Logs("a")
+    assert any("not JSON, skipped: this is not json" in line for line in logs)
+    assert deck.agents["a"].state.value == "ready"
+
+
+async def test_megabytes_of_stderr_never_stall(make_deck):
+    deck, rec = make_deck(agent_block("a", "--stderr-mb", "8"))
+    await deck.agent_service.Start("a")
+    logs = await deck.agent_service.Logs("a")
+    assert len(logs) == 200
+    assert len(rec.named("agent:log", "a")) >= 8 * 1024
+
+
+async def test_stop_escalates_to_sigkill_for_a_stubborn_agent(make_deck):
+    deck, rec = make_deck(agent_block("a", "--ignore-eof", "--ignore-sigterm"))
+    await deck.agent_service.Start("a")
+    pid = deck.agents["a"].process.pid
+    started = time.monotonic()
+    await deck.agent_service.Stop("a")
+    elapsed = time.monotonic() - started
+    assert not alive(pid)
+    logs = await deck.agent_service.Logs("a")
+    assert any("SIGTERM" in line for line in logs) and any("SIGKILL" in line for line in logs)
+    assert 0.5 <= elapsed < 3
+
+
+@pytest.mark.timeout(30)
+async def test_stop_escalation_at_the_real_timings(make_deck):
+    deck, rec = make_deck(agent_block("a", "--ignore-eof", "--ignore-sigterm"), timings=StopTimings())
+    await deck.agent_service.Start("a")
+    pid = deck.agents["a"].process.pid
+    started = time.monotonic()
+    await deck.agent_service.Stop("a")
+    elapsed = time.monotonic() - started
+    assert not alive(pid)
+    assert 7.9 <= elapsed < 10
+
+
+async def test_setsid_grandchild_is_ended_too(make_deck, tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    deck, rec = make_deck(agent_block("a", "--grandchild", str(pidfile), "--ignore-eof"))
+    await deck.agent_service.Start("a")
+    grandchild = int(pidfile.read_text())
+    assert alive(grandchild)
+    assert os.getsid(grandchild) != os.getsid(deck.agents["a"].process.pid)
+    await deck.agent_service.Stop("a")
+    await asyncio.sleep(0.2)
+    assert not alive(grandchild)
+
+
+async def test_many_stops_run_in_parallel(make_deck):
+    text = "".join(agent_block(f"a{i}", "--ignore-eof", "--ignore-sigterm") for i in range(4))
+    deck, rec = make_deck("[limits]\nmaxRunningAgents = 8\n" + text)
+    await asyncio.gather(*(deck.agent_service.Start(f"a{i}") for i in range(4)))
+    started = time.monotonic()
+    await deck.stop_all()
+    assert time.monotonic() - started < 2.5  # one escalation (0.6 s), not four
+    assert not descendants_of_self()
+
+
+async def test_stop_while_starting_stops_once_started(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    start = asyncio.ensure_future(deck.agent_service.Start("a"))
+    await rec.wait_event("agent:state", agent="a", state="starting")
+    await deck.agent_service.Stop("a")
+    with pytest.raises(ServiceError, match="stopped while starting"):
+        await start
+    assert rec.states("a") == ["starting", "stopped"]
+
+
+async def test_restart_keeps_the_conversation_with_a_system_note(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    deck.chat.send("a", "one")
+    await rec.wait_event("turn:changed", agent="a", busy=False)
+    await deck.agent_service.Restart("a")
+    codes = [m.code for m in deck.chat.conversation("a").messages if m.role == "system"]
+    assert codes == ["agent-restarted"]
+
+
+async def test_unknown_agent_is_an_error(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    with pytest.raises(ServiceError, match="unknown agent 'nope'"):
+        await deck.agent_service.Start("nope")
