@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -53,7 +52,7 @@ class Agent:
         self.session_id: str | None = None
         self.session_result: dict[str, Any] = {}
         self.users = 0
-        self.last_used = time.monotonic()
+        self.last_used = deck.clock()
         self.sinks: dict[str, SessionSink] = {}
         self._early: dict[str, list[dict[str, Any]]] = {}
         self._start_task: asyncio.Task[None] | None = None
@@ -112,7 +111,7 @@ class Agent:
             transition(self, AgentState.READY)
 
     def touch(self) -> None:
-        self.last_used = time.monotonic()
+        self.last_used = self.deck.clock()
         self.deck.call_hook("deck_agent_used", agent=self)
 
     # -- start ----------------------------------------------------------------------------
@@ -157,6 +156,7 @@ class Agent:
             transition(self, AgentState.STOPPED)
             return
         self.deck.chat.session_opened(self)
+        self.last_used = self.deck.clock()  # idle time counts from the start
         transition(self, AgentState.READY)
         self._exit_watch = asyncio.get_running_loop().create_task(self._watch_exit(), name=f"watch {self.name}")
 

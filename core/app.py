@@ -6,7 +6,8 @@ import asyncio
 import inspect
 import logging
 import signal
-from collections.abc import Awaitable, Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ class Deck:
         disabled: tuple[str, ...] = (),
     ) -> None:
         self.timings = timings or StopTimings()
+        #: The clock of idle tracking; tests inject their own.
+        self.clock: Callable[[], float] = time.monotonic
         self.config_path = config_path
         self.config_source = source
         self.config_created = False
@@ -64,7 +67,9 @@ class Deck:
             "ChatService": self.chat,
             "ConfigService": self.config_service,
         }
+        #: Set by a plugin (logs, for `--trace`) before agents start: every ACP line goes to `deck_acp_message`.
         self.trace_acp = False
+        self.trace_path: Path | None = None
         self.frontend: Frontend | None = None
         self._listeners: list[Any] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -192,8 +197,7 @@ class Deck:
         for sig in SIGNALS:
             loop.add_signal_handler(sig, self._on_signal, sig)
         try:
-            for result in self.pm.hook.deck_startup.get_hookimpls():
-                await self._maybe_await(result.plugin_name, "deck_startup", result.function, result.argnames)
+            await self.startup()
             self.frontend = frontend_cls(self, **options)
             front = loop.create_task(self.frontend.run(), name="frontend")
             closing = loop.create_task(self._closing.wait(), name="closing")
@@ -210,6 +214,11 @@ class Deck:
             await asyncio.shield(self.shutdown())
             for sig in SIGNALS:
                 loop.remove_signal_handler(sig)
+
+    async def startup(self) -> None:
+        """Run the `deck_startup` hooks (plugins start their tasks); `run` calls it first."""
+        for impl in self.pm.hook.deck_startup.get_hookimpls():
+            await self._maybe_await(impl.plugin_name, "deck_startup", impl.function, impl.argnames)
 
     def request_exit(self, code: int = 0) -> None:
         """Ask the run loop to end (signals, a closed stdout)."""
@@ -234,10 +243,10 @@ class Deck:
     async def shutdown(self) -> None:
         """Stop every agent in parallel; end the deck's tasks. Safe to call twice."""
         try:
-            for impl in self.pm.hook.deck_shutdown.get_hookimpls():
-                await self._maybe_await(impl.plugin_name, "deck_shutdown", impl.function, impl.argnames)
             self.chat.cancel_pending_asks()
             await self.stop_all()
+            for impl in self.pm.hook.deck_shutdown.get_hookimpls():
+                await self._maybe_await(impl.plugin_name, "deck_shutdown", impl.function, impl.argnames)
         finally:
             kill_all_now()  # whatever survived an error above
             for task in list(self._tasks):

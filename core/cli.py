@@ -65,6 +65,14 @@ def make_deck(config: Optional[Path], disabled: tuple[str, ...] = ()) -> Deck:
         raise
 
 
+def _disabled(values: list[str]) -> tuple[str, ...]:
+    """`-p no:NAME` values → plugin names to disable."""
+    bad = [v for v in values if not v.startswith("no:") or len(v) == 3]
+    if bad:
+        fail(f"bad --plugin value {bad[0]!r}: use -p no:NAME to disable a plugin")
+    return tuple(v[3:] for v in values)
+
+
 def frontends(deck: Deck) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for result in deck.call_hook("deck_register_frontends"):
@@ -90,12 +98,8 @@ def run(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Write every ACP line exchanged to this JSONL file."),
 ) -> None:
     """Start deck with a frontend (with no config: the built-in demo agent)."""
-    disabled = tuple(p[3:] for p in plugin if p.startswith("no:"))
-    bad = [p for p in plugin if not p.startswith("no:")]
-    if bad:
-        fail(f"bad --plugin value {bad[0]!r}: use -p no:NAME to disable a plugin")
-    deck = make_deck(config, disabled)
-    deck.trace_path = trace  # type: ignore[attr-defined]
+    deck = make_deck(config, _disabled(plugin))
+    deck.trace_path = trace
     available = frontends(deck)
     name = frontend or deck.config.frontend or ("urwid" if sys.stdin.isatty() and sys.stdout.isatty() else "line")
     if name not in available and frontend is None:
@@ -123,11 +127,15 @@ def agents(config: Optional[Path] = ConfigOption, as_json: bool = typer.Option(F
 
 
 @app.command()
-def plugins(config: Optional[Path] = ConfigOption, as_json: bool = typer.Option(False, "--json", help="JSON output.")) -> None:
+def plugins(
+    config: Optional[Path] = ConfigOption,
+    plugin: list[str] = typer.Option([], "--plugin", "-p", help="-p no:NAME disables plugin NAME."),
+    as_json: bool = typer.Option(False, "--json", help="JSON output."),
+) -> None:
     """List the loaded plugins, where each comes from and the hooks it implements."""
     from .pluginmanager import describe
 
-    deck = make_deck(config)
+    deck = make_deck(config, _disabled(plugin))
     rows = describe(deck.pm)
     disabled = sorted(set(deck.disabled))
     if as_json:
@@ -150,7 +158,23 @@ def config_path(config: Optional[Path] = ConfigOption) -> None:
 
 
 def main() -> None:
+    first = sys.argv[1] if len(sys.argv) > 1 else ""
+    # Built-in commands and --version need no plugin: keep them fast.
+    if first not in BUILTIN_COMMANDS and first != "--version":
+        _register_plugin_commands()
     app()
+
+
+BUILTIN_COMMANDS = frozenset({"run", "send", "agents", "plugins", "config"})
+
+
+def _register_plugin_commands() -> None:
+    from .pluginmanager import make_manager
+
+    try:
+        make_manager().hook.deck_register_commands(app=app)
+    except Exception as exc:  # a broken plugin must not take the CLI down
+        typer.echo(f"deck: a plugin failed to add its commands: {exc}", err=True)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ def deck_startup(deck: Deck) -> Awaitable[None] | None:
 
 @hookspec
 def deck_shutdown(deck: Deck) -> Awaitable[None] | None:
-    """deck is closing: agents are stopped after this returns."""
+    """deck has stopped every agent and is about to exit: flush and close what the plugin holds."""
 
 
 @hookspec

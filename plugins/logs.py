@@ -1,0 +1,109 @@
+"""logs: one log file per agent under $XDG_STATE_HOME/deck/logs/, and `deck run --trace FILE`.
+
+The 200-line ring behind `AgentService.Logs` and the `agent:log` events are the
+core's; this plugin keeps them on disk (size-bounded, rotated) and writes the
+optional trace of every ACP line exchanged, as JSONL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from deck import hookimpl
+from deck.events import AgentLog
+
+MAX_BYTES = 1024 * 1024
+BACKUPS = 3
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "deck"
+
+
+class AgentLogs:
+    """Rotating log files, one per agent."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.handlers: dict[str, logging.handlers.RotatingFileHandler] = {}
+        self.failed = False
+
+    def write(self, agent: str, line: str) -> None:
+        handler = self.handlers.get(agent)
+        if handler is None:
+            if self.failed:
+                return
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                safe = re.sub(r"[^A-Za-z0-9_.-]", "_", agent)
+                handler = logging.handlers.RotatingFileHandler(
+                    self.directory / f"{safe}.log", maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8"
+                )
+            except OSError:
+                self.failed = True  # no writable state dir: the ring and events still work
+                return
+            handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+            self.handlers[agent] = handler
+        handler.emit(logging.makeLogRecord({"msg": line, "levelno": logging.INFO, "levelname": "INFO"}))
+
+    def close(self) -> None:
+        for handler in self.handlers.values():
+            handler.close()
+        self.handlers.clear()
+
+
+class Trace:
+    """Every ACP line exchanged, both directions, as JSONL: `{at, agent, direction, message}`."""
+
+    def __init__(self, path: Path) -> None:
+        self.file: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed at shutdown
+
+    def write(self, agent: str, direction: str, message: dict[str, Any]) -> None:
+        at = datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+        record = {"at": at, "agent": agent, "direction": direction, "message": message}
+        self.file.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        self.file.close()
+
+
+_logs: dict[int, AgentLogs] = {}
+_traces: dict[int, Trace] = {}
+
+
+@hookimpl
+def deck_startup(deck: Any) -> None:
+    _logs[id(deck)] = AgentLogs(state_dir() / "logs")
+    if deck.trace_path is not None:
+        _traces[id(deck)] = Trace(Path(deck.trace_path))
+        deck.trace_acp = True
+
+
+@hookimpl
+def deck_event(deck: Any, event: Any) -> None:
+    if type(event) is AgentLog:
+        logs = _logs.get(id(deck))
+        if logs is not None:
+            logs.write(event.agent, event.line)
+
+
+@hookimpl
+def deck_acp_message(deck: Any, agent: Any, direction: str, message: dict[str, Any]) -> None:
+    trace = _traces.get(id(deck))
+    if trace is not None:
+        trace.write(agent.name, direction, message)
+
+
+@hookimpl
+def deck_shutdown(deck: Any) -> None:
+    if (logs := _logs.pop(id(deck), None)) is not None:
+        logs.close()
+    if (trace := _traces.pop(id(deck), None)) is not None:
+        trace.close()

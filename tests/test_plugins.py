@@ -1,0 +1,279 @@
+"""The plugin system and the built-in feature plugins idle_stop and logs, with real agents."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import deck.plugins.idle_stop as idle_stop
+from deck import hookimpl, hookspecs
+from deck.errors import ServiceError
+from deck.pluginmanager import describe
+
+from .conftest import agent_block
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# -- idle_stop ------------------------------------------------------------------------------
+
+
+async def test_idle_ready_agent_is_stopped_after_the_limit(make_deck):
+    deck, rec = make_deck('[limits]\nstopIdleAgentsAfter = "10m"\n' + agent_block("a") + agent_block("b"))
+    deck.clock = clock = Clock()
+    await deck.agent_service.Start("a")
+    clock.now += 300
+    await deck.agent_service.Start("b")
+    clock.now += 301  # a: 601 s idle, b: 301 s
+    assert idle_stop.stop_idle(deck) == ["a"]
+    await rec.wait_event("agent:state", agent="a", state="stopped")
+    assert deck.agents["b"].state.value == "ready"
+
+
+async def test_busy_agent_is_never_stopped_for_idleness(make_deck):
+    deck, rec = make_deck('[limits]\nstopIdleAgentsAfter = "1s"\n' + agent_block("a"))
+    deck.clock = clock = Clock()
+    deck.chat.send("a", "slow")
+    await rec.wait_event("agent:state", agent="a", state="busy")
+    clock.now += 100
+    assert idle_stop.stop_idle(deck) == []
+    deck.chat.cancel("a")
+
+
+async def test_least_recently_used_ready_agent_makes_room(make_deck):
+    deck, rec = make_deck("[limits]\nmaxRunningAgents = 2\n" + "".join(agent_block(n) for n in "abc"))
+    deck.clock = clock = Clock()
+    await deck.agent_service.Start("a")
+    clock.now += 1
+    await deck.agent_service.Start("b")
+    clock.now += 1
+    deck.agents["a"].touch()  # a used more recently than b
+    clock.now += 1
+    await deck.agent_service.Start("c")
+    assert {n: a.state.value for n, a in deck.agents.items()} == {"a": "ready", "b": "stopped", "c": "ready"}
+    assert any("least recently used" in line for line in deck.agents["b"].logs)
+
+
+async def test_start_refused_when_all_running_agents_are_busy(make_deck):
+    deck, rec = make_deck("[limits]\nmaxRunningAgents = 2\n" + "".join(agent_block(n) for n in "abc"))
+    for name in "ab":
+        deck.chat.send(name, "slow")
+        await rec.wait_event("agent:state", agent=name, state="busy")
+    with pytest.raises(ServiceError) as info:
+        await deck.agent_service.Start("c")
+    assert str(info.value) == "too many agents running: 2 agent(s) busy (a, b), the limit is 2"
+    # Through Send the refusal lands in the conversation as agent-unavailable.
+    deck.chat.send("c", "hello")
+    message = await rec.wait(
+        lambda r: next((m for m in deck.chat.conversation("c").messages if m.code == "agent-unavailable"), None)
+    )
+    assert "too many agents running: 2 agent(s) busy (a, b), the limit is 2" in message.error
+    for name in "ab":
+        deck.chat.cancel(name)
+
+
+async def test_idle_stop_disabled_allows_any_number(make_deck):
+    text = '[limits]\nmaxRunningAgents = 1\n[plugins]\ndisabled = ["idle_stop"]\n' + agent_block("a") + agent_block("b")
+    deck, rec = make_deck(text)
+    assert not deck.pm.has_plugin("idle_stop")
+    await deck.agent_service.Start("a")
+    await deck.agent_service.Start("b")
+    assert [a["state"] for a in await deck.agent_service.List()] == ["ready", "ready"]
+
+
+# -- logs -----------------------------------------------------------------------------------
+
+
+async def test_log_files_and_trace(make_deck, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    deck, rec = make_deck(agent_block("a", "--fail-start") + agent_block("b"))
+    deck.trace_path = tmp_path / "trace.jsonl"
+    await deck.startup()
+    with pytest.raises(ServiceError):
+        await deck.agent_service.Start("a")
+    deck.chat.send("b", "hello")
+    await rec.wait_event("turn:changed", agent="b", busy=False)
+    await deck.shutdown()
+    log_text = (tmp_path / "state" / "deck" / "logs" / "a.log").read_text()
+    assert "fatal: missing API key" in log_text
+    records = [json.loads(line) for line in deck.trace_path.read_text().splitlines()]
+    assert {r["direction"] for r in records} == {"in", "out"}
+    methods = [(r["agent"], r["direction"], r["message"].get("method")) for r in records]
+    assert ("b", "out", "session/prompt") in methods and ("b", "in", "session/update") in methods
+    assert all(re.match(r"\d{4}-\d\d-\d\dT", r["at"]) for r in records)
+
+
+def test_log_files_rotate_at_their_size_bound(tmp_path, monkeypatch):
+    from deck.plugins import logs
+
+    monkeypatch.setattr(logs, "MAX_BYTES", 10_000)
+    files = logs.AgentLogs(tmp_path)
+    for i in range(2000):
+        files.write("a", f"line {i:05d} " + "x" * 40)
+    files.close()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["a.log", "a.log.1", "a.log.2", "a.log.3"]
+    assert all(p.stat().st_size <= 10_000 for p in tmp_path.iterdir())
+    assert "line 01999" in (tmp_path / "a.log").read_text()
+
+
+# -- the plugin system ---------------------------------------------------------------------------
+
+
+class Recording:
+    """A third-party-style plugin implementing every hook."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    @hookimpl
+    def deck_register_frontends(self):
+        self.calls.append("deck_register_frontends")
+        return {}
+
+    @hookimpl
+    def deck_register_commands(self, app):
+        self.calls.append("deck_register_commands")
+
+    @hookimpl
+    def deck_config_sections(self):
+        self.calls.append("deck_config_sections")
+        return {}
+
+    @hookimpl
+    def deck_startup(self, deck):
+        self.calls.append("deck_startup")
+
+    @hookimpl
+    def deck_shutdown(self, deck):
+        self.calls.append("deck_shutdown")
+
+    @hookimpl
+    def deck_event(self, deck, event):
+        self.calls.append(f"deck_event {event.name}")
+
+    @hookimpl
+    def deck_before_start(self, deck, agent):
+        self.calls.append(f"deck_before_start {agent.name}")
+
+    @hookimpl
+    def deck_session_mcp_servers(self, deck, agent):
+        self.calls.append("deck_session_mcp_servers")
+        return []
+
+    @hookimpl
+    def deck_acp_message(self, deck, agent, direction, message):
+        self.calls.append(f"deck_acp_message {direction}")
+
+    @hookimpl
+    def deck_agent_used(self, deck, agent):
+        self.calls.append("deck_agent_used")
+
+
+async def test_every_hook_is_called(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    plugin = Recording()
+    deck.pm.register(plugin, name="recording")
+    deck.trace_acp = True
+    await deck.startup()
+    deck.call_hook("deck_register_frontends")
+    deck.call_hook("deck_register_commands", app=None)
+    deck.config_sections()
+    deck.chat.send("a", "hi")
+    await rec.wait_event("turn:changed", agent="a", busy=False)
+    await deck.shutdown()
+    calls = set(plugin.calls)
+    for name in _hook_names():
+        assert any(c.split()[0] == name for c in calls), f"{name} was never called"
+    assert {"deck_acp_message in", "deck_acp_message out", "deck_event agent:state", "deck_before_start a"} <= calls
+
+
+class Raising:
+    @hookimpl
+    def deck_event(self, deck, event):
+        raise RuntimeError("boom")
+
+    @hookimpl
+    def deck_before_start(self, deck, agent):
+        raise KeyError("also boom")
+
+
+async def test_a_raising_plugin_is_reported_and_isolated(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    deck.pm.register(Raising(), name="raising")
+    deck.chat.send("a", "hi")
+    await rec.wait_event("turn:changed", agent="a", busy=False)
+    assert deck.chat.conversation("a").messages[-1].text == "You said: hi"
+    errors = rec.named("plugin:error")
+    assert {"plugin": "raising", "hook": "deck_event", "error": "RuntimeError: boom"} in errors
+    assert any(e["hook"] == "deck_before_start" and "also boom" in e["error"] for e in errors)
+
+
+async def test_async_hook_work_runs_under_the_deck(make_deck):
+    done = asyncio.Event()
+
+    class Slow:
+        @hookimpl
+        def deck_event(self, deck, event):
+            if event.name == "agent:state":
+                async def later():
+                    done.set()
+                return later()
+
+    deck, rec = make_deck(agent_block("a"))
+    deck.pm.register(Slow(), name="slow")
+    await deck.agent_service.Start("a")
+    await asyncio.wait_for(done.wait(), 5)
+
+
+def test_disabled_from_environment_and_command_line(tmp_path, monkeypatch):
+    from deck.pluginmanager import make_manager
+
+    pm = make_manager(["logs"])
+    assert not pm.has_plugin("logs") and pm.has_plugin("idle_stop")
+    monkeypatch.setenv("DECK_DISABLE_PLUGIN_AUTOLOAD", "1")
+    rows = describe(make_manager([]))
+    assert all(r["source"] == "built-in" for r in rows)
+    assert {"idle_stop", "logs", "jsonl"} <= {r["name"] for r in rows}
+
+
+def test_deck_plugins_command_lists_plugins_and_disabled(tmp_path):
+    import subprocess
+    import sys
+
+    config = tmp_path / "deck.toml"
+    config.write_text(agent_block("a"))
+    out = subprocess.run(
+        [sys.executable, "-m", "deck.cli", "plugins", "--config", str(config), "-p", "no:logs", "--json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    by_name = {row["name"]: row for row in data["plugins"]}
+    assert "deck_before_start" in by_name["idle_stop"]["hooks"]
+    assert "logs" not in by_name and data["disabled"] == ["logs"]
+
+
+def _hook_names() -> list[str]:
+    return sorted(n for n in dir(hookspecs) if n.startswith("deck_"))
+
+
+def test_every_hook_is_documented_and_tested():
+    docs = (ROOT / "docs" / "plugins.md").read_text()
+    tests = Path(__file__).read_text()
+    for name in _hook_names():
+        assert f"### `{name}(" in docs, f"{name} is not documented in docs/plugins.md"
+        assert f"def {name}(self" in tests, f"{name} is not exercised by tests/test_plugins.py"
