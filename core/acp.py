@@ -67,14 +67,17 @@ class LineFramer:
             start = end + 1
             if self._skipping:
                 self._skipping = False
-                self.on_overflow(len(line))
+                self.on_overflow(self._size + len(line))
+                self._size = 0
             elif len(line) > self.max_bytes:
                 self.on_overflow(len(line))
             else:
                 self.on_line(line)
         rest = len(data) - start
-        if rest and not self._skipping:
+        if rest:
             self._size += rest
+            if self._skipping:  # only the size counts: reported, and reset, at the newline
+                return
             if self._size > self.max_bytes:
                 self._parts.clear()
                 self._skipping = True
@@ -83,11 +86,15 @@ class LineFramer:
 
     def close(self) -> None:
         """End of stream: a last line without its newline still counts."""
-        if self._parts and not self._skipping:
+        if self._skipping:
+            self._skipping = False
+            self.on_overflow(self._size)
+        elif self._parts:
             line = b"".join(self._parts)
-            self._parts.clear()
             if line.strip():
                 self.on_line(line)
+        self._parts.clear()
+        self._size = 0
 
 
 class Connection:
