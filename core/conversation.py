@@ -141,10 +141,17 @@ class Conversation:
         self.permissions: dict[str, dict[str, Any]] = {}
         self.current: Message | None = None  # the agent message receiving updates
         self._tools: dict[str, tuple[Message, int]] = {}
+        self._acp_messages: dict[str, Message] = {}  # ACP messageId → the message its chunks land in
         self.session_id: str | None = None
         self.sessions_used = 0
+        self.last_update = 0.0  # time.monotonic() of the last session/update
 
     # -- messages -------------------------------------------------------------------------
+
+    @property
+    def queued_count(self) -> int:
+        """User messages waiting for the current answer (not the one about to be sent)."""
+        return sum(1 for m in self.queue if m.queued)
 
     def add(self, message: Message) -> Message:
         self.messages.append(message)
@@ -184,7 +191,7 @@ class Conversation:
         return {
             "messages": [m.to_dict() for m in self.messages],
             "busy": self.busy,
-            "queued": len(self.queue),
+            "queued": self.queued_count,
             "usage": self.usage,
             "commands": self.commands,
             "permissions": list(self.permissions.values()),
@@ -197,13 +204,15 @@ class Conversation:
         """A new ACP session serves this conversation (first start, restart, after a crash)."""
         self.session_id = session_id
         self._tools.clear()
+        self._acp_messages.clear()
+        self.current = None  # the old session's last message receives nothing more
         self.sessions_used += 1
         modes = result.get("modes")
-        if modes is not None:
-            self._set("modes", modes)
+        if modes is not None or self.modes is not None:
+            self._set("modes", modes if isinstance(modes, dict) else None)
         options = result.get("configOptions")
-        if options is not None:
-            self._set("config_options", options)
+        if options is not None or self.config_options:
+            self._set("config_options", options if isinstance(options, list) else [])
 
     def _set(self, attr: str, value: Any) -> None:
         setattr(self, attr, value)
@@ -215,6 +224,7 @@ class Conversation:
     def apply_update(self, update: dict[str, Any]) -> None:
         """Fold one ACP `session/update` into the conversation; unknown kinds pass through raw."""
         kind = update.get("sessionUpdate")
+        self.last_update = time.monotonic()
         handler = self._handlers.get(kind)  # type: ignore[arg-type]
         if handler is None:
             log.info("%s: session/update %r passed on raw", self.agent, kind)
@@ -235,13 +245,25 @@ class Conversation:
             text = _describe_block(content)
         if not text:
             return
-        message = self._target()
+        message = self._for_acp_message(update.get("messageId"))
         parts = message.parts
         if parts and parts[-1].type == kind:
             parts[-1].append(text)  # type: ignore[union-attr]
         else:
             parts.append(TextPart(kind, text))
         self.emit(MessageDelta(self.agent, message.id, len(parts) - 1, kind, text=text))
+
+    def _for_acp_message(self, acp_id: Any) -> Message:
+        """The message a chunk belongs to: the one its ACP messageId started in, else the current one.
+
+        A late chunk of a cancelled turn that carries its messageId thus never lands in the next turn.
+        """
+        if not isinstance(acp_id, str) or not acp_id:
+            return self._target()
+        message = self._acp_messages.get(acp_id)
+        if message is None:
+            message = self._acp_messages[acp_id] = self._target()
+        return message
 
     def _agent_chunk(self, update: dict[str, Any]) -> None:
         self._chunk("text", update)
@@ -266,10 +288,11 @@ class Conversation:
 
     def _tool_call(self, update: dict[str, Any]) -> None:
         tool_id = str(update.get("toolCallId", ""))
-        if tool_id in self._tools:
+        known = self._tools.get(tool_id)
+        if known is not None and known[0] is self.current:
             self._tool_update(update)
             return
-        message = self._target()
+        message = self._target()  # an id reused in a later turn starts a new part there
         message.parts.append(DictPart(tool_part(update)))
         index = len(message.parts) - 1
         self._tools[tool_id] = (message, index)

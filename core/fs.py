@@ -47,7 +47,7 @@ def read_text_file(root: str, params: dict[str, Any]) -> dict[str, Any]:
     return {"content": "".join(lines[start:end])}
 
 
-def write_text_file(root: str, params: dict[str, Any]) -> None:
+def write_text_file(root: str, params: dict[str, Any]) -> dict[str, Any]:
     path = inside(root, params.get("path"))
     content = params.get("content")
     if not isinstance(content, str):
@@ -67,4 +67,4 @@ def write_text_file(root: str, params: dict[str, Any]) -> None:
         if os.path.exists(temp):
             os.unlink(temp)
         raise
-    return None
+    return {}  # WriteTextFileResponse is an object, never null

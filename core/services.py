@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
+#: After a cancelled turn the next prompt waits until the agent has sent no update for
+#: QUIET_AFTER_CANCEL seconds (at most QUIET_MAX): its late updates land in the cancelled
+#: message, never in the next turn (ACP has no turn id to tell them apart).
+QUIET_AFTER_CANCEL = 0.25
+QUIET_MAX = 2.0
 ALLOW_KINDS = ("allow_once", "allow_always")
 READ_KINDS = frozenset({"read", "search"})
 
@@ -192,6 +198,7 @@ class ChatService:
         return message
 
     async def _run_turns(self, agent: Agent, conv: Conversation) -> None:
+        after_cancel = False
         try:
             while conv.queue:
                 try:
@@ -199,11 +206,15 @@ class ChatService:
                 except ServiceError as exc:
                     self._unavailable(conv, str(exc))
                     return
+                if after_cancel:
+                    await self._quiet(conv)
+                if not conv.queue:  # Cancel abandoned it while the agent started
+                    break
                 message = conv.queue.popleft()
                 if message.queued:
                     message.queued = False
                     conv.updated(message)
-                await self._turn(agent, conv, message)
+                after_cancel = await self._turn(agent, conv, message) == "cancelled"
         finally:
             if self._turns.get(agent.name) is asyncio.current_task():
                 del self._turns[agent.name]
@@ -218,7 +229,15 @@ class ChatService:
         conv.add_system("agent-unavailable", error=error)
         self._turn_changed(conv)
 
-    async def _turn(self, agent: Agent, conv: Conversation, message: Message) -> None:
+    @staticmethod
+    async def _quiet(conv: Conversation) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + QUIET_MAX
+        while (wait := conv.last_update + QUIET_AFTER_CANCEL - time.monotonic()) > 0 and loop.time() < deadline:
+            await asyncio.sleep(min(wait, deadline - loop.time()))
+
+    async def _turn(self, agent: Agent, conv: Conversation, message: Message) -> str | None:
+        """One prompt turn; returns the stop reason (None when it ended with an error)."""
         agent.acquire()
         conv.busy = True
         self.rejections[agent.name] = 0
@@ -248,9 +267,10 @@ class ChatService:
             conv.busy = False
             agent.release()
             self._turn_changed(conv)
+        return reply.stop_reason
 
     def _turn_changed(self, conv: Conversation) -> None:
-        self.deck.emit(TurnChanged(conv.agent, conv.busy, len(conv.queue)))
+        self.deck.emit(TurnChanged(conv.agent, conv.busy, conv.queued_count))
 
     @rpc(agent=str)
     async def Cancel(self, agent: str) -> dict[str, Any]:
@@ -412,7 +432,7 @@ class ChatService:
             await asyncio.gather(*self._turns.values(), return_exceptions=True)
 
     def cancel_pending_asks(self) -> None:
-        """Nobody is left to answer: pending permissions are cancelled, questions declined."""
+        """Nobody is left to answer: pending permissions and questions are cancelled."""
         for pending in [*self.permissions.values(), *self.questions.values()]:
             if not pending.future.done():
                 pending.future.set_result(None)

@@ -1,13 +1,20 @@
 """A scriptable ACP agent for tests (stdlib only). Flags shape the process; the prompt text picks the turn.
 
 Flags: --hang-handshake, --protocol N, --fail-start, --stderr-mb N, --ignore-eof,
---ignore-sigterm, --grandchild PIDFILE, --garbage, --early-update, --string-ids.
+--ignore-sigterm, --grandchild PIDFILE, --garbage, --early-update, --string-ids,
+--modes (modes and config options in the session/new reply), --handshake-delay S.
 
 Prompt commands (first word): `stream N` (N chunks), `slow` (a chunk every 50 ms
 until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7),
 `perm` (a tool call asking permission), `read PATH`, `write PATH TEXT`,
 `question`, `late` (an update after the response), `error` (a JSON-RPC error),
-`thought`, `tools`, `plan`, `usage`, `unknown-update`; anything else is echoed.
+`thought`, `tools`, `plan`, `usage`, `unknown-update`,
+`user` (user_message_chunks), `session` (mode, config option, session info and
+command updates), `perms N KIND` (N permission requests in one turn for a tool of
+KIND), `readlines PATH LINE LIMIT`, `stop REASON` (that stop reason),
+`sleep S`, `cancel-late` (like slow, chunks with a messageId, then late chunks
+after the cancelled response: one at once, one 0.6 s later with the messageId),
+`slow-question` (an elicitation while chunks stream); anything else is echoed.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ parser.add_argument("--garbage", action="store_true")
 parser.add_argument("--early-update", action="store_true")
 parser.add_argument("--string-ids", action="store_true")
 parser.add_argument("--modes", action="store_true")
+parser.add_argument("--handshake-delay", type=float, default=0.0)
 args = parser.parse_args()
 
 lock = threading.Lock()
@@ -131,6 +139,69 @@ def turn(rid, sid: str, text: str) -> None:
     elif word == "usage":
         update(sid, {"sessionUpdate": "usage_update", "used": 1000, "size": 200000})
         result["usage"] = {"totalTokens": 30, "inputTokens": 10, "outputTokens": 20}
+    elif word == "user":
+        update(sid, {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "earlier "}})
+        update(sid, {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "question"}})
+        chunk(sid, "answer")
+    elif word == "tools":
+        update(sid, {"sessionUpdate": "tool_call", "toolCallId": "ta", "title": "Read a.txt", "kind": "read",
+                     "status": "pending", "rawInput": {"path": "a.txt"}, "locations": [{"path": "/w/a.txt", "line": 2}]})
+        update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "ta", "status": "in_progress"})
+        update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "ta", "status": "completed",
+                     "content": [{"type": "content", "content": {"type": "text", "text": "file text"}},
+                                 {"type": "diff", "path": "/w/new.txt", "newText": "new"}]})
+        chunk(sid, "done")
+    elif word == "session":
+        update(sid, {"sessionUpdate": "current_mode_update", "currentModeId": "b"})
+        update(sid, {"sessionUpdate": "config_option_update", "configOptions": [
+            {"id": "model", "name": "Model", "type": "select", "currentValue": "m2",
+             "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]})
+        update(sid, {"sessionUpdate": "session_info_update", "title": "A title"})
+        update(sid, {"sessionUpdate": "available_commands_update",
+                     "availableCommands": [{"name": "web", "description": "search the web", "input": {"hint": "query"}}]})
+        chunk(sid, "ok")
+    elif word == "perms":
+        count, _, kind = rest.partition(" ")
+        for i in range(int(count or 1)):
+            tid = f"p{i}"
+            update(sid, {"sessionUpdate": "tool_call", "toolCallId": tid, "title": f"Tool {i}", "kind": kind or "edit",
+                         "status": "pending"})
+            answer = ask("session/request_permission", {
+                "sessionId": sid, "toolCall": {"toolCallId": tid},
+                "options": [{"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+                            {"optionId": "always", "name": "Always", "kind": "allow_always"},
+                            {"optionId": "no", "name": "Reject", "kind": "reject_once"}]})
+            outcome = answer.get("result", {}).get("outcome", {})
+            chosen = outcome.get("optionId") if outcome.get("outcome") == "selected" else "cancelled"
+            chunk(sid, f"{tid}: {chosen}; ")
+    elif word == "readlines":
+        path, line, limit = rest.split(" ")
+        answer = ask("fs/read_text_file", {"sessionId": sid, "path": path, "line": int(line), "limit": int(limit)})
+        chunk(sid, json.dumps(answer.get("result") or answer.get("error")))
+    elif word == "stop":
+        chunk(sid, f"stopping: {rest}")
+        result["stopReason"] = rest
+    elif word == "sleep":
+        time.sleep(float(rest))
+        chunk(sid, "slept")
+    elif word == "cancel-late":
+        while sid not in cancelled:
+            update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": "m-cancelled",
+                         "content": {"type": "text", "text": "tick "}})
+            time.sleep(0.05)
+        send({"id": rid, "result": {"stopReason": "cancelled"}})
+        chunk(sid, "late-a ")
+        time.sleep(0.6)
+        update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": "m-cancelled",
+                     "content": {"type": "text", "text": "late-b"}})
+        return
+    elif word == "slow-question":
+        chunk(sid, "asking ")
+        answer = ask("elicitation/create", {"sessionId": sid, "mode": "form", "message": "Go on?",
+                                            "requestedSchema": {"type": "object", "properties": {"go": {"type": "boolean"}}}})
+        chunk(sid, json.dumps(answer.get("result")))
+        if sid in cancelled:
+            result["stopReason"] = "cancelled"
     elif word == "unknown-update":
         update(sid, {"sessionUpdate": "compaction_update", "status": "started"})
         chunk(sid, "still fine")
@@ -149,6 +220,7 @@ def handle(msg: dict) -> None:
     elif method == "initialize":
         if args.hang_handshake:
             return
+        time.sleep(args.handshake_delay)
         if args.garbage:
             out.write(b"this is not json\n{\"also\": broken\n[1,2,3]\n")
             out.flush()

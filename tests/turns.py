@@ -1,0 +1,42 @@
+"""Helpers for conversation tests: send a prompt and wait for the agent's reply to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deck.app import Deck
+from deck.conversation import Message
+
+from .conftest import Recorder
+
+
+def reply_to(deck: Deck, user: Message) -> Message | None:
+    """The agent message that answers `user` (the first agent message after it)."""
+    messages = deck.chat.conversation(user.agent).messages
+    later = messages[messages.index(user) + 1 :]
+    return next((m for m in later if m.role == "agent"), None)
+
+
+async def wait_reply(deck: Deck, rec: Recorder, user: Message, timeout: float = 15.0) -> Message:
+    def finished(_: Recorder) -> Message | None:
+        reply = reply_to(deck, user)
+        return reply if reply is not None and reply.done else None
+
+    return await rec.wait(finished, timeout)
+
+
+async def ask(deck: Deck, rec: Recorder, text: str, agent: str = "a") -> Message:
+    """Send `text` and return the finished reply."""
+    return await wait_reply(deck, rec, deck.chat.send(agent, text))
+
+
+def deltas(rec: Recorder, message_id: str) -> list[dict[str, Any]]:
+    return [d for d in rec.named("message:delta") if d["messageId"] == message_id]
+
+
+def position(rec: Recorder, name: str, **match: Any) -> int:
+    """Index in the event log of the first event `name` whose payload matches."""
+    for index, event in enumerate(rec.events):
+        if event.name == name and all(event.payload().get(k) == v for k, v in match.items()):
+            return index
+    raise AssertionError(f"no {name} event matching {match}")
