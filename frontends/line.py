@@ -1,0 +1,590 @@
+"""The line frontend (rich): one `[agent] …` line per meaningful event; `@agent text` and `/commands` on stdin.
+
+On a terminal, lines are coloured (one colour per agent), wrap to the terminal's width, and an
+answer is rendered as Markdown block by block as its paragraphs complete. With `NO_COLOR` no
+escape code is written; when stdout is not a terminal the answer streams as raw text, a line at
+a time, wrapped only when `$COLUMNS` asks for it. Output is batched and flushed when the event
+loop goes idle, as in the jsonl frontend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import io
+import os
+import sys
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console, RenderableType
+from rich.markdown import Markdown
+from rich.segment import Segment, Segments
+from rich.text import Text
+
+from deck import hookimpl
+from deck.errors import ServiceError
+from deck.events import Event
+from deck.frontend import Frontend
+from deck.states import OUTDATED_LABEL, AgentState, label
+
+PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
+DECK = "deck"
+#: Width used when nothing asks for wrapping (a pipe without $COLUMNS).
+UNBOUNDED = 100_000
+FENCES = ("```", "~~~")
+PLAN_MARKS = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
+STATUS_STYLES = {"completed": "green", "failed": "red", "in_progress": "yellow"}
+
+HELP = """\
+@AGENT TEXT      send TEXT to AGENT (it becomes the current agent)
+TEXT             send TEXT to the current agent; end a line with \\ to go on to the next
+/start [AGENT]   start an agent          /stop [AGENT]     stop it
+/restart [AGENT] restart it              /cancel [AGENT]   stop its answer, drop its queue
+/allow [N]       answer the pending permission with option N (default: the first allow)
+/deny            answer the pending permission with its first reject option
+/agents          list the agents         /logs [AGENT]     an agent's last stderr lines
+/help            this help               /quit             stop the agents and leave"""
+
+
+@dataclass
+class _Stream:
+    """A text or thought part being streamed: complete lines go out, the rest waits."""
+
+    message_id: str
+    index: int
+    kind: str
+    partial: list[str] = field(default_factory=list)
+    partial_len: int = 0
+    block: list[str] = field(default_factory=list)  # Markdown lines not yet rendered
+    in_fence: bool = False
+    lines_out: int = 0
+    blanks: int = 0  # blank lines held back: shown only when more words follow
+
+
+class LineFrontend(Frontend):
+    name = "line"
+    description = "plain scrolling lines for a terminal, a log or a pipe"
+
+    def __init__(
+        self, deck: Any, *, stdin: Any = None, stdout_fd: int | None = None, **options: Any
+    ) -> None:
+        super().__init__(deck, **options)
+        self._stdin = stdin if stdin is not None else sys.stdin.buffer
+        self._fd = stdout_fd if stdout_fd is not None else sys.stdout.fileno()
+        self.tty = os.isatty(self._fd)
+        self.color = self.tty and not os.environ.get("NO_COLOR")
+        self.markdown = self.tty
+        self._buffer = io.StringIO()
+        self.console = Console(
+            file=self._buffer,
+            force_terminal=self.color,
+            color_system="auto" if self.color else None,
+            no_color=not self.color,
+            width=self._width() or UNBOUNDED,
+            highlight=False,
+            markup=False,
+            emoji=False,
+            legacy_windows=False,
+        )
+        self.current: str | None = next(iter(deck.agents), None)
+        self._streams: dict[str, _Stream] = {}
+        self._seen: dict[tuple[str, str], Any] = {}  # what was last shown per thing, to skip repeats
+        self._permission_options: dict[str, list[dict[str, Any]]] = {}
+        self._continued: list[str] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._flush_scheduled = False
+        self._closed = False
+        self._quit = False
+
+    # -- output ------------------------------------------------------------------------------
+
+    def _width(self) -> int | None:
+        """The terminal's width; with no terminal, $COLUMNS or no wrapping at all."""
+        if self.tty:
+            try:
+                return os.get_terminal_size(self._fd).columns
+            except OSError:
+                return 80
+        columns = os.environ.get("COLUMNS", "")
+        return int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+    def colour(self, agent: str) -> str:
+        names = list(self.deck.agents)
+        index = names.index(agent) if agent in names else sum(map(ord, agent))
+        return "bold" if agent == DECK else PALETTE[index % len(PALETTE)]
+
+    def emit(self, agent: str, body: RenderableType | str, style: str = "") -> None:
+        """Print `body` with `[agent] ` before each of its lines, wrapped to the width left."""
+        if self._closed:
+            return
+        if isinstance(body, str):
+            body = Text(body, style=style)
+        width = self._width()
+        self.console.width = width or UNBOUNDED
+        console = self.console
+        prefix = console.render_lines(Text(f"[{agent}] ", style=self.colour(agent)), pad=False)[0]
+        room = max(20, (width or UNBOUNDED) - Segment.get_line_length(prefix))
+        lines = console.render_lines(body, console.options.update(width=room), pad=False)
+        segments: list[Segment] = []
+        bare = _rstrip(prefix)
+        for line in lines:
+            line = _rstrip(line)
+            segments += (prefix + line if line else bare) + [Segment.line()]
+        console.print(Segments(segments), end="", soft_wrap=True, crop=False)
+        self._schedule_flush()
+
+    def error(self, agent: str, message: str) -> None:
+        for line in message.splitlines() or [""]:
+            self.emit(agent, line, "red")
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled and self._loop is not None:
+            self._flush_scheduled = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        data = self._buffer.getvalue()
+        if not data or self._closed:
+            return
+        self._buffer.seek(0)
+        self._buffer.truncate()
+        try:
+            view = memoryview(data.encode())
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self._closed = True  # the reader went away: end quietly, as jsonl does
+            self.deck.request_exit(0)
+
+    # -- events ------------------------------------------------------------------------------
+
+    def on_event(self, event: Event) -> None:
+        handler = getattr(self, "_on_" + event.name.replace(":", "_"), None)
+        if handler is not None:
+            handler(event.payload())
+
+    def _changed(self, key: tuple[str, str], value: Any) -> bool:
+        """True when `value` differs from what was last shown for `key` (and remember it)."""
+        if self._seen.get(key) == value:
+            return False
+        self._seen[key] = value
+        return True
+
+    def _on_agent_state(self, p: dict[str, Any]) -> None:
+        agent, state, error = p["agent"], p["state"], p.get("error")
+        if not self._changed((agent, "state"), (state, p["outdated"], error)):
+            return
+        language = self.deck.config.language
+        shown = label(AgentState(state), language)
+        if p["outdated"]:
+            shown += f" · {OUTDATED_LABEL.get(language, OUTDATED_LABEL['en'])}"
+        if state == AgentState.ERROR.value:
+            self.error(agent, f"{shown}: {error}" if error else shown)
+        else:
+            self.emit(agent, shown, "dim" if state in ("busy", "starting") else "")
+
+    def _on_message_updated(self, p: dict[str, Any]) -> None:
+        agent, message = p["agent"], p["message"]
+        role = message.get("role")
+        if role == "user":
+            self._user_message(agent, message)
+        elif role == "system":
+            if message.get("code") == "agent-unavailable":
+                self.error(agent, f"unavailable: {message.get('error')}")
+            else:
+                self.emit(agent, _text_of(message), "yellow")
+        elif message.get("done"):
+            self._end_stream(agent)
+            self._finished(agent, message)
+
+    def _user_message(self, agent: str, message: dict[str, Any]) -> None:
+        text = _text_of(message)
+        first, _, more = text.partition("\n")
+        shown = "> " + first + (" …" if more else "")
+        if message.get("error") == "cancelled":
+            if self._changed((message["id"], "user"), "cancelled"):
+                self.emit(agent, f"dropped from the queue: {first}", "yellow")
+        elif self._changed((message["id"], "user"), "shown"):
+            self.emit(agent, shown + ("  (queued)" if message.get("queued") else ""), "bold")
+
+    def _finished(self, agent: str, message: dict[str, Any]) -> None:
+        if message.get("error"):
+            self.error(agent, f"error: {message['error']}")
+        elif message.get("stopReason") not in (None, "end_turn"):
+            self.emit(agent, f"stopped: {message['stopReason']}", "yellow")
+        usage = message.get("usage")
+        if isinstance(usage, dict):
+            names = (("inputTokens", "in"), ("outputTokens", "out"), ("thoughtTokens", "thought"), ("totalTokens", "total"))
+            counts = [f"{usage[key]:,} {word}" for key, word in names if isinstance(usage.get(key), int)]
+            if counts:
+                self.emit(agent, "tokens: " + " · ".join(counts), "dim")
+
+    def _on_message_delta(self, p: dict[str, Any]) -> None:
+        agent, kind = p["agent"], p["kind"]
+        if kind in ("text", "thought"):
+            stream = self._streams.get(agent)
+            if stream is None or (stream.message_id, stream.index) != (p["messageId"], p["index"]):
+                self._end_stream(agent)
+                stream = self._streams[agent] = _Stream(p["messageId"], p["index"], kind)
+            self._feed(agent, stream, p.get("text") or "")
+            return
+        self._end_stream(agent)
+        part = p.get("part") or {}
+        if kind == "tool":
+            self._tool(agent, part)
+        elif kind == "plan":
+            self._plan(agent, p["messageId"], part)
+
+    def _tool(self, agent: str, part: dict[str, Any]) -> None:
+        title = part.get("title") or part.get("kind") or "tool"
+        status = part.get("status", "")
+        summary = diff_summary(part.get("diffs") or [])
+        if not self._changed((agent, "tool " + str(part.get("id"))), (title, status, summary)):
+            return
+        line = Text(title + " ")
+        line.append(f"[{status}]", STATUS_STYLES.get(status, "dim"))
+        if summary:
+            line.append("  " + summary, "cyan")
+        self.emit(agent, line)
+
+    def _plan(self, agent: str, message_id: str, part: dict[str, Any]) -> None:
+        entries = part.get("entries") or []
+        if not self._changed((agent, "plan " + message_id), entries):
+            return
+        self.emit(agent, "plan:", "bold")
+        for entry in entries:
+            status = entry.get("status", "pending")
+            self.emit(agent, f"  {PLAN_MARKS.get(status, '[ ]')} {entry.get('content', '')}", STATUS_STYLES.get(status, ""))
+
+    def _on_usage_changed(self, p: dict[str, Any]) -> None:
+        usage = p.get("usage") or {}
+        used, size = int(usage.get("used") or 0), int(usage.get("size") or 0)
+        if not self._changed((p["agent"], "usage"), (used, size)):
+            return
+        shown = f"context: {used:,} / {size:,} tokens ({used * 100 // size}%)" if size else f"context: {used:,} tokens"
+        self.emit(p["agent"], shown, "dim")
+
+    def _on_turn_changed(self, p: dict[str, Any]) -> None:
+        if self._changed((p["agent"], "queued"), p["queued"]) and p["queued"]:
+            self.emit(p["agent"], f"{p['queued']} message(s) queued", "dim")
+
+    def _on_permission_requested(self, p: dict[str, Any]) -> None:
+        agent, call = p["agent"], p.get("toolCall") or {}
+        self._end_stream(agent)
+        self._permission_options[p["id"]] = p["options"]
+        line = Text("permission? ", "bold yellow")
+        line.append(call.get("title") or call.get("kind") or "a tool")
+        summary = diff_summary(call.get("diffs") or [])
+        if summary:
+            line.append("  " + summary, "cyan")
+        if p.get("rejections"):
+            line.append(f"  (refused {p['rejections']} time(s) this turn)", "dim")
+        self.emit(agent, line)
+        choices = "   ".join(f"{n}. {o.get('name') or o['optionId']}" for n, o in enumerate(p["options"], 1))
+        self.emit(agent, f"  {choices}   → /allow N, /deny", "yellow")
+
+    def _on_permission_resolved(self, p: dict[str, Any]) -> None:
+        options = self._permission_options.pop(p["id"], [])
+        chosen = next((o.get("name") or o["optionId"] for o in options if o["optionId"] == p.get("optionId")), None)
+        self.emit(p["agent"], f"permission: {chosen or 'cancelled'}", "dim")
+
+    def _on_question_requested(self, p: dict[str, Any]) -> None:
+        self.emit(p["agent"], f"question: {p['message']}", "bold yellow")
+        self.emit(p["agent"], f"  this frontend cannot answer forms: /cancel {p['agent']} declines", "yellow")
+
+    def _on_agent_announcement(self, p: dict[str, Any]) -> None:
+        self.emit(p["requester"], f"← {p['target']}: {p['text']}", "italic")
+
+    def _on_config_changed(self, p: dict[str, Any]) -> None:
+        if p["valid"]:
+            self.emit(DECK, f"config reloaded: {p['path']}", "dim")
+            return
+        self.error(DECK, f"config {p['path']} is invalid; the last valid one stays in use:")
+        for problem in p["problems"]:
+            self.error(DECK, f"  {problem.get('line')}:{problem.get('column')}: {problem.get('message')}")
+
+    def _on_plugin_error(self, p: dict[str, Any]) -> None:
+        self.error(DECK, f"plugin {p['plugin']} failed in {p['hook']}: {p['error']}")
+
+    # -- streamed text ---------------------------------------------------------------------------
+
+    def _feed(self, agent: str, stream: _Stream, text: str) -> None:
+        *complete, rest = text.split("\n")
+        for piece in complete:
+            stream.partial.append(piece)
+            line = "".join(stream.partial)
+            stream.partial.clear()
+            stream.partial_len = 0
+            self._line(agent, stream, line)
+        if rest:
+            stream.partial.append(rest)
+            stream.partial_len += len(rest)
+            self._wrap_partial(agent, stream)
+
+    def _wrap_partial(self, agent: str, stream: _Stream) -> None:
+        """Text without newlines still flows: whole lines of the width left go out as they fill."""
+        width = self._width()
+        if width is None or (self.markdown and stream.kind == "text"):
+            return
+        room = max(20, width - len(agent) - 3)
+        if stream.partial_len <= room:
+            return
+        text = "".join(stream.partial)
+        while len(text) > room:
+            cut = text.rfind(" ", 0, room + 1)
+            cut = cut if cut > 0 else room
+            self._line(agent, stream, text[:cut])
+            text = text[cut:].lstrip(" ")
+        stream.partial[:] = [text] if text else []
+        stream.partial_len = len(text)
+
+    def _line(self, agent: str, stream: _Stream, line: str) -> None:
+        if self.markdown and stream.kind == "text":
+            stripped = line.lstrip()
+            if stripped.startswith(FENCES):
+                stream.in_fence = not stream.in_fence
+            if not stream.in_fence and not line.strip():
+                self._render_block(agent, stream)
+            else:
+                stream.block.append(line)
+            return
+        if not line.strip():
+            stream.blanks += stream.lines_out > 0  # none before a part's first words, none after its last
+            return
+        for _ in range(stream.blanks):
+            self.emit(agent, "")
+        stream.blanks = 0
+        if stream.kind == "thought":
+            self.emit(agent, ("thinking: " if stream.lines_out == 0 else "  ") + line.rstrip(), "dim italic")
+        else:
+            self.emit(agent, line.rstrip())
+        stream.lines_out += 1
+
+    def _render_block(self, agent: str, stream: _Stream) -> None:
+        """Render the Markdown lines gathered so far (one or more complete blocks)."""
+        if not "".join(stream.block).strip():
+            stream.block.clear()
+            return
+        if stream.lines_out:
+            self.emit(agent, "")
+        self.emit(agent, Markdown("\n".join(stream.block), code_theme="monokai"))
+        stream.block.clear()
+        stream.lines_out += 1
+
+    def _end_stream(self, agent: str) -> None:
+        stream = self._streams.pop(agent, None)
+        if stream is None:
+            return
+        if stream.partial:
+            self._line(agent, stream, "".join(stream.partial))
+        if stream.block:
+            stream.in_fence = False
+            self._render_block(agent, stream)
+
+    # -- input -------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        self._loop = asyncio.get_running_loop()
+        self.deck.subscribe(self.on_event)
+        lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+        reader = threading.Thread(target=self._read_stdin, args=(self._loop, lines), name="line-stdin", daemon=True)
+        reader.start()
+        try:
+            if self.current is not None:
+                self.emit(DECK, f"talking to {self.current}; /help lists the commands", "dim")
+            while not self._quit and (line := await lines.get()) is not None:
+                self.handle_line(line.decode(errors="replace").rstrip("\r\n"))
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self._quit:
+                return 0  # deck's shutdown stops the agents
+            # End of input: finish the work in hand; nobody is left to answer questions.
+            self.deck.chat.cancel_pending_asks()
+            await self.deck.chat.drain()
+            await self.deck.stop_all()
+            return 0
+        finally:
+            for agent in list(self._streams):
+                self._end_stream(agent)
+            self.flush()
+            self.deck.unsubscribe(self.on_event)
+
+    def _read_stdin(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[bytes | None]) -> None:
+        try:
+            for line in self._stdin:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+        except (OSError, ValueError):
+            pass
+        finally:
+            try:
+                loop.call_soon_threadsafe(lines.put_nowait, None)
+            except RuntimeError:  # the loop is closed: deck is already gone
+                pass
+
+    def handle_line(self, line: str) -> None:
+        if line.endswith("\\"):  # a message goes on over the next line
+            self._continued.append(line[:-1])
+            return
+        if self._continued:
+            line = "\n".join([*self._continued, line])
+            self._continued.clear()
+        if not line.strip():
+            return
+        if line.startswith("/"):
+            self._command(line)
+        elif line.startswith("@"):
+            agent, _, text = line[1:].partition(" ")
+            self._send(agent, text.lstrip(" "))
+        elif self.current is None:
+            self.error(DECK, "there is no agent in the config")
+        else:
+            self._send(self.current, line)
+
+    def _send(self, agent: str, text: str) -> None:
+        if agent not in self.deck.agents:
+            self.error(DECK, f"unknown agent {agent!r} (agents: {', '.join(self.deck.agents) or 'none'})")
+            return
+        self.current = agent
+        if not text.strip():
+            self.emit(DECK, f"talking to {agent}", "dim")
+            return
+        try:
+            self.deck.chat.send(agent, text)
+        except ServiceError as exc:
+            self.error(agent, str(exc))
+
+    def _command(self, line: str) -> None:
+        name, *args = line[1:].split()
+        if name in ("start", "stop", "restart", "logs", "cancel"):
+            agent = args[0] if args else self.current
+            if agent is None or agent not in self.deck.agents:
+                self.error(DECK, f"unknown agent {agent!r} (agents: {', '.join(self.deck.agents) or 'none'})")
+                return
+            if name == "cancel":
+                self._cancel(agent)
+            elif name == "logs":
+                self._spawn(self._logs(agent), agent)
+            else:
+                method = getattr(self.deck.agent_service, name.title())
+                self._spawn(method(agent), agent)
+        elif name == "allow":
+            self._answer(args[0] if args else None)
+        elif name == "deny":
+            self._answer(None, deny=True)
+        elif name == "agents":
+            self._spawn(self._agents(), DECK)
+        elif name == "help":
+            self._help()
+        elif name == "quit":
+            self._quit = True
+        else:
+            self.error(DECK, f"unknown command: /{name}")
+            self._help()
+
+    def _help(self) -> None:
+        for line in HELP.splitlines():
+            self.emit(DECK, line)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], agent: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._report(coro, agent))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _report(self, coro: Coroutine[Any, Any, Any], agent: str) -> None:
+        try:
+            await coro
+        except ServiceError as exc:
+            self.error(agent, str(exc))
+        except Exception as exc:  # a bug must not end the frontend
+            self.error(agent, f"{type(exc).__name__}: {exc}")
+
+    def _cancel(self, agent: str) -> None:
+        result = self.deck.chat.cancel(agent)
+        if not result["cancelled"] and not result["abandoned"]:
+            self.emit(agent, "nothing to cancel", "dim")
+
+    async def _logs(self, agent: str) -> None:
+        lines = await self.deck.agent_service.Logs(agent)
+        if not lines:
+            self.emit(agent, "no log lines", "dim")
+        for line in lines:
+            self.emit(agent, f"| {line}", "dim")
+
+    async def _agents(self) -> None:
+        language = self.deck.config.language
+        for info in await self.deck.agent_service.List():
+            shown = f"{info['title']} · {label(AgentState(info['state']), language)}"
+            if info["outdated"]:
+                shown += f" · {OUTDATED_LABEL.get(language, OUTDATED_LABEL['en'])}"
+            if info["name"] == self.current:
+                shown += "  (current)"
+            if info["error"]:
+                self.error(info["name"], f"{shown}: {info['error'].splitlines()[0]}")
+            else:
+                self.emit(info["name"], shown)
+
+    def _answer(self, number: str | None, deny: bool = False) -> None:
+        pending = [p for p in self.deck.chat.permissions.values() if not p.future.done()]
+        pending.sort(key=lambda p: p.agent != self.current)  # the current agent's first, oldest first
+        if not pending:
+            self.error(DECK, "no permission request is waiting")
+            return
+        ask = pending[0]
+        options = ask.options
+        if deny:
+            option = next((o for o in options if str(o.get("kind", "")).startswith("reject")), None)
+            if option is None:
+                self.error(ask.agent, f"no reject option: /allow N (1-{len(options)}) or /cancel {ask.agent}")
+                return
+        elif number is None:
+            option = next((o for o in options if str(o.get("kind", "")).startswith("allow")), None)
+            if option is None:
+                self.error(ask.agent, f"no allow option: /allow N (1-{len(options)})")
+                return
+        elif number.isdigit() and 1 <= int(number) <= len(options):
+            option = options[int(number) - 1]
+        else:
+            self.error(ask.agent, f"/allow N: N is an option number, 1 to {len(options)}")
+            return
+        self._spawn(self.deck.chat.AnswerPermission(ask.id, str(option["optionId"])), ask.agent)
+
+
+def diff_summary(diffs: list[dict[str, Any]]) -> str:
+    """`+N -M path` for each diff of a tool call."""
+    shown = []
+    for diff in diffs:
+        old, new = (diff.get("oldText") or "").splitlines(), (diff.get("newText") or "").splitlines()
+        added = removed = 0
+        for line in difflib.unified_diff(old, new, lineterm="", n=0):
+            if line.startswith("+") and not line.startswith("+++"):
+                added += 1
+            elif line.startswith("-") and not line.startswith("---"):
+                removed += 1
+        shown.append(f"+{added} -{removed} {diff.get('path', '')}" + (" (new)" if diff.get("newFile") else ""))
+    return ", ".join(shown)
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    return "".join(p.get("text", "") for p in message.get("parts") or [] if p.get("type") == "text")
+
+
+def _rstrip(line: list[Segment]) -> list[Segment]:
+    """Drop the padding rich adds after the words (trailing blanks without a background)."""
+    line = list(line)
+    while line and not line[-1].text.strip() and not (line[-1].style and line[-1].style.bgcolor):
+        line.pop()
+    if line and not (line[-1].style and line[-1].style.bgcolor):
+        last = line[-1]
+        line[-1] = Segment(last.text.rstrip(), last.style, last.control)
+    return line
+
+
+@hookimpl
+def deck_register_frontends() -> dict[str, type[Frontend]]:
+    return {"line": LineFrontend}
