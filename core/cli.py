@@ -61,7 +61,11 @@ def make_deck(config: Optional[Path], disabled: tuple[str, ...] = ()) -> Deck:
     try:
         return Deck(path, source, disabled=disabled)
     except UsageError as exc:
-        fail(str(exc))
+        # "invalid config:\nPATH:LINE:COL: MESSAGE…" → one line per problem, compiler style.
+        head, _, problems = str(exc).partition(":\n")
+        for problem in problems.splitlines()[:-1]:
+            typer.echo(f"deck: {head}: {problem}", err=True)
+        fail(f"{head}: {problems.splitlines()[-1]}" if problems else str(exc))
         raise
 
 

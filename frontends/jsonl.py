@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from deck import hookimpl
+from deck.acp import LineFramer
 from deck.errors import ServiceError
 from deck.events import Event
 from deck.frontend import Frontend
@@ -31,14 +32,17 @@ class JsonlFrontend(Frontend):
     name = "jsonl"
     description = "JSON lines on stdin/stdout, for programs"
 
-    def __init__(self, deck: Any, *, stay: bool = False, stdin: Any = None, stdout_fd: int | None = None, **options: Any) -> None:
+    def __init__(
+        self, deck: Any, *, stay: bool = False, stdin_fd: int | None = None, stdout_fd: int | None = None, **options: Any
+    ) -> None:
         super().__init__(deck, **options)
         self.stay = stay
-        self._stdin = stdin if stdin is not None else sys.stdin.buffer
+        self._stdin_fd = stdin_fd if stdin_fd is not None else sys.stdin.fileno()
         self._fd = stdout_fd if stdout_fd is not None else sys.stdout.fileno()
         self._out: list[str] = []
         self._flush_scheduled = False
         self._closed = False
+        self._ended = False
         self._requests: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -55,7 +59,9 @@ class JsonlFrontend(Frontend):
         except (TypeError, ValueError):
             line = _dumps(json.loads(json.dumps(obj, default=str)))
         self._out.append(line)
-        if not self._flush_scheduled and self._loop is not None:
+        if self._ended:
+            self.flush()
+        elif not self._flush_scheduled and self._loop is not None:
             self._flush_scheduled = True
             self._loop.call_soon(self.flush)
 
@@ -105,14 +111,24 @@ class JsonlFrontend(Frontend):
             await self.deck.stop_all()
             return 0
         finally:
+            # Still subscribed: after a signal the deck stops the agents once this
+            # returns, and their last states go out too, each line at once.
+            self._ended = True
             self.flush()
-            self.deck.unsubscribe(self.on_event)
 
     def _read_stdin(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[bytes | None]) -> None:
+        # os.read, not sys.stdin: a daemon thread blocked inside the buffered
+        # sys.stdin makes the interpreter abort at exit when deck ends while stdin
+        # is still open (a signal, a closed stdout).
+        framer = LineFramer(
+            lambda line: loop.call_soon_threadsafe(lines.put_nowait, line),
+            lambda size: loop.call_soon_threadsafe(self._error, None, INVALID_REQUEST, f"line of {size} bytes skipped: too long"),
+        )
         try:
-            for line in self._stdin:
-                loop.call_soon_threadsafe(lines.put_nowait, line)
-        except (OSError, ValueError):
+            while data := os.read(self._stdin_fd, 1 << 16):
+                framer.feed(data)
+            framer.close()
+        except (OSError, RuntimeError):  # RuntimeError: the loop is closed, deck is gone
             pass
         finally:
             try:
