@@ -10,16 +10,22 @@ from deck.conversation import Message
 from .conftest import Recorder
 
 
-def reply_to(deck: Deck, user: Message) -> Message | None:
-    """The agent message that answers `user` (the first agent message after it)."""
-    messages = deck.chat.conversation(user.agent).messages
-    later = messages[messages.index(user) + 1 :]
-    return next((m for m in later if m.role == "agent"), None)
+def reply_to(deck: Deck, user: Message, rec: Recorder) -> Message | None:
+    """The agent message that answers `user`: replies are opened in the order prompts are sent."""
+    conv = deck.chat.conversation(user.agent)
+    prompted = [m for m in conv.messages if m.role == "user" and m.text_for_prompt and m.error != "cancelled"]
+    opened = [
+        u["message"]["id"]
+        for u in rec.named("message:updated", user.agent)
+        if u["message"]["role"] == "agent" and not u["message"]["done"]
+    ]
+    n = prompted.index(user)
+    return conv.by_id[opened[n]] if len(opened) > n else None
 
 
 async def wait_reply(deck: Deck, rec: Recorder, user: Message, timeout: float = 15.0) -> Message:
     def finished(_: Recorder) -> Message | None:
-        reply = reply_to(deck, user)
+        reply = reply_to(deck, user, rec)
         return reply if reply is not None and reply.done else None
 
     return await rec.wait(finished, timeout)

@@ -1,0 +1,378 @@
+"""ChatService against real subprocess agents: send, queue, cancel, permissions, fs, questions, modes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+
+import pytest
+
+from deck.errors import ServiceError
+
+from .conftest import agent_block
+from .turns import ask, deltas, position, wait_reply
+
+pytestmark = pytest.mark.anyio
+
+
+# -- Send ------------------------------------------------------------------------------------
+
+
+async def test_send_errors(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    with pytest.raises(ServiceError, match="empty message"):
+        await deck.chat.Send("a", "  \n ")
+    with pytest.raises(ServiceError, match="unknown agent 'nope'"):
+        await deck.chat.Send("nope", "hi")
+    assert deck.chat.conversation("a").messages == []
+    assert deck.agents["a"].state.value == "stopped"  # nothing was started
+
+
+async def test_send_starts_the_agent_and_returns_the_message_id(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    message_id = await deck.chat.Send("a", "hello")
+    conv = deck.chat.conversation("a")
+    assert conv.messages[0].id == message_id and conv.messages[0].role == "user"
+    reply = await wait_reply(deck, rec, conv.messages[0])
+    assert reply.text == "You said: hello" and reply.stop_reason == "end_turn"
+    assert rec.states("a") == ["starting", "ready", "busy", "ready"]
+
+
+async def test_messages_sent_during_a_turn_are_queued_then_sent_in_order(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    first = deck.chat.send("a", "sleep 0.5")
+    await rec.wait_event("turn:changed", agent="a", busy=True)
+    q1 = deck.chat.send("a", "one")
+    q2 = deck.chat.send("a", "two")
+    assert (q1.queued, q2.queued) == (True, True)
+    assert [t["queued"] for t in rec.named("turn:changed", "a")] == [0, 1, 2]
+    snap = await deck.chat.Conversation("a")
+    assert snap["busy"] is True and snap["queued"] == 2
+    assert [m["queued"] for m in snap["messages"] if m["role"] == "user"] == [False, True, True]
+    r1 = await wait_reply(deck, rec, q1)
+    r2 = await wait_reply(deck, rec, q2)
+    assert (await wait_reply(deck, rec, first)).text == "slept"
+    assert (r1.text, r2.text) == ("You said: one", "You said: two")
+    roles = [(m.role, m.text) for m in deck.chat.conversation("a").messages]
+    assert roles == [
+        ("user", "sleep 0.5"), ("agent", "slept"), ("user", "one"), ("user", "two"),
+        ("agent", "You said: one"), ("agent", "You said: two"),
+    ]  # fmt: skip
+    assert not q1.queued and not q2.queued
+    unqueued = [u["message"]["id"] for u in rec.named("message:updated") if u["message"]["id"] in (q1.id, q2.id)]
+    assert unqueued == [q1.id, q2.id, q1.id, q2.id]  # added queued, then flipped when sent
+    await rec.wait(lambda r: r.named("turn:changed", "a")[-1] == {"agent": "a", "busy": False, "queued": 0})
+
+
+# -- Cancel ----------------------------------------------------------------------------------
+
+
+async def test_cancel_keeps_the_partial_answer_and_abandons_the_queue(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    user = deck.chat.send("a", "slow")
+    await rec.wait_event("message:delta", agent="a")
+    queued = deck.chat.send("a", "never sent")
+    result = await deck.chat.Cancel("a")
+    assert result == {"cancelled": True, "abandoned": 1}
+    assert queued.error == "cancelled" and not queued.queued
+    reply = await wait_reply(deck, rec, user)
+    # The fake agent loops until it receives session/cancel: this stop reason is its answer to it.
+    assert reply.stop_reason == "cancelled" and reply.error is None
+    assert reply.text.startswith("tick ")
+    await rec.wait(lambda r: r.named("turn:changed", "a")[-1]["busy"] is False)
+    await asyncio.sleep(0.3)
+    agents = [m for m in deck.chat.conversation("a").messages if m.role == "agent"]
+    assert agents == [reply]  # the abandoned message was never prompted
+    abandoned = [u["message"] for u in rec.named("message:updated") if u["message"]["id"] == queued.id][-1]
+    assert abandoned["error"] == "cancelled" and abandoned["queued"] is False
+
+
+async def test_cancel_answers_a_pending_permission_cancelled(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    user = deck.chat.send("a", "perm")
+    request = await rec.wait_event("permission:requested", agent="a")
+    await deck.chat.Cancel("a")
+    assert await rec.wait_event("permission:resolved", id=request["id"]) == {"id": request["id"], "agent": "a"}
+    reply = await wait_reply(deck, rec, user)
+    assert "permission: cancelled" in reply.text and reply.stop_reason == "cancelled"
+    assert (await deck.chat.Conversation("a"))["permissions"] == []
+    with pytest.raises(ServiceError, match="no pending permission"):
+        await deck.chat.AnswerPermission(request["id"], "yes")
+
+
+async def test_late_updates_after_a_cancel_never_reach_the_next_turn(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    user = deck.chat.send("a", "cancel-late")
+    await rec.wait_event("message:delta", agent="a")
+    await deck.chat.Cancel("a")
+    following = deck.chat.send("a", "sleep 1")  # queued behind the turn still ending
+    cancelled = await wait_reply(deck, rec, user)
+    assert cancelled.stop_reason == "cancelled"
+    nxt = await wait_reply(deck, rec, following)
+    assert nxt.text == "slept"
+    # late-a came right after the cancelled response; late-b 0.6 s later, while the next turn ran.
+    assert cancelled.text.endswith("late-a late-b")
+    assert position(rec, "turn:changed", busy=True, queued=0) < len(rec.events)
+    late_b = next(i for i, e in enumerate(rec.events) if e.name == "message:delta" and e.payload().get("text") == "late-b")
+    next_started = next(
+        i for i, e in enumerate(rec.events)
+        if e.name == "message:updated" and e.payload()["message"]["id"] == nxt.id
+    )  # fmt: skip
+    assert next_started < late_b
+    assert all(d["messageId"] == cancelled.id for d in deltas(rec, cancelled.id))
+    assert [d["text"] for d in deltas(rec, nxt.id)] == ["slept"]
+
+
+async def test_cancel_while_the_agent_starts_sends_nothing(make_deck, caplog):
+    deck, rec = make_deck(agent_block("a", "--handshake-delay", "0.5"))
+    user = deck.chat.send("a", "hello")
+    await rec.wait_event("agent:state", agent="a", state="starting")
+    assert await deck.chat.Cancel("a") == {"cancelled": False, "abandoned": 1}
+    assert user.error == "cancelled"
+    with caplog.at_level(logging.ERROR):
+        await rec.wait_event("agent:state", agent="a", state="ready")
+        await asyncio.sleep(0.2)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [m.role for m in deck.chat.conversation("a").messages] == ["user"]
+    assert deck.chat._turns == {}
+    reply = await ask(deck, rec, "again")
+    assert reply.text == "You said: again"
+
+
+# -- permissions -----------------------------------------------------------------------------
+
+
+async def test_permission_round_trip(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    user = deck.chat.send("a", "perm")
+    request = await rec.wait_event("permission:requested", agent="a")
+    conv = deck.chat.conversation("a")
+    reply = conv.messages[-1]
+    assert set(request) == {"id", "agent", "messageId", "toolCall", "options", "rejections"}
+    assert request["messageId"] == reply.id and request["rejections"] == 0
+    assert request["toolCall"]["id"] == "t1" and request["toolCall"]["title"] == "Edit file"
+    assert request["toolCall"]["kind"] == "edit"  # merged with the tool call sent before
+    assert request["toolCall"]["diffs"] == [{"path": "/x", "oldText": "a", "newText": "b", "newFile": False}]
+    assert [o["optionId"] for o in request["options"]] == ["yes", "no"]
+    assert (await deck.chat.Conversation("a"))["permissions"] == [request]
+    with pytest.raises(ServiceError, match="no pending permission request 'perm-0'"):
+        await deck.chat.AnswerPermission("perm-0", "yes")
+    with pytest.raises(ServiceError, match="unknown option 'maybe'"):
+        await deck.chat.AnswerPermission(request["id"], "maybe")
+    assert await deck.chat.AnswerPermission(request["id"], "yes") == {"id": request["id"], "optionId": "yes"}
+    resolved = await rec.wait_event("permission:resolved", id=request["id"])
+    assert resolved == {"id": request["id"], "agent": "a", "optionId": "yes"}
+    reply = await wait_reply(deck, rec, user)
+    assert reply.text == "permission: yes" and reply.stop_reason == "end_turn"
+    assert reply.parts[0].to_dict()["status"] == "completed"
+    with pytest.raises(ServiceError, match="no pending permission"):
+        await deck.chat.AnswerPermission(request["id"], "yes")
+
+
+async def test_rejections_count_refusals_of_the_turn(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    user = deck.chat.send("a", "perms 2 edit")
+    first = await rec.wait_event("permission:requested", agent="a")
+    assert first["rejections"] == 0
+    await deck.chat.AnswerPermission(first["id"], "no")
+    second = await rec.wait(lambda r: r.named("permission:requested")[1:] and r.named("permission:requested")[1])
+    assert second["rejections"] == 1
+    await deck.chat.AnswerPermission(second["id"], "yes")
+    reply = await wait_reply(deck, rec, user)
+    assert reply.text == "p0: no; p1: yes; "
+    user = deck.chat.send("a", "perms 1 edit")
+    third = await rec.wait(lambda r: r.named("permission:requested")[2:] and r.named("permission:requested")[2])
+    assert third["rejections"] == 0  # a new turn starts from zero
+    await deck.chat.AnswerPermission(third["id"], "no")
+    await wait_reply(deck, rec, user)
+
+
+async def test_policy_allow_approves_every_request(make_deck):
+    deck, rec = make_deck(agent_block("a", permissions="allow"))
+    reply = await ask(deck, rec, "perms 2 execute")
+    assert reply.text == "p0: yes; p1: yes; "
+    assert rec.named("permission:requested") == []
+    assert any("granted by the config" in line for line in await deck.agent_service.Logs("a"))
+
+
+async def test_policy_allow_reads_approves_reads_only(make_deck):
+    deck, rec = make_deck(agent_block("a", permissions="allow-reads"))
+    assert (await ask(deck, rec, "perms 1 read")).text == "p0: yes; "
+    assert (await ask(deck, rec, "perms 1 search")).text == "p0: yes; "
+    assert rec.named("permission:requested") == []
+    user = deck.chat.send("a", "perms 1 edit")
+    request = await rec.wait_event("permission:requested", agent="a")
+    await deck.chat.AnswerPermission(request["id"], "no")
+    assert (await wait_reply(deck, rec, user)).text == "p0: no; "
+
+
+async def test_default_policy_asks(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    user = deck.chat.send("a", "perms 1 read")
+    request = await rec.wait_event("permission:requested", agent="a")
+    await deck.chat.AnswerPermission(request["id"], "always")
+    assert (await wait_reply(deck, rec, user)).text == "p0: always; "
+
+
+# -- fs/* ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    work = tmp_path / "work"
+    outside = tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("secret\n")
+    (work / "lines.txt").write_text("l1\nl2\nl3\nl4\n")
+    (work / "escape").symlink_to(outside)
+    (work / "secret-link.txt").symlink_to(outside / "secret.txt")
+    return work
+
+
+def fs_answer(reply) -> dict:
+    return json.loads(reply.text)
+
+
+async def test_read_text_file_with_line_and_limit(make_deck, workdir):
+    deck, rec = make_deck(agent_block("a", cwd=str(workdir)))
+    path = workdir / "lines.txt"
+    assert fs_answer(await ask(deck, rec, f"read {path}")) == {"content": "l1\nl2\nl3\nl4\n"}
+    assert fs_answer(await ask(deck, rec, f"readlines {path} 2 2")) == {"content": "l2\nl3\n"}
+    assert fs_answer(await ask(deck, rec, f"readlines {path} 4 10")) == {"content": "l4\n"}
+    missing = fs_answer(await ask(deck, rec, f"read {workdir / 'missing.txt'}"))
+    assert missing["code"] == -32002
+
+
+@pytest.mark.parametrize("name", ["../outside/secret.txt", "escape/secret.txt", "secret-link.txt"])
+async def test_reads_outside_the_cwd_are_refused(make_deck, workdir, name):
+    deck, rec = make_deck(agent_block("a", cwd=str(workdir)))
+    answer = fs_answer(await ask(deck, rec, f"read {workdir}/{name}"))
+    assert answer["code"] == -32602 and "outside the agent's working directory" in answer["message"]
+    assert "secret" not in json.dumps(answer).replace("secret.txt", "").replace("secret-link", "")
+
+
+async def test_write_text_file_is_atomic(make_deck, workdir):
+    deck, rec = make_deck(agent_block("a", cwd=str(workdir)))
+    target = workdir / "lines.txt"
+    target.chmod(0o640)
+    before = target.stat().st_ino
+    assert fs_answer(await ask(deck, rec, f"write {target} new text")) == {"ok": True}
+    assert target.read_text() == "new text"
+    assert target.stat().st_ino != before  # a new file renamed over the old one, not rewritten in place
+    assert target.stat().st_mode & 0o777 == 0o640
+    fresh = workdir / "fresh.txt"
+    assert fs_answer(await ask(deck, rec, f"write {fresh} hello")) == {"ok": True}
+    assert fresh.read_text() == "hello"
+    assert sorted(p.name for p in workdir.iterdir()) == ["escape", "fresh.txt", "lines.txt", "secret-link.txt"]
+
+
+@pytest.mark.parametrize("name", ["../outside/new.txt", "escape/new.txt", "secret-link.txt", "../work-sibling.txt"])
+async def test_writes_outside_the_cwd_are_refused_and_write_nothing(make_deck, workdir, name):
+    deck, rec = make_deck(agent_block("a", cwd=str(workdir)))
+    outside = workdir.parent / "outside"
+    answer = fs_answer(await ask(deck, rec, f"write {workdir}/{name} pwned"))
+    assert answer["error"]["code"] == -32602
+    assert "outside the agent's working directory" in answer["error"]["message"]
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "secret\n"
+    assert sorted(p.name for p in workdir.parent.iterdir()) == ["deck.toml", "outside", "work"]
+
+
+async def test_relative_paths_are_refused(make_deck, workdir):
+    deck, rec = make_deck(agent_block("a", cwd=str(workdir)))
+    answer = fs_answer(await ask(deck, rec, "read lines.txt"))
+    assert answer["code"] == -32602 and "absolute" in answer["message"]
+
+
+# -- modes, config options, questions ----------------------------------------------------------
+
+
+async def test_modes_and_config_options_from_session_new_and_set(make_deck):
+    deck, rec = make_deck(agent_block("a", "--modes"))
+    await deck.agent_service.Start("a")
+    snap = await deck.chat.Conversation("a")
+    assert snap["modes"]["currentModeId"] == "a"
+    assert [m["id"] for m in snap["modes"]["availableModes"]] == ["a", "b"]
+    assert [(o["id"], o["currentValue"]) for o in snap["configOptions"]] == [("model", "m1")]
+    result = await deck.chat.SetMode("a", "b")
+    assert result["modes"]["currentModeId"] == "b" and len(result["modes"]["availableModes"]) == 2
+    result = await deck.chat.SetConfigOption("a", "model", "m2")
+    assert result["configOptions"][0]["currentValue"] == "m2"  # the agent's answer
+    snap = await deck.chat.Conversation("a")
+    assert snap["modes"]["currentModeId"] == "b" and snap["configOptions"][0]["currentValue"] == "m2"
+    fields = [(c["field"], c["value"]) for c in rec.named("conversation:changed", "a")]
+    assert ("configOptions", result["configOptions"]) in fields
+    with pytest.raises(ServiceError, match="unknown agent"):
+        await deck.chat.SetMode("nope", "b")
+
+
+async def test_question_answered(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    user = deck.chat.send("a", "question")
+    question = await rec.wait_event("question:requested", agent="a")
+    reply = deck.chat.conversation("a").messages[-1]
+    assert question == {
+        "id": question["id"], "agent": "a", "messageId": reply.id, "message": "Your name?",
+        "schema": {"type": "object", "properties": {"name": {"type": "string"}}},
+    }  # fmt: skip
+    with pytest.raises(ServiceError, match="no pending question"):
+        await deck.chat.AnswerQuestion("question-0", {"name": "x"})
+    await deck.chat.AnswerQuestion(question["id"], {"name": "Ann"})
+    assert await rec.wait_event("question:resolved", id=question["id"]) == {"id": question["id"], "agent": "a"}
+    reply = await wait_reply(deck, rec, user)
+    assert json.loads(reply.text) == {"action": "accept", "content": {"name": "Ann"}}
+
+
+async def test_question_declined(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    user = deck.chat.send("a", "question")
+    question = await rec.wait_event("question:requested", agent="a")
+    await deck.chat.AnswerQuestion(question["id"], None)
+    assert json.loads((await wait_reply(deck, rec, user)).text) == {"action": "decline"}
+
+
+async def test_cancel_withdraws_a_pending_question(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    user = deck.chat.send("a", "slow-question")
+    question = await rec.wait_event("question:requested", agent="a")
+    await deck.chat.Cancel("a")
+    await rec.wait_event("question:resolved", id=question["id"])
+    reply = await wait_reply(deck, rec, user)
+    assert reply.text == 'asking {"action": "cancel"}' and reply.stop_reason == "cancelled"
+
+
+# -- system messages and crashes -----------------------------------------------------------------
+
+
+async def test_agent_unavailable_when_it_cannot_start(make_deck):
+    deck, rec = make_deck(agent_block("a", command=["/no/such/agent-binary"]))
+    user = deck.chat.send("a", "hello")
+    await rec.wait_event("turn:changed", agent="a", busy=False)
+    messages = deck.chat.conversation("a").messages
+    assert [m.role for m in messages] == ["user", "system"]
+    system = messages[1].to_dict()
+    assert system["code"] == "agent-unavailable" and "command not found: /no/such/agent-binary" in system["error"]
+    assert messages[0] is user and user.error is None
+    assert deck.chat._turns == {}
+
+
+async def test_crash_ends_the_message_with_an_error_then_a_new_session_is_noted(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    reply = await ask(deck, rec, "crash")
+    wire = reply.to_dict()
+    assert "stopReason" not in wire and "code 7" in wire["error"] and wire["parts"][0]["text"] == "about to crash"
+    again = await ask(deck, rec, "hi")
+    assert again.text == "You said: hi"
+    systems = [m.to_dict() for m in deck.chat.conversation("a").messages if m.role == "system"]
+    assert [s["code"] for s in systems] == ["agent-restarted"]
+    assert "error" not in systems[0] and systems[0]["parts"][0]["text"]
+
+
+async def test_agent_error_answer_ends_the_message_with_its_explanation(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    reply = await ask(deck, rec, "error")
+    assert reply.stop_reason is None and reply.error == "Authentication required"
+    assert deck.agents["a"].state.value == "ready"
