@@ -216,9 +216,10 @@ class Deck:
                 loop.remove_signal_handler(sig)
 
     async def startup(self) -> None:
-        """Run the `deck_startup` hooks (plugins start their tasks); `run` calls it first."""
+        """Run the `deck_startup` hooks (plugins start their tasks), then follow the config file; `run` calls it first."""
         for impl in self.pm.hook.deck_startup.get_hookimpls():
             await self._maybe_await(impl.plugin_name, "deck_startup", impl.function, impl.argnames)
+        self.config_service.start_watching()
 
     def request_exit(self, code: int = 0) -> None:
         """Ask the run loop to end (signals, a closed stdout)."""

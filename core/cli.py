@@ -158,7 +158,91 @@ def config_path(config: Optional[Path] = ConfigOption) -> None:
 
     path, source = find_config(str(config) if config else None)
     how = {"flag": "--config", "env": "$DECK_CONFIG", "cwd": "./deck.toml", "xdg": "$XDG_CONFIG_HOME/deck/deck.toml"}
-    typer.echo(f"{path} (from {how[source]})" if path else "built-in default (no config file found)")
+    if path is None:
+        typer.echo("built-in default (no config file found)")
+    elif not path.is_file():
+        typer.echo(f"{path} (from {how[source]}; file not found)")
+        raise typer.Exit(2)
+    else:
+        typer.echo(f"{path} (from {how[source]})")
+
+
+@config_app.command("validate")
+def config_validate(
+    path: Optional[Path] = typer.Argument(None, help="The file to check (else the config in use)."),
+) -> None:
+    """Check a config file: one `path:line:col: message` line per problem; exit 1 on an error."""
+    where, loaded, _sections = _load_config(path)
+    for problem in loaded.problems:
+        typer.echo(problem.format(where))
+    if loaded.errors:
+        raise typer.Exit(1)
+    warnings = len(loaded.warnings)
+    typer.echo(f"{where}: valid" + (f" ({warnings} warning{'s' if warnings > 1 else ''})" if warnings else ""))
+
+
+@config_app.command("schema")
+def config_schema(config: Optional[Path] = ConfigOption) -> None:
+    """Print the config's JSON Schema, with plugin sections (for editor completion)."""
+    from .config import json_schema
+
+    _where, _loaded, sections = _load_config(config)
+    typer.echo(json.dumps(json_schema(sections), indent=2))
+
+
+@config_app.command("show")
+def config_show(
+    config: Optional[Path] = ConfigOption,
+    as_json: bool = typer.Option(False, "--json", help="JSON instead of TOML."),
+) -> None:
+    """Print the effective config: the file with every default filled in."""
+    from .config import effective, to_toml
+
+    where, loaded, _sections = _load_config(config)
+    if loaded.config is None:
+        for problem in loaded.problems:
+            typer.echo(problem.format(where), err=True)
+        raise typer.Exit(1)
+    data = effective(loaded.config, loaded.sections)
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if as_json else to_toml(data), nl=as_json)
+
+
+def _load_config(path: Optional[Path]) -> tuple[str, Any, dict[str, Any]]:
+    """(where, Loaded, plugin sections) for `path`, else the config in use, else the built-in one."""
+    import tomllib
+
+    from .config import embedded_default, find_config, parse
+
+    found, _source = find_config(str(path) if path else None)
+    if found is None:
+        where, text = "<built-in>", embedded_default()
+    else:
+        where = str(found)
+        try:
+            text = found.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            fail(f"config file not found: {found}")
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"cannot read {found}: {exc}")
+    try:
+        disabled = tomllib.loads(text).get("plugins", {}).get("disabled", [])
+    except (tomllib.TOMLDecodeError, AttributeError):
+        disabled = []
+    sections = _plugin_sections([d for d in disabled if isinstance(d, str)] if isinstance(disabled, list) else [])
+    return where, parse(text, sections), sections
+
+
+def _plugin_sections(disabled: list[str]) -> dict[str, Any]:
+    """Config sections the enabled plugins contribute; a plugin that fails is reported and skipped."""
+    from .pluginmanager import make_manager
+
+    sections: dict[str, Any] = {}
+    for impl in make_manager(disabled).hook.deck_config_sections.get_hookimpls():
+        try:
+            sections.update(impl.function() or {})
+        except Exception as exc:
+            typer.echo(f"deck: plugin {impl.plugin_name} failed in deck_config_sections: {exc!r}", err=True)
+    return sections
 
 
 def main() -> None:

@@ -1,62 +1,126 @@
-"""The config file: pydantic models, discovery, TOML loading with line/column problems."""
+"""The config file: pydantic models, discovery, TOML loading with line/column problems, recent files.
+
+Watching the file and applying a change to a running deck live in `watch.py`.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import sys
+import tempfile
 import tomllib
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    WithJsonSchema,
+)
 
 DEFAULT_NAME = "deck.toml"
+#: How many config files `ConfigService.Recent` remembers.
+RECENT_MAX = 8
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION_HINT = 'use a number of seconds or a string like "30s", "10m", "1h"'
 
 
 def parse_duration(value: Any) -> float:
     """"30s", "10m", "1h", "250ms" or a number of seconds → seconds."""
     if isinstance(value, bool):
-        raise ValueError("a duration is a number of seconds or a string like \"30s\", \"10m\", \"1h\"")
+        raise ValueError(f"bad duration {json.dumps(value)}: {_DURATION_HINT}")
     if isinstance(value, (int, float)):
         if value < 0:
             raise ValueError("a duration cannot be negative")
         return float(value)
     if isinstance(value, str) and (m := _DURATION.match(value)):
         return float(m.group(1)) * _UNITS[m.group(2)]
-    raise ValueError(f"bad duration {value!r}: use a number of seconds or a string like \"30s\", \"10m\", \"1h\"")
+    raise ValueError(f"bad duration {json.dumps(value)}: {_DURATION_HINT}")
+
+
+def format_duration(seconds: float) -> str:
+    """600 → "10m", 30 → "30s", 0.25 → "250ms": the shortest exact spelling."""
+    for unit, size in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{int(seconds / size)}{unit}"
+    if seconds < 1 and (seconds * 1000).is_integer():
+        return f"{int(seconds * 1000)}ms"
+    return f"{seconds:g}s"
+
+
+#: Seconds in Python; "30s", "10m" or a number in the file and in `deck config show`.
+Duration = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h)?\s*$"},
+            ]
+        }
+    ),
+]
+
+
+def _split_command(value: Any) -> Any:
+    if isinstance(value, str):
+        value = shlex.split(value)
+    if isinstance(value, list) and (not value or (isinstance(value[0], str) and not value[0].strip())):
+        raise ValueError("command must not be empty")
+    return value
+
+
+#: A list of arguments, or one string split like a shell does.
+Command = Annotated[
+    list[str],
+    BeforeValidator(_split_command),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "array", "items": {"type": "string"}, "minItems": 1},
+                {"type": "string", "minLength": 1},
+            ]
+        }
+    ),
+]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
+    # strict: TOML values are typed, so "4" for a number or true for a count is a mistake.
+    # extra="allow": an unknown key is a warning (found in `parse`), not an error.
+    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True, strict=True)
 
 
 class Limits(_Model):
     max_running_agents: int = Field(4, alias="maxRunningAgents", ge=1, description="Agents running at once.")
-    stop_idle_agents_after: float = Field(
+    stop_idle_agents_after: Duration = Field(
         600.0, alias="stopIdleAgentsAfter", description='Stop a ready agent unused this long ("10m"; 0 = never).'
     )
-    handshake_timeout: float = Field(30.0, alias="handshakeTimeout", description="Longest ACP handshake (\"30s\").")
-
-    _durations = field_validator("stop_idle_agents_after", "handshake_timeout", mode="before")(
-        lambda cls, v: parse_duration(v)
-    )
+    handshake_timeout: Duration = Field(30.0, alias="handshakeTimeout", description='Longest ACP handshake ("30s").')
 
 
 class Plugins(_Model):
-    disabled: list[str] = Field(default_factory=list, description="Plugins switched off by name.")
+    disabled: list[str] = Field(default_factory=list, description="Plugins switched off by name (read at start).")
 
 
 class AgentConfig(_Model):
-    title: str = ""
-    icon: str = ""
+    title: str = Field("", description="Shown name; default: the agent's name.")
+    icon: str = Field("", description="One character; default: the name's first letter.")
     description: str = ""
-    command: list[str] = Field(..., min_length=1, description="The agent's command line.")
+    command: Command = Field(..., description="The agent's command line: a list, or one string split like a shell.")
     cwd: str = Field("", description="Working directory; default: the directory deck runs in.")
     env: dict[str, str] = Field(default_factory=dict, description="Merged over deck's environment.")
     permissions: Literal["ask", "allow-reads", "allow"] = Field(
@@ -64,26 +128,17 @@ class AgentConfig(_Model):
     )
     auth_method: str | None = Field(None, alias="authMethod", description="ACP authenticate method id.")
 
-    @field_validator("command", mode="before")
-    @classmethod
-    def _split_command(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = shlex.split(value)
-        if isinstance(value, list) and (not value or not str(value[0]).strip()):
-            raise ValueError("command must not be empty")
-        return value
-
     def resolved_cwd(self) -> str:
         return str(Path(os.path.expanduser(self.cwd or ".")).resolve())
 
 
 class DeckConfig(_Model):
-    language: Literal["en", "fr"] = "en"
+    language: Literal["en", "fr"] = Field("en", description="en | fr")
     theme: str = "dark"
-    frontend: str | None = None
+    frontend: str | None = Field(None, description="Default frontend for `deck run`: urwid, line or jsonl.")
     limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     plugins: Plugins = Field(default_factory=Plugins)  # type: ignore[arg-type]
-    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    agents: dict[str, AgentConfig] = Field(default_factory=dict, description="Agents, in the order shown.")
 
 
 @dataclass(frozen=True)
@@ -96,6 +151,11 @@ class Problem:
     def to_dict(self) -> dict[str, Any]:
         return {"line": self.line, "column": self.column, "message": self.message, "warning": self.warning}
 
+    def format(self, where: str) -> str:
+        """`where:line:col: message`, the form compilers and editors understand."""
+        kind = "warning: " if self.warning else ""
+        return f"{where}:{self.line}:{self.column}: {kind}{self.message}"
+
 
 @dataclass
 class Loaded:
@@ -104,6 +164,8 @@ class Loaded:
     config: DeckConfig | None
     problems: list[Problem] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
+    #: Plugin sections, validated by their own models (absent ones at their defaults when they have any).
+    sections: dict[str, BaseModel] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[Problem]:
@@ -127,6 +189,10 @@ def embedded_default() -> str:
     )
 
 
+def xdg_config_file() -> Path:
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "deck" / DEFAULT_NAME
+
+
 def find_config(flag: str | None = None) -> tuple[Path | None, str]:
     """The config file in use and how it was found: flag, env, cwd, xdg or embedded."""
     if flag:
@@ -136,10 +202,13 @@ def find_config(flag: str | None = None) -> tuple[Path | None, str]:
     local = Path(DEFAULT_NAME)
     if local.is_file():
         return local.resolve(), "cwd"
-    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "deck" / DEFAULT_NAME
+    xdg = xdg_config_file()
     if xdg.is_file():
         return xdg, "xdg"
     return None, "embedded"
+
+
+# -- checking ---------------------------------------------------------------------------------
 
 
 def parse(text: str, sections: dict[str, type[BaseModel]] | None = None) -> Loaded:
@@ -147,35 +216,31 @@ def parse(text: str, sections: dict[str, type[BaseModel]] | None = None) -> Load
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        return Loaded(None, [_toml_problem(exc)])
-    problems: list[Problem] = []
+        return Loaded(None, [_toml_problem(exc, text)])
     locate = _Locator(text)
-    sections = sections or {}
+    sections = {k: v for k, v in (sections or {}).items() if k not in DeckConfig.model_fields}
+    problems: list[Problem] = []
+    config: DeckConfig | None = None
     try:
-        config = DeckConfig.model_validate({k: v for k, v in raw.items() if k not in sections})
+        # by_name=False: the file spells keys as documented (maxRunningAgents), nothing else.
+        config = DeckConfig.model_validate({k: v for k, v in raw.items() if k not in sections}, by_name=False)
     except ValidationError as exc:
-        config = None
-        for err in exc.errors():
-            loc = tuple(str(p) for p in err["loc"])
-            line, col = locate(loc)
-            problems.append(Problem(line, col, f"{'.'.join(loc)}: {_message(err)}"))
+        problems += _problems(exc, (), locate)
+    validated: dict[str, BaseModel] = {}
     for name, model in sections.items():
-        if name in raw:
-            try:
-                model.model_validate(raw[name])
-            except ValidationError as exc:
-                config = None
-                for err in exc.errors():
-                    loc = (name, *(str(p) for p in err["loc"]))
-                    line, col = locate(loc)
-                    problems.append(Problem(line, col, f"{'.'.join(loc)}: {_message(err)}"))
-    if config is not None:
-        for loc in _unknown_keys(config, ()):
-            if loc[0] in sections:
-                continue
-            line, col = locate(loc)
-            problems.append(Problem(line, col, f"unknown key {'.'.join(loc)}", warning=True))
-    return Loaded(config, sorted(problems, key=lambda p: (p.line, p.column)), raw)
+        try:
+            validated[name] = model.model_validate(raw.get(name, {}))
+        except ValidationError as exc:
+            if name in raw:
+                problems += _problems(exc, (name,), locate)
+    for loc in _unknown_keys(DeckConfig, {k: v for k, v in raw.items() if k not in sections}, ()):
+        problems.append(Problem(*locate.key(loc), f"unknown key {_dotted(loc)}", warning=True))
+    for name, model in sections.items():
+        for loc in _unknown_keys(model, raw.get(name), (name,)):
+            problems.append(Problem(*locate.key(loc), f"unknown key {_dotted(loc)}", warning=True))
+    if any(not p.warning for p in problems):
+        config = None
+    return Loaded(config, sorted(problems, key=lambda p: (p.line, p.column)), raw, validated)
 
 
 def load_file(path: Path, sections: dict[str, type[BaseModel]] | None = None) -> tuple[str, Loaded]:
@@ -188,63 +253,203 @@ def load_file(path: Path, sections: dict[str, type[BaseModel]] | None = None) ->
     return text, parse(text, sections)
 
 
-def _message(err: Any) -> str:
-    msg = str(err["msg"])
-    if err["type"] == "missing":
-        return "required key is missing"
-    return msg.removeprefix("Value error, ")
-
-
-def _toml_problem(exc: tomllib.TOMLDecodeError) -> Problem:
-    text = str(exc)
-    m = re.search(r"\(at line (\d+), column (\d+)\)", text)
-    if m:
-        return Problem(int(m.group(1)), int(m.group(2)), "TOML syntax: " + text[: m.start()].strip())
-    return Problem(1, 1, "TOML syntax: " + text)
-
-
-def _unknown_keys(model: BaseModel, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
-    found = [(*prefix, key) for key in (model.model_extra or {})]
-    for name in type(model).model_fields:
-        value = getattr(model, name)
-        key = type(model).model_fields[name].alias or name
-        if isinstance(value, BaseModel):
-            found += _unknown_keys(value, (*prefix, key))
-        elif isinstance(value, dict):
-            for sub, item in value.items():
-                if isinstance(item, BaseModel):
-                    found += _unknown_keys(item, (*prefix, key, sub))
+def _problems(exc: ValidationError, prefix: tuple[str, ...], locate: _Locator) -> list[Problem]:
+    found = []
+    for err in exc.errors():
+        loc = (*prefix, *(str(p) for p in err["loc"]))
+        where = locate.key(loc) if err["type"] == "missing" else locate.value(loc)
+        found.append(Problem(*where, f"{_dotted(loc)}: {_message(err)}"))
     return found
 
 
-class _Locator:
-    """Finds where a key path (`agents.claude.command`) is written in TOML text."""
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "list_type": "an array",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "model_attributes_type": "a table",
+}
 
-    _header = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
-    _key = re.compile(r"^\s*([A-Za-z0-9_\-\"'. ]+?)\s*=")
 
-    def __init__(self, text: str) -> None:
-        self.entries: list[tuple[tuple[str, ...], int, int]] = []
-        table: tuple[str, ...] = ()
-        for number, line in enumerate(text.splitlines(), start=1):
-            if m := self._header.match(line):
-                table = _split_key(m.group(1))
-                self.entries.append((table, number, line.index("[") + 1))
-            elif m := self._key.match(line):
-                key = _split_key(m.group(1))
-                self.entries.append(((*table, *key), number, len(line) - len(line.lstrip()) + 1))
+def _message(err: Any) -> str:
+    kind = err["type"]
+    if kind == "missing":
+        return "required key is missing"
+    if kind in _EXPECTED:
+        return f"expected {_EXPECTED[kind]}, got {_toml_type(err.get('input'))}"
+    if kind == "literal_error":
+        expected = str(err["ctx"]["expected"]).replace("'", '"')
+        return f"unknown value {json.dumps(err.get('input'))}: use {expected}"
+    if kind in ("greater_than_equal", "too_short"):
+        least = err["ctx"].get("ge", err["ctx"].get("min_length"))
+        return f"must be at least {least}, got {json.dumps(err.get('input'))}"
+    return str(err["msg"]).removeprefix("Value error, ")
 
-    def __call__(self, loc: tuple[str, ...]) -> tuple[int, int]:
-        # The longest prefix of `loc` written in the file: the key itself, else its table.
-        for size in range(len(loc), 0, -1):
-            for path, line, col in self.entries:
-                if path == loc[:size]:
-                    return line, col
-        return 1, 1
+
+def _toml_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"an integer ({value})"
+    if isinstance(value, float):
+        return f"a float ({value:g})"
+    if isinstance(value, str):
+        return f"a string ({json.dumps(value)})"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return f"a {type(value).__name__}"
+
+
+def _dotted(loc: tuple[str, ...]) -> str:
+    return ".".join(part if _BARE.fullmatch(part) else json.dumps(part) for part in loc)
+
+
+def _toml_problem(exc: tomllib.TOMLDecodeError, text: str) -> Problem:
+    message = str(exc)
+    m = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
+    if m:
+        return Problem(int(m.group(1)), int(m.group(2)), "TOML syntax: " + message[: m.start()])
+    m = re.search(r"\s*\(at end of document\)$", message)
+    if m:
+        message = message[: m.start()]
+        if message == "Cannot overwrite a value" and (dup := _Locator(text).duplicate):
+            return Problem(*dup, "TOML syntax: " + message)
+        lines = text.splitlines() or [""]
+        return Problem(len(lines), len(lines[-1]) + 1, "TOML syntax: " + message + " (at end of file)")
+    return Problem(1, 1, "TOML syntax: " + message)
+
+
+def _model_in(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """The model a field holds, and whether it holds a table of them (`dict[str, Model]`)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    if typing.get_origin(annotation) is dict:
+        args = typing.get_args(annotation)
+        if len(args) == 2 and isinstance(args[1], type) and issubclass(args[1], BaseModel):
+            return args[1], True
+    return None, False
+
+
+def _unknown_keys(model: type[BaseModel], raw: Any, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Keys written in `raw` that `model` does not know, found in the raw TOML so errors do not hide them."""
+    if not isinstance(raw, dict) or model.model_config.get("extra") == "forbid":
+        return []  # a wrong type is an error already; "forbid" models report extras themselves
+    by_key = {(info.alias or name): info for name, info in model.model_fields.items()}
+    found: list[tuple[str, ...]] = []
+    for key, value in raw.items():
+        info = by_key.get(key)
+        if info is None:
+            found.append((*prefix, key))
+            continue
+        sub, is_table = _model_in(info.annotation)
+        if sub is not None and is_table and isinstance(value, dict):
+            for name, item in value.items():
+                found += _unknown_keys(sub, item, (*prefix, key, name))
+        elif sub is not None:
+            found += _unknown_keys(sub, value, (*prefix, key))
+    return found
+
+
+# -- locating keys in the text ----------------------------------------------------------------
+
+_BARE = re.compile(r"[A-Za-z0-9_-]+")
+_PART = r'(?:"(?:[^"\\]|\\.)*"|\'[^\']*\'|[A-Za-z0-9_-]+)'
+_KEY = rf"{_PART}(?:\s*\.\s*{_PART})*"
+_HEADER = re.compile(rf"^\s*(\[\[?)\s*({_KEY})\s*\]\]?\s*(#.*)?$")
+_ASSIGN = re.compile(rf"\s*({_KEY})\s*=\s*")
 
 
 def _split_key(key: str) -> tuple[str, ...]:
-    return tuple(part.strip().strip("\"'") for part in key.split("."))
+    parts = re.findall(_PART, key)
+    return tuple(json.loads(p) if p.startswith('"') else p.strip("'") for p in parts)
+
+
+class _Locator:
+    """Where each key (`agents.claude.command`) is written in TOML text: its line, key column and value column."""
+
+    def __init__(self, text: str) -> None:
+        self.keys: dict[tuple[str, ...], tuple[int, int]] = {}
+        self.values: dict[tuple[str, ...], tuple[int, int]] = {}
+        self.order: list[tuple[str, ...]] = []
+        self.duplicate: tuple[int, int] | None = None
+        table: tuple[str, ...] = ()
+        in_string: str | None = None  # the quotes of a multi-line string being read
+        for number, line in enumerate(text.splitlines(), start=1):
+            if in_string:
+                if line.count(in_string) % 2 == 1:
+                    in_string = None
+                continue
+            if m := _HEADER.match(line):
+                table = _split_key(m.group(2))
+                self._add(table, number, m.start(1) + 1, None)
+                continue
+            if m := _ASSIGN.match(line):
+                start = m.end()
+                self._add((*table, *_split_key(m.group(1))), number, m.start(1) + 1, start + 1)
+                if line.startswith("{", start):
+                    self._inline(line, start, (*table, *_split_key(m.group(1))), number)
+                for quotes in ('"""', "'''"):
+                    if line.startswith(quotes, start) and line.count(quotes) == 1:
+                        in_string = quotes
+
+    def _add(self, path: tuple[str, ...], line: int, key_col: int, value_col: int | None) -> None:
+        if path in self.keys and value_col is not None and self.duplicate is None:
+            self.duplicate = (line, key_col)
+        self.keys.setdefault(path, (line, key_col))
+        self.values.setdefault(path, (line, value_col or key_col))
+        self.order.append(path)
+
+    def _inline(self, line: str, start: int, prefix: tuple[str, ...], number: int) -> None:
+        """Keys of an inline table `{ A = 1, B = { C = 2 } }` that starts at `line[start]`."""
+        stack = [prefix]
+        pos, expect_key = start + 1, True
+        while pos < len(line) and stack:
+            ch = line[pos]
+            if expect_key and (m := _ASSIGN.match(line, pos)):
+                path = (*stack[-1], *_split_key(m.group(1)))
+                self._add(path, number, m.start(1) + 1, m.end() + 1)
+                pos, expect_key = m.end(), False
+                if line.startswith("{", pos):
+                    stack.append(path)
+                    pos, expect_key = pos + 1, True
+                continue
+            if ch in "\"'":
+                end = line.find(ch, pos + 1)
+                while ch == '"' and end > 0 and line[end - 1] == "\\":
+                    end = line.find(ch, end + 1)
+                pos = len(line) if end < 0 else end + 1
+                continue
+            if ch == ",":
+                expect_key = True
+            elif ch == "}":
+                stack.pop()
+            pos += 1
+
+    def _find(self, table: dict[tuple[str, ...], tuple[int, int]], loc: tuple[str, ...]) -> tuple[int, int]:
+        # The longest prefix of `loc` written in the file: the key itself, else its table.
+        for size in range(len(loc), 0, -1):
+            if loc[:size] in table:
+                return table[loc[:size]]
+            # A table only written through its sub-keys (`agents.a.title = …`): the first of them.
+            for path in self.order:
+                if path[:size] == loc[:size]:
+                    return self.keys[path]
+        return 1, 1
+
+    def key(self, loc: tuple[str, ...]) -> tuple[int, int]:
+        return self._find(self.keys, loc)
+
+    def value(self, loc: tuple[str, ...]) -> tuple[int, int]:
+        return self._find(self.values, loc)
+
+
+# -- schema and output ------------------------------------------------------------------------
 
 
 def json_schema(sections: dict[str, type[BaseModel]] | None = None) -> dict[str, Any]:
@@ -253,5 +458,90 @@ def json_schema(sections: dict[str, type[BaseModel]] | None = None) -> dict[str,
     schema["title"] = "deck config"
     schema.setdefault("$schema", "https://json-schema.org/draft/2020-12/schema")
     for name, model in (sections or {}).items():
-        schema.setdefault("properties", {})[name] = model.model_json_schema(by_alias=True)
+        if name not in DeckConfig.model_fields:
+            schema.setdefault("properties", {})[name] = model.model_json_schema(by_alias=True)
     return schema
+
+
+def effective(config: DeckConfig, sections: dict[str, BaseModel] | None = None) -> dict[str, Any]:
+    """The config as deck uses it, every default filled in, keys spelled as in the file."""
+    data = config.model_dump(by_alias=True, exclude_none=True)
+    for name, model in (sections or {}).items():
+        data[name] = model.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return data
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    """A TOML document for `data` (scalars first, then tables; None values left out)."""
+    lines: list[str] = []
+    _toml_table(data, (), lines)
+    return "\n".join(lines).strip() + "\n"
+
+
+def _toml_table(data: dict[str, Any], path: tuple[str, ...], lines: list[str]) -> None:
+    scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and v is not None}
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    if path and (scalars or not tables):
+        lines += ["", f"[{_dotted(path)}]"]
+    lines += [f"{_dotted((k,))} = {_toml_value(v)}" for k, v in scalars.items()]
+    for key, value in tables.items():
+        if not value and scalars:  # an empty table beside values (`env = {}`): inline
+            lines.append(f"{_dotted((key,))} = {{}}")
+        else:
+            _toml_table(value, (*path, key), lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_dotted((k,))} = {_toml_value(v)}" for k, v in value.items()) + " }" if value else "{}"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+# -- saving and recent files ------------------------------------------------------------------
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` at once (temp file + rename): readers see the old or the new file, never half."""
+    target = Path(os.path.realpath(path))  # a symlinked config keeps its link
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        if target.exists():
+            os.chmod(temp, target.stat().st_mode & 0o7777)
+        os.replace(temp, target)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "deck"
+
+
+def recent_files() -> list[str]:
+    """Config files opened, most recent first."""
+    try:
+        data = json.loads((state_dir() / "recent.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [p for p in data if isinstance(p, str)][:RECENT_MAX] if isinstance(data, list) else []
+
+
+def remember(path: Path) -> list[str]:
+    """Put `path` first in the recent files; return the new list."""
+    entry = str(Path(path).expanduser().absolute())
+    files = [entry, *(p for p in recent_files() if p != entry)][:RECENT_MAX]
+    write_atomic(state_dir() / "recent.json", json.dumps(files, indent=2) + "\n")
+    return files

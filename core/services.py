@@ -439,8 +439,21 @@ class ChatService:
 
 
 class ConfigService:
+    """The config file: read it, check it, save it, switch to another (logic in `watch.py`)."""
+
     def __init__(self, deck: Deck) -> None:
+        from .watch import LiveConfig
+
         self.deck = deck
+        self.live = LiveConfig(deck)
+
+    def start_watching(self) -> None:
+        """Follow the config file's changes (called by `Deck.run`)."""
+        self.live.start()
+
+    def section(self, name: str) -> Any:
+        """A plugin's config section, validated by its own model (None when absent or invalid)."""
+        return self.live.sections.get(name)
 
     @rpc()
     async def Current(self) -> dict[str, Any]:
@@ -462,17 +475,59 @@ class ConfigService:
 
     @rpc(text=str)
     async def Validate(self, text: str) -> dict[str, Any]:
-        from . import config as configmod
+        from .config import parse
 
-        loaded = configmod.parse(text, self.deck.config_sections())
-        return {
-            "valid": loaded.config is not None,
-            "problems": [p.to_dict() for p in loaded.errors],
-            "warnings": [p.to_dict() for p in loaded.warnings],
-        }
+        return _checked(parse(text, self.deck.config_sections()))
+
+    @rpc(text=str)
+    async def Save(self, text: str) -> dict[str, Any]:
+        """Write `text` (atomically) and apply it if it is valid; otherwise write nothing."""
+        loaded = await self.live.save(text)
+        path = self.deck.config_path
+        return {"saved": loaded.config is not None, "path": str(path) if path else "", **_checked(loaded)}
 
     @rpc()
     async def Schema(self) -> dict[str, Any]:
         from .config import json_schema
 
         return json_schema(self.deck.config_sections())
+
+    @rpc(path=str)
+    async def Open(self, path: str) -> dict[str, Any]:
+        from pathlib import Path
+
+        if not path.strip():
+            raise ServiceError("empty path: name the config file to open")
+        await self.live.open(Path(path))
+        return await self.Current()
+
+    @rpc()
+    async def Choose(self) -> str:
+        """Ask the frontend's file picker for a config and open it; "" if the user cancelled."""
+        import inspect
+
+        frontend = self.deck.frontend
+        picking = frontend.choose_file() if frontend is not None else None
+        if picking is None:
+            name = getattr(frontend, "name", "") or "this"
+            raise ServiceError(f"the {name} frontend has no file picker: call ConfigService.Open with a path")
+        chosen = await picking if inspect.isawaitable(picking) else picking
+        if not chosen:
+            return ""
+        await self.Open(str(chosen))
+        return str(self.deck.config_path)
+
+    @rpc()
+    async def Recent(self) -> list[str]:
+        """Config files opened, most recent first (8 at most)."""
+        from .config import recent_files
+
+        return recent_files()
+
+
+def _checked(loaded: Any) -> dict[str, Any]:
+    return {
+        "valid": loaded.config is not None,
+        "problems": [p.to_dict() for p in loaded.errors],
+        "warnings": [p.to_dict() for p in loaded.warnings],
+    }
