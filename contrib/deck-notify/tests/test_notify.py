@@ -1,0 +1,49 @@
+"""deck-notify's own tests, with deck.testing's make_deck fixture and deck's demo agent."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import pytest
+
+from deck.testing import demo_agent
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def written(path, timeout: float = 10.0) -> list[str]:
+    """The lines of `path` once the notification command has written it."""
+    async with asyncio.timeout(timeout):
+        while not (path.exists() and path.read_text()):
+            await asyncio.sleep(0.05)
+    return path.read_text().splitlines()
+
+
+async def test_a_finished_turn_runs_the_command(make_deck, tmp_path):
+    out = tmp_path / "notified.txt"
+    script = f"import sys; open({str(out)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')"
+    command = json.dumps([sys.executable, "-c", script, "{agent}", "{what}"])
+    deck, rec = make_deck(f"[notify]\nbell = false\ncommand = {command}\n" + demo_agent("demo"))
+    assert deck.pm.has_plugin("notify")
+    deck.chat.send("demo", "echo hi")
+    await rec.wait_event("turn:changed", agent="demo", busy=False)
+    assert await written(out) == ["demo finished its turn"]
+
+
+async def test_a_permission_request_asks_for_input(make_deck, tmp_path):
+    out = tmp_path / "notified.txt"
+    script = f"import sys; open({str(out)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')"
+    command = json.dumps([sys.executable, "-c", script, "{agent}", "{what}"])
+    deck, rec = make_deck(f'[notify]\nbell = false\non = ["input"]\ncommand = {command}\n' + demo_agent("demo"))
+    deck.chat.send("demo", "show me around")
+    request = await rec.wait_event("permission:requested", agent="demo")
+    assert await written(out) == ["demo needs your input"]
+    await deck.chat.AnswerPermission(request["id"], "allow")
+    await rec.wait_event("turn:changed", agent="demo", busy=False)

@@ -1,0 +1,58 @@
+"""The example third-party plugin in contrib/deck-notify: installed for real, loaded, working."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN = ROOT / "contrib" / "deck-notify"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict[str, str]:
+    """deck-notify pip-installed into a private directory; the environment that sees it."""
+    target = tmp_path_factory.mktemp("site")
+    build = tmp_path_factory.mktemp("build")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+         "--target", str(target), str(PLUGIN)],
+        check=True, timeout=300, cwd=build,
+    )  # fmt: skip
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), env.get("PYTHONPATH")]))
+    env.pop("DECK_DISABLE_PLUGIN_AUTOLOAD", None)
+    return env
+
+
+@pytest.mark.timeout(300)
+def test_deck_plugins_lists_the_installed_plugin(installed, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "deck.cli", "plugins", "--json"],
+        capture_output=True, text=True, env=installed, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = {row["name"]: row for row in json.loads(out.stdout)["plugins"]}
+    assert rows["notify"]["source"] == "deck-notify 0.1.0"
+    assert rows["notify"]["hooks"] == ["deck_config_sections", "deck_event"]
+    # And off again from the environment.
+    off = subprocess.run(
+        [sys.executable, "-m", "deck.cli", "plugins", "--json"],
+        capture_output=True, text=True, env={**installed, "DECK_DISABLE_PLUGIN_AUTOLOAD": "1"}, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert "notify" not in {row["name"] for row in json.loads(off.stdout)["plugins"]}
+
+
+@pytest.mark.timeout(300)
+def test_the_plugins_own_tests_pass_with_deck_testing(installed):
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(PLUGIN / "tests")],
+        capture_output=True, text=True, env=installed, cwd=PLUGIN, timeout=240,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "2 passed" in out.stdout
