@@ -1,0 +1,150 @@
+"""The `deck` command line, run as a subprocess: --version, --help everywhere, agents, and run with no config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+
+from deck._version import __version__
+from deck.cli import app
+
+from .conftest import agent_block
+from .deck_process import DECK, DeckProcess, write_config
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def deck(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DECK, *args], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL, **kwargs)
+
+
+def _command_paths(group: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = [prefix]
+    for name, command in (getattr(group, "commands", None) or {}).items():
+        paths += _command_paths(command, (*prefix, name))
+    return paths
+
+
+COMMANDS = _command_paths(typer.main.get_command(app))
+
+
+def test_version():
+    result = deck("--version")
+    assert result.returncode == 0
+    assert result.stdout == f"deck {__version__}\n"
+    from importlib.metadata import version
+
+    assert version("acp-deck") == __version__
+
+
+def test_version_does_not_import_the_heavy_modules():
+    code = (
+        "import sys\n"
+        "sys.argv = ['deck', '--version']\n"
+        "from deck.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('urwid', 'rich', 'pydantic', 'psutil', 'pluggy', 'watchfiles') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert result.stdout.splitlines() == [f"deck {__version__}", "[]"], result.stderr
+
+
+def test_every_command_is_known():
+    names = {" ".join(path) for path in COMMANDS}
+    assert {"", "run", "agents", "plugins", "config", "config path"} <= names
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "deck")
+def test_help_everywhere(path):
+    result = deck(*path, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("Usage: ")
+    assert f" {' '.join((*path, '[OPTIONS]'))}" in result.stdout.splitlines()[0]
+    assert "--help" in result.stdout
+    assert result.stderr == ""
+
+
+def test_agents_lists_the_config_in_order(tmp_path):
+    config = write_config(
+        tmp_path / "deck.toml",
+        agent_block("zeta", title="Zeta agent", icon="Z") + agent_block("alpha", title="Alpha agent", icon="A"),
+    )
+    result = deck("agents", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].split()[:2] == ["Z", "zeta"] and "Zeta agent" in lines[0]
+    assert lines[1].split()[:2] == ["A", "alpha"] and "Alpha agent" in lines[1]
+    rows = json.loads(deck("agents", "--config", str(config), "--json").stdout)
+    assert [(r["name"], r["title"], r["icon"]) for r in rows] == [("zeta", "Zeta agent", "Z"), ("alpha", "Alpha agent", "A")]
+    assert rows[0]["command"][0] == sys.executable
+
+
+def test_agents_with_a_missing_config_is_one_line_exit_2(tmp_path):
+    result = deck("agents", "--config", str(tmp_path / "nowhere.toml"))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"deck: config file not found: {tmp_path / 'nowhere.toml'}"]
+
+
+def test_agents_from_deck_config_env(tmp_path):
+    config = write_config(tmp_path / "elsewhere.toml", agent_block("fromenv"))
+    env = {**_no_config_env(tmp_path), "DECK_CONFIG": str(config)}
+    result = deck("agents", env=env, cwd=tmp_path / "work")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[1] == "fromenv"
+
+
+def _no_config_env(tmp_path: Path) -> dict[str, str]:
+    """An environment where deck finds no config: empty HOME and XDG dirs, no DECK_CONFIG."""
+    for name in ("home", "xdg", "work"):
+        (tmp_path / name).mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "DECK_CONFIG"}
+    env.update(HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    return env
+
+
+def test_agents_with_no_config_anywhere_is_the_demo(tmp_path):
+    result = deck("agents", env=_no_config_env(tmp_path), cwd=tmp_path / "work")
+    assert result.returncode == 0, result.stderr
+    assert [line.split()[1] for line in result.stdout.splitlines()] == ["demo"]
+
+
+def test_run_with_no_config_anywhere_runs_the_demo_agent(tmp_path):
+    proc = DeckProcess(env=_no_config_env(tmp_path), cwd=tmp_path / "work")
+    try:
+        assert [a["name"] for a in proc.call("AgentService.List")] == ["demo"]
+        current = proc.call("ConfigService.Current")
+        assert current["source"] == "embedded" and current["path"] == ""
+        proc.call("ChatService.Send", {"agent": "demo", "text": "echo hi"})
+        proc.event("turn:changed", agent="demo", busy=False, queued=0, timeout=20)
+        answer = [e["message"] for e in proc.events("message:updated", agent="demo") if e["message"]["role"] == "agent"][-1]
+        assert answer["done"] and answer["stopReason"] == "end_turn"
+        assert answer["parts"] == [{"type": "text", "text": "hi"}]
+        proc.close_stdin()
+        assert proc.wait(15) == 0
+        assert proc.states("demo") == ["starting", "ready", "busy", "ready", "stopped"]
+        # Nothing was written where a config would be looked for.
+        assert not any((tmp_path / "xdg").iterdir()) and not any((tmp_path / "work").iterdir())
+    finally:
+        proc.kill_everything()
+
+
+def test_unknown_frontend_is_one_line_exit_2(tmp_path):
+    config = write_config(tmp_path / "deck.toml", agent_block("a"))
+    result = deck("run", "--config", str(config), "--frontend", "nope")
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("deck: unknown frontend 'nope'") and "jsonl" in lines[0]
+
+
+def test_no_command_prints_help():
+    result = deck()
+    assert result.returncode == 0
+    assert "Commands:" in result.stdout and "run" in result.stdout
