@@ -15,7 +15,7 @@ import io
 import os
 import sys
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +129,11 @@ class LineFrontend(Frontend):
         prefix = console.render_lines(Text(f"[{agent}] ", style=self.colour(agent)), pad=False)[0]
         room = max(20, (width or UNBOUNDED) - Segment.get_line_length(prefix))
         lines = console.render_lines(body, console.options.update(width=room), pad=False)
+        if isinstance(body, Markdown):  # blocks are spaced by `_render_block`, not by rich's margins
+            while lines and not Segment.get_line_length(_rstrip(lines[-1])):
+                lines.pop()
+            while lines and not Segment.get_line_length(_rstrip(lines[0])):
+                lines.pop(0)
         segments: list[Segment] = []
         bare = _rstrip(prefix)
         for line in lines:
@@ -196,7 +201,8 @@ class LineFrontend(Frontend):
             self._user_message(agent, message)
         elif role == "system":
             if message.get("code") == "agent-unavailable":
-                self.error(agent, f"unavailable: {message.get('error')}")
+                reason = str(message.get("error") or "").partition("\n")[0]  # the state line showed the rest
+                self.error(agent, f"unavailable: {reason}")
             else:
                 self.emit(agent, _text_of(message), "yellow")
         elif message.get("done"):
@@ -361,7 +367,8 @@ class LineFrontend(Frontend):
             self.emit(agent, "")
         stream.blanks = 0
         if stream.kind == "thought":
-            self.emit(agent, ("thinking: " if stream.lines_out == 0 else "  ") + line.rstrip(), "dim italic")
+            shown = "thinking: " + line.strip() if stream.lines_out == 0 else "  " + line.rstrip()
+            self.emit(agent, shown, "dim italic")
         else:
             self.emit(agent, line.rstrip())
         stream.lines_out += 1
@@ -402,11 +409,11 @@ class LineFrontend(Frontend):
                 self.handle_line(line.decode(errors="replace").rstrip("\r\n"))
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
-            if self._quit:
-                return 0  # deck's shutdown stops the agents
             # End of input: finish the work in hand; nobody is left to answer questions.
+            # /quit: leave now, the agents' answers are cut short when they stop.
             self.deck.chat.cancel_pending_asks()
-            await self.deck.chat.drain()
+            if not self._quit:
+                await self.deck.chat.drain()
             await self.deck.stop_all()
             return 0
         finally:
@@ -417,7 +424,7 @@ class LineFrontend(Frontend):
 
     def _read_stdin(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[bytes | None]) -> None:
         try:
-            for line in self._stdin:
+            for line in self._stdin_lines():
                 loop.call_soon_threadsafe(lines.put_nowait, line)
         except (OSError, ValueError):
             pass
@@ -426,6 +433,24 @@ class LineFrontend(Frontend):
                 loop.call_soon_threadsafe(lines.put_nowait, None)
             except RuntimeError:  # the loop is closed: deck is already gone
                 pass
+
+    def _stdin_lines(self) -> Iterator[bytes]:
+        """Lines of stdin, read from the raw descriptor when there is one.
+
+        A thread blocked in a buffered file's read holds its lock, and the interpreter aborts
+        at exit waiting for it (after /quit with stdin still open); `os.read` holds nothing.
+        """
+        try:
+            fd = self._stdin.fileno()
+        except (AttributeError, OSError, ValueError):
+            yield from self._stdin
+            return
+        pending = b""
+        while data := os.read(fd, 65536):
+            *complete, pending = (pending + data).split(b"\n")
+            yield from complete
+        if pending:
+            yield pending
 
     def handle_line(self, line: str) -> None:
         if line.endswith("\\"):  # a message goes on over the next line

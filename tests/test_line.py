@@ -1,0 +1,367 @@
+"""The line frontend end to end: `deck run --frontend=line` with real fake agents, through pipes and a pty."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+
+from deck.frontends.line import LineFrontend, diff_summary
+
+from .conftest import agent_block
+
+DECK = [sys.executable, "-c", "from deck.cli import main; main()"]
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+SGR = r"\x1b\[[0-9;]*m"
+
+
+def plain_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS", "COLORTERM", "DECK_CONFIG")}
+    return {**env, **extra}
+
+
+class LineDeck:
+    """`deck run --frontend=line` with stdin and stdout as pipes; output read line by line."""
+
+    def __init__(self, config: Path, **env: str) -> None:
+        self.proc = subprocess.Popen(
+            [*DECK, "run", "--frontend=line", "--config", str(config)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=plain_env(**env),
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self.raw: list[bytes] = []
+        self.cursor = 0
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        threading.Thread(target=self.proc.stderr.read, daemon=True).start()  # type: ignore[union-attr]
+
+    def _read(self) -> None:
+        for raw in self.proc.stdout:  # type: ignore[union-attr]
+            with self._changed:
+                self.raw.append(raw)
+                self.lines.append(raw.decode().rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def send(self, line: str) -> None:
+        self.proc.stdin.write(line.encode() + b"\n")  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+
+    def expect(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
+        """The first line after the last one matched that matches `pattern` (a regex, whole line)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for i in range(self.cursor, len(self.lines)):
+                    if m := re.fullmatch(pattern, self.lines[i]):
+                        self.cursor = i + 1
+                        return m
+                left = deadline - time.monotonic()
+                if left <= 0 or not self._reader.is_alive():
+                    raise AssertionError(f"no line matching {pattern!r} in:\n" + "\n".join(self.lines[self.cursor :]))
+                self._changed.wait(left)
+
+    def close(self, timeout: float = 30.0) -> int:
+        self.proc.stdin.close()  # type: ignore[union-attr]
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        code = self.proc.wait(timeout)
+        self._reader.join(5)  # everything deck wrote is in `lines`
+        return code
+
+    @property
+    def output(self) -> bytes:
+        return b"".join(self.raw)
+
+
+@pytest.fixture
+def line_deck(tmp_path: Path):
+    """`line_deck(toml, **env)` → a running LineDeck; killed after the test if still running."""
+    made: list[LineDeck] = []
+
+    def make(text: str, **env: str) -> LineDeck:
+        config = tmp_path / "deck.toml"
+        config.write_text(text)
+        deck = LineDeck(config, **env)
+        made.append(deck)
+        return deck
+
+    yield make
+    for deck in made:
+        if deck.proc.poll() is None:
+            deck.proc.kill()
+            deck.proc.wait()
+
+
+def test_answer_streams_as_whole_lines_without_escape_codes(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.expect(r"\[deck\] talking to a; /help lists the commands")
+    deck.send("@a stream 5")
+    deck.expect(r"\[a\] > stream 5")
+    deck.expect(r"\[a\] starting…")
+    deck.expect(r"\[a\] ready")
+    deck.expect(r"\[a\] busy")
+    deck.expect(r"\[a\] c0 c1 c2 c3 c4")  # five chunks, one line
+    deck.expect(r"\[a\] ready")
+    assert deck.close() == 0
+    deck.expect(r"\[a\] stopped")
+    assert not [line for line in deck.lines if re.fullmatch(r"\[a\] c\d", line)]
+    assert b"\x1b" not in deck.output  # stdout is a pipe: plain text
+
+
+def test_text_wraps_to_columns_in_a_pipe(line_deck):
+    deck = line_deck(agent_block("a"), COLUMNS="30")
+    deck.send("stream 40")
+    deck.expect(r"\[a\] c0 c1 .*")
+    deck.expect(r"\[a\] ready")
+    assert deck.close() == 0
+    text = [line for line in deck.lines if re.fullmatch(r"\[a\] (c\d+ ?)+", line)]
+    assert len(text) > 4 and all(len(line) <= 30 for line in text)
+    assert " ".join(line[4:] for line in text).split() == [f"c{i}" for i in range(40)]
+
+
+def test_thought_plan_and_usage(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("@a thought")
+    deck.expect(r"\[a\] thinking: thinking")
+    deck.expect(r"\[a\] answer")
+    deck.expect(r"\[a\] thinking: more thinking")
+    deck.send("plan")
+    deck.expect(r"\[a\] plan:")
+    deck.expect(r"\[a\]   \[ \] one")
+    deck.expect(r"\[a\] plan:")
+    deck.expect(r"\[a\]   \[x\] one")
+    deck.send("usage")
+    deck.expect(r"\[a\] context: 1,000 / 200,000 tokens \(0%\)")
+    deck.expect(r"\[a\] tokens: 10 in · 20 out · 30 total")
+    assert deck.close() == 0
+
+
+def test_permission_allow_and_deny_by_number(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("/allow")
+    deck.expect(r"\[deck\] no permission request is waiting")
+    deck.send("@a perm")
+    deck.expect(r"\[a\] Edit file \[pending\]  \+1 -1 /x")
+    deck.expect(r"\[a\] permission\? Edit file  \+1 -1 /x")
+    deck.expect(r"\[a\]   1\. Allow   2\. Reject   → /allow N, /deny")
+    deck.send("/allow 3")
+    deck.expect(r"\[a\] /allow N: N is an option number, 1 to 2")
+    deck.send("/allow 1")
+    deck.expect(r"\[a\] permission: Allow")
+    deck.expect(r"\[a\] Edit file \[completed\]  \+1 -1 /x")
+    deck.expect(r"\[a\] permission: yes")
+    deck.expect(r"\[a\] ready")
+    deck.send("perm")
+    deck.expect(r"\[a\] permission\? Edit file.*")
+    deck.send("/deny")
+    deck.expect(r"\[a\] permission: Reject")
+    deck.expect(r"\[a\] Edit file \[failed\]  \+1 -1 /x")
+    deck.expect(r"\[a\] permission: no")
+    assert deck.close() == 0
+
+
+def test_messages_go_to_the_agent_addressed_last(line_deck):
+    deck = line_deck(agent_block("a") + agent_block("b"))
+    deck.send("hello")  # nobody addressed yet: the first agent
+    deck.expect(r"\[a\] You said: hello")
+    deck.send("@b hi")
+    deck.expect(r"\[b\] You said: hi")
+    deck.send("again")
+    deck.expect(r"\[b\] You said: again")
+    deck.send("@zz hi")
+    deck.expect(r"\[deck\] unknown agent 'zz' \(agents: a, b\)")
+    deck.send("one \\")  # a trailing backslash goes on to the next line
+    deck.send("two")
+    deck.expect(r"\[b\] You said: one")
+    deck.expect(r"\[b\] two")
+    assert deck.close() == 0
+    assert not any(line.startswith("[a] You said: again") for line in deck.lines)
+
+
+def test_commands_and_unknown_command(line_deck):
+    deck = line_deck(agent_block("a") + agent_block("b", "--garbage"))
+    deck.send("/start b")
+    deck.expect(r"\[b\] ready")
+    deck.send("/agents")
+    deck.expect(r"\[a\] a · stopped  \(current\)")
+    deck.expect(r"\[b\] b · ready")
+    deck.send("/logs b")
+    deck.expect(r"\[b\] \| deck: not JSON, skipped: this is not json")
+    deck.send("/frobnicate")
+    deck.expect(r"\[deck\] unknown command: /frobnicate")
+    deck.expect(r"\[deck\] /allow \[N\] .*")  # the help
+    deck.send("/help")
+    deck.expect(r"\[deck\] /help +this help +/quit .*")
+    deck.send("/stop b")
+    deck.expect(r"\[b\] stopped")
+    deck.send("/restart a")
+    deck.expect(r"\[a\] starting…")
+    deck.expect(r"\[a\] ready")
+    deck.send("@a still here")  # deck carried on after the unknown command
+    deck.expect(r"\[a\] You said: still here")
+    deck.send("/quit")  # stdin still open
+    assert deck.wait() == 0
+
+
+def test_cancel_stops_the_answer(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("/cancel")
+    deck.expect(r"\[a\] nothing to cancel")
+    deck.send("@a slow")
+    deck.expect(r"\[a\] busy")
+    time.sleep(0.3)
+    deck.send("/cancel a")
+    deck.expect(r"\[a\] (tick ?)+")  # what streamed before the cancel is shown at the part's end
+    deck.expect(r"\[a\] stopped: cancelled")
+    deck.expect(r"\[a\] ready")
+    assert deck.close() == 0
+
+
+def test_start_failure_is_reported_with_its_reason(line_deck):
+    deck = line_deck(agent_block("c", "--fail-start"))
+    deck.send("@c hi")
+    deck.expect(r"\[c\] error: the agent exited during the handshake with code 3")
+    deck.expect(r"\[c\] fatal: missing API key")
+    deck.expect(r"\[c\] unavailable: c could not start: .*")
+    deck.send("/start c")
+    deck.expect(r"\[c\] error: .*")
+    assert deck.close() == 0
+
+
+def test_states_in_french(line_deck):
+    deck = line_deck('language = "fr"\n' + agent_block("a"))
+    deck.send("@a bonjour")
+    deck.expect(r"\[a\] démarre…")
+    deck.expect(r"\[a\] prêt")
+    deck.expect(r"\[a\] occupé")
+    deck.expect(r"\[a\] You said: bonjour")
+    deck.send("/agents")
+    deck.expect(r"\[a\] a · prêt  \(current\)")
+    deck.send("/stop a")
+    deck.expect(r"\[a\] arrêté")
+    assert deck.close() == 0
+
+
+def test_end_of_stdin_finishes_the_work_in_hand(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("@a stream 3")
+    deck.send("@a queued after")
+    assert deck.close() == 0  # stdin closed at once: both turns still run to the end
+    deck.expect(r"\[a\] c0 c1 c2")
+    deck.expect(r"\[a\] You said: queued after")
+    deck.expect(r"\[a\] stopped")
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("language", "shown"), [("en", "ready · restart to apply changes"), ("fr", "prêt · à redémarrer")])
+async def test_outdated_agent_says_so(make_deck, language, shown):
+    deck, _ = make_deck(f'language = "{language}"\n' + agent_block("a"))
+    read, write = os.pipe()
+    front = LineFrontend(deck, stdin=io.BytesIO(), stdout_fd=write)
+    deck.subscribe(front.on_event)
+    await deck.agent_service.Start("a")
+    agent = deck.agents["a"]
+    agent.outdated = True  # what the config watcher does when the agent's definition changes
+    agent.emit_state()
+    front.flush()
+    os.close(write)
+    with os.fdopen(read) as out:
+        assert out.read().splitlines()[-1] == f"[a] {shown}"
+
+
+def test_diff_summary_counts_lines():
+    diffs = [
+        {"path": "a.py", "oldText": "x\ny\nz\n", "newText": "x\nY\nz\nw\n", "newFile": False},
+        {"path": "new.py", "oldText": "", "newText": "1\n2\n", "newFile": True},
+    ]
+    assert diff_summary(diffs) == "+2 -1 a.py, +2 -0 new.py (new)"
+
+
+# -- under a pseudo-terminal ------------------------------------------------------------------------
+
+
+def spawn_tty(tmp_path: Path, text: str, columns: int = 60, **env: str) -> tuple[pexpect.spawn, io.StringIO]:
+    config = tmp_path / "deck.toml"
+    config.write_text(text)
+    child = pexpect.spawn(
+        DECK[0], [*DECK[1:], "run", "--frontend=line", "--config", str(config)],
+        env=plain_env(TERM="xterm-256color", **env), dimensions=(40, columns), echo=False,
+        encoding="utf-8", timeout=20,
+    )  # fmt: skip
+    log = io.StringIO()
+    child.logfile_read = log
+    return child, log
+
+
+def test_terminal_colours_markdown_and_width(tmp_path):
+    child, log = spawn_tty(tmp_path, agent_block("a") + agent_block("c", "--fail-start"))
+    try:
+        child.expect("/help lists the commands")
+        child.sendline("@a some **bold** and `code`")
+        child.expect("You said")
+        child.expect(r"\[a\] \S*ready")
+        child.sendline("intro \\")
+        child.sendline("```python \\")
+        child.sendline("x = 1 \\")
+        child.sendline("```")
+        child.expect(r"x\S* ")
+        child.expect(r"\[a\] \S*ready")
+        child.sendline("@a " + "word " * 30)
+        child.expect(r"\[a\] \S*ready")
+        child.setwinsize(40, 100)
+        child.sendline("@a " + "wide " * 30)
+        child.expect(r"\[a\] \S*ready")
+        child.sendline("@c hi")
+        child.expect("missing API key")
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    raw = log.getvalue()
+    text = ANSI.sub("", raw).replace("\r\n", "\n")
+    lines = text.splitlines()
+    # A colour per agent on the prefix, errors in red.
+    assert re.search(SGR + r"\[a\] " + SGR, raw)
+    assert re.search(r"\x1b\[31m[^\n]*error: the agent exited during the handshake", raw)
+    # Markdown rendered once: no asterisks or backticks, bold as bold, the answer not printed twice.
+    said = [line for line in lines if "You said: some" in line]
+    assert said == ["[a] You said: some bold and code"]
+    assert re.search(r"\x1b\[1mbold", raw)
+    # A fenced block: no fence shown, the code highlighted (a colour change between `x` and `=`).
+    assert not any("```" in line for line in lines if line.startswith("[a]") and "> " not in line)
+    assert re.search(r"x" + SGR + r"(?:" + SGR + r"| )*=", raw)
+    # Width follows the terminal, also after a resize.
+    narrow = [line.rstrip() for line in lines if re.fullmatch(r"\[a\] (You said: )?(word ?)+", line.rstrip())]
+    wide = [line.rstrip() for line in lines if re.fullmatch(r"\[a\] (You said: )?(wide ?)+", line.rstrip())]
+    assert len(narrow) >= 3 and max(map(len, narrow)) <= 60
+    assert len(wide) >= 2 and 60 < max(map(len, wide)) <= 100
+
+
+def test_no_color_on_a_terminal_writes_no_escape_codes(tmp_path):
+    child, log = spawn_tty(tmp_path, agent_block("a"), NO_COLOR="1")
+    try:
+        child.expect("/help lists the commands")
+        child.sendline("@a some **bold**")
+        child.expect(r"\[a\] ready")
+        child.sendline("@c nobody")
+        child.expect("unknown agent")
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    raw = log.getvalue()
+    assert "\x1b" not in raw
+    assert "[a] You said: some bold" in raw  # still rendered as Markdown on a terminal
