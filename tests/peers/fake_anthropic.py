@@ -1,0 +1,177 @@
+"""A small fake of Anthropic's Messages API on 127.0.0.1 (stdlib only), for claude-agent-acp.
+
+Claude Code honours ANTHROPIC_BASE_URL, so pointing it here runs whole turns offline
+with the real agent: one `POST /v1/messages` (`stream: true`) per model turn,
+answered with server-sent events. What each turn answers is up to a `reply`
+function given the request body; `Reply` describes the content blocks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODEL = "claude-sonnet-4-6"
+
+
+@dataclass
+class Reply:
+    """One model turn: text and/or tool uses, then a stop reason."""
+
+    text: str = ""
+    tool_uses: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (tool name, input)
+    input_tokens: int = 1200
+    output_tokens: int = 40
+
+    @property
+    def stop_reason(self) -> str:
+        return "tool_use" if self.tool_uses else "end_turn"
+
+
+_tool_ids = itertools.count(1)
+
+
+def sse(reply: Reply) -> bytes:
+    """The event stream of one streamed Messages API response."""
+    events: list[tuple[str, dict[str, Any]]] = []
+    usage = {"input_tokens": reply.input_tokens, "output_tokens": 1,
+             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}  # fmt: skip
+    events.append(("message_start", {"type": "message_start", "message": {
+        "id": f"msg_fake_{next(_tool_ids)}", "type": "message", "role": "assistant", "model": MODEL,
+        "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}}))  # fmt: skip
+    index = 0
+    if reply.text:
+        events.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                               "content_block": {"type": "text", "text": ""}}))  # fmt: skip
+        for word in reply.text.split(" "):
+            chunk = word if not events[-1][0] == "content_block_delta" else " " + word
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                   "delta": {"type": "text_delta", "text": chunk}}))  # fmt: skip
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
+    for name, tool_input in reply.tool_uses:
+        events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
+            "type": "tool_use", "id": f"toolu_fake_{next(_tool_ids)}", "name": name, "input": {}}}))  # fmt: skip
+        events.append(("content_block_delta", {"type": "content_block_delta", "index": index,
+                                               "delta": {"type": "input_json_delta", "partial_json": json.dumps(tool_input)}}))  # fmt: skip
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
+    events.append(("message_delta", {"type": "message_delta",
+                                     "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
+                                     "usage": {"output_tokens": reply.output_tokens}}))  # fmt: skip
+    events.append(("message_stop", {"type": "message_stop"}))
+    return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    """The text of the newest user message (Claude Code adds reminders as extra text blocks)."""
+    for message in reversed(body.get("messages") or []):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool_result blocks of the newest user message (what the tools returned)."""
+    messages = body.get("messages") or []
+    if not messages or messages[-1].get("role") != "user" or isinstance(messages[-1].get("content"), str):
+        return []
+    return [b for b in messages[-1]["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+class FakeAnthropic:
+    """The server. `turns` records every main-loop request body (the ones offering tools)."""
+
+    def __init__(self, reply: Callable[[dict[str, Any]], Reply]) -> None:
+        self.reply = reply
+        self.turns: list[dict[str, Any]] = []
+        self.side_requests: list[dict[str, Any]] = []
+        self.other_paths: list[str] = []
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                if not self.path.startswith("/v1/messages") or self.path.startswith("/v1/messages/count_tokens"):
+                    fake._other(self, raw)
+                    return
+                body = json.loads(raw or b"{}")
+                fake._messages(self, body)
+
+            def do_GET(self) -> None:
+                fake._other(self, b"")
+
+            do_HEAD = do_GET
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self._thread = threading.Thread(target=self.server.serve_forever, name="fake-anthropic", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> FakeAnthropic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _messages(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        main_loop = bool(body.get("tools"))
+        with self._lock:
+            (self.turns if main_loop else self.side_requests).append(body)
+        reply = self.reply(body) if main_loop else Reply(text="Fake side answer")
+        if body.get("stream"):
+            data = sse(reply)
+            handler.send_response(200)
+            handler.send_header("content-type", "text/event-stream")
+            handler.send_header("cache-control", "no-cache")
+            handler.send_header("content-length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+        else:
+            content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+            content += [{"type": "tool_use", "id": f"toolu_fake_{next(_tool_ids)}", "name": n, "input": i}
+                        for n, i in reply.tool_uses]  # fmt: skip
+            _json(handler, 200, {
+                "id": "msg_fake", "type": "message", "role": "assistant", "model": MODEL, "content": content,
+                "stop_reason": reply.stop_reason, "stop_sequence": None,
+                "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}})  # fmt: skip
+
+    def _other(self, handler: BaseHTTPRequestHandler, raw: bytes) -> None:
+        with self._lock:
+            self.other_paths.append(f"{handler.command} {handler.path}")
+        if handler.path.startswith("/v1/messages/count_tokens"):
+            _json(handler, 200, {"input_tokens": 100})
+        else:
+            _json(handler, 404, {"type": "error", "error": {"type": "not_found_error", "message": "not faked"}})
+
+
+def _json(handler: BaseHTTPRequestHandler, status: int, obj: dict[str, Any]) -> None:
+    data = json.dumps(obj).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(data)))
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(data)

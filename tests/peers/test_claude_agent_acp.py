@@ -1,0 +1,138 @@
+"""deck against claude-agent-acp (npm @zed-industries/claude-agent-acp 0.23.1), offline.
+
+Without a key the agent still does the handshake; with ANTHROPIC_BASE_URL pointing
+at tests/peers/fake_anthropic.py it runs whole turns with real Claude Code behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import agent_toml, claude_command
+from .fake_anthropic import FakeAnthropic, Reply, last_user_text, tool_results
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+
+#: Keeps Claude Code off the network for everything but the model (telemetry, updates).
+QUIET = {"IS_SANDBOX": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
+
+
+def claude(cwd: Path, **env: str) -> str:
+    return agent_toml("claude", claude_command(), cwd, env={**QUIET, **env})
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on: connections to it are refused at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def last_reply(pd):
+    messages = pd.deck.chat.conversation("claude").messages
+    return messages[-1] if messages and messages[-1].role == "agent" and messages[-1].done else None
+
+
+async def test_handshake_and_session_new(peer_deck, workdir):
+    pd = peer_deck(claude(workdir))
+    info = await pd.deck.agent_service.Start("claude")
+    assert info["state"] == "ready" and info["error"] is None
+    agent = pd.deck.agents["claude"]
+    assert agent.init_result["protocolVersion"] == 1
+    assert agent.init_result["agentInfo"]["name"] == "@zed-industries/claude-agent-acp"
+    (new,) = pd.schema.sent("session/new")
+    assert new["params"] == {"cwd": str(workdir), "mcpServers": []}
+    # session/new returns modes and config options; deck's conversation shows them.
+    snapshot = await pd.deck.chat.Conversation("claude")
+    assert snapshot["modes"]["currentModeId"] == "default"
+    assert {"default", "acceptEdits", "plan"} <= {m["id"] for m in snapshot["modes"]["availableModes"]}
+    assert "mode" in {o["id"] for o in snapshot["configOptions"]}
+    changed = {e["field"] for e in pd.rec.named("conversation:changed", "claude")}
+    assert {"modes", "configOptions"} <= changed
+    # It does not exit when its stdin closes: the stop escalation ends it.
+    await pd.deck.agent_service.Stop("claude")
+    assert pd.rec.states("claude") == ["starting", "ready", "stopped"]
+    assert any("SIGTERM" in line for line in await pd.deck.agent_service.Logs("claude"))
+    await pd.close()
+
+
+async def test_prompt_without_a_key_is_a_clear_error(peer_deck, workdir):
+    pd = peer_deck(claude(workdir))
+    started = time.monotonic()
+    pd.deck.chat.send("claude", "hello")
+    reply = await pd.rec.wait(lambda r: last_reply(pd), timeout=30)
+    assert time.monotonic() - started < 20
+    assert reply.stop_reason is None and reply.error and "Authentication required" in reply.error
+    final = pd.rec.named("message:updated", "claude")[-1]["message"]
+    assert final["id"] == reply.id and final["done"] and "Authentication required" in final["error"]
+    await pd.rec.wait_event("turn:changed", agent="claude", busy=False, queued=0)
+    assert pd.deck.agents["claude"].state.value == "ready"  # the agent is fine, only the turn failed
+    await pd.close()
+
+
+async def test_whole_turn_with_tool_call_diff_permission_and_usage(peer_deck, workdir):
+    target = workdir / "greeting.txt"
+
+    def reply(body: dict) -> Reply:
+        if not tool_results(body):
+            return Reply(text="I will write it.", tool_uses=[("Write", {"file_path": str(target), "content": "hello from claude\n"})])
+        return Reply(text="Done: the greeting is written.", input_tokens=1500)
+
+    with FakeAnthropic(reply) as fake:
+        pd = peer_deck(claude(workdir, ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY="sk-ant-fake-key"))
+        pd.deck.chat.send("claude", "please write the greeting")
+        request = await pd.rec.wait_event("permission:requested", agent="claude", timeout=60)
+        tool = request["toolCall"]
+        assert tool["kind"] == "edit" and tool["title"] == "Write greeting.txt"  # relative to cwd
+        assert tool["diffs"] == [{"path": str(target), "oldText": "", "newText": "hello from claude\n", "newFile": True}]
+        assert tool["locations"] == [{"path": str(target)}]
+        assert [o["kind"] for o in request["options"]][0] == "allow_always"
+        allow_once = next(o["optionId"] for o in request["options"] if o["kind"] == "allow_once")
+        assert allow_once == "allow"
+        assert not target.exists()  # nothing written before the answer
+        await pd.deck.chat.AnswerPermission(request["id"], allow_once)
+        reply_msg = await pd.rec.wait(lambda r: last_reply(pd), timeout=60)
+        assert len(fake.turns) == 2  # one POST /v1/messages per model turn
+        assert "please write the greeting" in last_user_text(fake.turns[0])
+        assert tool_results(fake.turns[1])[0]["content"]  # the tool's result went back to the model
+
+    assert reply_msg.stop_reason == "end_turn" and reply_msg.error is None
+    parts = [p.to_dict() for p in reply_msg.parts]
+    assert [p["type"] for p in parts] == ["text", "tool", "text"]
+    assert parts[0]["text"] == "I will write it." and parts[2]["text"] == "Done: the greeting is written."
+    assert parts[1]["status"] == "completed" and parts[1]["diffs"][0]["newText"] == "hello from claude\n"
+    assert target.read_text() == "hello from claude\n"  # Claude Code writes files itself
+    usage = pd.rec.named("usage:changed", "claude")
+    assert usage and usage[-1]["usage"]["size"] == 200000 and usage[-1]["usage"]["used"] > 0
+    snapshot = await pd.deck.chat.Conversation("claude")
+    assert snapshot["usage"] == usage[-1]["usage"]
+    assert reply_msg.usage and reply_msg.usage["inputTokens"] > 0  # the prompt response's usage is kept
+    (perm,) = pd.schema.received("session/request_permission")
+    assert pd.schema.answer_to(perm)["result"] == {"outcome": {"outcome": "selected", "optionId": "allow"}}
+    await pd.close()
+
+
+async def test_cancel_while_it_retries_a_dead_network(peer_deck, workdir):
+    dead = f"http://127.0.0.1:{closed_port()}"
+    pd = peer_deck(claude(workdir, ANTHROPIC_BASE_URL=dead, ANTHROPIC_API_KEY="sk-ant-fake-key"))
+    await pd.deck.agent_service.Start("claude")
+    pd.deck.chat.send("claude", "hello?")
+    await pd.rec.wait_event("turn:changed", agent="claude", busy=True)
+    await asyncio.sleep(2.0)  # it is retrying the network by now
+    assert last_reply(pd) is None and pd.deck.agents["claude"].state.value == "busy"
+    # deck stays responsive meanwhile.
+    assert [a["state"] for a in await pd.deck.agent_service.List()] == ["busy"]
+    started = time.monotonic()
+    assert (await pd.deck.chat.Cancel("claude"))["cancelled"] is True
+    reply = await pd.rec.wait(lambda r: last_reply(pd), timeout=10)
+    elapsed = time.monotonic() - started
+    assert reply.stop_reason == "cancelled"
+    assert elapsed < 3, f"the cancelled turn took {elapsed:.1f}s to end"
+    await pd.rec.wait_event("turn:changed", agent="claude", busy=False, queued=0)
+    assert pd.deck.agents["claude"].state.value == "ready"
+    await pd.close()
