@@ -287,6 +287,8 @@ def _message(err: Any) -> str:
     if kind in ("greater_than_equal", "too_short"):
         least = err["ctx"].get("ge", err["ctx"].get("min_length"))
         return f"must be at least {least}, got {json.dumps(err.get('input'))}"
+    if kind == "less_than_equal":
+        return f"must be at most {err['ctx']['le']}, got {json.dumps(err.get('input'))}"
     return str(err["msg"]).removeprefix("Value error, ")
 
 

@@ -1,0 +1,500 @@
+"""The config: problems with line and column, plugin sections, JSON Schema, the `deck config` commands,
+and ConfigService (Validate, Save, Open, Choose, Recent) against real files and real fake agents."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+from typer.testing import CliRunner
+
+from deck.cli import app
+from deck.config import DeckConfig, Problem, effective, json_schema, parse, to_toml
+from deck.errors import ServiceError
+from deck.frontend import Frontend
+from deck.hookspecs import hookimpl
+
+from .conftest import agent_block, alive
+
+pytestmark = pytest.mark.anyio
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def problems(text: str, **kwargs) -> list[tuple[int, int, str, bool]]:
+    return [(p.line, p.column, p.message, p.warning) for p in parse(text, **kwargs).problems]
+
+
+# -- problems, each kind with its line and column -----------------------------------------------
+
+BAD = """\
+language = "de"
+theme = 5
+
+[limits]
+maxRunningAgents = "4"
+stopIdleAgentsAfter = "ten minutes"
+colour = "red"
+
+[agents.a]
+command = []
+
+[agents.b]
+title = "B"
+
+[agents.c]
+  command = "  "
+  env = { HOME = "/h", DEBUG = 1 }
+"""
+
+
+def test_every_problem_kind_points_at_its_line_and_column():
+    assert problems(BAD) == [
+        (1, 12, 'language: unknown value "de": use "en" or "fr"', False),
+        (2, 9, "theme: expected a string, got an integer (5)", False),
+        (5, 20, 'limits.maxRunningAgents: expected an integer, got a string ("4")', False),
+        (
+            6,
+            23,
+            'limits.stopIdleAgentsAfter: bad duration "ten minutes": '
+            'use a number of seconds or a string like "30s", "10m", "1h"',
+            False,
+        ),
+        (7, 1, "unknown key limits.colour", True),
+        (10, 11, "agents.a.command: command must not be empty", False),
+        (12, 1, "agents.b.command: required key is missing", False),  # the table that lacks it
+        (16, 13, "agents.c.command: command must not be empty", False),
+        (17, 32, "agents.c.env.DEBUG: expected a string, got an integer (1)", False),
+    ]
+    assert parse(BAD).config is None
+
+
+def test_syntax_errors_have_line_and_column():
+    assert problems('[agents.a]\ntitle = "A" "B"\n') == [
+        (2, 13, "TOML syntax: Expected newline or end of document after a statement", False)
+    ]
+    # tomllib says "at end of document" for these; the problem points at the end of the file.
+    assert problems('[agents.a]\ncommand = ["x",\n  "y"\n') == [
+        (3, 6, "TOML syntax: Unclosed array (at end of file)", False)
+    ]
+    # A key written twice: tomllib does not say where; the second one is found.
+    assert problems('theme = "a"\n\ntheme = "b"') == [(3, 1, "TOML syntax: Cannot overwrite a value", False)]
+
+
+def test_unknown_keys_are_warnings_and_the_config_stays_valid():
+    text = 'tema = "x"\n[agents.a]\ncommand = ["x"]\ncolour = "red"\n[limits]\nmax_running_agents = 2\n'
+    loaded = parse(text)
+    assert loaded.config is not None and loaded.errors == []
+    assert [(p.line, p.column, p.message) for p in loaded.warnings] == [
+        (1, 1, "unknown key tema"),
+        (4, 1, "unknown key agents.a.colour"),
+        (6, 1, "unknown key limits.max_running_agents"),  # only the documented spelling counts
+    ]
+    assert loaded.config.limits.max_running_agents == 4
+
+
+def test_unknown_keys_are_reported_beside_errors():
+    assert problems('tema = "x"\n[agents.a]\ntitle = 1\n') == [
+        (1, 1, "unknown key tema", True),
+        (2, 1, "agents.a.command: required key is missing", False),
+        (3, 9, "agents.a.title: expected a string, got an integer (1)", False),
+    ]
+
+
+def test_dotted_and_quoted_keys_are_located():
+    text = 'limits.maxRunningAgents = 0\n[agents."my agent"]\ncommand = "run me"\npermissions = "sometimes"\n'
+    assert problems(text) == [
+        (1, 27, "limits.maxRunningAgents: must be at least 1, got 0", False),
+        (4, 15, 'agents."my agent".permissions: unknown value "sometimes": use "ask", "allow-reads" or "allow"', False),
+    ]
+
+
+def test_values_and_defaults():
+    config = parse('[limits]\nstopIdleAgentsAfter = 90\nhandshakeTimeout = "250ms"\n[agents.a]\ncommand = "npx -y \'an agent\'"\n').config
+    assert config is not None
+    assert config.limits.stop_idle_agents_after == 90.0 and config.limits.handshake_timeout == 0.25
+    assert config.agents["a"].command == ["npx", "-y", "an agent"]
+    assert (config.language, config.theme, config.frontend, config.limits.max_running_agents) == ("en", "dark", None, 4)
+    assert config.agents["a"].permissions == "ask" and config.agents["a"].auth_method is None
+    assert DeckConfig().limits.stop_idle_agents_after == 600.0 and DeckConfig().limits.handshake_timeout == 30.0
+
+
+def test_readme_example_is_valid_and_documents_the_defaults():
+    text = README.read_text()
+    example = re.search(r"## Config\n.*?```toml\n(.*?)```", text, re.S).group(1)
+    loaded = parse(example)
+    assert loaded.problems == [] and loaded.config is not None
+    defaults = DeckConfig()
+    section = text[text.index("## Config") :]
+    section = section[: section.index("\n## ", 3)]
+    for spelled in (f"default {defaults.limits.max_running_agents}", "default 10m", "default 30s", 'default "dark"', 'default "en"'):
+        assert spelled in section, spelled
+
+
+# -- plugin sections ----------------------------------------------------------------------------------
+
+
+class NotifySection(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    sound: bool = True
+    volume: int = Field(5, ge=0, le=10)
+
+
+class NotifyPlugin:
+    @hookimpl
+    def deck_config_sections(self):
+        return {"notify": NotifySection}
+
+
+def test_plugin_sections_are_checked_by_their_own_model():
+    sections = {"notify": NotifySection}
+    assert problems("[notify]\nvolume = 11\nvolum = 3\n", sections=sections) == [
+        (2, 10, "notify.volume: must be at most 10, got 11", False),
+        (3, 1, "unknown key notify.volum", True),
+    ]
+    loaded = parse("[notify]\nsound = false\n", sections=sections)
+    assert loaded.problems == [] and loaded.sections["notify"] == NotifySection(sound=False)
+    assert parse("", sections=sections).sections["notify"] == NotifySection()  # absent: its defaults
+    # Without the plugin the section is just an unknown key.
+    assert problems("[notify]\nsound = false\n") == [(1, 1, "unknown key notify", True)]
+    schema = json_schema(sections)
+    assert schema["properties"]["notify"]["properties"]["volume"]["maximum"] == 10
+
+
+async def test_services_see_plugin_sections(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    deck.pm.register(NotifyPlugin(), name="notify")
+    result = await deck.config_service.Validate("[notify]\nvolume = -1\n")
+    assert result["problems"] == [
+        {"line": 2, "column": 10, "message": "notify.volume: must be at least 0, got -1", "warning": False}
+    ]
+    assert "notify" in (await deck.config_service.Schema())["properties"]
+    saved = await deck.config_service.Save("[notify]\nvolume = 7\n" + agent_block("a"))
+    assert saved["saved"] and saved["warnings"] == []
+    assert deck.config_service.section("notify") == NotifySection(volume=7)
+
+
+# -- JSON Schema -----------------------------------------------------------------------------------
+
+
+def test_json_schema_accepts_good_configs_and_rejects_bad_ones():
+    schema = json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    example = re.search(r"## Config\n.*?```toml\n(.*?)```", README.read_text(), re.S).group(1)
+    assert list(validator.iter_errors(tomllib.loads(example))) == []
+    good = {"limits": {"stopIdleAgentsAfter": 600, "handshakeTimeout": "30s"}, "agents": {"a": {"command": "run it"}}}
+    assert list(validator.iter_errors(good)) == []
+    for bad in (
+        {"language": "de"},
+        {"limits": {"maxRunningAgents": "4"}},
+        {"limits": {"handshakeTimeout": "soon"}},
+        {"agents": {"a": {"title": "no command"}}},
+        {"agents": {"a": {"command": []}}},
+    ):
+        assert list(validator.iter_errors(bad)), bad
+
+
+# -- effective config ----------------------------------------------------------------------------------
+
+
+def test_effective_config_round_trips_through_toml():
+    text = '[limits]\nstopIdleAgentsAfter = 90\n[agents.b]\ncommand = "b --x"\nenv = { K = "v" }\n[agents.a]\ncommand = ["a"]\n'
+    config = parse(text).config
+    shown = to_toml(effective(config))
+    again = parse(shown)
+    assert again.problems == [] and again.config == config
+    assert list(again.config.agents) == ["b", "a"]
+    assert 'stopIdleAgentsAfter = "90s"' in shown and 'handshakeTimeout = "30s"' in shown
+
+
+# -- the `deck config` commands ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DECK_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    runner = CliRunner()
+    return lambda *args: runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_config_validate_prints_problems_and_exits_1_on_an_error(cli, tmp_path):
+    (tmp_path / "bad.toml").write_text(BAD)
+    result = cli("config", "validate", "bad.toml")
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == 'bad.toml:1:12: language: unknown value "de": use "en" or "fr"'
+    assert lines[4] == "bad.toml:7:1: warning: unknown key limits.colour"
+    assert len(lines) == 9
+
+    (tmp_path / "warn.toml").write_text('tema = "x"\n' + agent_block("a"))
+    result = cli("config", "validate", "warn.toml")
+    assert result.exit_code == 0
+    assert result.stdout.splitlines() == ["warn.toml:1:1: warning: unknown key tema", "warn.toml: valid (1 warning)"]
+
+    (tmp_path / "deck.toml").write_text(agent_block("a"))
+    result = cli("config", "validate")  # the config in use: ./deck.toml
+    assert result.exit_code == 0 and result.stdout == f"{tmp_path / 'deck.toml'}: valid\n"
+
+    result = cli("config", "validate", "missing.toml")
+    assert result.exit_code == 2 and "config file not found: missing.toml" in result.stderr
+
+
+def test_config_path_says_how_the_file_was_found(cli, tmp_path, monkeypatch):
+    assert cli("config", "path").stdout == "built-in default (no config file found)\n"
+    xdg = tmp_path / "xdg" / "deck" / "deck.toml"
+    xdg.parent.mkdir(parents=True)
+    xdg.write_text("")
+    assert cli("config", "path").stdout == f"{xdg} (from $XDG_CONFIG_HOME/deck/deck.toml)\n"
+    (tmp_path / "deck.toml").write_text("")
+    assert cli("config", "path").stdout == f"{tmp_path / 'deck.toml'} (from ./deck.toml)\n"
+    monkeypatch.setenv("DECK_CONFIG", str(xdg))
+    assert cli("config", "path").stdout == f"{xdg} (from $DECK_CONFIG)\n"
+    assert cli("config", "path", "-c", "deck.toml").stdout == "deck.toml (from --config)\n"
+    result = cli("config", "path", "-c", "nope.toml")
+    assert result.exit_code == 2 and result.stdout == "nope.toml (from --config; file not found)\n"
+
+
+def test_config_schema_prints_the_json_schema(cli):
+    result = cli("config", "schema")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == json_schema()
+
+
+def test_config_show_prints_the_effective_config(cli, tmp_path):
+    (tmp_path / "deck.toml").write_text('language = "fr"\n[agents.a]\ncommand = "a b"\n')
+    result = cli("config", "show")
+    assert result.exit_code == 0
+    shown = tomllib.loads(result.stdout)
+    assert shown["language"] == "fr"
+    assert shown["limits"] == {"maxRunningAgents": 4, "stopIdleAgentsAfter": "10m", "handshakeTimeout": "30s"}
+    assert shown["agents"]["a"]["command"] == ["a", "b"] and shown["agents"]["a"]["permissions"] == "ask"
+    as_json = json.loads(cli("config", "show", "--json").stdout)
+    assert as_json == shown
+    # The built-in default when there is no file.
+    (tmp_path / "deck.toml").unlink()
+    assert list(tomllib.loads(cli("config", "show").stdout)["agents"]) == ["demo"]
+    (tmp_path / "deck.toml").write_text(BAD)
+    result = cli("config", "show")
+    assert result.exit_code == 1 and result.stdout == "" and "deck.toml:1:12:" in result.stderr
+
+
+# -- ConfigService ----------------------------------------------------------------------------------
+
+
+async def test_current_content_validate_and_schema(make_deck):
+    deck, rec = make_deck('tema = "x"\n' + agent_block("a"))
+    current = await deck.call("ConfigService.Current", {})
+    assert current == {
+        "path": str(deck.config_path),
+        "source": "flag",
+        "created": False,
+        "valid": True,
+        "problems": [],
+        "warnings": [{"line": 1, "column": 1, "message": "unknown key tema", "warning": True}],
+        "theme": "dark",
+        "language": "en",
+    }
+    assert await deck.call("ConfigService.Content", {}) == deck.config_path.read_text()
+    checked = await deck.call("ConfigService.Validate", {"text": "[agents.x]\ncommand = []\n"})
+    assert checked == {
+        "valid": False,
+        "problems": [{"line": 2, "column": 11, "message": "agents.x.command: command must not be empty", "warning": False}],
+        "warnings": [],
+    }
+    assert await deck.call("ConfigService.Schema", {}) == json_schema()
+
+
+async def test_save_of_invalid_text_leaves_the_file_byte_identical(make_deck):
+    original = "# my config\r\n" + agent_block("a").replace("\n", "\r\n")
+    deck, rec = make_deck("")
+    deck.config_path.write_bytes(original.encode())
+    before = deck.config_path.stat()
+    result = await deck.config_service.Save('[agents.a]\ncommand = ""\n')
+    assert result["saved"] is False and result["valid"] is False
+    assert result["problems"][0]["message"] == "agents.a.command: command must not be empty"
+    assert deck.config_path.read_bytes() == original.encode()
+    after = deck.config_path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert sorted(p.name for p in deck.config_path.parent.iterdir()) == ["deck.toml"]
+    assert rec.named("config:changed") == []
+
+
+async def test_save_writes_atomically_and_applies(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    os.chmod(deck.config_path, 0o640)
+    before = deck.config_path.stat()
+    text = agent_block("b") + agent_block("a", title="Agent A")
+    result = await deck.config_service.Save(text)
+    assert result == {"saved": True, "path": str(deck.config_path), "valid": True, "problems": [], "warnings": []}
+    after = deck.config_path.stat()
+    assert deck.config_path.read_text() == text
+    assert after.st_ino != before.st_ino  # a new file renamed over the old one: never half-written
+    assert after.st_mode & 0o777 == 0o640  # with the old file's permissions
+    assert sorted(p.name for p in deck.config_path.parent.iterdir()) == ["deck.toml"]  # no temp file left
+    assert [a["name"] for a in await deck.agent_service.List()] == ["b", "a"]
+    assert deck.agents["a"].title == "Agent A"
+    assert rec.named("config:changed") == [{"path": str(deck.config_path), "valid": True, "problems": []}]
+    assert await deck.config_service.Content() == text
+
+
+async def test_save_through_a_symlink_keeps_the_link(make_deck, tmp_path):
+    deck, rec = make_deck(agent_block("a"))
+    real = tmp_path / "dotfiles" / "deck.toml"
+    real.parent.mkdir()
+    real.write_text(agent_block("a"))
+    deck.config_path.unlink()
+    deck.config_path.symlink_to(real)
+    await deck.config_service.Save(agent_block("z"))
+    assert deck.config_path.is_symlink() and real.read_text() == agent_block("z")
+
+
+async def test_save_of_the_built_in_config_creates_the_users_file(tmp_path, monkeypatch):
+    from deck.app import Deck
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    deck = Deck(None, "embedded")
+    try:
+        result = await deck.config_service.Save(agent_block("mine"))
+        target = tmp_path / "xdg" / "deck" / "deck.toml"
+        assert result["saved"] and result["path"] == str(target) and target.read_text() == agent_block("mine")
+        current = await deck.config_service.Current()
+        assert (current["path"], current["source"], current["created"]) == (str(target), "xdg", True)
+        assert list(deck.agents) == ["mine"]
+    finally:
+        await deck.shutdown()
+
+
+@pytest.fixture
+def state_home(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+async def test_open_stops_agents_forgets_conversations_and_follows_the_new_file(make_deck, tmp_path, state_home):
+    deck, rec = make_deck(agent_block("a"))
+    deck.config_service.start_watching()
+    await asyncio.wait_for(deck.config_service.live.ready.wait(), 10)
+    deck.chat.send("a", "hello")
+    await rec.wait_event("turn:changed", agent="a", busy=False)
+    pid = deck.agents["a"].process.pid
+    other = tmp_path / "other" / "deck.toml"
+    other.parent.mkdir()
+    other.write_text(agent_block("x") + agent_block("y"))
+
+    current = await deck.call("ConfigService.Open", {"path": str(other)})
+    assert current["path"] == str(other) and current["source"] == "open" and current["valid"]
+    assert not alive(pid) and rec.states("a")[-1] == "stopped"
+    assert deck.chat.conversations == {}
+    assert [a["name"] for a in await deck.agent_service.List()] == ["x", "y"]
+    assert await deck.config_service.Content() == other.read_text()
+    assert await deck.config_service.Recent() == [str(other)]
+    assert json.loads((state_home / "deck" / "recent.json").read_text()) == [str(other)]
+    assert rec.named("config:changed")[-1] == {"path": str(other), "valid": True, "problems": []}
+
+    # The new file is watched, the old one no longer.
+    await asyncio.wait_for(deck.config_service.live.ready.wait(), 10)
+    (tmp_path / "deck.toml").write_text(agent_block("old"))
+    other.write_text(agent_block("x") + agent_block("y") + agent_block("z"))
+    await rec.wait(lambda r: "z" in deck.agents)
+    assert list(deck.agents) == ["x", "y", "z"]
+
+
+async def test_open_refuses_an_invalid_file_and_changes_nothing(make_deck, tmp_path, state_home):
+    deck, rec = make_deck(agent_block("a"))
+    await deck.agent_service.Start("a")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[agents.b]\ncommand = []\n")
+    with pytest.raises(ServiceError, match=r"not a valid config: .*bad.toml:2:11: agents.b.command") as caught:
+        await deck.config_service.Open(str(bad))
+    assert caught.value.data["problems"][0]["line"] == 2
+    assert deck.agents["a"].state.value == "ready" and deck.config_path == tmp_path / "deck.toml"
+    assert await deck.config_service.Recent() == []
+
+
+async def test_open_of_a_missing_file_creates_it(make_deck, tmp_path, state_home):
+    deck, rec = make_deck(agent_block("a"))
+    new = tmp_path / "new.toml"
+    current = await deck.config_service.Open(str(new))
+    assert current["created"] is True and new.is_file()
+    assert list(deck.agents) == ["demo"]
+    with pytest.raises(ServiceError, match="no such directory"):
+        await deck.config_service.Open(str(tmp_path / "no" / "dir" / "deck.toml"))
+
+
+async def test_recent_keeps_the_8_latest_most_recent_first_across_decks(make_deck, tmp_path, state_home):
+    deck, rec = make_deck(agent_block("a"))
+    files = []
+    for n in range(10):
+        path = tmp_path / f"c{n}.toml"
+        path.write_text(agent_block(f"a{n}"))
+        files.append(str(path))
+        await deck.config_service.Open(str(path))
+    await deck.config_service.Open(files[5])  # opened again: moves to the front, once
+    expected = [files[5], files[9], files[8], files[7], files[6], files[4], files[3], files[2]]
+    assert await deck.config_service.Recent() == expected
+    other, _ = make_deck(agent_block("b"))
+    assert await other.config_service.Recent() == expected
+
+
+class Picker(Frontend):
+    """A frontend with a file picker that answers `answer`, then calls Choose as a user would."""
+
+    name = "picker"
+    answer = ""
+
+    async def choose_file(self) -> str:
+        await asyncio.sleep(0)
+        return self.answer
+
+    async def run(self) -> int:
+        self.result = await self.deck.call("ConfigService.Choose", {})
+        return 0
+
+
+class NoPicker(Frontend):
+    name = "plain"
+
+    async def run(self) -> int:
+        try:
+            await self.deck.call("ConfigService.Choose", {})
+        except ServiceError as exc:
+            self.error = str(exc)
+        return 0
+
+
+async def test_choose_opens_the_picked_file(make_deck, tmp_path, state_home):
+    deck, rec = make_deck(agent_block("a"))
+    chosen = tmp_path / "chosen.toml"
+    chosen.write_text(agent_block("c"))
+    Picker.answer = str(chosen)
+    assert await deck.run(Picker) == 0
+    assert deck.frontend.result == str(chosen)
+    assert deck.config_path == chosen and await deck.config_service.Recent() == [str(chosen)]
+
+
+async def test_choose_cancelled_changes_nothing(make_deck, state_home):
+    deck, rec = make_deck(agent_block("a"))
+    Picker.answer = ""
+    assert await deck.run(Picker) == 0
+    assert deck.frontend.result == "" and list(deck.agents) == ["a"]
+
+
+async def test_choose_without_a_picker_is_an_error(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    assert await deck.run(NoPicker) == 0
+    assert deck.frontend.error == "the plain frontend has no file picker: call ConfigService.Open with a path"
+
+
+def test_problem_format():
+    assert Problem(3, 7, "x", warning=True).format("f.toml") == "f.toml:3:7: warning: x"
+    assert Problem(3, 7, "x").format("f.toml") == "f.toml:3:7: x"
