@@ -135,10 +135,10 @@ class DeckProcess:
     def signal(self, sig: signal.Signals) -> None:
         os.kill(self.pid, sig)
 
-    def kill_everything(self, extra: list[int] = ()) -> None:  # type: ignore[assignment]
+    def kill_everything(self) -> None:
         """Test teardown only: leave nothing running whatever a test did."""
         procs = []
-        for pid in [self.pid, *self.descendants(), *extra]:
+        for pid in [self.pid, *self.descendants()]:
             try:
                 procs.append(psutil.Process(pid))
             except psutil.NoSuchProcess:
