@@ -1,0 +1,232 @@
+"""Live config: edits to the file of a running deck, with real fake-agent subprocesses and a real watcher."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from deck.errors import ServiceError
+from deck.frontend import Frontend
+
+from .conftest import agent_block, alive
+
+pytestmark = pytest.mark.anyio
+
+
+async def watching(deck) -> None:
+    """Follow the deck's config file; return once a change is sure to be seen."""
+    deck.config_service.start_watching()
+    await asyncio.wait_for(deck.config_service.live.ready.wait(), 10)
+
+
+async def next_change(rec, seen: int, timeout: float = 15.0) -> dict:
+    """The config:changed event after the first `seen` ones."""
+    await rec.wait(lambda r: len(r.named("config:changed")) > seen, timeout)
+    return rec.named("config:changed")[seen]
+
+
+async def names(deck) -> list[str]:
+    return [a["name"] for a in await deck.agent_service.List()]
+
+
+async def test_new_agents_appear_in_file_order(make_deck):
+    deck, rec = make_deck(agent_block("b"))
+    await watching(deck)
+    deck.config_path.write_text(agent_block("a") + agent_block("b") + agent_block("c", title="Agent C"))
+    change = await next_change(rec, 0)
+    assert change == {"path": str(deck.config_path), "valid": True, "problems": []}
+    assert await names(deck) == ["a", "b", "c"]
+    assert rec.named("agent:state", "c") == [{"agent": "c", "state": "stopped", "outdated": False}]
+    await deck.agent_service.Start("c")  # a new agent is a real one
+    assert (await deck.agent_service.List())[2]["title"] == "Agent C"
+    assert deck.agents["c"].state.value == "ready"
+
+
+async def test_removed_agents_stop_and_vanish(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    await watching(deck)
+    await deck.agent_service.Start("a")
+    pid = deck.agents["a"].process.pid
+    deck.config_path.write_text(agent_block("b"))
+    await next_change(rec, 0)
+    assert await names(deck) == ["b"]
+    assert rec.states("a")[-1] == "stopped" and not alive(pid)
+    with pytest.raises(ServiceError, match="unknown agent 'a'"):
+        await deck.agent_service.Start("a")
+
+
+async def test_removing_a_busy_agent_abandons_its_queue(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    await watching(deck)
+    deck.chat.send("a", "slow")
+    deck.chat.send("a", "queued")
+    await rec.wait_event("agent:state", agent="a", state="busy")
+    pid = deck.agents["a"].process.pid
+    deck.config_path.write_text(agent_block("b"))
+    await next_change(rec, 0)
+    await rec.wait_event("turn:changed", agent="a", busy=False, queued=0)
+    assert not alive(pid) and await names(deck) == ["b"]
+    await asyncio.sleep(0.2)
+    assert not alive(pid) and rec.states("a")[-1] == "stopped"  # the queued message did not restart it
+
+
+async def test_a_changed_running_agent_is_outdated_until_restarted(make_deck):
+    deck, rec = make_deck(agent_block("a", title="Old"))
+    await watching(deck)
+    await deck.agent_service.Start("a")
+    pid = deck.agents["a"].process.pid
+    deck.config_path.write_text(agent_block("a", "--modes", title="New"))
+    await next_change(rec, 0)
+    assert rec.named("agent:state", "a")[-1] == {"agent": "a", "state": "ready", "outdated": True}
+    info = (await deck.agent_service.List())[0]
+    assert info["outdated"] is True and info["title"] == "Old"  # still the running definition
+    assert alive(pid) and deck.agents["a"].process.pid == pid  # it keeps running
+    await deck.agent_service.Restart("a")
+    info = (await deck.agent_service.List())[0]
+    assert (info["outdated"], info["title"], info["state"]) == (False, "New", "ready")
+    assert "--modes" in deck.agents["a"].config.command and deck.agents["a"].process.pid != pid
+    assert deck.chat.conversation("a").modes  # the restarted process got the new flags
+
+
+async def test_an_edit_back_clears_outdated(make_deck):
+    original = agent_block("a", title="Same")
+    deck, rec = make_deck(original)
+    await watching(deck)
+    await deck.agent_service.Start("a")
+    deck.config_path.write_text(agent_block("a", title="Other"))
+    await next_change(rec, 0)
+    assert deck.agents["a"].outdated
+    deck.config_path.write_text(original)
+    await next_change(rec, 1)
+    assert rec.named("agent:state", "a")[-1]["outdated"] is False and deck.agents["a"].pending_config is None
+
+
+async def test_a_changed_stopped_agent_takes_the_new_definition(make_deck):
+    deck, rec = make_deck(agent_block("a", title="Old"))
+    await watching(deck)
+    deck.config_path.write_text(agent_block("a", title="New", icon="N"))
+    await next_change(rec, 0)
+    info = (await deck.agent_service.List())[0]
+    assert (info["title"], info["icon"], info["outdated"], info["state"]) == ("New", "N", False, "stopped")
+    assert rec.named("agent:state", "a") == [{"agent": "a", "state": "stopped", "outdated": False}]
+
+
+async def test_changed_limits_apply(make_deck):
+    deck, rec = make_deck(agent_block("slow", "--hang-handshake"))
+    await watching(deck)
+    deck.config_path.write_text('[limits]\nhandshakeTimeout = "300ms"\n' + agent_block("slow", "--hang-handshake"))
+    await next_change(rec, 0)
+    assert deck.config.limits.handshake_timeout == 0.3
+    with pytest.raises(ServiceError, match=r"handshake timed out after 0.3s"):
+        await deck.agent_service.Start("slow")
+
+
+async def test_an_invalid_edit_keeps_the_last_valid_config(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    await watching(deck)
+    await deck.agent_service.Start("a")
+    pid = deck.agents["a"].process.pid
+    deck.config_path.write_text(agent_block("b") + '[agents.a]\ncommand = []\n')
+    change = await next_change(rec, 0)
+    assert change == {
+        "path": str(deck.config_path),
+        "valid": False,
+        "problems": [{"line": 4, "column": 11, "message": "agents.a.command: command must not be empty", "warning": False}],
+    }
+    assert await names(deck) == ["a"] and deck.agents["a"].process.pid == pid and alive(pid)
+    current = await deck.config_service.Current()
+    assert current["valid"] is False and current["problems"] == change["problems"]
+    # Fixing it applies it.
+    deck.config_path.write_text(agent_block("a") + agent_block("b"))
+    assert (await next_change(rec, 1))["valid"] is True
+    assert await names(deck) == ["a", "b"] and (await deck.config_service.Current())["valid"] is True
+
+
+async def test_a_syntax_error_is_reported_with_its_position(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    await watching(deck)
+    deck.config_path.write_text(agent_block("a") + 'title = "x" "y"\n')
+    change = await next_change(rec, 0)
+    assert change["valid"] is False
+    assert [(p["line"], p["column"]) for p in change["problems"]] == [(3, 13)]
+
+
+async def test_a_deleted_file_is_reported_and_a_recreated_one_applies(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    await watching(deck)
+    await deck.agent_service.Start("a")
+    deck.config_path.unlink()
+    change = await next_change(rec, 0)
+    assert change["valid"] is False and change["problems"][0]["message"].startswith("file deleted")
+    assert deck.agents["a"].state.value == "ready"  # not fatal: the agents go on
+    deck.config_path.write_text(agent_block("a") + agent_block("z"))
+    assert (await next_change(rec, 1))["valid"] is True
+    assert await names(deck) == ["a", "z"]
+
+
+async def test_save_by_rename_like_vscode(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    await watching(deck)
+    temp = deck.config_path.with_name(".deck.toml.tmp")
+    temp.write_text(agent_block("a") + agent_block("renamed"))
+    os.replace(temp, deck.config_path)
+    assert (await next_change(rec, 0))["valid"] is True
+    assert await names(deck) == ["a", "renamed"]
+    # And again: the watch survives the inode it started with being replaced.
+    temp.write_text(agent_block("again"))
+    os.replace(temp, deck.config_path)
+    await next_change(rec, 1)
+    assert await names(deck) == ["again"]
+
+
+async def test_save_by_rename_like_vim(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    await watching(deck)
+    backup = deck.config_path.with_name("deck.toml~")
+    os.rename(deck.config_path, backup)  # vim: move the original aside, write a new file, drop the backup
+    deck.config_path.write_text(agent_block("a") + agent_block("vim"))
+    backup.unlink()
+    await rec.wait(lambda r: any(c["valid"] for c in r.named("config:changed")))
+    assert await names(deck) == ["a", "vim"]
+    assert rec.named("config:changed")[-1]["valid"] is True
+
+
+async def test_other_files_in_the_folder_are_ignored(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    await watching(deck)
+    (deck.config_path.parent / "notes.toml").write_text(agent_block("x"))
+    deck.config_path.write_text(agent_block("a") + agent_block("b"))  # a change to wait for
+    await next_change(rec, 0)
+    assert len(rec.named("config:changed")) == 1 and await names(deck) == ["a", "b"]
+
+
+async def test_an_edit_made_before_the_watch_began_is_caught_up(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    deck.config_path.write_text(agent_block("early"))
+    await watching(deck)
+    await next_change(rec, 0)
+    assert await names(deck) == ["early"]
+
+
+class EditingFrontend(Frontend):
+    """A frontend that edits the config file while deck runs and waits to see the change."""
+
+    name = "editing"
+
+    async def run(self) -> int:
+        seen = asyncio.Event()
+        self.deck.subscribe(lambda e: seen.set() if e.name == "config:changed" else None)
+        await asyncio.wait_for(self.deck.config_service.live.ready.wait(), 10)
+        Path(self.deck.config_path).write_text(agent_block("a") + agent_block("added"))
+        await asyncio.wait_for(seen.wait(), 15)
+        self.names = list(self.deck.agents)
+        return 0
+
+
+async def test_deck_run_watches_the_config(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    assert await deck.run(EditingFrontend) == 0
+    assert deck.frontend.names == ["a", "added"]
