@@ -15,7 +15,7 @@ from typing import Any
 import pexpect
 import pytest
 
-from deck.frontends.line import LineFrontend, diff_summary
+from deck.frontends.line import diff_summary
 
 from .conftest import agent_block
 
@@ -265,21 +265,17 @@ def test_end_of_stdin_finishes_the_work_in_hand(line_deck):
     deck.expect(r"\[a\] stopped")
 
 
-@pytest.mark.anyio
 @pytest.mark.parametrize(("language", "shown"), [("en", "ready · restart to apply changes"), ("fr", "prêt · à redémarrer")])
-async def test_outdated_agent_says_so(make_deck, language, shown):
-    deck, _ = make_deck(f'language = "{language}"\n' + agent_block("a"))
-    read, write = os.pipe()
-    front = LineFrontend(deck, stdin=io.BytesIO(), stdout_fd=write)
-    deck.subscribe(front.on_event)
-    await deck.agent_service.Start("a")
-    agent = deck.agents["a"]
-    agent.outdated = True  # what the config watcher does when the agent's definition changes
-    agent.emit_state()
-    front.flush()
-    os.close(write)
-    with os.fdopen(read) as out:
-        assert out.read().splitlines()[-1] == f"[a] {shown}"
+def test_outdated_agent_says_so(line_deck, tmp_path, language, shown):
+    deck = line_deck(f'language = "{language}"\n' + agent_block("a"))
+    deck.send("/start a")
+    deck.expect(r"\[a\] (ready|prêt)")
+    (tmp_path / "deck.toml").write_text(f'language = "{language}"\n' + agent_block("a", description="changed"))
+    deck.expect(rf"\[a\] {shown}")
+    deck.expect(r"\[deck\] config reloaded: .*deck.toml")
+    deck.send("/restart a")
+    deck.expect(r"\[a\] (ready|prêt)")  # the flag is gone once restarted
+    assert deck.close() == 0
 
 
 def test_diff_summary_counts_lines():
