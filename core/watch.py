@@ -95,13 +95,13 @@ class LiveConfig:
             # The first step of `awatch` sets up the OS watch before it waits for a change.
             await asyncio.sleep(0)
             self.ready.set()
-            await self.reload()  # catch up with a change made before the watch began
+            await self._reload_logged()  # catch up with a change made before the watch began
             while True:
                 try:
                     await batch
                 except StopAsyncIteration:
                     return
-                await self.reload()
+                await self._reload_logged()
                 batch = asyncio.get_running_loop().create_task(next_batch(), name=f"watchfiles {path}")
         finally:
             batch.cancel()
@@ -109,6 +109,12 @@ class LiveConfig:
             await changes.aclose()
 
     # -- reloading --------------------------------------------------------------------------
+
+    async def _reload_logged(self) -> None:
+        try:
+            await self.reload()
+        except Exception:  # a bug must not end the watch: the next save gets another chance
+            log.exception("reloading %s failed", self.deck.config_path)
 
     async def reload(self) -> None:
         """Read the file again and apply it if it changed."""
@@ -144,8 +150,9 @@ class LiveConfig:
         deck = self.deck
         removed = [agent for name, agent in deck.agents.items() if name not in new.agents]
         for agent in removed:
-            with contextlib.suppress(ServiceError):
-                deck.chat.cancel(agent.name)  # so no queued message starts it again
+            if agent.name in deck.chat.conversations:
+                with contextlib.suppress(ServiceError):
+                    deck.chat.cancel(agent.name)  # so no queued message starts it again
         await asyncio.gather(*(agent.stop() for agent in removed), return_exceptions=True)
         deck.config = new
         old, touched = deck.agents, []
