@@ -1,0 +1,567 @@
+"""The console application: layout, keys and mouse, events → model → widgets, coalesced redraws.
+
+Events only update the model and mark it dirty; a frame timer turns the changes into
+widgets and draws at most FPS times a second, however fast the agents stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import urwid
+
+from deck.errors import ServiceError
+from deck.events import Event
+
+from .agents import AgentsPanel
+from .common import PALETTE
+from .conversation import ConversationView
+from .dialogs import ConfirmDialog, FilePicker, PermissionDialog, centered
+from .i18n import Strings
+from .model import Model
+from .views import ConfigView, LogsView
+
+log = logging.getLogger(__name__)
+
+FPS = 30
+SPIN_EVERY = 0.12
+NOTICE_FOR = 6.0
+PANEL_WIDTH = 30
+#: Written at exit when set: draws, frames and seconds, for scripts/bench_urwid.py.
+STATS_ENV = "DECK_URWID_STATS"
+
+
+class CountingLoop(urwid.MainLoop):
+    """A MainLoop that counts its screen draws (input, resize and our frames alike)."""
+
+    draws = 0
+
+    def draw_screen(self) -> None:
+        self.draws += 1
+        super().draw_screen()
+
+
+class Root(urwid.WidgetPlaceholder):
+    """The top widget: global keys first, then the focused widget; dialogs are overlays on it."""
+
+    def __init__(self, app: ConsoleApp, body: urwid.Widget) -> None:
+        self.app = app
+        super().__init__(body)
+
+    def keypress(self, size: Any, key: str) -> str | None:
+        if self.app.global_key(key):
+            return None
+        return super().keypress(size, key)
+
+    def mouse_event(self, size: Any, event: str, button: int, col: int, row: int, focus: bool) -> bool:
+        handled = bool(super().mouse_event(size, event, button, col, row, focus))
+        self.app.keep_focus()
+        return handled
+
+
+class ConsoleApp:
+    def __init__(self, deck: Any, screen: Any = None) -> None:
+        self.deck = deck
+        self.strings = Strings(getattr(deck.config, "language", "en"))
+        self.model = Model()
+        self.selected = ""
+        self.view = "chat"
+        self.dialog_kind = ""  # "", "permission", "quit", "picker"
+        self.permission_id = ""
+        self.notice = ""
+        self.notice_until = 0.0
+        self.pasting = False
+        self._live_logs: list[str] = []
+        self.spin_frame = 0
+        self.frames = 0
+        self._screen = screen
+        self._config_path = deck.config_path
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._frame_handle: asyncio.TimerHandle | None = None
+        self._spin_handle: asyncio.TimerHandle | None = None
+        self._last_frame = 0.0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._done: asyncio.Future[int] | None = None
+        self._picker: asyncio.Future[str] | None = None
+        self._build()
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def _build(self) -> None:
+        s = self.strings
+        self.panel = AgentsPanel(s, self.select, self.agent_action)
+        self.conversation = ConversationView(s)
+        self.conversation.on_toggled = self.schedule
+        self.logs_view = LogsView(s)
+        self.config_view = ConfigView(s, self.choose_config, self.open_config)
+        self.main = urwid.WidgetPlaceholder(self.conversation)
+        self.columns = urwid.Columns([(PANEL_WIDTH, self.panel), self.main], focus_column=1)
+        self.edit = urwid.Edit(multiline=True)
+        self.input_box = urwid.LineBox(self.edit, title="", title_align="left")
+        self.status = urwid.Text("")
+        footer = urwid.Pile([self.input_box, urwid.AttrMap(self.status, "status bar")])
+        self.frame = urwid.Frame(self.columns, footer=footer, focus_part="footer")
+        self.root = Root(self, self.frame)
+
+    def widget(self) -> urwid.Widget:
+        return self.root
+
+    # -- running ---------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Agents and conversations as the core has them now (start, another config opened)."""
+        self.model = Model()
+        self.model.set_roster([agent.info() for agent in self.deck.agents.values()])
+        for name, conv in list(self.deck.chat.conversations.items()):
+            if name in self.model.agents:
+                self.model.load_conversation(name, conv.snapshot())
+        if self.selected not in self.model.agents:
+            self.selected = next(iter(self.model.agents), "")
+        self.refresh()
+
+    async def run(self) -> int:
+        loop = self._loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        started = time.monotonic()
+        self.load()
+        self.deck.subscribe(self.on_event)
+        screen = self._screen or urwid.display.raw.Screen(bracketed_paste_mode=True)
+        self.loop = CountingLoop(
+            self.root, PALETTE, screen=screen, event_loop=urwid.AsyncioEventLoop(loop=loop), handle_mouse=True,
+            input_filter=self._input_filter,
+        )  # fmt: skip
+        self.loop.start()
+        try:
+            # Ctrl-C, Ctrl-\ and Ctrl-S/Ctrl-Q become keys: deck never quits or freezes by accident.
+            screen.tty_signal_keys(intr="undefined", quit="undefined", start="undefined", stop="undefined")
+            return await self._done
+        finally:
+            self.deck.unsubscribe(self.on_event)
+            for handle in (self._frame_handle, self._spin_handle):
+                if handle is not None:
+                    handle.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+            self.loop.stop()  # leaves the alternate screen and restores the terminal modes
+            self._write_stats(time.monotonic() - started)
+
+    def _write_stats(self, seconds: float) -> None:
+        path = os.environ.get(STATS_ENV)
+        if path:
+            with open(path, "w") as f:
+                json.dump({"draws": self.loop.draws, "frames": self.frames, "seconds": seconds}, f)
+
+    def finish(self, code: int = 0) -> None:
+        if self._done is not None and not self._done.done():
+            self._done.set_result(code)
+
+    def spawn(self, awaitable: Awaitable[Any], then: Any = None) -> None:
+        """Run a service call; its ServiceError becomes a notice, its result goes to `then`."""
+
+        async def call() -> None:
+            try:
+                result = await awaitable
+            except ServiceError as exc:
+                self.say(str(exc))
+            except Exception as exc:  # a failing call must not take the console down
+                log.exception("service call failed")
+                self.say(f"{type(exc).__name__}: {exc}")
+            else:
+                if then is not None:
+                    then(result)
+            self.schedule()
+
+        assert self._loop is not None
+        task = self._loop.create_task(call())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- events and frames -------------------------------------------------------------------
+
+    def on_event(self, event: Event) -> None:
+        payload = event.payload()
+        self.model.apply(event.name, payload)
+        if event.name == "config:changed":
+            self._config_changed()
+        elif event.name == "permission:requested" and payload.get("agent") == self.selected and not self.dialog_kind:
+            self.permission_id = str(payload["id"])
+            self.open_permissions()
+        elif event.name == "agent:log" and self.view == "logs" and payload.get("agent") == self.logs_view.agent:
+            self._live_logs.append(str(payload.get("line", "")))
+        self.schedule()
+
+    def _config_changed(self) -> None:
+        if self.deck.config_path != self._config_path:  # another config was opened: start afresh
+            self._config_path = self.deck.config_path
+            self.load()
+        else:
+            self.model.set_roster([agent.info() for agent in self.deck.agents.values()])
+            for name in self.model.agents:
+                conv = self.deck.chat.conversations.get(name)
+                if conv is not None and not self.model.agents[name].messages and conv.messages:
+                    self.model.load_conversation(name, conv.snapshot())
+        if self.view == "config":
+            self.show_config()
+
+    def schedule(self) -> None:
+        """Draw soon: at the next frame, at most FPS frames a second."""
+        if self._frame_handle is not None or self._loop is None:
+            return
+        delay = max(0.0, self._last_frame + 1 / FPS - self._loop.time())
+        self._frame_handle = self._loop.call_later(delay, self._frame)
+
+    def _frame(self) -> None:
+        self._frame_handle = None
+        self._last_frame = self._loop.time() if self._loop else 0.0
+        self.frames += 1
+        try:
+            self.refresh()
+        except Exception:
+            log.exception("refresh failed")
+        if self.loop.screen.started:
+            self.loop.draw_screen()
+
+    def _spin(self) -> None:
+        self._spin_handle = None
+        self.spin_frame += 1
+        for agent in self.model.agents.values():
+            if agent.state == "starting" or agent.busy:
+                self.model.changes.agents.add(agent.name)
+        self.schedule()
+
+    def refresh(self) -> None:
+        """Turn the model's changes into widgets."""
+        changes = self.model.take_changes()
+        agents = self.model.agents
+        if changes.roster:
+            if self.selected not in agents:
+                self.selected = next(iter(agents), "")
+            self.panel.set_roster(list(agents))
+            changes.agents |= set(agents)
+            if self.selected:
+                self.conversation.show(agents[self.selected])
+        for number, agent in enumerate(agents.values(), 1):
+            if agent.name in changes.agents:
+                self.panel.update(agent, number, agent.name == self.selected, self.spin_frame)
+        current = agents.get(self.selected)
+        if current is not None and not changes.roster:
+            ids = changes.messages.get(self.selected)
+            if ids:
+                self.conversation.rebuild(ids)
+            if self.selected in changes.announcements or self.selected in changes.agents:
+                self.conversation.update_side()
+        if self._live_logs:
+            self.logs_view.append(self._live_logs)
+            self._live_logs = []
+        if changes.permissions and self.dialog_kind == "permission":
+            self.open_permissions()
+        self._update_footer(current)
+        if self._spin_handle is None and self._loop is not None and any(
+            a.state == "starting" or a.busy for a in agents.values()
+        ):
+            self._spin_handle = self._loop.call_later(SPIN_EVERY, self._spin)
+
+    def _update_footer(self, current: Any) -> None:
+        s = self.strings
+        if current is not None:
+            key = "input_title_queued" if current.queued else "input_title"
+            title = s(key, agent=current.title, n=current.queued)
+            if self.input_box.title_widget.text.strip() != title:
+                self.input_box.set_title(title)
+        parts: list[Any] = []
+        if self.notice and (self._loop is None or self._loop.time() < self.notice_until):
+            parts.append(("notice", f" {self.notice} "))
+            parts.append(" ")
+        else:
+            self.notice = ""
+        pending = len(self.model.pending())
+        if pending:
+            parts.append(("needs input", f" {s('hints_perm', n=pending)} "))
+            parts.append(" ")
+        parts.append(s("hints"))
+        self.status.set_text(parts)
+
+    def say(self, text: str) -> None:
+        """A one-line notice in the status bar for a few seconds."""
+        self.notice = text
+        self.notice_until = (self._loop.time() if self._loop else 0.0) + NOTICE_FOR
+        if self._loop is not None:
+            self._loop.call_later(NOTICE_FOR + 0.05, self.schedule)
+        self._update_footer(self.model.agents.get(self.selected))
+        self.schedule()
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def _input_filter(self, keys: list[Any], raw: list[int]) -> list[Any]:
+        out = []
+        for key in keys:
+            if key == "begin paste":
+                self.pasting = True
+            elif key == "end paste":
+                self.pasting = False
+            elif self.pasting and key == "enter" and not self.dialog_kind and self.view == "chat":
+                self.edit.insert_text("\n")
+            else:
+                out.append(key)
+        return out
+
+    def global_key(self, key: str) -> bool:
+        """Keys that act wherever the focus is; True when handled."""
+        if key == "ctrl c":
+            self.say(self.strings("ctrl_c"))
+            return True
+        if self.dialog_kind:
+            return False  # the dialog has every other key
+        if key in ("ctrl q", "f10"):
+            self.ask_quit()
+        elif key == "tab":
+            self.select_by_offset(1)
+        elif key == "shift tab":
+            self.select_by_offset(-1)
+        elif key.startswith("meta ") and key[5:].isdigit():
+            self.select_by_number(int(key[5:]))
+        elif key.isdigit() and self.view != "chat":
+            self.select_by_number(int(key))
+        elif key in ("f5", "f6", "f7"):
+            self.agent_action({"f5": "start", "f6": "stop", "f7": "restart"}[key])
+        elif key == "esc":
+            if self.view != "chat":
+                self.show_view("chat")
+            else:
+                self.cancel_turn()
+        elif key == "f2":
+            self.show_view("chat" if self.view == "logs" else "logs")
+        elif key == "f3":
+            self.show_view("chat" if self.view == "config" else "config")
+        elif key == "f4":
+            self.open_permissions()
+        elif key == "ctrl t":
+            self.conversation.toggle_all("thoughts")
+        elif key == "ctrl e":
+            self.conversation.toggle_all("diffs")
+        elif key in ("page up", "page down") and self.view == "chat":
+            self.conversation.scroll(self._main_size(), key)
+        elif key == "enter" and self.view == "chat":
+            self.send()
+        elif key == "meta enter" and self.view == "chat":
+            self.edit.insert_text("\n")
+        else:
+            return False
+        return True
+
+    def _main_size(self) -> tuple[int, int]:
+        cols, rows = self.loop.screen.get_cols_rows() if hasattr(self, "loop") else (120, 40)
+        footer_rows = self.frame.footer.rows((cols,))
+        return (max(1, cols - PANEL_WIDTH), max(1, rows - footer_rows))
+
+    def keep_focus(self) -> None:
+        """Typing goes to the input in the conversation view, to the view otherwise."""
+        self.frame.focus_position = "footer" if self.view == "chat" else "body"
+        self.columns.focus_position = 1
+
+    # -- agents ------------------------------------------------------------------------------
+
+    def select(self, name: str) -> None:
+        if name not in self.model.agents:
+            return
+        previous, self.selected = self.selected, name
+        for number, agent in enumerate(self.model.agents.values(), 1):
+            if agent.name in (previous, name):
+                self.panel.update(agent, number, agent.name == name, self.spin_frame)
+        self.conversation.show(self.model.agents[name])
+        if self.view == "logs":
+            self.show_logs()
+        self._update_footer(self.model.agents[name])
+        self.keep_focus()
+        self.schedule()
+
+    def select_by_offset(self, step: int) -> None:
+        names = list(self.model.agents)
+        if names:
+            at = names.index(self.selected) if self.selected in names else 0
+            self.select(names[(at + step) % len(names)])
+
+    def select_by_number(self, number: int) -> None:
+        names = list(self.model.agents)
+        if 1 <= number <= len(names):
+            self.select(names[number - 1])
+
+    def agent_action(self, action: str) -> None:
+        if not self.selected:
+            return
+        service = self.deck.agent_service
+        method = {"start": service.Start, "stop": service.Stop, "restart": service.Restart}[action]
+        self.spawn(method(self.selected))
+
+    def send(self) -> None:
+        text = self.edit.edit_text
+        if not text.strip() or not self.selected:
+            return
+        try:
+            self.deck.chat.send(self.selected, text)
+        except ServiceError as exc:
+            self.say(str(exc))
+            return
+        self.edit.set_edit_text("")
+
+    def cancel_turn(self) -> None:
+        if not self.selected:
+            return
+        title = self.model.agents[self.selected].title
+        try:
+            result = self.deck.chat.cancel(self.selected)
+        except ServiceError as exc:
+            self.say(str(exc))
+            return
+        busy = result.get("cancelled") or result.get("abandoned")
+        self.say(self.strings("cancelled_turn" if busy else "nothing_to_cancel", agent=title))
+
+    # -- views -------------------------------------------------------------------------------
+
+    def show_view(self, view: str) -> None:
+        self.view = view
+        if view == "logs":
+            self.show_logs()
+            self.main.original_widget = self.logs_view
+        elif view == "config":
+            self.show_config()
+            self.main.original_widget = self.config_view
+        else:
+            self.main.original_widget = self.conversation
+        self.keep_focus()
+        self.schedule()
+
+    def show_logs(self) -> None:
+        agent = self.model.agents.get(self.selected)
+        if agent is None:
+            return
+        self._live_logs = []
+        self.logs_view.show(agent.name, agent.title, agent.logs)
+        self.spawn(self.deck.agent_service.Logs(agent.name), lambda lines: self._logs_loaded(agent.name, agent.title, lines))
+
+    def _logs_loaded(self, name: str, title: str, lines: list[str]) -> None:
+        if self.view == "logs" and self.logs_view.agent == name:
+            self._live_logs = []
+            self.logs_view.show(name, title, lines)
+
+    def show_config(self) -> None:
+        service = self.deck.config_service
+
+        async def fetch() -> tuple[dict[str, Any], list[str]]:
+            current = await service.Current()
+            recent = await service.Recent() if hasattr(service, "Recent") else []
+            return current, [str(p.get("path", p) if isinstance(p, dict) else p) for p in recent or []]
+
+        self.spawn(fetch(), lambda result: self.config_view.show(*result))
+
+    def choose_config(self) -> None:
+        service = self.deck.config_service
+        if hasattr(service, "Choose"):
+            self.spawn(service.Choose(), self._opened)
+            return
+
+        async def choose_and_open() -> str:
+            path = await self.choose_file()
+            if path:
+                await self._open(path)
+            return path
+
+        self.spawn(choose_and_open(), self._opened)
+
+    def open_config(self, path: str) -> None:
+        async def open_it() -> str:
+            await self._open(path)
+            return path
+
+        self.spawn(open_it(), self._opened)
+
+    async def _open(self, path: str) -> None:
+        service = self.deck.config_service
+        if not hasattr(service, "Open"):
+            raise ServiceError(self.strings("unavailable", what="ConfigService.Open"))
+        await service.Open(path)
+
+    def _opened(self, result: Any) -> None:
+        path = result.get("path") if isinstance(result, dict) else result
+        if path:
+            self.say(self.strings("opened", path=path))
+            if self.deck.config_path != self._config_path:
+                self._config_path = self.deck.config_path
+                self.load()
+        if self.view == "config":
+            self.show_config()
+
+    # -- dialogs -----------------------------------------------------------------------------
+
+    def _show_dialog(self, kind: str, dialog: urwid.Widget, width: int = 80, height: int = 80) -> None:
+        self.dialog_kind = kind
+        self.root.original_widget = centered(dialog, self.frame, width, height)
+        self.schedule()
+
+    def close_dialog(self) -> None:
+        self.dialog_kind = ""
+        self.root.original_widget = self.frame
+        self.keep_focus()
+        self.schedule()
+
+    def open_permissions(self) -> None:
+        """The permission dialog on the current request (or the selected agent's first, or any)."""
+        requests = self.model.pending()
+        if not requests:
+            if self.dialog_kind == "permission":
+                self.close_dialog()
+            return
+        ids = [str(r["id"]) for r in requests]
+        if self.permission_id in ids:
+            index = ids.index(self.permission_id)
+        else:
+            mine = [i for i, r in enumerate(requests) if r.get("agent") == self.selected]
+            index = mine[0] if mine else 0
+        self.permission_id = ids[index]
+        titles = {name: agent.title for name, agent in self.model.agents.items()}
+        dialog = PermissionDialog(self.strings, requests, index, titles, self.answer, self.close_dialog, self._move_permission)
+        self._show_dialog("permission", dialog)
+
+    def _move_permission(self, step: int) -> None:
+        ids = [str(r["id"]) for r in self.model.pending()]
+        if self.permission_id in ids:
+            self.permission_id = ids[(ids.index(self.permission_id) + step) % len(ids)]
+        self.open_permissions()
+
+    def answer(self, request_id: str, option_id: str) -> None:
+        self.spawn(self.deck.chat.AnswerPermission(request_id, option_id))
+
+    def ask_quit(self) -> None:
+        busy = [a.title for a in self.model.agents.values() if a.busy or a.state in ("busy", "starting")]
+        if not busy:
+            self.finish(0)
+            return
+        text = self.strings("quit_busy", n=len(busy), names=", ".join(busy))
+
+        def answered(yes: bool) -> None:
+            self.close_dialog()
+            if yes:
+                self.finish(0)
+
+        self._show_dialog("quit", ConfirmDialog(self.strings, self.strings("quit_title"), text, answered), 60, 30)
+
+    def choose_file(self) -> asyncio.Future[str]:
+        """The file picker; a future of the chosen path ("" if cancelled)."""
+        assert self._loop is not None
+        future: asyncio.Future[str] = self._loop.create_future()
+        start = Path(self.deck.config_path).parent if self.deck.config_path else Path.cwd()
+
+        def done(path: str) -> None:
+            self.close_dialog()
+            if not future.done():
+                future.set_result(path)
+
+        self._show_dialog("picker", FilePicker(self.strings, start, done))
+        return future

@@ -1,0 +1,301 @@
+"""The selected agent's conversation: messages as a flat list of small widgets, built once and reused.
+
+A message becomes a header, then its parts: Markdown text in blocks, thoughts dimmed and
+collapsible, tool calls with kind, status and an expandable diff, the plan as a checklist.
+Blocks are cached by content, so a streaming answer re-lays out only its last block.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any
+
+import urwid
+
+from . import markdown
+from .common import Clickable
+from .i18n import Strings
+from .model import AgentModel, MessageModel, Part
+
+INDENT = 2
+OUTPUT_LINES = 8
+PLAN_MARKS = {"completed": ("ok", "[x]"), "in_progress": ("status in_progress", "[~]"), "pending": ("dim", "[ ]")}
+
+
+def diff_lines(diff: dict[str, Any]) -> list[tuple[str, str]]:
+    """A tool diff as (attribute, line) pairs of a unified diff."""
+    old = str(diff.get("oldText") or "").splitlines()
+    new = str(diff.get("newText") or "").splitlines()
+    path = str(diff.get("path") or "")
+    out = []
+    for line in difflib.unified_diff(old, new, f"a{path}" if path.startswith("/") else f"a/{path}",
+                                     f"b{path}" if path.startswith("/") else f"b/{path}", lineterm="", n=2):  # fmt: skip
+        if line.startswith(("+++", "---")):
+            out.append(("dim", line))
+        elif line.startswith("+"):
+            out.append(("diff add", line))
+        elif line.startswith("-"):
+            out.append(("diff del", line))
+        elif line.startswith("@@"):
+            out.append(("diff hunk", line))
+        else:
+            out.append(("text", line))
+    return out
+
+
+def diff_counts(diff: dict[str, Any]) -> tuple[int, int]:
+    lines = diff_lines(diff)
+    added = sum(1 for a, ln in lines if a == "diff add")
+    removed = sum(1 for a, ln in lines if a == "diff del")
+    return added, removed
+
+
+def tool_widgets(part: dict[str, Any], strings: Strings, show_diff: bool, on_toggle: Callable[[], None] | None) -> list[urwid.Widget]:
+    """A tool call: header with kind, title and status; input; output; diffs (summary or full)."""
+    status = str(part.get("status") or "pending")
+    header = [("tool", f"⚙ {part.get('kind') or 'other'}"), " ", ("strong", str(part.get("title") or "")),
+              " · ", (f"status {status}", status.replace("_", " "))]  # fmt: skip
+    out: list[urwid.Widget] = [_pad(Clickable(header, on_toggle))]
+    if part.get("input"):
+        out.append(_pad(urwid.Text(("dim", "  " + _clip(str(part["input"]), 300))), INDENT + 2))
+    for location in part.get("locations") or []:
+        where = str(location.get("path", "")) + (f":{location['line']}" if location.get("line") else "")
+        out.append(_pad(urwid.Text(("dim", "  @ " + where)), INDENT + 2))
+    output = str(part.get("output") or "")
+    if output:
+        lines = output.splitlines()
+        shown = "\n".join(lines[:OUTPUT_LINES]) + (f"\n… ({len(lines) - OUTPUT_LINES} more)" if len(lines) > OUTPUT_LINES else "")
+        out.append(_pad(urwid.Text(("code", shown)), INDENT + 2))
+    for diff in part.get("diffs") or []:
+        if show_diff:
+            lines = diff_lines(diff)
+            if diff.get("newFile"):
+                out.append(_pad(urwid.Text(("dim", f"{strings('diff_new')}: {diff.get('path', '')}")), INDENT + 2))
+            markup: list[Any] = []
+            for i, (attr, line) in enumerate(lines):
+                markup.append((attr, ("\n" if i else "") + line))
+            out.append(_pad(Clickable(markup or "", on_toggle), INDENT + 2))
+        else:
+            added, removed = diff_counts(diff)
+            summary = strings("diff_hidden", path=diff.get("path", ""), added=added, removed=removed)
+            out.append(_pad(Clickable(("diff hunk", summary), on_toggle), INDENT + 2))
+    return out
+
+
+def plan_widgets(part: dict[str, Any], strings: Strings) -> list[urwid.Widget]:
+    markup: list[Any] = [("strong", strings("plan"))]
+    for entry in part.get("entries") or []:
+        attr, mark = PLAN_MARKS.get(str(entry.get("status")), PLAN_MARKS["pending"])
+        markup += ["\n", (attr, mark), " ", ("dim" if entry.get("status") == "completed" else "text", str(entry.get("content", "")))]
+    return [_pad(urwid.Text(markup))]
+
+
+def _pad(widget: urwid.Widget, left: int = INDENT) -> urwid.Widget:
+    return urwid.Padding(widget, left=left)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class MessageRenderer:
+    """Widgets of messages, with a cache of text blocks per part so unchanged blocks are reused."""
+
+    def __init__(self, strings: Strings, on_toggle: Callable[[tuple[str, int]], None]) -> None:
+        self.strings = strings
+        self.on_toggle = on_toggle
+        self.show_thoughts = True
+        self.show_diffs = False
+        self.flipped: set[tuple[str, int]] = set()  # parts shown opposite to the global setting
+        self._blocks: dict[tuple[str, int], dict[tuple[str, bool, str], urwid.Widget]] = {}
+
+    def forget(self) -> None:
+        self._blocks.clear()
+
+    def widgets(self, message: MessageModel, agent_title: str) -> list[urwid.Widget]:
+        s = self.strings
+        out: list[urwid.Widget] = []
+        if message.role == "user":
+            head: list[Any] = [("user", f"▸ {s('you')}")]
+            if message.queued:
+                head += [" ", ("warning", f"({s('queued')})")]
+            if message.error == "cancelled":
+                head += [" ", ("dim", f"({s('message_cancelled')})")]
+            out.append(urwid.Text(head))
+        elif message.role == "system":
+            out.append(urwid.Text(("system", f"! {s('system')}")))
+            if message.code in ("agent-restarted", "agent-unavailable"):
+                out.append(_pad(urwid.Text(("warning", s(message.code, error=message.error or "")))))
+            elif message.error:
+                out.append(_pad(urwid.Text(("error", message.error))))
+        else:
+            out.append(urwid.Text(("agent", f"◆ {agent_title}")))
+        for index, part in enumerate(message.parts):
+            out += self._part(message, index, part)
+        if message.role == "agent" and message.done:
+            if message.stop_reason and message.stop_reason != "end_turn":
+                out.append(_pad(urwid.Text(("warning", s("stop_reason", reason=s.stop_reason(message.stop_reason))))))
+            if message.error:
+                out.append(_pad(urwid.Text(("error", s("message_error", error=message.error)))))
+        out.append(urwid.Divider())
+        return out
+
+    def _part(self, message: MessageModel, index: int, part: Part) -> list[urwid.Widget]:
+        key = (message.id, index)
+        toggle = lambda: self.on_toggle(key)  # noqa: E731
+        if part.type == "tool":
+            show = self.show_diffs != (key in self.flipped)
+            return tool_widgets(part.data, self.strings, show, toggle)
+        if part.type == "plan":
+            return plan_widgets(part.data, self.strings)
+        text = part.text
+        if part.type == "thought":
+            if self.show_thoughts == (key in self.flipped):
+                count = text.count("\n") + 1
+                return [_pad(Clickable(("thought", "∴ " + self.strings("thought_hidden", n=count)), toggle))]
+            widgets = self._text_blocks(key, text, "thought")
+            return [_pad(Clickable(("thought", "∴ " + self.strings("thought")), toggle)), *widgets]
+        if part.type == "text":
+            return self._text_blocks(key, text, "text")
+        return []
+
+    def _text_blocks(self, key: tuple[str, int], text: str, base: str) -> list[urwid.Widget]:
+        old = self._blocks.get(key, {})
+        new: dict[tuple[str, bool, str], urwid.Widget] = {}
+        out = []
+        for block, is_code in markdown.blocks(text):
+            cache_key = (block, is_code, base)
+            widget = old.get(cache_key) or new.get(cache_key)
+            if widget is None:
+                widget = _pad(urwid.Text(markdown.render(block, is_code, base)))
+            new[cache_key] = widget
+            out.append(widget)
+        self._blocks[key] = new
+        return out
+
+
+class ConversationView(urwid.WidgetWrap):
+    """The conversation list that follows new output unless the user scrolled up,
+    announcements beside it, and the "an agent is talking to it" overlay."""
+
+    def __init__(self, strings: Strings) -> None:
+        self.strings = strings
+        self.renderer = MessageRenderer(strings, self._toggle)
+        self.walker = urwid.SimpleFocusListWalker([])
+        self.listbox = urwid.ListBox(self.walker)
+        self.segments: dict[str, list[urwid.Widget]] = {}
+        self.order: list[str] = []
+        self.agent: AgentModel | None = None
+        self.following = True
+        self.announcements = urwid.SimpleFocusListWalker([])
+        self.side = urwid.LineBox(urwid.ListBox(self.announcements), title=strings("announcements"), title_align="left")
+        self.banner = urwid.Text("", align="center")
+        self.columns = urwid.Columns([self.listbox])
+        self.frame = urwid.Frame(self.columns)
+        self.on_toggled: Callable[[], None] = lambda: None
+        super().__init__(self.frame)
+
+    # -- content ----------------------------------------------------------------------------
+
+    def show(self, agent: AgentModel) -> None:
+        """Show `agent`'s conversation from scratch (agent switched, config reopened)."""
+        self.agent = agent
+        self.segments.clear()
+        self.renderer.forget()
+        self.following = True
+        self.rebuild(None)
+        self.update_side()
+
+    def rebuild(self, message_ids: set[str] | None) -> None:
+        """Rebuild the widgets of `message_ids` (None: all) and refill the list."""
+        agent = self.agent
+        if agent is None:
+            self.walker[:] = []
+            return
+        for message in agent.messages:
+            if message_ids is None or message.id in message_ids or message.id not in self.segments:
+                self.segments[message.id] = self.renderer.widgets(message, agent.title)
+        self.order = [m.id for m in agent.messages]
+        focus_widget = self.listbox.focus if not self.following else None
+        items = [w for mid in self.order for w in self.segments[mid]]
+        self.walker[:] = items
+        if not items:
+            return
+        if self.following:
+            self.listbox.set_focus(len(items) - 1)
+            self.listbox.set_focus_valign("bottom")
+        elif focus_widget is not None and focus_widget in items:
+            self.listbox.set_focus(items.index(focus_widget))
+
+    def update_side(self) -> None:
+        """Announcements (this agent asked another) beside the list; the banner while one talks to it."""
+        agent = self.agent
+        if agent is not None and agent.announcements:
+            self.announcements[:] = [
+                urwid.Text([("agent", f"→ {a.get('target', '')}"), ("dim", f" {str(a.get('at', ''))[11:19]}"), "\n", str(a.get("text", ""))])
+                for a in agent.announcements
+            ]
+            self.announcements.set_focus(len(self.announcements) - 1)
+            if len(self.columns.contents) == 1:
+                self.columns.contents.append((self.side, self.columns.options("weight", 1)))
+                self.columns.contents[0] = (self.listbox, self.columns.options("weight", 2))
+        elif len(self.columns.contents) > 1:
+            del self.columns.contents[1:]
+        if agent is not None and agent.asks:
+            who = ", ".join(sorted(set(agent.asks.values())))
+            self.banner.set_text(("talking", f" {self.strings('talking', who=who)} "))
+            self.frame.header = self.banner
+        else:
+            self.frame.header = None
+
+    def _toggle(self, key: tuple[str, int]) -> None:
+        self.renderer.flipped ^= {key}
+        self.rebuild({key[0]})
+        self.on_toggled()
+
+    def toggle_all(self, what: str) -> None:
+        if what == "thoughts":
+            self.renderer.show_thoughts = not self.renderer.show_thoughts
+        else:
+            self.renderer.show_diffs = not self.renderer.show_diffs
+        self.renderer.flipped.clear()
+        self.rebuild(None)
+
+    # -- scrolling -------------------------------------------------------------------------
+
+    def keypress(self, size: Any, key: str) -> str | None:
+        if key in ("page up", "page down", "up", "down", "home", "end"):
+            self.scroll(size, key)
+            return None
+        return key
+
+    def scroll(self, size: Any, key: str) -> None:
+        if not self.walker:
+            return
+        if key == "home":
+            self.listbox.set_focus(0)
+            self.listbox.set_focus_valign("top")
+            self.following = False
+            return
+        if key == "end":
+            self.following = True
+            self.rebuild(set())
+            return
+        self.frame.keypress(size, key)
+        self.following = "bottom" in self.listbox.ends_visible(self._list_size(size))
+
+    def _list_size(self, size: Any) -> tuple[int, int]:
+        cols, rows = size
+        if len(self.columns.contents) > 1:
+            cols = cols * 2 // 3
+        if self.frame.header is not None:
+            rows -= 1
+        return (max(1, cols), max(1, rows))
+
+    def mouse_event(self, size: Any, event: str, button: int, col: int, row: int, focus: bool) -> bool:
+        if event == "mouse press" and button in (4, 5):
+            for _ in range(3):
+                self.scroll(size, "up" if button == 4 else "down")
+            return True
+        return bool(super().mouse_event(size, event, button, col, row, focus))
