@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pexpect
 import pytest
@@ -313,7 +312,7 @@ def test_terminal_colours_markdown_and_width(tmp_path):
         child.sendline("```python \\")
         child.sendline("x = 1 \\")
         child.sendline("```")
-        child.expect(r"x\S* ")
+        child.expect("You said: intro")
         child.expect(r"\[a\] \S*ready")
         child.sendline("@a " + "word " * 30)
         child.expect(r"\[a\] \S*ready")
