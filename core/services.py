@@ -453,7 +453,7 @@ class ConfigService:
 
     def section(self, name: str) -> Any:
         """A plugin's config section, validated by its own model (None when absent or invalid)."""
-        return self.live.sections.get(name)
+        return self.live.section(name)
 
     @rpc()
     async def Current(self) -> dict[str, Any]:

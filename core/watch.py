@@ -46,8 +46,14 @@ class LiveConfig:
         self.lock = asyncio.Lock()
         #: Set once the file is watched: a change after this is seen.
         self.ready = asyncio.Event()
-        self.sections: dict[str, BaseModel] = {}
+        self._sections: dict[str, BaseModel] | None = None  # read on first use: plugins load after the config
         self._task: asyncio.Task[None] | None = None
+
+    def section(self, name: str) -> BaseModel | None:
+        """Plugin section `name` of the config in force, validated by the plugin's model."""
+        if self._sections is None:
+            self._sections = configmod.parse(self.deck.text, self.deck.config_sections()).sections
+        return self._sections.get(name)
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -143,7 +149,7 @@ class LiveConfig:
         deck.text, deck.problems = text, loaded.problems
         if loaded.config is not None:
             await self._apply_config(loaded.config)
-            self.sections = loaded.sections
+            self._sections = loaded.sections
         self._changed()
 
     async def _apply_config(self, new: DeckConfig) -> None:
@@ -216,7 +222,7 @@ class LiveConfig:
             deck.chat.forget()
             deck.config_path, deck.config_source, deck.config_created = path, "open", created
             deck.config, deck.text, deck.problems = loaded.config, text, loaded.problems
-            self.sections = loaded.sections
+            self._sections = loaded.sections
             deck.agents = {name: Agent(deck, name, cfg) for name, cfg in loaded.config.agents.items()}
             configmod.remember(path)
             self.start()

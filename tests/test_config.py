@@ -169,8 +169,9 @@ def test_plugin_sections_are_checked_by_their_own_model():
 
 
 async def test_services_see_plugin_sections(make_deck):
-    deck, rec = make_deck(agent_block("a"))
+    deck, rec = make_deck("[notify]\nvolume = 2\n" + agent_block("a"))
     deck.pm.register(NotifyPlugin(), name="notify")
+    assert deck.config_service.section("notify") == NotifySection(volume=2)
     result = await deck.config_service.Validate("[notify]\nvolume = -1\n")
     assert result["problems"] == [
         {"line": 2, "column": 10, "message": "notify.volume: must be at least 0, got -1", "warning": False}
