@@ -116,9 +116,18 @@ def run(
 
 
 @app.command()
-def agents(config: Optional[Path] = ConfigOption, as_json: bool = typer.Option(False, "--json", help="JSON output.")) -> None:
-    """List the configured agents."""
+def agents(
+    config: Optional[Path] = ConfigOption,
+    as_json: bool = typer.Option(False, "--json", help="JSON output."),
+    check: bool = typer.Option(False, "--check", help="Check that each agent's command exists (exit 1 if not)."),
+    handshake: bool = typer.Option(False, "--handshake", help="With --check: also start each agent for an ACP handshake."),
+) -> None:
+    """List the configured agents; --check tests their commands (and --handshake, a real start)."""
     deck = make_deck(config)
+    if check or handshake:
+        from .checks import run_check
+
+        raise typer.Exit(run_check(deck, handshake, as_json))
     rows = [
         {"name": a.name, "title": a.title, "icon": a.icon, "description": a.config.description, "command": a.config.command}
         for a in deck.agents.values()

@@ -141,6 +141,18 @@ def acp_schema() -> AcpSchema:
     return AcpSchema()
 
 
+def processes_in(cwd: Path) -> list[str]:
+    """Live processes whose working directory is `cwd` (agents run there, and so do their children)."""
+    found = []
+    for p in psutil.process_iter(["pid", "cwd", "cmdline", "status"]):
+        try:
+            if p.info["cwd"] and Path(p.info["cwd"]) == cwd and p.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(f"{p.pid} {' '.join(p.info['cmdline'] or [])[:120]}")
+        except psutil.Error:
+            pass
+    return found
+
+
 @dataclass
 class ProcessWatch:
     """Every process an agent ran, seen while it ran, so that escaped ones are found after."""
@@ -200,6 +212,8 @@ class PeerDeck:
                 for p in psutil.Process().children(recursive=True)
                 if p.status() != psutil.STATUS_ZOMBIE
             ]
+            for agent in self.deck.agents.values():
+                left += processes_in(Path(agent.config.resolved_cwd()))
             if not left:
                 break
             await asyncio.sleep(0.1)

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from .conftest import agent_toml, fast_agent_command
+from .conftest import agent_toml, fast_agent_command, processes_in
 from .schema import AcpSchema, OutgoingChecker
 
 pytestmark = pytest.mark.timeout(120)
@@ -116,6 +116,7 @@ def test_jsonl_bridge_drives_fast_agent_through_a_permission(home: Path, workdir
     time.sleep(0.3)
     left = [p.pid for p in bridge.descendants.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, f"processes left behind by deck: {left}"
+    assert not processes_in(workdir), "processes left running in the agent's cwd"
     # The --trace file holds every ACP message; what deck sent conforms to the schema.
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     checker = OutgoingChecker(AcpSchema())

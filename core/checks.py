@@ -1,0 +1,86 @@
+"""`deck agents --check`: whether each configured agent's command exists and, with
+`--handshake`, whether it starts and completes an ACP handshake (then it is stopped)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from .config import AgentConfig
+from .errors import ServiceError
+from .supervisor import StopTimings
+
+if TYPE_CHECKING:
+    from .app import Deck
+
+#: A check stops each agent right after its handshake; most npm agents ignore stdin EOF,
+#: so the default 5 s wait before SIGTERM would only slow the check down.
+CHECK_TIMINGS = StopTimings(after_stdin_close=1.0, after_sigterm=2.0, after_sigkill=2.0)
+
+
+def find_command(cfg: AgentConfig) -> str | None:
+    """Where the agent's program is, as the supervisor would find it; None when it is missing."""
+    program = cfg.command[0]
+    if os.sep in program:  # a path: relative ones are relative to the agent's cwd, like Popen(cwd=…)
+        path = program if os.path.isabs(program) else os.path.join(cfg.resolved_cwd(), program)
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    return shutil.which(program, path=cfg.env.get("PATH", os.environ.get("PATH", os.defpath)))
+
+
+async def handshake(deck: Deck, name: str) -> dict[str, Any]:
+    """Start agent `name` (initialize + session/new), then stop it."""
+    started = time.monotonic()
+    agent = deck.agent(name)
+    try:
+        await deck.agent_service.Start(name)
+    except ServiceError:
+        return {"ok": False, "error": agent.error or "could not start", "seconds": round(time.monotonic() - started, 2)}
+    seconds = round(time.monotonic() - started, 2)
+    info = agent.init_result.get("agentInfo") or {}
+    await deck.agent_service.Stop(name)
+    return {"ok": True, "agent": " ".join(str(info.get(k, "")) for k in ("name", "version")).strip(), "seconds": seconds}
+
+
+async def check_all(deck: Deck, with_handshake: bool) -> list[dict[str, Any]]:
+    rows = []
+    try:
+        for agent in deck.agents.values():
+            found = find_command(agent.config)
+            row: dict[str, Any] = {"name": agent.name, "command": agent.config.command, "found": found}
+            if with_handshake:
+                row["handshake"] = await handshake(deck, agent.name) if found else None
+            rows.append(row)
+    finally:
+        await deck.shutdown()
+    return rows
+
+
+def run_check(deck: Deck, with_handshake: bool, as_json: bool) -> int:
+    """Print the check of every agent; the exit code is 1 when any check failed."""
+    deck.timings = CHECK_TIMINGS
+    rows = asyncio.run(check_all(deck, with_handshake))
+    failed = any(not r["found"] or (with_handshake and not r["handshake"]["ok"]) for r in rows)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return 1 if failed else 0
+    for row in rows:
+        program = row["command"][0]
+        if not row["found"]:
+            typer.echo(f"✗ {row['name']:<16} command not found: {program}")
+            continue
+        line = f"{row['name']:<16} command: {row['found']}"
+        shake = row.get("handshake")
+        if shake is None:
+            typer.echo(f"✓ {line}")
+        elif shake["ok"]:
+            typer.echo(f"✓ {line}; handshake ok in {shake['seconds']:g}s ({shake['agent'] or 'unnamed agent'})")
+        else:
+            reason = shake["error"].replace("\n", "\n    ")
+            typer.echo(f"✗ {line}; handshake failed: {reason}")
+    return 1 if failed else 0
