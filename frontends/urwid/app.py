@@ -82,6 +82,7 @@ class ConsoleApp:
         self.spin_frame = 0
         self.frames = 0
         self._screen = screen
+        self.loop: CountingLoop | None = None
         self._config_path = deck.config_path
         self._loop: asyncio.AbstractEventLoop | None = None
         self._frame_handle: asyncio.TimerHandle | None = None
@@ -154,7 +155,7 @@ class ConsoleApp:
 
     def _write_stats(self, seconds: float) -> None:
         path = os.environ.get(STATS_ENV)
-        if path:
+        if path and self.loop is not None:
             with open(path, "w") as f:
                 json.dump({"draws": self.loop.draws, "frames": self.frames, "seconds": seconds}, f)
 
@@ -225,7 +226,7 @@ class ConsoleApp:
             self.refresh()
         except Exception:
             log.exception("refresh failed")
-        if self.loop.screen.started:
+        if self.loop is not None and self.loop.screen.started:
             self.loop.draw_screen()
 
     def _spin(self) -> None:
@@ -357,7 +358,7 @@ class ConsoleApp:
         return True
 
     def _main_size(self) -> tuple[int, int]:
-        cols, rows = self.loop.screen.get_cols_rows() if hasattr(self, "loop") else (120, 40)
+        cols, rows = self.loop.screen.get_cols_rows() if self.loop is not None else (120, 40)
         footer_rows = self.frame.footer.rows((cols,))
         return (max(1, cols - PANEL_WIDTH), max(1, rows - footer_rows))
 

@@ -108,7 +108,7 @@ class MessageRenderer:
         self.show_thoughts = True
         self.show_diffs = False
         self.flipped: set[tuple[str, int]] = set()  # parts shown opposite to the global setting
-        self._blocks: dict[tuple[str, int], dict[tuple[str, bool, str], urwid.Widget]] = {}
+        self._blocks: dict[tuple[str, int], dict[tuple[str, bool, str, bool], urwid.Widget]] = {}
 
     def forget(self) -> None:
         self._blocks.clear()
@@ -162,13 +162,14 @@ class MessageRenderer:
 
     def _text_blocks(self, key: tuple[str, int], text: str, base: str) -> list[urwid.Widget]:
         old = self._blocks.get(key, {})
-        new: dict[tuple[str, bool, str], urwid.Widget] = {}
+        new: dict[tuple[str, bool, str, bool], urwid.Widget] = {}
         out = []
-        for block, is_code in markdown.blocks(text):
-            cache_key = (block, is_code, base)
+        for block, is_code, paragraph in markdown.blocks(text):
+            cache_key = (block, is_code, base, paragraph)
             widget = old.get(cache_key) or new.get(cache_key)
             if widget is None:
-                widget = _pad(urwid.Text(markdown.render(block, is_code, base)))
+                markup = markdown.render(block, is_code, base)
+                widget = _pad(urwid.Text([(base, "\n"), *markup] if paragraph else markup))
             new[cache_key] = widget
             out.append(widget)
         self._blocks[key] = new

@@ -17,15 +17,16 @@ Markup = list[tuple[str, str] | str]
 _INLINE = re.compile(r"(`[^`\n]+`|\*\*[^*\n]+\*\*|__[^_\n]+__|(?<![\w*])\*[^*\n]+\*(?!\w)|\[[^\]\n]+\]\([^)\s]+\))")
 
 
-def blocks(text: str) -> list[tuple[str, bool]]:
-    """Split `text` into (block, is_code) pieces at blank lines, code fences and MAX_BLOCK."""
-    out: list[tuple[str, bool]] = []
+def blocks(text: str) -> list[tuple[str, bool, bool]]:
+    """Split `text` into (block, is_code, starts_paragraph) pieces at blank lines, code fences and MAX_BLOCK."""
+    out: list[tuple[str, bool, bool]] = []
     current: list[str] = []
     in_code = False
 
     def flush() -> None:
         if current:
-            out.extend((piece, in_code) for piece in _cut("\n".join(current)))
+            pieces = _cut("\n".join(current))
+            out.extend((piece, in_code, i == 0 and bool(out)) for i, piece in enumerate(pieces))
             current.clear()
 
     for line in text.split("\n"):
