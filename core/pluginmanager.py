@@ -21,6 +21,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "deck.frontends.urwid",
     "deck.plugins.idle_stop",
     "deck.plugins.logs",
+    "deck.plugins.announcements",
 )
 
 ENTRY_POINT_GROUP = "deck"

@@ -14,7 +14,13 @@ command updates), `perms N KIND` (N permission requests in one turn for a tool o
 KIND), `readlines PATH LINE LIMIT`, `stop REASON` (that stop reason),
 `sleep S`, `cancel-late` (like slow, chunks with a messageId, then late chunks
 after the cancelled response: one at once, one 0.6 s later with the messageId),
-`slow-question` (an elicitation while chunks stream); anything else is echoed.
+`slow-question` (an elicitation while chunks stream),
+`ask AGENT QUESTION` / `list-agents` (start the session's `deck` MCP server from
+session/new `mcpServers`, call its tool ask_agent / list_agents over stdio, report
+the call as a tool call and chunk "answer: RESULT" or "tool error: TEXT"; a cancel
+meanwhile sends MCP notifications/cancelled), `multi N` (the last N of MULTI's
+messages, all 3 by default, separated by tool calls with a thought between), `silent` (a thought and a tool call,
+no text); anything else is echoed.
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ lock = threading.Lock()
 ids = itertools.count()
 waiting: dict = {}
 cancelled: set = set()
+#: `multi`'s messages: a preamble, a progress note, a conclusion.
+MULTI = ["Let me look into it.", "Found the file, reading on.", "The answer is 42."]
+mcp_servers: dict = {}  # session id → the mcpServers of its session/new
 out = sys.stdout.buffer
 
 
@@ -202,12 +211,106 @@ def turn(rid, sid: str, text: str) -> None:
         chunk(sid, json.dumps(answer.get("result")))
         if sid in cancelled:
             result["stopReason"] = "cancelled"
+    elif word in ("ask", "list-agents"):
+        target, _, question = rest.partition(" ")
+        tool, arguments = ("ask_agent", {"agent": target, "question": question}) if word == "ask" else ("list_agents", {})
+        tid = f"mcp-{next(ids)}"
+        update(sid, {"sessionUpdate": "tool_call", "toolCallId": tid, "title": f"deck__{tool}", "kind": "other",
+                     "status": "in_progress", "rawInput": arguments})
+        reply = call_mcp_tool(sid, tool, arguments)
+        text = "".join(c.get("text", "") for c in (reply.get("content") or []) if isinstance(c, dict))
+        failed = bool(reply.get("isError"))
+        update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": tid, "status": "failed" if failed else "completed",
+                     "content": [{"type": "content", "content": {"type": "text", "text": text}}]})
+        if reply.get("cancelled"):
+            result["stopReason"] = "cancelled"
+        else:
+            chunk(sid, f"tool error: {text}" if failed else f"answer: {text}")
+    elif word == "multi":
+        messages = MULTI[-int(rest or len(MULTI)):]
+        for i, message in enumerate(messages):
+            for piece in message.split(" "):
+                chunk(sid, piece + " ")
+            if i < len(messages) - 1:
+                chunk(sid, f"pondering {i}", "agent_thought_chunk")
+                update(sid, {"sessionUpdate": "tool_call", "toolCallId": f"m{i}", "title": f"Step {i}", "kind": "read",
+                             "status": "pending"})
+                update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": f"m{i}", "status": "completed"})
+    elif word == "silent":
+        chunk(sid, "only thinking", "agent_thought_chunk")
+        update(sid, {"sessionUpdate": "tool_call", "toolCallId": "s1", "title": "Look", "kind": "read", "status": "completed"})
     elif word == "unknown-update":
         update(sid, {"sessionUpdate": "compaction_update", "status": "started"})
         chunk(sid, "still fine")
     else:
         chunk(sid, f"You said: {text}")
     send({"id": rid, "result": result})
+
+
+def call_mcp_tool(sid: str, tool: str, arguments: dict) -> dict:
+    """Start the session's `deck` MCP server, call `tool` over stdio JSON-RPC; the tools/call result.
+
+    A `session/cancel` meanwhile sends MCP `notifications/cancelled`; the result is then {"cancelled": True}.
+    """
+    server = next((s for s in mcp_servers.get(sid, []) if s.get("name") == "deck"), None)
+    if server is None:
+        return {"isError": True, "content": [{"type": "text", "text": "no deck MCP server in session/new"}]}
+    # Like real MCP clients: a small default environment plus the server's own variables.
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
+    env.update({e["name"]: e["value"] for e in server.get("env", [])})
+    proc = subprocess.Popen([server["command"], *server.get("args", [])], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env)
+    answers: dict = {}
+    arrived = threading.Condition()
+
+    def read() -> None:
+        for raw in proc.stdout:
+            msg = json.loads(raw)
+            if "id" in msg and "method" not in msg:
+                with arrived:
+                    answers[msg["id"]] = msg
+                    arrived.notify_all()
+        with arrived:
+            answers["eof"] = True
+            arrived.notify_all()
+
+    def rpc(rid, method: str, params: dict | None = None) -> None:
+        message = {"jsonrpc": "2.0", "method": method, **({"id": rid} if rid is not None else {})}
+        if params is not None:
+            message["params"] = params
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        proc.stdin.flush()
+
+    def wait(rid, until_cancelled: bool = False, timeout: float = 600.0) -> dict:
+        deadline = time.monotonic() + timeout
+        with arrived:
+            while rid not in answers and "eof" not in answers and time.monotonic() < deadline:
+                if until_cancelled and sid in cancelled:
+                    return {}
+                arrived.wait(0.05)
+            return answers.get(rid, {})
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        rpc(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                              "clientInfo": {"name": "fake-agent", "version": "1"}})
+        wait(1)
+        rpc(None, "notifications/initialized")
+        rpc(2, "tools/call", {"name": tool, "arguments": arguments})
+        answer = wait(2, until_cancelled=True)
+        if not answer:
+            rpc(None, "notifications/cancelled", {"requestId": 2, "reason": "the turn was cancelled"})
+            wait(2, timeout=1.0)  # the server may still answer, or not
+            return {"cancelled": True}
+        if "error" in answer:
+            return {"isError": True, "content": [{"type": "text", "text": answer["error"].get("message", "")}]}
+        return answer.get("result") or {}
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def handle(msg: dict) -> None:
@@ -231,6 +334,7 @@ def handle(msg: dict) -> None:
         print(f"authenticated with {params.get('methodId')}", file=sys.stderr, flush=True)
     elif method == "session/new":
         sid = f"s{next(ids)}"
+        mcp_servers[sid] = params.get("mcpServers") or []
         if args.early_update:
             update(sid, {"sessionUpdate": "available_commands_update",
                          "availableCommands": [{"name": "early", "description": "sent before the reply"}]})

@@ -1,0 +1,259 @@
+"""The ask itself: the target answers in a session of its own; earlier messages are announcements, the last is final."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from typing import Any
+
+from deck.conversation import Conversation, now_iso
+from deck.errors import AcpError, ConnectionClosed, ServiceError
+from deck.events import AgentAnnouncement
+
+NO_REPLY = "target returned no reply"
+#: Session updates that end the message being streamed.
+BOUNDARIES = frozenset({"tool_call", "tool_call_update"})
+
+#: After cancelling, how long the target may take to end its answer before the ask lets go of it.
+CANCEL_GRACE = 2.0
+CANCELLED_PERMISSION = {"outcome": {"outcome": "cancelled"}}
+CANCELLED_QUESTION = {"action": "cancel"}
+
+_tickets = itertools.count(1)
+
+
+class AskError(Exception):
+    """An ask that cannot give an answer; the message is the tool's error."""
+
+
+class Messages:
+    """Splits the target's streamed text into messages; all but the last are announced at once."""
+
+    def __init__(self, announce: Any) -> None:
+        self._announce = announce
+        self._chunks: list[str] = []  # the message being streamed
+        self._message_id: Any = None
+        self._last: str | None = None  # the last finished message: the final, unless another follows
+
+    def text(self, text: str, message_id: Any = None) -> None:
+        if message_id is not None and self._message_id is not None and message_id != self._message_id:
+            self.boundary()
+        if message_id is not None:
+            self._message_id = message_id
+        if not self._chunks and self._last is not None and text.strip():
+            # A new message starts: the previous one is not the final after all.
+            self._announce(self._last)
+            self._last = None
+        self._chunks.append(text)
+
+    def boundary(self) -> None:
+        """A tool call (or a new messageId) ends the message being streamed."""
+        message = "".join(self._chunks).strip()
+        self._chunks = []
+        self._message_id = None
+        if message:
+            if self._last is not None:
+                self._announce(self._last)
+            self._last = message
+
+    def final(self) -> str | None:
+        self.boundary()
+        return self._last
+
+
+class AskSink:
+    """The target's ask session: text → messages, thoughts dropped, tools kept only to describe permissions."""
+
+    def __init__(self, ask: Ask) -> None:
+        self.ask = ask
+        self.messages = Messages(ask.announce)
+        # Tool calls only (never text), so that a permission request can show what it is for.
+        self.tools = Conversation(ask.target.name, lambda _event: None)
+        self.requests: set[asyncio.Future[dict[str, Any]]] = set()
+
+    def on_update(self, update: dict[str, Any]) -> None:
+        kind = update.get("sessionUpdate")
+        if kind == "agent_message_chunk":
+            content = update.get("content")
+            if isinstance(content, dict) and content.get("type") == "text" and isinstance(content.get("text"), str):
+                self.messages.text(content["text"], update.get("messageId"))
+        elif kind in BOUNDARIES:
+            self.messages.boundary()
+            self.tools.apply_update(update)
+
+    def on_permission(self, params: dict[str, Any]) -> Any:
+        # The user answers for the target, under the target's own `permissions` policy.
+        chat = self.ask.deck.chat
+        return self._until_done(chat.ask_permission(self.ask.target, self.tools, params), CANCELLED_PERMISSION)
+
+    def on_question(self, params: dict[str, Any]) -> Any:
+        chat = self.ask.deck.chat
+        return self._until_done(chat.ask_question(self.ask.target, self.tools, params), CANCELLED_QUESTION)
+
+    async def _until_done(self, asking: Any, cancelled: dict[str, Any]) -> dict[str, Any]:
+        """The user's answer; `cancelled` when the ask ends first (the request then leaves the frontends)."""
+        task = asyncio.ensure_future(asking)
+        self.requests.add(task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                task.cancel()
+                raise
+            return cancelled
+        finally:
+            self.requests.discard(task)
+
+    def close(self) -> None:
+        for task in self.requests:
+            task.cancel()
+
+
+class Ask:
+    """One question from `requester` to `target`, identified by its ticket."""
+
+    def __init__(self, asks: Asks, requester: str, target: Any, question: str) -> None:
+        self.asks = asks
+        self.deck = asks.deck
+        self.requester = requester
+        self.target = target
+        self.question = question
+        self.ticket_id = f"ticket-{next(_tickets)}"
+        self.session_id: str | None = None
+
+    def announce(self, text: str) -> None:
+        self.deck.emit(AgentAnnouncement(self.requester, self.target.name, self.ticket_id, text, now_iso()))
+
+    async def run(self) -> str:
+        target = self.target
+        try:
+            await target.start()
+        except ServiceError as exc:
+            raise AskError(str(exc)) from exc
+        target.acquire()  # busy from the first moment: idle_stop leaves it alone
+        try:
+            return await self._prompt()
+        except ConnectionClosed as exc:
+            raise AskError(f"{target.name} stopped before it answered: {target.error or exc.args[0]}") from exc
+        except AcpError as exc:
+            raise AskError(f"{target.name} answered with an error: {exc.args[0] or exc.code}") from exc
+        finally:
+            if self.session_id is not None:
+                target.detach(self.session_id)
+            target.release()
+
+    async def _prompt(self) -> str:
+        target = self.target
+        if target.conn is None:
+            raise ConnectionClosed(target.error or "the agent is not running")
+        self.session_id, _ = await target.new_session()
+        sink = AskSink(self)
+        target.attach(self.session_id, sink)
+        prompt = asyncio.ensure_future(
+            target.conn.request(
+                "session/prompt", {"sessionId": self.session_id, "prompt": [{"type": "text", "text": self.question}]}
+            )
+        )
+        try:
+            result = await asyncio.shield(prompt)
+        except asyncio.CancelledError:
+            sink.close()  # pending permission requests are answered "cancelled" first
+            await self._cancel(prompt)
+            raise
+        finally:
+            sink.close()
+        stop = result.get("stopReason") if isinstance(result, dict) else None
+        final = sink.messages.final()
+        if stop == "cancelled":
+            raise AskError(f"{target.name} cancelled its answer")
+        if final is None:
+            raise AskError(NO_REPLY)
+        return final
+
+    async def _cancel(self, prompt: asyncio.Future[Any]) -> None:
+        """The requester gave up: cancel the target's answer and let it end (busy until then)."""
+        conn = self.target.conn
+        if conn is not None and self.session_id is not None:
+            with contextlib.suppress(ConnectionClosed):
+                conn.notify("session/cancel", {"sessionId": self.session_id})
+        with contextlib.suppress(Exception, TimeoutError):
+            await asyncio.wait_for(prompt, CANCEL_GRACE)
+
+
+class Asks:
+    """Every ask in progress in one deck: the refusals, and cancelling what nobody waits for."""
+
+    def __init__(self, deck: Any) -> None:
+        self.deck = deck
+        self.active: dict[str, tuple[Ask, asyncio.Task[str]]] = {}
+
+    def list_agents(self, requester: str) -> list[dict[str, Any]]:
+        return [
+            {"name": a.name, "title": a.title, "description": a.config.description, "state": a.state.value,
+             **({"you": True} if a.name == requester else {})}
+            for a in self.deck.agents.values()
+        ]  # fmt: skip
+
+    async def ask(self, requester: str, target_name: str, question: str) -> str:
+        """Put `question` to `target_name` for `requester`; the final message, or AskError."""
+        if requester not in self.deck.agents:
+            raise AskError(f"unknown requester {requester!r}")
+        if target_name == requester:
+            raise AskError("an agent cannot ask itself")
+        if not question.strip():
+            raise AskError("empty question: there is nothing to ask")
+        try:
+            target = self.deck.agent(target_name)
+        except ServiceError as exc:
+            raise AskError(str(exc)) from exc
+        chain = self._chain(target_name, requester)
+        if chain:
+            raise AskError(
+                f"refused: {' → '.join(chain)} is waiting for an answer, so {requester} asking {target_name} "
+                "would wait forever"
+            )
+        ask = Ask(self, requester, target, question)
+        task = asyncio.get_running_loop().create_task(ask.run(), name=f"ask {ask.ticket_id}")
+        self.active[ask.ticket_id] = (ask, task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.cancel()  # the requester no longer waits: the target's session is cancelled
+            raise
+        finally:
+            self.active.pop(ask.ticket_id, None)
+            self.turn_ended(target.name)  # the target's asks made while answering are moot now
+
+    def _chain(self, start: str, goal: str) -> list[str]:
+        """A path of asks in progress from `start` to `goal` (start asks X asks … goal), or []."""
+        seen = {start}
+        paths = [[start]]
+        while paths:
+            path = paths.pop()
+            for ask, _task in self.active.values():
+                if ask.requester != path[-1]:
+                    continue
+                nxt = ask.target.name
+                if nxt == goal:
+                    return [*path, nxt]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    paths.append([*path, nxt])
+        return []
+
+    def turn_ended(self, agent: str) -> None:
+        """`agent`'s own turn ended (answered or cancelled): asks it made with no turn left to wait for them end."""
+        if self._serving(agent):
+            return
+        for ask, task in list(self.active.values()):
+            if ask.requester == agent:
+                task.cancel()
+
+    def _serving(self, agent: str) -> bool:
+        conv = self.deck.chat.conversations.get(agent)
+        return bool(conv and conv.busy) or any(a.target.name == agent for a, _t in self.active.values())
+
+    def cancel_all(self) -> None:
+        for _ask, task in self.active.values():
+            task.cancel()

@@ -1,0 +1,223 @@
+"""The private Unix socket between a deck and the MCP servers its agents run.
+
+The socket lives in a directory only this user can enter (0700: under
+$XDG_RUNTIME_DIR when it is usable, else a fresh temp dir), is itself 0600, and
+takes only connections from this user's processes (SO_PEERCRED where the system
+has it). Every request carries the asking agent's name and its token, an HMAC of
+that name under a random secret of this deck: an MCP server holds the token of
+its own agent only, so it cannot ask on behalf of another.
+
+One connection per request: a JSON line `{"agent", "token", "method", "params"}`
+in, a JSON line `{"result": …}` or `{"error": "…"}` out. Closing the connection
+early cancels the request (the requester gave up: its tool call was cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import shutil
+import socket
+import struct
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .asks import AskError, Asks
+
+log = logging.getLogger(__name__)
+
+ENV_SOCKET = "DECK_ASK_SOCKET"
+ENV_AGENT = "DECK_ASK_AGENT"
+ENV_TOKEN = "DECK_ASK_TOKEN"
+SERVER_MODULE = "deck.plugins.announcements.server"
+#: A question or an answer may be long; far above any real one.
+MAX_LINE = 16 * 1024 * 1024
+#: AF_UNIX paths are limited to about 108 bytes.
+MAX_SOCKET_PATH = 100
+
+
+def agent_token(secret: bytes, agent: str) -> str:
+    return hmac.new(secret, agent.encode(), hashlib.sha256).hexdigest()
+
+
+def private_dir() -> Path:
+    """A new directory only this user can enter, for this deck's socket."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK) and len(runtime) < MAX_SOCKET_PATH - 30:
+        return Path(tempfile.mkdtemp(prefix="deck-", dir=runtime))
+    return Path(tempfile.mkdtemp(prefix="deck-"))  # mkdtemp makes it 0700
+
+
+class Bridge:
+    """The deck's side: a Unix server answering `ask_agent` and `list_agents` for its agents."""
+
+    def __init__(self, asks: Asks) -> None:
+        self.asks = asks
+        self.secret = secrets.token_bytes(32)
+        self.directory: Path | None = None
+        self.path: Path | None = None
+        self._sock: socket.socket | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._serving: asyncio.Task[None] | None = None
+        self._clients: set[asyncio.Task[None]] = set()
+
+    # -- what agents get ------------------------------------------------------------------------
+
+    def mcp_server(self, agent: str) -> dict[str, Any]:
+        """The ACP stdio `McpServer` entry for `agent`'s `session/new`."""
+        self.listen()
+        assert self.path is not None
+        env = {ENV_SOCKET: str(self.path), ENV_AGENT: agent, ENV_TOKEN: agent_token(self.secret, agent)}
+        return {
+            "name": "deck",
+            "command": os.path.abspath(sys.executable),
+            "args": ["-m", SERVER_MODULE],
+            "env": [{"name": k, "value": v} for k, v in env.items()],
+        }
+
+    # -- serving --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.listen()
+
+    def listen(self) -> None:
+        """Bind the socket now (synchronously, so a session/new can name it) and serve it."""
+        if self._sock is not None:
+            return
+        self.directory = private_dir()
+        self.path = self.directory / "ask.sock"
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(str(self.path))
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+        sock.listen(64)
+        sock.setblocking(False)
+        self._sock = sock
+        self._serving = self.asks.deck.spawn(self._serve(sock), "announcements socket")
+
+    async def _serve(self, sock: socket.socket) -> None:
+        self._server = await asyncio.start_unix_server(self._on_client, sock=sock, limit=MAX_LINE)
+        await self._server.serve_forever()
+
+    async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._clients.add(task)
+        try:
+            if not _same_user(writer):
+                return
+            line = await reader.readline()
+            answer = await self._answer_unless_gone(line, reader)
+            if answer is not None:
+                writer.write(json.dumps(answer).encode() + b"\n")
+                await writer.drain()
+        except (ConnectionError, ValueError, asyncio.IncompleteReadError) as exc:
+            log.info("announcements: a client went away: %r", exc)
+        finally:
+            self._clients.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _answer_unless_gone(self, line: bytes, reader: asyncio.StreamReader) -> dict[str, Any] | None:
+        """The answer to `line`; None when the client hung up first (its request is then cancelled)."""
+        work = asyncio.ensure_future(self.answer(line))
+        gone = asyncio.ensure_future(reader.read(1))  # the client sends nothing more: data or EOF means it left
+        try:
+            done, _ = await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if work in done:
+                return work.result()
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+            return None
+        finally:
+            gone.cancel()
+            work.cancel()
+
+    async def answer(self, line: bytes) -> dict[str, Any]:
+        try:
+            request = json.loads(line)
+        except ValueError:
+            return {"error": "not a JSON request"}
+        if not isinstance(request, dict):
+            return {"error": "not a JSON request"}
+        agent, token = request.get("agent"), request.get("token")
+        if not isinstance(agent, str) or not isinstance(token, str):
+            return {"error": "not authorized"}
+        if not hmac.compare_digest(token, agent_token(self.secret, agent)):
+            log.warning("announcements: a request for %r with a wrong token was refused", agent)
+            return {"error": "not authorized"}
+        method, params = request.get("method"), request.get("params") or {}
+        try:
+            if method == "list_agents":
+                return {"result": self.asks.list_agents(agent)}
+            if method == "ask_agent":
+                target, question = params.get("agent"), params.get("question")
+                if not isinstance(target, str) or not isinstance(question, str):
+                    return {"error": "ask_agent needs the parameters agent and question, both strings"}
+                return {"result": await self.asks.ask(agent, target, question)}
+        except AskError as exc:
+            return {"error": str(exc)}
+        return {"error": f"unknown method {method!r}"}
+
+    async def close(self) -> None:
+        for task in list(self._clients):
+            task.cancel()
+        if self._server is not None:
+            self._server.close()
+        if self._serving is not None:
+            self._serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._serving
+        if self._sock is not None:
+            self._sock.close()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        self._sock = self._server = self._serving = None
+
+
+def _same_user(writer: asyncio.StreamWriter) -> bool:
+    """Only this user's processes may connect (the 0700 directory says so already; this checks)."""
+    sock = writer.get_extra_info("socket")
+    peercred = getattr(socket, "SO_PEERCRED", None)
+    if sock is None or peercred is None:
+        return True
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i")))
+    return uid == os.getuid()
+
+
+# -- the MCP server's side ------------------------------------------------------------------------
+
+
+async def request(method: str, params: dict[str, Any], env: Any = os.environ) -> dict[str, Any]:
+    """One request to the deck that started this process: `{"result": …}` or `{"error": "…"}`."""
+    path = env.get(ENV_SOCKET)
+    if not path:
+        return {"error": f"deck's socket is unknown: {ENV_SOCKET} is not set"}
+    try:
+        reader, writer = await asyncio.open_unix_connection(path, limit=MAX_LINE)
+    except OSError as exc:
+        return {"error": f"cannot reach deck: {exc.strerror or exc}"}
+    try:
+        message = {"agent": env.get(ENV_AGENT, ""), "token": env.get(ENV_TOKEN, ""), "method": method, "params": params}
+        writer.write(json.dumps(message).encode() + b"\n")
+        await writer.drain()
+        line = await reader.readline()
+        if not line:
+            return {"error": "deck closed the connection without an answer"}
+        answer = json.loads(line)
+        return answer if isinstance(answer, dict) else {"error": "deck's answer is not an object"}
+    finally:
+        writer.close()
