@@ -30,8 +30,9 @@ modern_python() {
 
 pip_pinned() {  # venv-dir python package==version
     local venv=$1 python=$2 spec=$3
-    if [ -x "$venv/bin/python" ] && "$venv/bin/python" -m pip show "${spec%%==*}" 2>/dev/null \
-        | grep -qx "Version: ${spec##*==}"; then
+    local shown=""  # not piped into grep -q: with pipefail, pip's SIGPIPE would read as "not installed"
+    [ -x "$venv/bin/python" ] && shown=$("$venv/bin/python" -m pip show "${spec%%==*}" 2>/dev/null || true)
+    if grep -qx "Version: ${spec##*==}" <<<"$shown"; then
         say "$spec already installed"; return 0
     fi
     say "installing $spec with $python"
