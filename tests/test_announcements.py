@@ -34,6 +34,13 @@ def all_conversation_text(deck) -> str:
     return json.dumps({name: conv.snapshot() for name, conv in deck.chat.conversations.items()})
 
 
+async def until(predicate, timeout: float = 15.0) -> None:
+    """Poll `predicate` (for what emits no event, such as the ACP trace)."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
 async def turn_done(rec, agent: str, count: int = 1):
     await rec.wait(lambda r: len([p for p in r.named("message:updated", agent) if p["message"]["done"]
                                   and p["message"]["role"] == "agent"]) >= count, timeout=30)
@@ -55,3 +62,223 @@ async def test_requester_gets_only_the_final_message_and_the_rest_are_announceme
     assert not any("pondering" in p["text"] for p in announced)
     # b was busy while it answered, and is ready again.
     assert rec.states("b") == ["starting", "ready", "busy", "ready"]
+
+
+async def test_one_message_only_is_the_final_and_nothing_is_announced(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    deck.chat.send("a", "ask b multi 1")
+    await turn_done(rec, "a")
+    assert answers(deck, "a") == [f"answer: {CONCLUSION}"]
+    assert rec.named("agent:announcement") == []
+
+
+async def test_no_message_at_all_is_the_tools_error(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    deck.chat.send("a", "ask b silent")
+    await turn_done(rec, "a")
+    assert answers(deck, "a") == ["tool error: target returned no reply"]
+    assert rec.named("agent:announcement") == []
+
+
+async def test_the_targets_own_conversation_is_untouched(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    deck.chat.send("b", "hello")
+    await turn_done(rec, "b")
+    before = deck.chat.conversation("b").snapshot()
+    seen = len(rec.events)
+    deck.chat.send("a", "ask b multi")
+    await turn_done(rec, "a")
+    assert answers(deck, "a") == [f"answer: {CONCLUSION}"]
+    assert deck.chat.conversation("b").snapshot() == before
+    message_events = ("message:delta", "message:updated", "turn:changed")
+    assert [e for e in rec.events[seen:] if e.name in message_events and e.payload()["agent"] == "b"] == []
+    assert set(deck.chat.conversations) == {"a", "b"}
+
+
+async def test_a_start_refused_by_the_limits_is_the_tools_error(make_deck):
+    deck, rec = make_deck("[limits]\nmaxRunningAgents = 2\n" + "".join(agent_block(n) for n in "abc"))
+    deck.chat.send("c", "slow")
+    await rec.wait_event("agent:state", agent="c", state="busy")
+    deck.chat.send("a", "ask b multi")
+    await turn_done(rec, "a")
+    assert answers(deck, "a") == ["tool error: too many agents running: 2 agent(s) busy (a, c), the limit is 2"]
+    assert rec.states("b") == []
+    deck.chat.cancel("c")
+
+
+async def test_list_agents_names_titles_and_states(make_deck):
+    deck, rec = make_deck(agent_block("a", title="Agent A") + agent_block("b", description="the reviewer"))
+    deck.chat.send("a", "list-agents")
+    await turn_done(rec, "a")
+    (text,) = answers(deck, "a")
+    assert text.startswith("answer: ")
+    listed = json.loads(text.removeprefix("answer: "))
+    assert listed == [
+        {"name": "a", "title": "Agent A", "description": "", "state": "busy", "you": True},
+        {"name": "b", "title": "b", "description": "the reviewer", "state": "stopped"},
+    ]
+
+
+async def test_asking_oneself_or_an_unknown_agent_is_an_error(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    deck.chat.send("a", "ask a multi")
+    deck.chat.send("a", "ask nobody multi")
+    await turn_done(rec, "a", 2)
+    assert answers(deck, "a") == [
+        "tool error: an agent cannot ask itself",
+        "tool error: unknown agent 'nobody' (agents: a, b)",
+    ]
+    assert rec.states("b") == []
+
+
+async def test_a_cycle_is_refused(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    deck.chat.send("a", "ask b ask a multi")  # a asks b, which asks a back
+    await turn_done(rec, "a")
+    assert answers(deck, "a") == [
+        "answer: tool error: refused: a → b is waiting for an answer, so b asking a would wait forever"
+    ]
+
+
+async def test_a_chain_of_asks_works(make_deck):
+    deck, rec = make_deck("".join(agent_block(n) for n in "abc"))
+    deck.chat.send("a", "ask b ask c multi")
+    await turn_done(rec, "a")
+    assert answers(deck, "a") == [f"answer: answer: {CONCLUSION}"]
+    assert [(p["requester"], p["target"], p["text"]) for p in rec.named("agent:announcement")] == [
+        ("b", "c", PREAMBLE), ("b", "c", MIDDLE),
+    ]  # fmt: skip
+
+
+async def test_a_crash_of_the_target_ends_the_ask_with_an_error(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    deck.chat.send("a", "ask b crash")
+    await turn_done(rec, "a")
+    (text,) = answers(deck, "a")
+    assert text.startswith("tool error: b stopped before it answered: the agent exited on its own with code 7")
+    await rec.wait_event("agent:state", agent="b", state="error")
+
+
+async def test_the_targets_permission_requests_go_to_the_user(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    deck.chat.send("a", "ask b perm")
+    request = await rec.wait_event("permission:requested", agent="b")
+    assert request["toolCall"]["title"] == "Edit file"
+    await deck.chat.AnswerPermission(request["id"], "yes")
+    await turn_done(rec, "a")
+    assert answers(deck, "a") == ["answer: permission: yes"]
+    assert deck.chat.conversation("b").snapshot()["messages"] == []
+
+
+class AcpTrace:
+    """Records every ACP message as (agent, direction, method or stopReason)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, str]] = []
+
+    @announcements.hookimpl
+    def deck_acp_message(self, deck, agent, direction, message):
+        what = message.get("method") or str((message.get("result") or {}).get("stopReason", ""))
+        self.lines.append((agent.name, direction, what))
+
+
+async def test_cancelling_the_requesters_turn_cancels_its_ask(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    trace = AcpTrace()
+    deck.pm.register(trace, name="trace")
+    deck.trace_acp = True
+    deck.chat.send("a", "ask b slow")
+    await rec.wait_event("agent:state", agent="b", state="busy")
+    await until(lambda: ("b", "in", "session/update") in trace.lines)  # b is answering
+    deck.chat.cancel("a")
+    await rec.wait(lambda r: any(m["role"] == "agent" and m["done"] for m in deck.chat.conversation("a").snapshot()["messages"]))
+    assert deck.chat.conversation("a").snapshot()["messages"][-1]["stopReason"] == "cancelled"
+    await rec.wait(lambda r: r.states("b")[-1:] == ["ready"])
+    assert ("b", "out", "session/cancel") in trace.lines
+    assert ("b", "in", "cancelled") in trace.lines  # b's ask session ended its answer
+
+
+async def test_disabled_plugin_passes_no_mcp_server(make_deck):
+    deck, rec = make_deck('[plugins]\ndisabled = ["announcements"]\n' + agent_block("a") + agent_block("b"))
+    assert not deck.pm.has_plugin("announcements")
+    deck.chat.send("a", "ask b multi")
+    await turn_done(rec, "a")
+    assert answers(deck, "a") == ["tool error: no deck MCP server in session/new"]
+
+
+# -- the socket and the MCP server ------------------------------------------------------------------
+
+
+def server_entry(deck, agent: str) -> dict:
+    (entry,) = deck.call_hook("deck_session_mcp_servers", agent=deck.agents[agent])[0]
+    return entry
+
+
+async def test_mcp_server_entry_is_the_acp_stdio_form(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    await deck.startup()
+    entry = server_entry(deck, "a")
+    assert entry["name"] == "deck"
+    assert os.path.isabs(entry["command"]) and entry["command"] == os.path.abspath(sys.executable)
+    assert entry["args"] == ["-m", "deck.plugins.announcements.server"]
+    assert {e["name"] for e in entry["env"]} == {bridge.ENV_SOCKET, bridge.ENV_AGENT, bridge.ENV_TOKEN}
+
+
+async def test_socket_is_private_and_a_wrong_token_is_refused(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    env = {e["name"]: e["value"] for e in server_entry(deck, "a")["env"]}
+    path = env[bridge.ENV_SOCKET]
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
+    assert stat.S_ISSOCK(os.stat(path).st_mode)
+    # The right token works…
+    answer = await bridge.request("list_agents", {}, env)
+    assert [a["name"] for a in answer["result"]] == ["a", "b"]
+    # …a wrong one, or a's token presented as b, is refused and nothing is asked.
+    for forged in ({**env, bridge.ENV_TOKEN: "0" * 64}, {**env, bridge.ENV_AGENT: "b"}):
+        assert await bridge.request("list_agents", {}, forged) == {"error": "not authorized"}
+        assert await bridge.request("ask_agent", {"agent": "b", "question": "multi"}, forged) == {"error": "not authorized"}
+    assert rec.states("b") == []
+    await deck.shutdown()
+    assert not os.path.exists(os.path.dirname(path))
+
+
+async def test_mcp_server_answers_unknown_methods_with_an_error(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    entry = server_entry(deck, "a")
+    env = {"PATH": os.environ.get("PATH", ""), **{e["name"]: e["value"] for e in entry["env"]}}
+    proc = await asyncio.create_subprocess_exec(
+        entry["command"], *entry["args"], env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+
+    async def call(rid, method, params=None):
+        message = {"jsonrpc": "2.0", "method": method, **({"id": rid} if rid is not None else {})}
+        if params is not None:
+            message["params"] = params
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        await proc.stdin.drain()
+        if rid is None:
+            return None
+        while True:
+            reply = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+            if reply.get("id") == rid:
+                return reply
+
+    try:
+        # fast-agent probes this draft method first and falls back on the error.
+        assert (await call(0, "server/discover", {}))["error"]["code"] == -32601
+        init = await call(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                            "clientInfo": {"name": "test", "version": "1"}})
+        assert init["result"]["serverInfo"]["name"] == "deck"
+        await call(None, "notifications/initialized")
+        assert (await call(2, "no/such/method", {}))["error"]["code"] == -32601
+        tools = (await call(3, "tools/list"))["result"]["tools"]
+        assert {t["name"]: sorted(t["inputSchema"]["properties"]) for t in tools} == {
+            "ask_agent": ["agent", "question"], "list_agents": [],
+        }  # fmt: skip
+        reply = await call(4, "tools/call", {"name": "ask_agent", "arguments": {"agent": "b", "question": "multi 1"}})
+        assert reply["result"]["content"][0]["text"] == CONCLUSION
+        assert not reply["result"].get("isError")
+    finally:
+        proc.stdin.close()
+        await asyncio.wait_for(proc.wait(), 10)

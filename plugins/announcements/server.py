@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
 
 from deck.plugins.announcements import bridge
 
@@ -32,22 +32,26 @@ server = MCPServer(
         "comes back. list_agents gives the names."
     ),
 )
-async def ask_agent(agent: str, question: str) -> str:
-    answer = await bridge.request("ask_agent", {"agent": agent, "question": question})
-    if "error" in answer:
-        raise ToolError(str(answer["error"]))
-    return str(answer.get("result", ""))
+async def ask_agent(agent: str, question: str) -> CallToolResult:
+    return _result(await bridge.request("ask_agent", {"agent": agent, "question": question}))
 
 
 @server.tool(
     title="List the agents",
     description="The agents deck runs, as JSON: name, title, description, state; `you` marks yourself.",
 )
-async def list_agents() -> str:
+async def list_agents() -> CallToolResult:
     answer = await bridge.request("list_agents", {})
+    if "result" in answer:
+        answer["result"] = json.dumps(answer["result"], ensure_ascii=False)
+    return _result(answer)
+
+
+def _result(answer: dict) -> CallToolResult:
+    """deck's answer as the tool's result: the text, or the error's text with isError (no prefix added)."""
     if "error" in answer:
-        raise ToolError(str(answer["error"]))
-    return json.dumps(answer.get("result", []), ensure_ascii=False)
+        return CallToolResult(content=[TextContent(type="text", text=str(answer["error"]))], is_error=True)
+    return CallToolResult(content=[TextContent(type="text", text=str(answer.get("result", "")))])
 
 
 def main() -> None:
