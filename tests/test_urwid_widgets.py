@@ -83,7 +83,7 @@ def test_agents_panel_states_marks_and_gauge_in_english():
     model.apply("permission:requested", {"id": "perm-1", "agent": "beta", "toolCall": {}, "options": []})
     text = panel_text(model, frame=0)
     assert "1 A Alpha" in text and "⠋ starting…" in text
-    assert "busy ⠋ ! needs input" in text
+    assert "│   busy ⠋" in text and "│   ! needs input" in text
     assert "⟳ restart to apply changes" in text
     assert "ctx ██░░░░░░░░ 25%" in text
     assert "error" in text and "start failed: exit 3" in text and "missing API key" not in text

@@ -29,7 +29,7 @@ def row_markup(agent: AgentModel, number: int, strings: Strings, frame: int = 0)
     if agent.busy:
         lines += [("state busy", f" {spin}")]
     if agent.needs_input:
-        lines += [" ", ("needs input", f"! {strings('needs_input')}")]
+        lines += ["\n   ", ("needs input", f"! {strings('needs_input')}")]
     if agent.asks:
         lines += [" ", ("talking", "↔")]
     if agent.outdated:

@@ -278,14 +278,14 @@ class ConsoleApp:
                 self.input_box.set_title(title)
         parts: list[Any] = []
         if self.notice and (self._loop is None or self._loop.time() < self.notice_until):
-            parts.append(("notice", f" {self.notice} "))
-            parts.append(" ")
+            parts += [("notice", f" {self.notice} "), " "]
         else:
             self.notice = ""
         pending = len(self.model.pending())
         if pending:
-            parts.append(("needs input", f" {s('hints_perm', n=pending)} "))
-            parts.append(" ")
+            parts += [("needs input", f" {s('hints_perm', n=pending)} ")]
+        if parts:
+            parts.append("\n")
         parts.append(s("hints"))
         self.status.set_text(parts)
 
@@ -315,7 +315,7 @@ class ConsoleApp:
 
     def global_key(self, key: str) -> bool:
         """Keys that act wherever the focus is; True when handled."""
-        if key == "ctrl c":
+        if key in ("ctrl c", "meta ctrl c"):
             self.say(self.strings("ctrl_c"))
             return True
         if self.dialog_kind:
