@@ -191,3 +191,32 @@ async def test_slow_model_cancelled_mid_turn(peer_deck, home, workdir):
     again = await finished_reply(pd, 2, timeout=30)
     assert again.stop_reason == "end_turn" and "still there?" in again.text
     await pd.close()
+
+
+async def test_cancel_while_a_permission_is_pending(peer_deck, home, workdir):
+    (workdir / "a.txt").write_text("a\n")
+    pd = peer_deck(fast(home, workdir))
+    pd.deck.chat.send("fast", call_tool("read_text_file", path=str(workdir / "a.txt")))
+    request = await pd.rec.wait_event("permission:requested", agent="fast", timeout=30)
+    await pd.deck.chat.Cancel("fast")
+    assert await pd.rec.wait_event("permission:resolved", id=request["id"]) == {"id": request["id"], "agent": "fast"}
+    reply = await finished_reply(pd, timeout=15)
+    assert reply.stop_reason == "cancelled"
+    (perm,) = pd.schema.received("session/request_permission")
+    assert pd.schema.answer_to(perm)["result"] == {"outcome": {"outcome": "cancelled"}}
+    assert pd.schema.received("fs/read_text_file") == []  # the tool never ran
+    assert pd.deck.chat.conversation("fast").snapshot()["permissions"] == []
+    await pd.close()
+
+
+async def test_stop_during_a_turn_ends_it_with_an_error(peer_deck, home, workdir):
+    pd = peer_deck(fast(home, workdir, model="slow"))
+    pd.deck.chat.send("fast", "a long answer")
+    await pd.rec.wait_event("turn:changed", agent="fast", busy=True, timeout=30)
+    started = time.monotonic()
+    await pd.deck.agent_service.Stop("fast")
+    reply = await finished_reply(pd, timeout=15)
+    assert time.monotonic() - started < 5
+    assert reply.stop_reason is None and reply.error == "agent stopped", reply.error
+    assert pd.rec.states("fast")[-1] == "stopped"
+    await pd.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from .conftest import agent_toml, fast_agent_command, processes_in
+from .conftest import agent_toml, claude_command, fast_agent_command, processes_in
 from .schema import AcpSchema, OutgoingChecker
 
 pytestmark = pytest.mark.timeout(120)
@@ -58,6 +59,13 @@ class Bridge:
         self.proc.stdin.flush()
         return self._next_id
 
+    def drain(self) -> list[dict[str, Any]]:
+        """Every line left once deck has exited."""
+        rest = []
+        while (line := self.lines.get(timeout=10)) is not None:
+            rest.append(line)
+        return rest
+
     def expect(self, timeout: float = 60, **match: Any) -> dict[str, Any]:
         """The next line (event or response) whose keys match; earlier ones are kept in `seen`."""
         deadline = time.monotonic() + timeout
@@ -74,6 +82,17 @@ class Bridge:
             self.seen.append(line)
             if all(line.get(k) == v for k, v in match.items()):
                 return line
+
+
+def conformant(trace: Path) -> OutgoingChecker:
+    """The --trace file holds every ACP message; what deck sent must conform to the schema."""
+    checker = OutgoingChecker(AcpSchema())
+    for line in trace.read_text().splitlines():
+        record = json.loads(line)
+        checker.seen(record["direction"], record["message"])
+    assert checker.checked, "nothing traced"
+    assert not checker.problems, "\n".join(checker.problems)
+    return checker
 
 
 def test_jsonl_bridge_drives_fast_agent_through_a_permission(home: Path, workdir: Path, tmp_path: Path):
@@ -117,10 +136,38 @@ def test_jsonl_bridge_drives_fast_agent_through_a_permission(home: Path, workdir
     left = [p.pid for p in bridge.descendants.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, f"processes left behind by deck: {left}"
     assert not processes_in(workdir), "processes left running in the agent's cwd"
-    # The --trace file holds every ACP message; what deck sent conforms to the schema.
-    records = [json.loads(line) for line in trace.read_text().splitlines()]
-    checker = OutgoingChecker(AcpSchema())
-    for record in records:
-        checker.seen(record["direction"], record["message"])
+    checker = conformant(trace)
     assert [m.get("method") for m in checker.checked][:3] == ["initialize", "session/new", "session/prompt"]
-    assert not checker.problems, "\n".join(checker.problems)
+
+
+def test_sigterm_while_claude_is_busy_leaves_no_process(home: Path, workdir: Path, tmp_path: Path):
+    """claude-agent-acp ignores stdin EOF and runs a child: deck's exit must still end them all."""
+    config = tmp_path / "deck.toml"
+    env = {"IS_SANDBOX": "1", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "ANTHROPIC_API_KEY": "sk-ant-fake-key",
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}  # fmt: skip
+    config.write_text(agent_toml("claude", claude_command(), workdir, env=env))
+    trace = tmp_path / "trace.jsonl"
+    bridge = Bridge(config, trace)
+    try:
+        bridge.request("ChatService.Send", agent="claude", text="hello?")
+        bridge.expect(event="turn:changed", agent="claude", busy=True)
+        time.sleep(1.0)  # retrying the dead network now
+        bridge.snapshot()
+        assert len(bridge.descendants) >= 2, "claude-agent-acp and the Claude Code process it runs"
+        started = time.monotonic()
+        bridge.proc.send_signal(signal.SIGTERM)
+        code = bridge.proc.wait(timeout=30)
+        elapsed = time.monotonic() - started
+    finally:
+        if bridge.proc.poll() is None:
+            bridge.proc.kill()
+            bridge.proc.wait()
+    assert code == 128 + signal.SIGTERM
+    assert elapsed < 12, f"deck took {elapsed:.1f}s to exit"  # stdin close 5 s + SIGTERM 3 s at most
+    rest = bridge.drain()
+    assert {"event": "agent:state", "agent": "claude", "state": "stopped", "outdated": False} in rest
+    time.sleep(0.3)
+    left = [p.pid for p in bridge.descendants.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left, f"processes left behind by deck: {left}"
+    assert not processes_in(workdir)
+    conformant(trace)
