@@ -282,3 +282,31 @@ async def test_mcp_server_answers_unknown_methods_with_an_error(make_deck):
     finally:
         proc.stdin.close()
         await asyncio.wait_for(proc.wait(), 10)
+
+
+# -- a real third-party requester ---------------------------------------------------------------------
+
+from .peers.conftest import acp_schema, agent_toml, fast_agent_command, home, peer_deck, workdir  # noqa: E402,F401
+
+
+@pytest.mark.timeout(90)
+async def test_fast_agent_asks_through_the_deck_mcp_server(peer_deck, home, workdir):
+    """fast-agent (passthrough model) calls deck__ask_agent; deck answers its permission request; the final
+    message, and only it, reaches fast-agent's reply; the preamble came as an announcement."""
+    question = json.dumps({"agent": "b", "question": "multi"})
+    pd = peer_deck(agent_toml("fast", fast_agent_command(home), workdir) + agent_block("b", cwd=str(workdir)))
+    deck, rec = pd.deck, pd.rec
+    deck.chat.send("fast", f"***CALL_TOOL deck__ask_agent {question}")
+    request = await rec.wait_event("permission:requested", agent="fast", timeout=60)
+    assert json.loads(request["toolCall"]["input"]) == {"agent": "b", "question": "multi"}
+    allow = next(o["optionId"] for o in request["options"] if o["kind"] == "allow_once")
+    await deck.chat.AnswerPermission(request["id"], allow)
+    await turn_done(rec, "fast")
+    reply = deck.chat.conversation("fast").snapshot()["messages"][-1]
+    (tool,) = [p for p in reply["parts"] if p["type"] == "tool"]
+    assert tool["status"] == "completed" and tool["output"] == CONCLUSION
+    assert "".join(p["text"] for p in reply["parts"] if p["type"] == "text") == CONCLUSION
+    assert [p["text"] for p in rec.named("agent:announcement")] == [PREAMBLE, MIDDLE]
+    text = all_conversation_text(deck)
+    assert PREAMBLE not in text and MIDDLE not in text
+    await pd.close()
