@@ -77,13 +77,15 @@ async def test_prompt_without_a_key_is_a_clear_error(peer_deck, workdir):
 
 async def test_whole_turn_with_tool_call_diff_permission_and_usage(peer_deck, workdir):
     target = workdir / "greeting.txt"
+    script = [  # one model turn per POST /v1/messages, in order
+        Reply(text="I will write it.", tool_uses=[("Write", {"file_path": str(target), "content": "hello from claude\n"})]),
+        Reply(text="Done: the greeting is written.", input_tokens=1500),
+        Reply(tool_uses=[("Read", {"file_path": str(target)})]),
+        Reply(tool_uses=[("Edit", {"file_path": str(target), "old_string": "claude", "new_string": "deck"})]),
+        Reply(text="Changed it.", input_tokens=2500),
+    ]
 
-    def reply(body: dict) -> Reply:
-        if not tool_results(body):
-            return Reply(text="I will write it.", tool_uses=[("Write", {"file_path": str(target), "content": "hello from claude\n"})])
-        return Reply(text="Done: the greeting is written.", input_tokens=1500)
-
-    with FakeAnthropic(reply) as fake:
+    with FakeAnthropic(lambda body: script[len(fake.turns) - 1]) as fake:
         pd = peer_deck(claude(workdir, ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY="sk-ant-fake-key"))
         pd.deck.chat.send("claude", "please write the greeting")
         request = await pd.rec.wait_event("permission:requested", agent="claude", timeout=60)
@@ -96,24 +98,42 @@ async def test_whole_turn_with_tool_call_diff_permission_and_usage(peer_deck, wo
         assert allow_once == "allow"
         assert not target.exists()  # nothing written before the answer
         await pd.deck.chat.AnswerPermission(request["id"], allow_once)
-        reply_msg = await pd.rec.wait(lambda r: last_reply(pd), timeout=60)
+        first = await pd.rec.wait(lambda r: last_reply(pd), timeout=60)
         assert len(fake.turns) == 2  # one POST /v1/messages per model turn
         assert "please write the greeting" in last_user_text(fake.turns[0])
         assert tool_results(fake.turns[1])[0]["content"]  # the tool's result went back to the model
 
-    assert reply_msg.stop_reason == "end_turn" and reply_msg.error is None
-    parts = [p.to_dict() for p in reply_msg.parts]
-    assert [p["type"] for p in parts] == ["text", "tool", "text"]
-    assert parts[0]["text"] == "I will write it." and parts[2]["text"] == "Done: the greeting is written."
-    assert parts[1]["status"] == "completed" and parts[1]["diffs"][0]["newText"] == "hello from claude\n"
-    assert target.read_text() == "hello from claude\n"  # Claude Code writes files itself
-    usage = pd.rec.named("usage:changed", "claude")
-    assert usage and usage[-1]["usage"]["size"] == 200000 and usage[-1]["usage"]["used"] > 0
-    snapshot = await pd.deck.chat.Conversation("claude")
-    assert snapshot["usage"] == usage[-1]["usage"]
-    assert reply_msg.usage and reply_msg.usage["inputTokens"] > 0  # the prompt response's usage is kept
-    (perm,) = pd.schema.received("session/request_permission")
-    assert pd.schema.answer_to(perm)["result"] == {"outcome": {"outcome": "selected", "optionId": "allow"}}
+        assert first.stop_reason == "end_turn" and first.error is None
+        parts = [p.to_dict() for p in first.parts]
+        assert [p["type"] for p in parts] == ["text", "tool", "text"]
+        assert parts[0]["text"] == "I will write it." and parts[2]["text"] == "Done: the greeting is written."
+        assert parts[1]["status"] == "completed" and parts[1]["diffs"][0]["newText"] == "hello from claude\n"
+        assert target.read_text() == "hello from claude\n"  # Claude Code writes files itself
+        usage = pd.rec.named("usage:changed", "claude")
+        assert usage and usage[-1]["usage"]["size"] == 200000 and usage[-1]["usage"]["used"] > 0
+        assert (await pd.deck.chat.Conversation("claude"))["usage"] == usage[-1]["usage"]
+        assert first.usage and first.usage["inputTokens"] > 0  # the prompt response's usage is kept
+
+        # A second prompt in the same session: a read (no permission needed), then an edit with its diff.
+        pd.deck.chat.send("claude", "now make it greet deck")
+        edit = await pd.rec.wait(lambda r: r.named("permission:requested", "claude")[1:], timeout=60)
+        assert edit[0]["toolCall"]["title"] == "Edit greeting.txt"
+        (asked,) = edit[0]["toolCall"]["diffs"]
+        assert (asked["path"], asked["oldText"], asked["newText"], asked["newFile"]) == (str(target), "claude", "deck", False)
+        await pd.deck.chat.AnswerPermission(edit[0]["id"], "allow")
+        second = await pd.rec.wait(lambda r: (m := last_reply(pd)) is not None and m is not first and m, timeout=60)
+        assert len(fake.turns) == 5
+
+    assert second.stop_reason == "end_turn"
+    assert [(p.type, p.to_dict().get("title") or p.to_dict().get("text")) for p in second.parts] == [
+        ("tool", "Read greeting.txt"), ("tool", "Edit greeting.txt"), ("text", "Changed it.")]  # fmt: skip
+    assert all(p.to_dict()["status"] == "completed" for p in second.parts if p.type == "tool")
+    (done,) = second.parts[1].to_dict()["diffs"]  # once applied, the diff shows the edited lines whole
+    assert done["oldText"].startswith("hello from claude") and done["newText"].startswith("hello from deck")
+    assert target.read_text() == "hello from deck\n"
+    assert [m.role for m in pd.deck.chat.conversation("claude").messages] == ["user", "agent", "user", "agent"]
+    perms = pd.schema.received("session/request_permission")
+    assert [pd.schema.answer_to(p)["result"]["outcome"]["optionId"] for p in perms] == ["allow", "allow"]
     await pd.close()
 
 
