@@ -1,4 +1,4 @@
-"""Inter-agent asks (SPEC §9): a requester agent calls the real `deck` MCP server, a target answers in its own session."""
+"""Inter-agent asks (SPEC §9): a requester calls the real `deck` MCP server; the target answers in its own session."""
 
 from __future__ import annotations
 
@@ -60,8 +60,12 @@ async def test_requester_gets_only_the_final_message_and_the_rest_are_announceme
     text = all_conversation_text(deck)
     assert PREAMBLE not in text and MIDDLE not in text
     assert not any("pondering" in p["text"] for p in announced)
-    # b was busy while it answered, and is ready again.
+    # b was busy while it answered, and is ready again; the announcements came live, before the end.
     assert rec.states("b") == ["starting", "ready", "busy", "ready"]
+    first_announcement = next(i for i, e in enumerate(rec.events) if e.name == "agent:announcement")
+    b_ready_again = max(i for i, e in enumerate(rec.events) if e.name == "agent:state" and e.payload() == {
+        "agent": "b", "state": "ready", "outdated": False})
+    assert first_announcement < b_ready_again
 
 
 async def test_one_message_only_is_the_final_and_nothing_is_announced(make_deck):
@@ -191,7 +195,7 @@ async def test_cancelling_the_requesters_turn_cancels_its_ask(make_deck):
     await rec.wait_event("agent:state", agent="b", state="busy")
     await until(lambda: ("b", "in", "session/update") in trace.lines)  # b is answering
     deck.chat.cancel("a")
-    await rec.wait(lambda r: any(m["role"] == "agent" and m["done"] for m in deck.chat.conversation("a").snapshot()["messages"]))
+    await turn_done(rec, "a")
     assert deck.chat.conversation("a").snapshot()["messages"][-1]["stopReason"] == "cancelled"
     await rec.wait(lambda r: r.states("b")[-1:] == ["ready"])
     assert ("b", "out", "session/cancel") in trace.lines
@@ -237,7 +241,8 @@ async def test_socket_is_private_and_a_wrong_token_is_refused(make_deck):
     # …a wrong one, or a's token presented as b, is refused and nothing is asked.
     for forged in ({**env, bridge.ENV_TOKEN: "0" * 64}, {**env, bridge.ENV_AGENT: "b"}):
         assert await bridge.request("list_agents", {}, forged) == {"error": "not authorized"}
-        assert await bridge.request("ask_agent", {"agent": "b", "question": "multi"}, forged) == {"error": "not authorized"}
+        asked = await bridge.request("ask_agent", {"agent": "b", "question": "multi"}, forged)
+        assert asked == {"error": "not authorized"}
     assert rec.states("b") == []
     await deck.shutdown()
     assert not os.path.exists(os.path.dirname(path))
