@@ -34,17 +34,19 @@ FPS = 30
 SPIN_EVERY = 0.12
 NOTICE_FOR = 6.0
 PANEL_WIDTH = 30
-#: Written at exit when set: draws, frames and seconds, for scripts/bench_urwid.py.
+#: A file written at exit when set: draws and their times (time.monotonic), for scripts/bench_urwid.py.
 STATS_ENV = "DECK_URWID_STATS"
 
 
 class CountingLoop(urwid.MainLoop):
-    """A MainLoop that counts its screen draws (input, resize and our frames alike)."""
+    """A MainLoop that records when it draws the screen (input, resize and our frames alike)."""
 
-    draws = 0
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.draw_times: list[float] = []
 
     def draw_screen(self) -> None:
-        self.draws += 1
+        self.draw_times.append(time.monotonic())
         super().draw_screen()
 
 
@@ -157,7 +159,8 @@ class ConsoleApp:
         path = os.environ.get(STATS_ENV)
         if path and self.loop is not None:
             with open(path, "w") as f:
-                json.dump({"draws": self.loop.draws, "frames": self.frames, "seconds": seconds}, f)
+                json.dump({"draws": len(self.loop.draw_times), "frames": self.frames, "seconds": seconds,
+                           "drawTimes": self.loop.draw_times}, f)  # fmt: skip
 
     def finish(self, code: int = 0) -> None:
         if self._done is not None and not self._done.done():

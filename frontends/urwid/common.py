@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import urwid
+from urwid import text_layout
 
 PALETTE = [
     ("text", "default", "default"),
@@ -52,6 +54,51 @@ PALETTE = [
 ]
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+
+def _ascii_width(text: Any, start: int, end: int) -> int:
+    return end - start
+
+
+def _ascii_pos(text: Any, start: int, end: int, pref_col: int) -> tuple[int, int]:
+    cols = min(end - start, max(pref_col, 0))
+    return start + cols, cols
+
+
+@contextmanager
+def _ascii_measures() -> Iterator[None]:
+    saved = text_layout.calc_width, text_layout.calc_text_pos
+    text_layout.calc_width, text_layout.calc_text_pos = _ascii_width, _ascii_pos
+    try:
+        yield
+    finally:
+        text_layout.calc_width, text_layout.calc_text_pos = saved
+
+
+class FastLayout(urwid.StandardTextLayout):
+    """urwid's word wrapping, measuring printable ASCII as one column a character.
+
+    urwid measures every text by grapheme clusters (wcwidth), some microseconds a
+    character: re-laying out a streaming answer at each frame cost more than all the
+    rest of the console. Any other text is measured by urwid as usual.
+    """
+
+    def calculate_text_segments(self, text: Any, width: int, wrap: Any) -> Any:
+        if isinstance(text, str) and text.isascii() and text.replace("\n", "").isprintable():
+            with _ascii_measures():
+                return super().calculate_text_segments(text, width, wrap)
+        return super().calculate_text_segments(text, width, wrap)
+
+
+FAST_LAYOUT = FastLayout()
+
+
+class Text(urwid.Text):
+    """urwid.Text with the FastLayout: for text that changes often (streamed answers)."""
+
+    def __init__(self, markup: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("layout", FAST_LAYOUT)
+        super().__init__(markup, **kwargs)
 
 
 class Clickable(urwid.WidgetWrap):

@@ -14,7 +14,7 @@ from typing import Any
 import urwid
 
 from . import markdown
-from .common import Clickable
+from .common import Clickable, Text
 from .i18n import Strings
 from .model import AgentModel, MessageModel, Part
 
@@ -169,7 +169,7 @@ class MessageRenderer:
             widget = old.get(cache_key) or new.get(cache_key)
             if widget is None:
                 markup = markdown.render(block, is_code, base)
-                widget = _pad(urwid.Text([(base, "\n"), *markup] if paragraph else markup))
+                widget = _pad(Text([(base, "\n"), *markup] if paragraph else markup))
             new[cache_key] = widget
             out.append(widget)
         self._blocks[key] = new

@@ -51,13 +51,13 @@ def blocks(text: str) -> list[tuple[str, bool, bool]]:
 def _cut(block: str) -> list[str]:
     if len(block) <= MAX_BLOCK:
         return [block]
-    pieces = []
-    while len(block) > MAX_BLOCK:
-        at = block.rfind(" ", MAX_BLOCK // 2, MAX_BLOCK)
-        at = MAX_BLOCK if at < 0 else at + 1
-        pieces.append(block[:at])
-        block = block[at:]
-    pieces.append(block)
+    pieces, start = [], 0
+    while len(block) - start > MAX_BLOCK:
+        at = block.rfind(" ", start + MAX_BLOCK // 2, start + MAX_BLOCK)
+        at = start + MAX_BLOCK if at < 0 else at + 1
+        pieces.append(block[start:at])
+        start = at
+    pieces.append(block[start:])
     return pieces
 
 
