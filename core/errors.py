@@ -63,6 +63,11 @@ class AcpError(DeckError):
         self.data = data
 
     def __str__(self) -> str:
+        # Agents often put the real reason in `data` (claude-agent-acp: {"details": …}).
+        data = self.data
+        detail = data.get("details") or data.get("message") if isinstance(data, dict) else data
+        if isinstance(detail, str) and detail.strip() and detail.strip() != self.args[0]:
+            return f"{self.args[0]} ({self.code}): {detail.strip()[:300]}"
         return f"{self.args[0]} ({self.code})"
 
 
