@@ -116,6 +116,20 @@ def run(
 
 
 @app.command()
+def send(
+    agent: str = typer.Argument(..., help="The agent to ask."),
+    text: str = typer.Argument(..., help="The prompt."),
+    config: Optional[Path] = ConfigOption,
+    as_json: bool = typer.Option(False, "--json", help="Every event as a JSON line on stdout instead of the answer."),
+) -> None:
+    """Send one prompt; stream the answer to stdout; exit 0 on end_turn, 3-6 on other stop reasons, 1 on errors."""
+    from .send import send as send_one
+
+    code = run_async(send_one(make_deck(config), agent, text, as_json))
+    raise typer.Exit(code or 0)
+
+
+@app.command()
 def agents(
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="JSON output."),

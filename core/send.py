@@ -1,0 +1,201 @@
+"""`deck send AGENT TEXT`: one prompt, the answer streamed to stdout, the exit code from the stop reason.
+
+The answer's text goes to stdout as it streams; thoughts, tool calls, plans and
+deck's notes go to stderr, so `deck send a "…" > answer.md` keeps only the answer.
+With `--json` every event is one JSON line on stdout instead (as the jsonl bridge
+writes them). Nobody can answer a permission request here: the agent's
+`permissions` policy may approve it (ChatService does that before asking), any
+other request is rejected with a note on stderr; questions are declined.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from .errors import ExitCode, ServiceError
+from .events import Event
+from .frontend import Frontend
+
+#: The exit code of each stop reason; an agent message that ended with an error exits 1.
+STOP_CODES: dict[str, int] = {
+    "end_turn": ExitCode.OK,
+    "max_tokens": ExitCode.MAX_TOKENS,
+    "max_turn_requests": ExitCode.MAX_TURN_REQUESTS,
+    "refusal": ExitCode.REFUSAL,
+    "cancelled": ExitCode.CANCELLED,
+}
+REJECT_KINDS = ("reject_once", "reject_always")
+
+
+class SendFrontend(Frontend):
+    """Sends one prompt and follows that one turn; `run` returns the exit code."""
+
+    name = "send"
+    description = "one prompt, the answer on stdout"
+
+    def __init__(
+        self,
+        deck: Any,
+        *,
+        agent: str,
+        text: str,
+        as_json: bool = False,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+    ) -> None:
+        super().__init__(deck, agent=agent, text=text, as_json=as_json)
+        self.agent = agent
+        self.text = text
+        self.as_json = as_json
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.reply_id: str | None = None
+        self.tools: dict[str, tuple[str, str]] = {}  # tool id → (title, status) last shown
+        self._done: asyncio.Future[int] | None = None
+        self._flush_scheduled = False
+        self._stdout_closed = False
+        self._ends_with_newline = True
+        self._err_kind = ""  # what the last stderr write was, to start a new line between kinds
+
+    async def run(self) -> int:
+        self._done = asyncio.get_running_loop().create_future()
+        self.deck.subscribe(self.on_event)
+        try:
+            try:
+                self.deck.chat.send(self.agent, self.text)
+            except ServiceError as exc:
+                self.note(str(exc))
+                return ExitCode.USAGE
+            return await self._done
+        finally:
+            self.deck.unsubscribe(self.on_event)
+            if not self.as_json and not self._ends_with_newline:
+                self.write("\n")
+            self.flush()
+
+    # -- events -----------------------------------------------------------------------------
+
+    def on_event(self, event: Event) -> None:
+        payload = event.payload()
+        if self.as_json:
+            self.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
+        if payload.get("agent") != self.agent:
+            return
+        handler = getattr(self, "_on_" + event.name.replace(":", "_"), None)
+        if handler is not None:
+            handler(payload)
+
+    def _on_message_updated(self, payload: dict[str, Any]) -> None:
+        message = payload["message"]
+        if self.reply_id is None and message["role"] == "agent" and not message["done"]:
+            self.reply_id = message["id"]  # the reply opened by our turn (stray updates come done)
+        elif message["id"] == self.reply_id and message["done"]:
+            self._end_turn(message)
+        elif self.reply_id is None and message["role"] == "system" and message.get("code") == "agent-unavailable":
+            self.note(message.get("error") or f"{self.agent} is unavailable")
+            self._finish(ExitCode.ERROR)
+
+    def _end_turn(self, message: dict[str, Any]) -> None:
+        stop = message.get("stopReason")
+        if stop is None:
+            self.note(f"{self.agent}: {message.get('error') or 'the turn ended without a stop reason'}")
+            self._finish(ExitCode.ERROR)
+            return
+        if stop != "end_turn":
+            self.note(f"{self.agent} stopped: {stop}")
+        self._finish(STOP_CODES.get(stop, ExitCode.ERROR))
+
+    def _on_message_delta(self, payload: dict[str, Any]) -> None:
+        if payload["messageId"] != self.reply_id or self.as_json:
+            return
+        kind = payload["kind"]
+        if kind == "text":
+            self.write(payload["text"])
+        elif kind == "thought":
+            self.to_stderr("thought", payload["text"])
+        elif kind == "tool":
+            part = payload["part"]
+            shown = (part["title"], part["status"])
+            if self.tools.get(part["id"]) != shown:
+                self.tools[part["id"]] = shown
+                self.to_stderr("tool", f"[tool] {part['title'] or part['id']} ({part['kind']}): {part['status']}\n")
+        elif kind == "plan":
+            entries = payload["part"]["entries"]
+            done = sum(1 for e in entries if e["status"] == "completed")
+            self.to_stderr("plan", f"[plan] {done}/{len(entries)} done\n")
+
+    def _on_permission_requested(self, payload: dict[str, Any]) -> None:
+        title = payload["toolCall"].get("title") or "a tool"
+        reject = next((o for kind in REJECT_KINDS for o in payload["options"] if o.get("kind") == kind), None)
+        if reject is None:
+            self.note(f"permission for {title} requested with no way to refuse it: the turn is cancelled")
+            self.deck.chat.cancel(self.agent)
+            return
+        self.note(
+            f"permission for {title} refused: deck send cannot ask "
+            '(the agent\'s `permissions = "allow"` or "allow-reads" approves requests)'
+        )
+        self.deck.spawn(self.deck.chat.AnswerPermission(payload["id"], reject["optionId"]), "deck send: refuse")
+
+    def _on_question_requested(self, payload: dict[str, Any]) -> None:
+        self.note(f"question declined: deck send cannot ask ({payload['message']})")
+        self.deck.spawn(self.deck.chat.AnswerQuestion(payload["id"], None), "deck send: decline")
+
+    def _finish(self, code: int) -> None:
+        if self._done is not None and not self._done.done():
+            self._done.set_result(code)
+
+    # -- output -----------------------------------------------------------------------------
+
+    def note(self, line: str) -> None:
+        self.to_stderr("note", f"deck: {line}\n")
+
+    def to_stderr(self, kind: str, text: str) -> None:
+        if not self.as_json:
+            self.flush()  # keep stdout and stderr in order on a shared terminal
+        if kind != self._err_kind and self._err_kind == "thought":
+            text = "\n" + text
+        self._err_kind = kind
+        self.err.write(text)
+        self.err.flush()
+
+    def write(self, text: str) -> None:
+        """Buffered stdout, flushed once the loop goes idle: no system call per chunk."""
+        if self._stdout_closed or not text:
+            return
+        self._ends_with_newline = text.endswith("\n")
+        try:
+            self.out.write(text)
+        except BrokenPipeError:
+            self._closed()
+            return
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        if self._stdout_closed:
+            return
+        try:
+            self.out.flush()
+        except BrokenPipeError:
+            self._closed()
+
+    def _closed(self) -> None:
+        """stdout was closed (`deck send … | head -1`): end quietly."""
+        self._stdout_closed = True
+        try:  # what is still buffered must not fail again at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.out.fileno())
+        except (OSError, ValueError):
+            pass
+        self._finish(ExitCode.OK)
+
+
+async def send(deck: Any, agent: str, text: str, as_json: bool = False) -> int:
+    """Run `deck` for one prompt to `agent`; the exit code follows the stop reason."""
+    return await deck.run(SendFrontend, agent=agent, text=text, as_json=as_json)
