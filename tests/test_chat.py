@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 
 import pytest
 
 from deck.errors import ServiceError
 
 from .conftest import agent_block
-from .turns import ask, deltas, position, wait_reply
+from .turns import ask, deltas, wait_reply
 
 pytestmark = pytest.mark.anyio
 
@@ -107,14 +106,13 @@ async def test_late_updates_after_a_cancel_never_reach_the_next_turn(make_deck):
     user = deck.chat.send("a", "cancel-late")
     await rec.wait_event("message:delta", agent="a")
     await deck.chat.Cancel("a")
-    following = deck.chat.send("a", "sleep 1")  # queued behind the turn still ending
+    following = deck.chat.send("a", "sleep 2")  # queued behind the turn still ending
     cancelled = await wait_reply(deck, rec, user)
     assert cancelled.stop_reason == "cancelled"
     nxt = await wait_reply(deck, rec, following)
     assert nxt.text == "slept"
-    # late-a came right after the cancelled response; late-b 0.6 s later, while the next turn ran.
+    # late-a came right after the cancelled response; late-b 1 s later, while the next turn ran.
     assert cancelled.text.endswith("late-a late-b")
-    assert position(rec, "turn:changed", busy=True, queued=0) < len(rec.events)
     late_b = next(i for i, e in enumerate(rec.events) if e.name == "message:delta" and e.payload().get("text") == "late-b")
     next_started = next(
         i for i, e in enumerate(rec.events)

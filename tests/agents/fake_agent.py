@@ -13,7 +13,7 @@ until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7)
 command updates), `perms N KIND` (N permission requests in one turn for a tool of
 KIND), `readlines PATH LINE LIMIT`, `stop REASON` (that stop reason),
 `sleep S`, `cancel-late` (like slow, chunks with a messageId, then late chunks
-after the cancelled response: one at once, one 0.6 s later with the messageId),
+after the cancelled response: one at once, one 1 s later with the messageId),
 `slow-question` (an elicitation while chunks stream),
 `ask AGENT QUESTION` / `list-agents` (start the session's `deck` MCP server from
 session/new `mcpServers`, call its tool ask_agent / list_agents over stdio, report
@@ -200,7 +200,7 @@ def turn(rid, sid: str, text: str) -> None:
             time.sleep(0.05)
         send({"id": rid, "result": {"stopReason": "cancelled"}})
         chunk(sid, "late-a ")
-        time.sleep(0.6)
+        time.sleep(1.0)
         update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": "m-cancelled",
                      "content": {"type": "text", "text": "late-b"}})
         return
