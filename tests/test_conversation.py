@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from .conftest import agent_block
@@ -110,9 +112,11 @@ async def test_usage_update_and_turn_stats(make_deck):
     assert slow.to_dict()["durationMs"] >= 300 and "usage" not in slow.to_dict()
 
 
-async def test_unknown_variant_is_passed_on_raw_and_not_fatal(make_deck):
+async def test_unknown_variant_is_passed_on_raw_and_not_fatal(make_deck, caplog):
     deck, rec = make_deck(agent_block("a"))
-    reply = await ask(deck, rec, "unknown-update")
+    with caplog.at_level(logging.INFO, logger="deck.conversation"):
+        reply = await ask(deck, rec, "unknown-update")
+    assert any("'compaction_update' passed on raw" in r.getMessage() for r in caplog.records)
     assert rec.named("session:update") == [
         {"agent": "a", "update": {"sessionUpdate": "compaction_update", "status": "started"}}
     ]
