@@ -24,6 +24,8 @@ PROTOCOL_VERSION = 1
 #: with a log line instead of growing memory without bound.
 MAX_LINE_BYTES = 64 * 1024 * 1024
 
+_decode = json.JSONDecoder().decode
+
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
@@ -165,7 +167,7 @@ class Connection:
 
     def _on_line(self, line: bytes) -> None:
         try:
-            message = json.loads(line)
+            message = _decode(line.decode())  # str in: json skips its encoding detection
         except ValueError:
             text = line.decode(errors="replace").strip()
             if text:

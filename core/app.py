@@ -72,6 +72,7 @@ class Deck:
         self.trace_path: Path | None = None
         self.frontend: Frontend | None = None
         self._listeners: list[Any] = []
+        self._hook_cache: dict[str, tuple[int | None, list[tuple[Any, tuple[str, ...], str]]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing: asyncio.Event | None = None
         self.exit_code: int | None = None
@@ -122,17 +123,32 @@ class Deck:
         """Call every implementation of hook `name`; one that raises is reported and skipped."""
         kwargs["deck"] = self
         results = []
-        for impl in reversed(getattr(self.pm.hook, name).get_hookimpls()):
+        for function, argnames, plugin in self._impls(name):
             try:
-                result = impl.function(*[kwargs[arg] for arg in impl.argnames])
+                result = function(*[kwargs[arg] for arg in argnames])
             except Exception as exc:
-                self._plugin_failed(impl.plugin_name, name, exc)
+                self._plugin_failed(plugin, name, exc)
+                continue
+            if result is None:
                 continue
             if inspect.isawaitable(result):
-                self.spawn(self._guard(impl.plugin_name, name, result), f"{impl.plugin_name}.{name}")
-            elif result is not None:
+                self.spawn(self._guard(plugin, name, result), f"{plugin}.{name}")
+            else:
                 results.append(result)
         return results
+
+    def _impls(self, name: str) -> list[tuple[Any, tuple[str, ...], str]]:
+        """The implementations of hook `name`, last registered first; cached, since events are hot."""
+        generation = getattr(self.pm, "generation", None)
+        cached = self._hook_cache.get(name)
+        if cached is not None and generation is not None and cached[0] == generation:
+            return cached[1]
+        impls = [
+            (impl.function, tuple(impl.argnames), impl.plugin_name)
+            for impl in reversed(getattr(self.pm.hook, name).get_hookimpls())
+        ]
+        self._hook_cache[name] = (generation, impls)
+        return impls
 
     async def _guard(self, plugin: str, hook: str, awaitable: Awaitable[Any]) -> None:
         try:

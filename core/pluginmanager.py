@@ -36,10 +36,26 @@ def short_name(module_name: str) -> str:
     return module_name.rsplit(".", 1)[-1]
 
 
-def make_manager(disabled: Iterable[str] = (), *, autoload: bool | None = None) -> pluggy.PluginManager:
+class DeckPluginManager(pluggy.PluginManager):
+    """A PluginManager that counts its changes, so the core can cache hook implementations."""
+
+    def __init__(self, project_name: str = "deck") -> None:
+        super().__init__(project_name)
+        self.generation = 0
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        self.generation += 1
+        return super().register(plugin, name)
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
+        self.generation += 1
+        return super().unregister(plugin, name)
+
+
+def make_manager(disabled: Iterable[str] = (), *, autoload: bool | None = None) -> DeckPluginManager:
     """A PluginManager with the hookspecs, the built-ins and the entry points, less `disabled`."""
     disabled = set(disabled)
-    pm = pluggy.PluginManager("deck")
+    pm = DeckPluginManager("deck")
     pm.add_hookspecs(hookspecs)
     for module_name in DEFAULT_PLUGINS:
         name = short_name(module_name)

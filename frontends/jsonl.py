@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from json.encoder import encode_basestring
 import os
 import sys
 import threading
@@ -17,7 +18,7 @@ from typing import Any
 from deck import hookimpl
 from deck.acp import LineFramer
 from deck.errors import ServiceError
-from deck.events import Event
+from deck.events import Event, MessageDelta
 from deck.frontend import Frontend
 
 PARSE_ERROR = -32700
@@ -26,6 +27,8 @@ METHOD_NOT_FOUND = -32601
 INTERNAL_ERROR = -32603
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_str = encode_basestring  # a str as a JSON string, as _dumps writes it
+_DELTA = '{"event":"message:delta","agent":%s,"messageId":%s,"index":%d,"kind":%s,"text":%s}'
 
 
 class JsonlFrontend(Frontend):
@@ -49,6 +52,14 @@ class JsonlFrontend(Frontend):
     # -- output ------------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
+        if type(event) is MessageDelta and event.text is not None:
+            # The hot path (one event per streamed chunk): the same line as the generic
+            # encoding below, without building a dict per chunk.
+            if not self._closed:
+                self._append(
+                    _DELTA % (_str(event.agent), _str(event.message_id), event.index, _str(event.kind), _str(event.text))
+                )
+            return
         self.write({"event": event.name, **event.payload()})
 
     def write(self, obj: dict[str, Any]) -> None:
@@ -58,6 +69,9 @@ class JsonlFrontend(Frontend):
             line = _dumps(obj)
         except (TypeError, ValueError):
             line = _dumps(json.loads(json.dumps(obj, default=str)))
+        self._append(line)
+
+    def _append(self, line: str) -> None:
         self._out.append(line)
         if self._ended:
             self.flush()
