@@ -296,7 +296,7 @@ class ChatService:
                 pending.future.set_result(None)
         for pending in list(self.questions.values()):
             if pending.agent == agent.name and not pending.future.done():
-                pending.future.set_result(None)
+                pending.future.set_result(False)  # Cancel declines the question
         self._turn_changed(conv)
         return {"cancelled": cancelled, "abandoned": len(abandoned)}
 

@@ -305,7 +305,7 @@ class LineFrontend(Frontend):
         self.emit(p["agent"], f"  this frontend cannot answer forms: /cancel {p['agent']} declines", "yellow")
 
     def _on_agent_announcement(self, p: dict[str, Any]) -> None:
-        self.emit(p["requester"], f"← {p['target']}: {p['text']}", "italic")
+        self.emit(f"{p['target']} → {p['requester']}", p["text"], "italic")
 
     def _on_config_changed(self, p: dict[str, Any]) -> None:
         if p["valid"]:

@@ -332,14 +332,14 @@ async def test_question_declined(make_deck):
     assert json.loads((await wait_reply(deck, rec, user)).text) == {"action": "decline"}
 
 
-async def test_cancel_withdraws_a_pending_question(make_deck):
+async def test_cancel_declines_a_pending_question(make_deck):
     deck, rec = make_deck(agent_block("a"))
     user = deck.chat.send("a", "slow-question")
     question = await rec.wait_event("question:requested", agent="a")
     await deck.chat.Cancel("a")
     await rec.wait_event("question:resolved", id=question["id"])
     reply = await wait_reply(deck, rec, user)
-    assert reply.text == 'asking {"action": "cancel"}' and reply.stop_reason == "cancelled"
+    assert reply.text == 'asking {"action": "decline"}' and reply.stop_reason == "cancelled"
 
 
 # -- system messages and crashes -----------------------------------------------------------------
