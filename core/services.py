@@ -191,7 +191,7 @@ class ChatService:
         waiting = conv.busy or bool(conv.queue) or agent.name in self._turns
         message = conv.add_user(text, queued=waiting)
         conv.queue.append(message)
-        if waiting:
+        if conv.busy:  # while the agent starts, the turn's own turn:changed will count it
             self._turn_changed(conv)
         if agent.name not in self._turns:
             self._turns[agent.name] = self.deck.spawn(self._run_turns(agent, conv), f"turns {agent.name}")

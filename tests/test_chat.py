@@ -65,6 +65,17 @@ async def test_messages_sent_during_a_turn_are_queued_then_sent_in_order(make_de
     await rec.wait(lambda r: r.named("turn:changed", "a")[-1] == {"agent": "a", "busy": False, "queued": 0})
 
 
+async def test_a_message_sent_while_the_agent_starts_is_counted_by_the_turn(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    deck.chat.send("a", "one")
+    second = deck.chat.send("a", "two")  # the agent is still starting for "one"
+    assert second.queued
+    await wait_reply(deck, rec, second)
+    changes = [(t["busy"], t["queued"]) for t in rec.named("turn:changed", "a")]
+    assert changes[0] == (True, 1)  # never "not busy, one waiting" while it starts
+    assert changes[-1] == (False, 0)
+
+
 # -- Cancel ----------------------------------------------------------------------------------
 
 
