@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from . import fs
@@ -217,8 +217,41 @@ class Agent:
         self.init_result = init
         method = self._auth_method or self.config.auth_method
         if method:
-            await _unless_exited(conn.request("authenticate", {"methodId": method}), exited)
-        self.session_id, self.session_result = await self.new_session(exited)
+            self.check_auth_method(method)
+            try:
+                await _unless_exited(conn.request("authenticate", {"methodId": method}), exited)
+            except AcpError as exc:
+                raise ServiceError(f"authenticate with {method!r} failed: {exc}\n{self.auth_help(only=method)}") from exc
+        try:
+            self.session_id, self.session_result = await self.new_session(exited)
+        except AcpError as exc:
+            if not exc.auth_required:
+                raise
+            raise ServiceError(f"session/new: {exc}\n{self.auth_help()}") from exc
+
+    # -- authentication (ACP authMethods from the initialize result) ----------------------------
+
+    @property
+    def auth_methods(self) -> list[dict[str, Any]]:
+        methods = self.init_result.get("authMethods")
+        return [m for m in methods if isinstance(m, dict) and "id" in m] if isinstance(methods, list) else []
+
+    def check_auth_method(self, method: str) -> None:
+        """Refuse a method id the agent did not offer, or one deck cannot pass to `authenticate`."""
+        found = next((m for m in self.auth_methods if m["id"] == method), None)
+        if found is None:
+            offered = ", ".join(repr(m["id"]) for m in self.auth_methods) or "none"
+            raise ServiceError(f"unknown authentication method {method!r} for {self.name}: it offers {offered}")
+        if found.get("type") == "terminal":  # ACP: the client never passes these to authenticate
+            raise ServiceError(f"{method!r} is a terminal login, not for authenticate: {_auth_hint(self, found)}")
+
+    def auth_help(self, only: str | None = None) -> str:
+        """What the user can do to authenticate: one line per method the agent offers."""
+        methods = [m for m in self.auth_methods if only is None or m["id"] == only]
+        if not methods:
+            return f"{self.name} lists no authentication methods: log in with the agent's own tool, or set its key in env."
+        head = "To authenticate:" if only else f"{self.name} offers these authentication methods:"
+        return "\n".join([head, *(f"- {_auth_hint(self, m)}" for m in methods)])
 
     async def new_session(self, exited: Process | None = None) -> tuple[str, dict[str, Any]]:
         """Open an ACP session in the agent's cwd with the MCP servers plugins offer."""
@@ -336,6 +369,31 @@ class Agent:
     def kill_now(self) -> None:
         if self.process is not None:
             self.process.kill_now()
+
+
+def _auth_hint(agent: Agent, method: dict[str, Any]) -> str:
+    """One authentication method and how to use it with deck.
+
+    Besides ACP's `agent` and `terminal` kinds, agents send `env_var` methods (codex-acp:
+    `{"type": "env_var", "vars": [{"name": "OPENAI_API_KEY"}]}`): the key must be in the
+    agent's environment and the method still goes through `authenticate`.
+    """
+    method_id, kind = str(method["id"]), method.get("type")
+    label = f"{method_id!r} ({method['name']})" if method.get("name") else repr(method_id)
+    use = f'authMethod = "{method_id}" in [agents.{agent.name}], or AgentService.Authenticate("{agent.name}", "{method_id}")'
+    if kind == "terminal":
+        words = [*agent.config.command, *(str(a) for a in method.get("args") or [])]
+        env = " ".join(f"{k}={v}" for k, v in (method.get("env") or {}).items())
+        return f"{label}: run `{' '.join([env, *words]).strip()}` once in a terminal, then restart {agent.name}"
+    if kind == "env_var":
+        raw = method.get("vars") or [{"name": method.get("varName")}]
+        names = [str(v["name"]) for v in raw if isinstance(v, dict) and v.get("name")]
+        env = {**os.environ, **agent.config.env}
+        missing = [n for n in names if not env.get(n)]
+        keys = ", ".join(f'{n} = "…"' for n in missing)
+        step = f"set env = {{ {keys} }} in [agents.{agent.name}] (or in deck's environment), then " if missing else ""
+        return f"{label}: {step}{use}"
+    return f"{label}: {use}"
 
 
 async def _unless_exited(awaitable: Awaitable[Any], process: Process) -> Any:

@@ -1,8 +1,14 @@
-"""The base every frontend derives from: it gets the deck, runs until done, returns an exit code."""
+"""The base every frontend derives from (it gets the deck, runs until done, returns an exit code), and its stdin reader."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from .acp import LineFramer
 
 if TYPE_CHECKING:
     from .app import Deck
@@ -25,3 +31,35 @@ class Frontend:
     def choose_file(self) -> Any:
         """Let the user pick a config file (an awaitable of a path, "" if cancelled); None: no picker."""
         return None
+
+
+def read_lines(fd: int, on_overflow: Callable[[int], None] | None = None) -> asyncio.Queue[bytes | None]:
+    """Lines read from file descriptor `fd` by a daemon thread, delivered on the running loop; None at the end.
+
+    The thread uses `os.read`, not `sys.stdin`: a thread blocked inside a buffered
+    file's read holds its lock, and the interpreter aborts at exit when deck ends
+    while stdin is still open (a signal, a closed stdout, /quit).
+    """
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    def overflow(size: int) -> None:
+        if on_overflow is not None:
+            loop.call_soon_threadsafe(on_overflow, size)
+
+    def read() -> None:
+        framer = LineFramer(lambda line: loop.call_soon_threadsafe(lines.put_nowait, line), overflow)
+        try:
+            while data := os.read(fd, 1 << 16):
+                framer.feed(data)
+            framer.close()
+        except (OSError, RuntimeError):  # RuntimeError: the loop is closed, deck is gone
+            pass
+        finally:
+            try:
+                loop.call_soon_threadsafe(lines.put_nowait, None)
+            except RuntimeError:
+                pass
+
+    threading.Thread(target=read, name=f"read-fd-{fd}", daemon=True).start()
+    return lines

@@ -12,14 +12,12 @@ import json
 from json.encoder import encode_basestring
 import os
 import sys
-import threading
 from typing import Any
 
 from deck import hookimpl
-from deck.acp import LineFramer
 from deck.errors import ServiceError
 from deck.events import Event, MessageDelta
-from deck.frontend import Frontend
+from deck.frontend import Frontend, read_lines
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -109,9 +107,9 @@ class JsonlFrontend(Frontend):
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
         self.deck.subscribe(self.on_event)
-        lines: asyncio.Queue[bytes | None] = asyncio.Queue()
-        reader = threading.Thread(target=self._read_stdin, args=(self._loop, lines), name="jsonl-stdin", daemon=True)
-        reader.start()
+        lines = read_lines(
+            self._stdin_fd, lambda size: self._error(None, INVALID_REQUEST, f"line of {size} bytes skipped: too long")
+        )
         try:
             while (line := await lines.get()) is not None:
                 self._handle_line(line)
@@ -129,26 +127,6 @@ class JsonlFrontend(Frontend):
             # returns, and their last states go out too, each line at once.
             self._ended = True
             self.flush()
-
-    def _read_stdin(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[bytes | None]) -> None:
-        # os.read, not sys.stdin: a daemon thread blocked inside the buffered
-        # sys.stdin makes the interpreter abort at exit when deck ends while stdin
-        # is still open (a signal, a closed stdout).
-        framer = LineFramer(
-            lambda line: loop.call_soon_threadsafe(lines.put_nowait, line),
-            lambda size: loop.call_soon_threadsafe(self._error, None, INVALID_REQUEST, f"line of {size} bytes skipped: too long"),
-        )
-        try:
-            while data := os.read(self._stdin_fd, 1 << 16):
-                framer.feed(data)
-            framer.close()
-        except (OSError, RuntimeError):  # RuntimeError: the loop is closed, deck is gone
-            pass
-        finally:
-            try:
-                loop.call_soon_threadsafe(lines.put_nowait, None)
-            except RuntimeError:  # the loop is closed: deck is already gone
-                pass
 
     def _handle_line(self, raw: bytes) -> None:
         text = raw.decode(errors="replace").strip()

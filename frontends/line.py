@@ -14,8 +14,7 @@ import difflib
 import io
 import os
 import sys
-import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +26,7 @@ from rich.text import Text
 from deck import hookimpl
 from deck.errors import ServiceError
 from deck.events import Event
-from deck.frontend import Frontend
+from deck.frontend import Frontend, read_lines
 from deck.states import OUTDATED_LABEL, AgentState, label
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
@@ -69,10 +68,10 @@ class LineFrontend(Frontend):
     description = "plain scrolling lines for a terminal, a log or a pipe"
 
     def __init__(
-        self, deck: Any, *, stdin: Any = None, stdout_fd: int | None = None, **options: Any
+        self, deck: Any, *, stdin_fd: int | None = None, stdout_fd: int | None = None, **options: Any
     ) -> None:
         super().__init__(deck, **options)
-        self._stdin = stdin if stdin is not None else sys.stdin.buffer
+        self._stdin_fd = stdin_fd if stdin_fd is not None else sys.stdin.fileno()
         self._fd = stdout_fd if stdout_fd is not None else sys.stdout.fileno()
         self.tty = os.isatty(self._fd)
         self.color = self.tty and not os.environ.get("NO_COLOR")
@@ -399,9 +398,7 @@ class LineFrontend(Frontend):
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
         self.deck.subscribe(self.on_event)
-        lines: asyncio.Queue[bytes | None] = asyncio.Queue()
-        reader = threading.Thread(target=self._read_stdin, args=(self._loop, lines), name="line-stdin", daemon=True)
-        reader.start()
+        lines = read_lines(self._stdin_fd)
         try:
             if self.current is not None:
                 self.emit(DECK, f"talking to {self.current}; /help lists the commands", "dim")
@@ -422,35 +419,6 @@ class LineFrontend(Frontend):
             self.flush()
             self.deck.unsubscribe(self.on_event)
 
-    def _read_stdin(self, loop: asyncio.AbstractEventLoop, lines: asyncio.Queue[bytes | None]) -> None:
-        try:
-            for line in self._stdin_lines():
-                loop.call_soon_threadsafe(lines.put_nowait, line)
-        except (OSError, ValueError):
-            pass
-        finally:
-            try:
-                loop.call_soon_threadsafe(lines.put_nowait, None)
-            except RuntimeError:  # the loop is closed: deck is already gone
-                pass
-
-    def _stdin_lines(self) -> Iterator[bytes]:
-        """Lines of stdin, read from the raw descriptor when there is one.
-
-        A thread blocked in a buffered file's read holds its lock, and the interpreter aborts
-        at exit waiting for it (after /quit with stdin still open); `os.read` holds nothing.
-        """
-        try:
-            fd = self._stdin.fileno()
-        except (AttributeError, OSError, ValueError):
-            yield from self._stdin
-            return
-        pending = b""
-        while data := os.read(fd, 65536):
-            *complete, pending = (pending + data).split(b"\n")
-            yield from complete
-        if pending:
-            yield pending
 
     def handle_line(self, line: str) -> None:
         if line.endswith("\\"):  # a message goes on over the next line
