@@ -148,6 +148,17 @@ class AgentAnnouncement(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class AskChanged(Event):
+    """An inter-agent ask started (`active`) or ended (final, error or cancel)."""
+
+    name: ClassVar[str] = "ask:changed"
+    requester: str
+    target: str
+    ticket_id: str
+    active: bool
+
+
+@dataclass(frozen=True, slots=True)
 class SessionUpdate(Event):
     """A `session/update` deck does not model (unknown or unstable variant), passed on raw."""
 
@@ -189,6 +200,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     QuestionRequested,
     QuestionResolved,
     AgentAnnouncement,
+    AskChanged,
     SessionUpdate,
     ConversationChanged,
     PluginError,

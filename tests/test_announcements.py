@@ -62,6 +62,9 @@ async def test_requester_gets_only_the_final_message_and_the_rest_are_announceme
     assert not any("pondering" in p["text"] for p in announced)
     # b was busy while it answered, and is ready again; the announcements came live, before the end.
     assert rec.states("b") == ["starting", "ready", "busy", "ready"]
+    asks = rec.named("ask:changed")
+    assert [(a["requester"], a["target"], a["active"]) for a in asks] == [("a", "b", True), ("a", "b", False)]
+    assert asks[0]["ticketId"] == asks[1]["ticketId"] == announced[0]["ticketId"]
     first_announcement = next(i for i, e in enumerate(rec.events) if e.name == "agent:announcement")
     b_ready_again = max(i for i, e in enumerate(rec.events) if e.name == "agent:state" and e.payload() == {
         "agent": "b", "state": "ready", "outdated": False})

@@ -10,7 +10,15 @@ import asyncio
 
 import pytest
 
-from deck.events import AgentAnnouncement, AgentStateChanged, MessageDelta, MessageUpdated, TurnChanged, UsageChanged
+from deck.events import (
+    AgentAnnouncement,
+    AgentStateChanged,
+    AskChanged,
+    MessageDelta,
+    MessageUpdated,
+    TurnChanged,
+    UsageChanged,
+)
 from deck.frontends.urwid import markdown
 from deck.frontends.urwid.agents import AgentsPanel
 from deck.frontends.urwid.app import FPS, ConsoleApp
@@ -228,14 +236,16 @@ async def test_permission_dialog_from_real_requests_of_two_agents(make_deck):
 
 def test_announcements_beside_the_requester_and_overlay_on_the_target():
     model = roster("lead", "helper")
-    feed(model, [AgentStateChanged("helper", "busy", False)])
+    feed(model, [AgentStateChanged("helper", "busy", False), AskChanged("lead", "helper", "t1", True)])
+    _, target = conversation_text(model, "helper", size=(120, 10))
+    assert "an agent is talking to it (lead)" in target.split("\n")[0]  # from the ask's start, before any announcement
     feed(model, [AgentAnnouncement("lead", "helper", f"t1", f"step {i}", "2026-01-01T10:00:0{i % 10}.000Z") for i in range(25)])
     view, text = conversation_text(model, "lead", size=(120, 40))
     assert "Announcements" in text and "→ helper" in text and "step 24" in text
     assert "step 4\n" not in text + "\n" and len(model.agents["lead"].announcements) == 20
     _, target = conversation_text(model, "helper", size=(120, 10))
     assert "an agent is talking to it (lead)" in target.split("\n")[0]
-    feed(model, [AgentStateChanged("helper", "ready", False)])  # its final answer is out
+    feed(model, [AskChanged("lead", "helper", "t1", False)])  # its final answer is out
     _, target = conversation_text(model, "helper", size=(120, 10))
     assert "talking" not in target
     _, fr = conversation_text(model, "lead", "fr", size=(120, 40))

@@ -190,8 +190,6 @@ class Model:
         agent.state = p.get("state", agent.state)
         agent.error = p.get("error")
         agent.outdated = bool(p.get("outdated"))
-        if agent.state != "busy":
-            agent.asks.clear()  # a target that went ready (or stopped) has given its final answer
         self.changes.agents.add(agent.name)
 
     def _on_agent_log(self, p: dict[str, Any]) -> None:
@@ -249,10 +247,18 @@ class Model:
         if requester is not None:
             requester.announcements.append(p)
             self.changes.announcements.add(requester.name)
-        if target is not None:
+
+    def _on_ask_changed(self, p: dict[str, Any]) -> None:
+        """The overlay on the target lasts from the ask's start to its final."""
+        target = self._agent(p, "target")
+        if target is None:
+            return
+        if p.get("active"):
             target.asks[str(p.get("ticketId"))] = str(p.get("requester"))
-            self.changes.agents.add(target.name)
-            self.changes.announcements.add(target.name)
+        else:
+            target.asks.pop(str(p.get("ticketId")), None)
+        self.changes.agents.add(target.name)
+        self.changes.announcements.add(target.name)
 
     def _on_config_changed(self, p: dict[str, Any]) -> None:
         self.config_valid = bool(p.get("valid", True))

@@ -9,7 +9,7 @@ from typing import Any
 
 from deck.conversation import Conversation, now_iso
 from deck.errors import AcpError, ConnectionClosed, ServiceError
-from deck.events import AgentAnnouncement
+from deck.events import AgentAnnouncement, AskChanged
 
 NO_REPLY = "target returned no reply"
 #: Session updates that end the message being streamed.
@@ -216,6 +216,7 @@ class Asks:
         ask = Ask(self, requester, target, question)
         task = asyncio.get_running_loop().create_task(ask.run(), name=f"ask {ask.ticket_id}")
         self.active[ask.ticket_id] = (ask, task)
+        self.deck.emit(AskChanged(requester, target.name, ask.ticket_id, True))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -223,6 +224,7 @@ class Asks:
             raise
         finally:
             self.active.pop(ask.ticket_id, None)
+            self.deck.emit(AskChanged(requester, target.name, ask.ticket_id, False))
             self.turn_ended(target.name)  # the target's asks made while answering are moot now
 
     def _chain(self, start: str, goal: str) -> list[str]:
