@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
 from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -383,8 +384,8 @@ def _auth_hint(agent: Agent, method: dict[str, Any]) -> str:
     use = f'authMethod = "{method_id}" in [agents.{agent.name}], or AgentService.Authenticate("{agent.name}", "{method_id}")'
     if kind == "terminal":
         words = [*agent.config.command, *(str(a) for a in method.get("args") or [])]
-        env = " ".join(f"{k}={v}" for k, v in (method.get("env") or {}).items())
-        return f"{label}: run `{' '.join([env, *words]).strip()}` once in a terminal, then restart {agent.name}"
+        env = [f"{k}={shlex.quote(str(v))}" for k, v in (method.get("env") or {}).items()]
+        return f"{label}: run `{' '.join([*env, shlex.join(words)])}` once in a terminal, then restart {agent.name}"
     if kind == "env_var":
         raw = method.get("vars") or [{"name": method.get("varName")}]
         names = [str(v["name"]) for v in raw if isinstance(v, dict) and v.get("name")]

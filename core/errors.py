@@ -4,7 +4,8 @@
     ├── UsageError            the user's mistake (bad flag, bad config): one line, exit 2
     ├── ServiceError          a service call refused (unknown agent, empty text, limit reached)
     │   └── InvalidParams     a service call whose parameters are missing or of the wrong type
-    └── AcpError              an agent answered a request with a JSON-RPC error,
+    └── AcpError              an agent answered a request with a JSON-RPC error
+        │                     (`.auth_required`: ACP's -32000 "Authentication required"),
         └── ConnectionClosed  or can no longer answer at all (it exited, stdin closed)
 
 Agent failures become states and events; they are raised only to the caller
@@ -54,6 +55,10 @@ class InvalidParams(ServiceError):
     code = -32602
 
 
+#: ACP's error code for "Authentication required" (on session/new, session/prompt, …).
+AUTH_REQUIRED = -32000
+
+
 class AcpError(DeckError):
     """A JSON-RPC error answered by an agent."""
 
@@ -61,6 +66,13 @@ class AcpError(DeckError):
         super().__init__(message)
         self.code = code
         self.data = data
+
+    @property
+    def auth_required(self) -> bool:
+        """The agent wants the client to authenticate first.
+
+        JSON-RPC leaves -32000 to implementations, so the message must say so too."""
+        return self.code == AUTH_REQUIRED and "auth" in str(self.args[0]).lower()
 
     def __str__(self) -> str:
         # Agents often put the real reason in `data` (claude-agent-acp: {"details": …}).

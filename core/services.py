@@ -107,7 +107,12 @@ class AgentService:
 
     @rpc(name=str, methodId=str)
     async def Authenticate(self, name: str, methodId: str) -> dict[str, Any]:
+        """Restart `name` once with ACP `authenticate {methodId}` between initialize and session/new."""
         agent = self.deck.agent(name)
+        if not methodId.strip():
+            raise ServiceError("empty methodId: name one of the agent's authentication methods")
+        if agent.init_result:  # known from an earlier start: refuse a bad id without a restart
+            agent.check_auth_method(methodId)
         await agent.stop()
         await agent.start(auth_method=methodId)
         return agent.info()
@@ -253,7 +258,8 @@ class ChatService:
         except ConnectionClosed as exc:
             conv.finish(reply, None, agent.error or exc.args[0])
         except AcpError as exc:
-            conv.finish(reply, None, exc.args[0] or f"the agent answered error {exc.code}")
+            error = exc.args[0] or f"the agent answered error {exc.code}"
+            conv.finish(reply, None, f"{error}\n{agent.auth_help()}" if exc.auth_required else error)
         else:
             result = result if isinstance(result, dict) else {}
             if isinstance(result.get("usage"), dict):

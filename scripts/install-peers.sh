@@ -9,6 +9,7 @@ mkdir -p "$PEERS"
 FAST_AGENT_VERSION=0.10.48
 CHUK_ACP_VERSION=0.3.2
 CLAUDE_ACP_VERSION=0.23.1
+CODEX_ACP_VERSION=0.16.0
 
 say() { printf 'install-peers: %s\n' "$*" >&2; }
 
@@ -48,15 +49,24 @@ pip_pinned "$PEERS/fast-agent" "$MODERN_PYTHON" "fast-agent-mcp==$FAST_AGENT_VER
 pip_pinned "$PEERS/chuk-acp" python3 "chuk-acp==$CHUK_ACP_VERSION"
 test -f "$PEERS/chuk-acp/share/chuk-acp/examples/echo_agent.py"
 
-CLAUDE="$PEERS/claude-agent-acp"
-if [ -f "$CLAUDE/node_modules/@zed-industries/claude-agent-acp/package.json" ] \
-    && grep -q "\"version\": \"$CLAUDE_ACP_VERSION\"" \
-        "$CLAUDE/node_modules/@zed-industries/claude-agent-acp/package.json"; then
-    say "@zed-industries/claude-agent-acp@$CLAUDE_ACP_VERSION already installed"
-else
-    say "installing @zed-industries/claude-agent-acp@$CLAUDE_ACP_VERSION"
-    mkdir -p "$CLAUDE"
-    npm install --silent --no-save --prefix "$CLAUDE" "@zed-industries/claude-agent-acp@$CLAUDE_ACP_VERSION"
-fi
-test -x "$CLAUDE/node_modules/.bin/claude-agent-acp"
+npm_pinned() {  # prefix-dir package version
+    local prefix=$1 package=$2 version=$3
+    local manifest="$prefix/node_modules/$package/package.json"
+    if [ -f "$manifest" ] && grep -q "\"version\": \"$version\"" "$manifest"; then
+        say "$package@$version already installed"; return 0
+    fi
+    say "installing $package@$version"
+    mkdir -p "$prefix"
+    npm install --silent --no-save --prefix "$prefix" "$package@$version"
+}
+
+npm_pinned "$PEERS/claude-agent-acp" @zed-industries/claude-agent-acp "$CLAUDE_ACP_VERSION"
+test -x "$PEERS/claude-agent-acp/node_modules/.bin/claude-agent-acp"
+
+# codex-acp is a wrapper around a native binary shipped as a per-platform optional package.
+npm_pinned "$PEERS/codex-acp" @zed-industries/codex-acp "$CODEX_ACP_VERSION"
+test -x "$PEERS/codex-acp/node_modules/.bin/codex-acp"
+codex_home=$(mktemp -d)  # it writes into ~/.codex even for --help: keep the user's HOME clean
+HOME="$codex_home" CODEX_HOME="$codex_home" "$PEERS/codex-acp/node_modules/.bin/codex-acp" --help >/dev/null
+rm -rf "$codex_home"
 say "peers ready in $PEERS"

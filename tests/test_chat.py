@@ -383,5 +383,5 @@ async def test_crash_ends_the_message_with_an_error_then_a_new_session_is_noted(
 async def test_agent_error_answer_ends_the_message_with_its_explanation(make_deck):
     deck, rec = make_deck(agent_block("a"))
     reply = await ask(deck, rec, "error")
-    assert reply.stop_reason is None and reply.error == "Authentication required"
+    assert reply.stop_reason is None and reply.error.splitlines()[0] == "Authentication required"
     assert deck.agents["a"].state.value == "ready"

@@ -2,7 +2,10 @@
 
 Flags: --hang-handshake, --protocol N, --fail-start, --stderr-mb N, --ignore-eof,
 --ignore-sigterm, --grandchild PIDFILE, --garbage, --early-update, --string-ids,
---modes (modes and config options in the session/new reply), --handshake-delay S.
+--modes (modes and config options in the session/new reply), --handshake-delay S,
+--auth-methods JSON (the authMethods of the initialize reply; default one method "key"),
+--require-auth (session/new answers -32000 "Authentication required" until `authenticate`
+succeeded; then an unknown method id is refused, and an `env_var` method needs its variables set).
 
 Prompt commands (first word): `stream N` (N chunks), `slow` (a chunk every 50 ms
 until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7),
@@ -48,6 +51,8 @@ parser.add_argument("--early-update", action="store_true")
 parser.add_argument("--string-ids", action="store_true")
 parser.add_argument("--modes", action="store_true")
 parser.add_argument("--handshake-delay", type=float, default=0.0)
+parser.add_argument("--auth-methods", type=json.loads, default=[{"id": "key", "name": "API key"}])
+parser.add_argument("--require-auth", action="store_true")
 args = parser.parse_args()
 
 lock = threading.Lock()
@@ -57,6 +62,7 @@ cancelled: set = set()
 #: `multi`'s messages: a preamble, a progress note, a conclusion.
 MULTI = ["Let me look into it.", "Found the file, reading on.", "The answer is 42."]
 mcp_servers: dict = {}  # session id → the mcpServers of its session/new
+authenticated: list = []  # --require-auth: the method ids authenticate accepted
 out = sys.stdout.buffer
 
 
@@ -313,6 +319,17 @@ def call_mcp_tool(sid: str, tool: str, arguments: dict) -> dict:
             proc.kill()
 
 
+def auth_refusal(method_id) -> dict | None:
+    """The JSON-RPC error `authenticate {method_id}` gets under --require-auth, like codex-acp's."""
+    found = next((m for m in args.auth_methods if m.get("id") == method_id), None)
+    if found is None:
+        return {"code": -32602, "message": "Invalid params", "data": "unsupported authentication method"}
+    unset = [v["name"] for v in found.get("vars", []) if not os.environ.get(v["name"])]
+    if found.get("type") == "env_var" and unset:
+        return {"code": -32603, "message": "Internal error", "data": f"{unset[0]} is not set"}
+    return None
+
+
 def handle(msg: dict) -> None:
     method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
     if method is None:
@@ -327,11 +344,19 @@ def handle(msg: dict) -> None:
         if args.garbage:
             out.write(b"this is not json\n{\"also\": broken\n[1,2,3]\n")
             out.flush()
-        send({"id": rid, "result": {"protocolVersion": args.protocol, "agentCapabilities": {}, "authMethods": [
-            {"id": "key", "name": "API key"}]}})
+        send({"id": rid, "result": {"protocolVersion": args.protocol, "agentCapabilities": {},
+                                    "authMethods": args.auth_methods}})
     elif method == "authenticate":
+        if args.require_auth:
+            refused = auth_refusal(params.get("methodId"))
+            if refused:
+                send({"id": rid, "error": refused})
+                return
+            authenticated.append(params.get("methodId"))
         send({"id": rid, "result": {}})
         print(f"authenticated with {params.get('methodId')}", file=sys.stderr, flush=True)
+    elif method == "session/new" and args.require_auth and not authenticated:
+        send({"id": rid, "error": {"code": -32000, "message": "Authentication required"}})
     elif method == "session/new":
         sid = f"s{next(ids)}"
         mcp_servers[sid] = params.get("mcpServers") or []

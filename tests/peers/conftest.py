@@ -38,11 +38,12 @@ PEER_FILES = {
     "chuk-python": "chuk-acp/bin/python",
     "chuk-echo": "chuk-acp/share/chuk-acp/examples/echo_agent.py",
     "claude-agent-acp": "claude-agent-acp/node_modules/.bin/claude-agent-acp",
+    "codex-acp": "codex-acp/node_modules/.bin/codex-acp",
 }
 #: Variables that could hand a peer real credentials or a real endpoint.
 SCRUBBED = (
     "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", "CLAUDE_CODE_OAUTH_TOKEN",
-    "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY",
+    "OPENAI_API_KEY", "CODEX_API_KEY", "CODEX_HOME", "OPENAI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY",
 )  # fmt: skip
 
 
@@ -64,6 +65,10 @@ def chuk_command() -> list[str]:
 
 def claude_command() -> list[str]:
     return [peer("claude-agent-acp")]
+
+
+def codex_command() -> list[str]:
+    return [peer("codex-acp")]
 
 
 def agent_toml(name: str, command: list[str], cwd: Path, env: dict[str, str] | None = None, **keys: Any) -> str:

@@ -69,6 +69,8 @@ async def test_prompt_without_a_key_is_a_clear_error(peer_deck, workdir):
     reply = await pd.rec.wait(lambda r: last_reply(pd), timeout=30)
     assert time.monotonic() - started < 20
     assert reply.stop_reason is None and reply.error and "Authentication required" in reply.error
+    # It offers deck no authenticate method (only terminal logins, and deck runs no terminal).
+    assert reply.error.splitlines()[1] == "claude lists no authentication methods: log in with the agent's own tool, or set its key in env."
     final = pd.rec.named("message:updated", "claude")[-1]["message"]
     assert final["id"] == reply.id and final["done"] and "Authentication required" in final["error"]
     await pd.rec.wait_event("turn:changed", agent="claude", busy=False, queued=0)
