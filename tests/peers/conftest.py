@@ -203,6 +203,13 @@ class PeerDeck:
                 await asyncio.sleep(0.2)
 
         self._watcher = asyncio.get_running_loop().create_task(loop())
+        self.deck.pm.register(self, name="process-watch")
+
+    @hookimpl
+    def deck_acp_message(self, agent: Any, direction: str, message: dict[str, Any]) -> None:
+        # An answer comes while its agent runs: seen even when a start fails faster than the loop's tick.
+        if direction == "in" and "method" not in message:
+            self.processes.snapshot(self.deck)
 
     async def close(self) -> None:
         """Shut deck down, then prove that no agent process is left and deck spoke valid ACP."""
