@@ -24,7 +24,19 @@ PROTOCOL_VERSION = 1
 #: with a log line instead of growing memory without bound.
 MAX_LINE_BYTES = 64 * 1024 * 1024
 
-_decode = json.JSONDecoder().decode
+_scan = json.JSONDecoder().scan_once
+
+
+def _decode(text: str) -> Any:
+    """json.loads for one line, through the C scanner directly (the line is usually bare JSON)."""
+    try:
+        value, end = _scan(text, 0)
+    except StopIteration:
+        return json.loads(text)  # leading whitespace or not JSON: json says which, with its message
+    if end != len(text) and text[end:].strip():
+        return json.loads(text)  # trailing data: json raises "Extra data"
+    return value
+
 
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
@@ -167,7 +179,7 @@ class Connection:
 
     def _on_line(self, line: bytes) -> None:
         try:
-            message = _decode(line.decode())  # str in: json skips its encoding detection
+            message = _decode(line.decode())
         except ValueError:
             text = line.decode(errors="replace").strip()
             if text:

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 #: How long an awaitable returned by a plugin's hook may run.
 PLUGIN_TIMEOUT = 10.0
 
+_DECK_EVENT = ("deck", "event")
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -117,7 +119,18 @@ class Deck:
                 log.exception("event listener failed")
                 if not isinstance(event, PluginError):
                     self.emit(PluginError(getattr(listener, "__qualname__", "frontend"), "event", repr(exc)))
-        self.call_hook("deck_event", event=event)
+        for function, argnames, plugin in self._impls("deck_event"):
+            try:
+                # The hot path: most implementations take (deck, event) in that order.
+                if argnames == _DECK_EVENT:
+                    result = function(self, event)
+                else:
+                    result = function(*[event if arg == "event" else self for arg in argnames])
+            except Exception as exc:
+                self._plugin_failed(plugin, "deck_event", exc)
+                continue
+            if result is not None and inspect.isawaitable(result):
+                self.spawn(self._guard(plugin, "deck_event", result), f"{plugin}.deck_event")
 
     def call_hook(self, name: str, **kwargs: Any) -> list[Any]:
         """Call every implementation of hook `name`; one that raises is reported and skipped."""

@@ -238,7 +238,8 @@ class Conversation:
             self.current = self.add(message)
         return self.current
 
-    def _chunk(self, kind: str, update: dict[str, Any]) -> None:
+    def _chunk(self, update: dict[str, Any], kind: str = "text") -> None:
+        """agent_message_chunk (and, with `kind`, agent_thought_chunk): text appended to the last part."""
         content = update.get("content") or {}
         text = content.get("text") if isinstance(content, dict) else None
         if text is None:
@@ -265,11 +266,8 @@ class Conversation:
             message = self._acp_messages[acp_id] = self._target()
         return message
 
-    def _agent_chunk(self, update: dict[str, Any]) -> None:
-        self._chunk("text", update)
-
     def _thought_chunk(self, update: dict[str, Any]) -> None:
-        self._chunk("thought", update)
+        self._chunk(update, "thought")
 
     def _user_chunk(self, update: dict[str, Any]) -> None:
         # Replayed or echoed user text: shown as a user message of its own.
@@ -353,7 +351,7 @@ class Conversation:
         self.emit(UsageChanged(self.agent, usage))
 
     _handlers: dict[str, Callable[[Conversation, dict[str, Any]], None]] = {
-        "agent_message_chunk": _agent_chunk,
+        "agent_message_chunk": _chunk,
         "agent_thought_chunk": _thought_chunk,
         "user_message_chunk": _user_chunk,
         "tool_call": _tool_call,
