@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import difflib
 import io
+import json
 import os
+import shlex
 import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -44,6 +46,7 @@ TEXT             send TEXT to the current agent; end a line with \\ to go on to 
 /restart [AGENT] restart it              /cancel [AGENT]   stop its answer, drop its queue
 /allow [N]       answer the pending permission with option N (default: the first allow)
 /deny            answer the pending permission with its first reject option
+/answer K=V ...   answer the pending question (or /answer {"k": "v"})   /decline   decline it
 /agents          list the agents         /logs [AGENT]     an agent's last stderr lines
 /help            this help               /quit             stop the agents and leave"""
 
@@ -301,6 +304,14 @@ class LineFrontend(Frontend):
 
     def _on_question_requested(self, p: dict[str, Any]) -> None:
         self.emit(p["agent"], f"question: {p['message']}", "bold yellow")
+        schema = p.get("schema") or {}
+        required = set(schema.get("required") or [])
+        for key, prop in (schema.get("properties") or {}).items():
+            kind = prop.get("type", "string") if isinstance(prop, dict) else "string"
+            title = prop.get("title") or prop.get("description") or "" if isinstance(prop, dict) else ""
+            mark = " (required)" if key in required else ""
+            self.emit(p["agent"], f"  {key}: {kind}{mark}{' — ' + title if title else ''}", "yellow")
+        self.emit(p["agent"], "→ /answer KEY=VALUE ..., /decline", "yellow")
         self.emit(p["agent"], f"  this frontend cannot answer forms: /cancel {p['agent']} declines", "yellow")
 
     def _on_agent_announcement(self, p: dict[str, Any]) -> None:
@@ -470,6 +481,8 @@ class LineFrontend(Frontend):
             self._answer(args[0] if args else None)
         elif name == "deny":
             self._answer(None, deny=True)
+        elif name in ("answer", "decline"):
+            self._answer_question(line[len(name) + 1 :].strip() if name == "answer" else None)
         elif name == "agents":
             self._spawn(self._agents(), DECK)
         elif name == "help":
@@ -479,6 +492,21 @@ class LineFrontend(Frontend):
         else:
             self.error(DECK, f"unknown command: /{name}")
             self._help()
+
+    def _answer_question(self, text: str | None) -> None:
+        """/answer K=V ... or /answer {json}: the oldest pending question; /decline (text None) declines it."""
+        pending = next(iter(self.deck.chat.questions.values()), None)
+        if pending is None:
+            self.error(DECK, "no question is waiting for an answer")
+            return
+        values = None
+        if text is not None:
+            try:
+                values = question_values(text, pending.payload.get("schema") or {})
+            except ValueError as exc:
+                self.error(pending.agent, f"cannot read that answer: {exc}")
+                return
+        self._spawn(self.deck.chat.AnswerQuestion(pending.id, values), pending.agent)
 
     def _help(self) -> None:
         for line in HELP.splitlines():
@@ -581,3 +609,26 @@ def _rstrip(line: list[Segment]) -> list[Segment]:
 @hookimpl
 def deck_register_frontends() -> dict[str, type[Frontend]]:
     return {"line": LineFrontend}
+
+
+def question_values(text: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """`{"k": 1}` or `k=v k2="two words"` → the answer object, typed by the question's schema."""
+    if text.startswith("{"):
+        values = json.loads(text)
+        if not isinstance(values, dict):
+            raise ValueError("the answer must be an object")
+        return values
+    properties = schema.get("properties") or {}
+    values: dict[str, Any] = {}
+    for item in shlex.split(text):
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"{item!r} is not KEY=VALUE")
+        kind = (properties.get(key) or {}).get("type", "string")
+        if kind == "boolean":
+            values[key] = raw.lower() in ("1", "true", "yes", "y", "on", "oui")
+        elif kind in ("integer", "number"):
+            values[key] = int(raw) if kind == "integer" else float(raw)
+        else:
+            values[key] = raw
+    return values

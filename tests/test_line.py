@@ -370,3 +370,19 @@ def test_announcements_print_target_arrow_requester(line_deck):
     deck.expect(r"\[a\] .*The answer is 42\..*")
     assert deck.close() == 0
     assert not any(re.fullmatch(r"\[b → a\] The answer is 42\.", line) for line in deck.lines)  # the final is no announcement
+
+
+def test_questions_are_answered_or_declined(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("question")
+    deck.expect(r"\[a\] question: Your name\?")
+    deck.expect(r"\[a\]   name: string")
+    deck.send('/answer name="Ann Lee"')
+    deck.expect(r'\[a\] \{"action": "accept", "content": \{"name": "Ann Lee"\}\}')
+    deck.send("question")
+    deck.expect(r"\[a\] question: Your name\?")
+    deck.send("/decline")
+    deck.expect(r'\[a\] \{"action": "decline"\}')
+    deck.send("/answer name=x")  # nothing pending any more
+    deck.expect(r"\[deck\] no question is waiting for an answer")
+    assert deck.close() == 0

@@ -111,6 +111,10 @@ async def test_every_message_deck_sends_validates(make_deck, tmp_path):
     await rec.wait(lambda r: len(r.named("question:requested")) == 3)
     await deck.chat.Cancel("a")
     await wait_reply(deck, rec, user)
+    user = deck.chat.send("a", "slow-question")
+    await rec.wait(lambda r: len(r.named("question:requested")) == 4)
+    deck.chat.cancel_pending_asks()  # nobody is left to answer (end of input): "cancel"
+    await wait_reply(deck, rec, user)
     await deck.chat.SetMode("a", "b")
     await deck.chat.SetConfigOption("a", "model", "m2")
     await deck.chat.SetConfigOption("a", "fast", True)
