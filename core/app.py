@@ -273,7 +273,7 @@ class Deck:
     async def shutdown(self) -> None:
         """Stop every agent in parallel; end the deck's tasks. Safe to call twice."""
         try:
-            self.chat.cancel_pending_asks()
+            self.chat.end_of_input()
             await self.stop_all()
             for impl in self.pm.hook.deck_shutdown.get_hookimpls():
                 await self._maybe_await(impl.plugin_name, "deck_shutdown", impl.function, impl.argnames)

@@ -155,6 +155,8 @@ class ChatService:
         self.questions: dict[str, PendingAsk] = {}
         self.rejections: dict[str, int] = {}
         self._turns: dict[str, asyncio.Task[None]] = {}
+        #: Nobody is left to answer (end of input): permission requests and questions are cancelled at once.
+        self.unattended = False
 
     def conversation(self, agent: str) -> Conversation:
         conv = self.conversations.get(agent)
@@ -325,6 +327,8 @@ class ChatService:
         self.permissions[pending_id] = pending
         conv.permissions[pending_id] = pending.payload
         self.deck.emit(event)
+        if self.unattended:
+            pending.future.set_result(None)
         option_id = None
         try:
             option_id = await pending.future
@@ -374,6 +378,8 @@ class ChatService:
         pending = PendingAsk(question_id, agent.name, [], event.payload())
         self.questions[question_id] = pending
         self.deck.emit(event)
+        if self.unattended:
+            pending.future.set_result(None)
         try:
             answer = await pending.future
         finally:
@@ -440,6 +446,11 @@ class ChatService:
         for pending in [*self.permissions.values(), *self.questions.values()]:
             if not pending.future.done():
                 pending.future.set_result(None)
+
+    def end_of_input(self) -> None:
+        """The user is gone (end of stdin): what is pending, and what agents ask from now on, is cancelled."""
+        self.unattended = True
+        self.cancel_pending_asks()
 
 
 class ConfigService:

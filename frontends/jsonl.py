@@ -118,7 +118,7 @@ class JsonlFrontend(Frontend):
             if self.stay:
                 await asyncio.Event().wait()
             # End of input: finish the work in hand; nobody is left to answer questions.
-            self.deck.chat.cancel_pending_asks()
+            self.deck.chat.end_of_input()
             await self.deck.chat.drain()
             await self.deck.stop_all()
             return 0

@@ -419,7 +419,7 @@ class LineFrontend(Frontend):
                 await asyncio.gather(*self._tasks, return_exceptions=True)
             # End of input: finish the work in hand; nobody is left to answer questions.
             # /quit: leave now, the agents' answers are cut short when they stop.
-            self.deck.chat.cancel_pending_asks()
+            self.deck.chat.end_of_input()
             if not self._quit:
                 await self.deck.chat.drain()
             await self.deck.stop_all()

@@ -115,6 +115,19 @@ def test_end_of_stdin_finishes_the_work_in_hand_then_exits_0(run_deck):
     assert b"Traceback" not in deck.stderr
 
 
+def test_a_permission_asked_after_end_of_stdin_is_cancelled_not_awaited_forever(run_deck):
+    deck = run_deck(agent_block("a"))
+    deck.send_raw(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ChatService.Send", "params": {"agent": "a", "text": "perm"}}))
+    deck.close_stdin()  # before the agent has even started, let alone asked
+    assert deck.wait(30) == 0
+    asked = deck.events("permission:requested", agent="a")
+    assert len(asked) == 1
+    assert deck.events("permission:resolved", agent="a")[0]["id"] == asked[0]["id"]
+    answer = [e["message"] for e in deck.events("message:updated", agent="a") if e["message"]["done"] and e["message"]["role"] == "agent"]
+    assert answer[-1]["parts"][-1]["text"].endswith("permission: cancelled")
+    assert deck.states("a")[-1] == "stopped"
+
+
 def test_end_of_stdin_stops_running_agents(run_deck):
     deck = run_deck(agent_block("a") + agent_block("b"))
     deck.call("AgentService.Start", {"name": "a"})

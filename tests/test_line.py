@@ -386,3 +386,12 @@ def test_questions_are_answered_or_declined(line_deck):
     deck.send("/answer name=x")  # nothing pending any more
     deck.expect(r"\[deck\] no question is waiting for an answer")
     assert deck.close() == 0
+
+
+def test_a_permission_asked_after_end_of_stdin_does_not_hang(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("perm")
+    assert deck.close() == 0  # stdin ends before the agent asks
+    deck.expect(r"\[a\] permission\? Edit file.*")
+    deck.expect(r"\[a\] permission: cancelled")
+    deck.expect(r"\[a\] stopped")
