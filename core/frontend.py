@@ -63,3 +63,14 @@ def read_lines(fd: int, on_overflow: Callable[[int], None] | None = None) -> asy
 
     threading.Thread(target=read, name=f"read-fd-{fd}", daemon=True).start()
     return lines
+
+
+def stdout_failed(exc: OSError) -> int:
+    """The exit code after a failed write to stdout: 0 when the reader went away, else 1 with a note."""
+    if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+        return 0  # `deck run … | head -1`: end quietly
+    try:
+        os.write(2, f"deck: cannot write to stdout: {exc.strerror or exc}\n".encode())
+    except OSError:
+        pass
+    return 1

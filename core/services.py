@@ -193,6 +193,7 @@ class ChatService:
         if not text.strip():
             raise ServiceError("empty message: there is nothing to send")
         conv = self.conversation(agent.name)
+        agent.touch()  # a use from now on: idle_stop must not stop it before its turn starts
         waiting = conv.busy or bool(conv.queue) or agent.name in self._turns
         message = conv.add_user(text, queued=waiting)
         conv.queue.append(message)

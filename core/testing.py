@@ -80,8 +80,12 @@ class Recorder:
 
 
 @pytest.fixture
-async def make_deck(tmp_path: Path):
-    """`make_deck(toml_text)` → (Deck, Recorder); every deck is shut down after the test."""
+async def make_deck(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`make_deck(toml_text)` → (Deck, Recorder); every deck is shut down after the test.
+
+    Log files and other state go to tmp_path/state ($XDG_STATE_HOME), not the user's home.
+    """
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     made: list[Deck] = []
 
     def make(text: str, timings: StopTimings = FAST_STOP, **kwargs: Any) -> tuple[Deck, Recorder]:

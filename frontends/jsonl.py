@@ -17,7 +17,7 @@ from typing import Any
 from deck import hookimpl
 from deck.errors import ServiceError
 from deck.events import Event, MessageDelta
-from deck.frontend import Frontend, read_lines
+from deck.frontend import Frontend, read_lines, stdout_failed
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -88,11 +88,10 @@ class JsonlFrontend(Frontend):
             while view:
                 written = os.write(self._fd, view)
                 view = view[written:]
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            # The reader went away (`| head -1`): end quietly.
+        except OSError as exc:
             self._closed = True
             self._silence_stdout()
-            self.deck.request_exit(0)
+            self.deck.request_exit(stdout_failed(exc))
 
     def _silence_stdout(self) -> None:
         try:

@@ -28,7 +28,7 @@ from rich.text import Text
 from deck import hookimpl
 from deck.errors import ServiceError
 from deck.events import Event
-from deck.frontend import Frontend, read_lines
+from deck.frontend import Frontend, read_lines, stdout_failed
 from deck.states import OUTDATED_LABEL, AgentState, label
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
@@ -165,9 +165,9 @@ class LineFrontend(Frontend):
             while view:
                 written = os.write(self._fd, view)
                 view = view[written:]
-        except (BrokenPipeError, ConnectionResetError, OSError):
-            self._closed = True  # the reader went away: end quietly, as jsonl does
-            self.deck.request_exit(0)
+        except OSError as exc:
+            self._closed = True
+            self.deck.request_exit(stdout_failed(exc))
 
     # -- events ------------------------------------------------------------------------------
 
@@ -308,11 +308,10 @@ class LineFrontend(Frontend):
         required = set(schema.get("required") or [])
         for key, prop in (schema.get("properties") or {}).items():
             kind = prop.get("type", "string") if isinstance(prop, dict) else "string"
-            title = prop.get("title") or prop.get("description") or "" if isinstance(prop, dict) else ""
+            title = (prop.get("title") or prop.get("description") or "") if isinstance(prop, dict) else ""
             mark = " (required)" if key in required else ""
             self.emit(p["agent"], f"  {key}: {kind}{mark}{' — ' + title if title else ''}", "yellow")
         self.emit(p["agent"], "→ /answer KEY=VALUE ..., /decline", "yellow")
-        self.emit(p["agent"], f"  this frontend cannot answer forms: /cancel {p['agent']} declines", "yellow")
 
     def _on_agent_announcement(self, p: dict[str, Any]) -> None:
         self.emit(f"{p['target']} → {p['requester']}", p["text"], "italic")
@@ -464,7 +463,7 @@ class LineFrontend(Frontend):
             self.error(agent, str(exc))
 
     def _command(self, line: str) -> None:
-        name, *args = line[1:].split()
+        name, *args = line[1:].split() or [""]
         if name in ("start", "stop", "restart", "logs", "cancel"):
             agent = args[0] if args else self.current
             if agent is None or agent not in self.deck.agents:

@@ -24,17 +24,26 @@ def stop_idle(deck: Any) -> list[str]:
     limit = deck.config.limits.stop_idle_agents_after
     if limit <= 0:
         return []
-    now = deck.clock()
-    idle = [a for a in deck.agents.values() if a.state is AgentState.READY and now - a.last_used >= limit]
+    idle = [a for a in deck.agents.values() if _idle(deck, a, limit)]
     for agent in idle:
-        agent.log(f"deck: stopping, unused for {limit:g}s")
-        deck.spawn(agent.stop(), f"idle stop {agent.name}")
+        deck.spawn(_stop_if_idle(deck, agent, limit), f"idle stop {agent.name}")
     return [a.name for a in idle]
+
+
+def _idle(deck: Any, agent: Any, limit: float) -> bool:
+    return agent.state is AgentState.READY and deck.clock() - agent.last_used >= limit
+
+
+async def _stop_if_idle(deck: Any, agent: Any, limit: float) -> None:
+    # Checked again when the task runs: a message sent meanwhile made the agent busy.
+    if _idle(deck, agent, limit):
+        agent.log(f"deck: stopping, unused for {limit:g}s")
+        await agent.stop()
 
 
 async def _check_forever(deck: Any) -> None:
     while True:
-        await asyncio.sleep(CHECK_INTERVAL)
+        await asyncio.sleep(CHECK_INTERVAL)  # read each time: tests shorten it
         stop_idle(deck)
 
 

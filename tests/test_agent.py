@@ -121,7 +121,7 @@ async def test_stop_escalation_at_the_real_timings(make_deck):
     await deck.agent_service.Stop("a")
     elapsed = time.monotonic() - started
     assert not alive(pid)
-    assert 7.9 <= elapsed < 10
+    assert 7.9 <= elapsed < 14  # 5 s + 3 s, with room for a loaded machine
 
 
 async def test_setsid_grandchild_is_ended_too(make_deck, tmp_path):
@@ -138,11 +138,12 @@ async def test_setsid_grandchild_is_ended_too(make_deck, tmp_path):
 
 async def test_many_stops_run_in_parallel(make_deck):
     text = "".join(agent_block(f"a{i}", "--ignore-eof", "--ignore-sigterm") for i in range(4))
-    deck, rec = make_deck("[limits]\nmaxRunningAgents = 8\n" + text)
+    timings = StopTimings(after_stdin_close=1.5, after_sigterm=0.5, after_sigkill=1.0)
+    deck, rec = make_deck("[limits]\nmaxRunningAgents = 8\n" + text, timings=timings)
     await asyncio.gather(*(deck.agent_service.Start(f"a{i}") for i in range(4)))
     started = time.monotonic()
     await deck.stop_all()
-    assert time.monotonic() - started < 2.5  # one escalation (0.6 s), not four
+    assert time.monotonic() - started < 5  # one escalation (2 s) for all, not four in a row (8 s)
     assert not descendants_of_self()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,11 +19,11 @@ PLUGIN = ROOT / "contrib" / "deck-notify"
 def installed(tmp_path_factory) -> dict[str, str]:
     """deck-notify pip-installed into a private directory; the environment that sees it."""
     target = tmp_path_factory.mktemp("site")
-    build = tmp_path_factory.mktemp("build")
+    source = tmp_path_factory.mktemp("src") / "deck-notify"
+    shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-         "--target", str(target), str(PLUGIN)],
-        check=True, timeout=300, cwd=build,
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(source)],
+        check=True, timeout=300, cwd=source,
     )  # fmt: skip
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(target), env.get("PYTHONPATH")]))
@@ -45,6 +46,7 @@ def test_deck_plugins_lists_the_installed_plugin(installed, tmp_path):
         [sys.executable, "-m", "deck.cli", "plugins", "--json"],
         capture_output=True, text=True, env={**installed, "DECK_DISABLE_PLUGIN_AUTOLOAD": "1"}, cwd=tmp_path, timeout=60,
     )  # fmt: skip
+    assert off.returncode == 0, off.stderr
     assert "notify" not in {row["name"] for row in json.loads(off.stdout)["plugins"]}
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
@@ -242,3 +243,16 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, text, expected):
     assert lines[0].startswith("deck: ") and expected in lines[0]
     if text is not None:
         assert "deck.toml:" in lines[0]  # points into the file
+
+
+def test_a_stdout_that_cannot_be_written_is_reported_and_ends_deck(tmp_path):
+    config = tmp_path / "deck.toml"
+    config.write_text(agent_block("a"))
+    request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "AgentService.Start", "params": {"name": "a"}})
+    with open("/dev/full", "wb") as full:
+        out = subprocess.run(
+            [sys.executable, "-m", "deck.cli", "run", "--frontend=jsonl", "--config", str(config)],
+            input=(request + "\n").encode(), stdout=full, stderr=subprocess.PIPE, timeout=60,
+        )  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr.decode().strip().splitlines()[-1] == "deck: cannot write to stdout: No space left on device"

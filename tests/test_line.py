@@ -395,3 +395,12 @@ def test_a_permission_asked_after_end_of_stdin_does_not_hang(line_deck):
     deck.expect(r"\[a\] permission\? Edit file.*")
     deck.expect(r"\[a\] permission: cancelled")
     deck.expect(r"\[a\] stopped")
+
+
+def test_a_bare_slash_is_an_unknown_command_not_a_crash(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("/")
+    deck.expect(r"\[deck\] unknown command: /")
+    deck.send("hi")
+    deck.expect(r"\[a\] You said: hi")
+    assert deck.close() == 0

@@ -43,6 +43,31 @@ async def test_idle_ready_agent_is_stopped_after_the_limit(make_deck):
     assert deck.agents["b"].state.value == "ready"
 
 
+async def test_the_periodic_check_stops_idle_agents_by_itself(make_deck, monkeypatch):
+    monkeypatch.setattr(idle_stop, "CHECK_INTERVAL", 0.05)
+    deck, rec = make_deck('[limits]\nstopIdleAgentsAfter = "10m"\n' + agent_block("a"))
+    deck.clock = clock = Clock()
+    await deck.startup()
+    await deck.agent_service.Start("a")
+    await asyncio.sleep(0.3)  # several checks, none past the limit
+    assert deck.agents["a"].state.value == "ready"
+    clock.now += 600
+    await rec.wait_event("agent:state", agent="a", state="stopped", timeout=5)
+    assert any("unused for 600s" in line for line in deck.agents["a"].logs)
+
+
+async def test_an_agent_used_before_its_idle_stop_runs_is_left_alone(make_deck):
+    deck, rec = make_deck('[limits]\nstopIdleAgentsAfter = "1m"\n' + agent_block("a"))
+    deck.clock = clock = Clock()
+    await deck.agent_service.Start("a")
+    clock.now += 61
+    assert idle_stop.stop_idle(deck) == ["a"]  # the stop is scheduled…
+    deck.chat.send("a", "slow")  # …but a message makes it busy before the stop task runs
+    await rec.wait_event("message:delta", agent="a")
+    assert deck.agents["a"].state.value == "busy" and "stopped" not in rec.states("a")
+    deck.chat.cancel("a")
+
+
 async def test_busy_agent_is_never_stopped_for_idleness(make_deck):
     deck, rec = make_deck('[limits]\nstopIdleAgentsAfter = "1s"\n' + agent_block("a"))
     deck.clock = clock = Clock()
