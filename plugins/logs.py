@@ -7,6 +7,7 @@ optional trace of every ACP line exchanged, as JSONL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import logging.handlers
@@ -27,12 +28,21 @@ def state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "deck"
 
 
+class _FileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating file that goes quiet after a write error (disk full) instead of printing tracebacks."""
+
+    broken = False
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.broken = True
+
+
 class AgentLogs:
     """Rotating log files, one per agent."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.handlers: dict[str, logging.handlers.RotatingFileHandler] = {}
+        self.handlers: dict[str, _FileHandler] = {}
         self.failed = False
 
     def write(self, agent: str, line: str) -> None:
@@ -43,7 +53,7 @@ class AgentLogs:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 safe = re.sub(r"[^A-Za-z0-9_.-]", "_", agent)
-                handler = logging.handlers.RotatingFileHandler(
+                handler = _FileHandler(
                     self.directory / f"{safe}.log", maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8"
                 )
             except OSError:
@@ -51,11 +61,13 @@ class AgentLogs:
                 return
             handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
             self.handlers[agent] = handler
-        handler.emit(logging.makeLogRecord({"msg": line, "levelno": logging.INFO, "levelname": "INFO"}))
+        if not handler.broken:  # the ring and the events still have every line
+            handler.emit(logging.makeLogRecord({"msg": line, "levelno": logging.INFO, "levelname": "INFO"}))
 
     def close(self) -> None:
         for handler in self.handlers.values():
-            handler.close()
+            with contextlib.suppress(OSError):  # its last flush may fail as its writes did
+                handler.close()
         self.handlers.clear()
 
 

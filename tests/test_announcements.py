@@ -247,6 +247,12 @@ async def test_socket_is_private_and_a_wrong_token_is_refused(make_deck):
         asked = await bridge.request("ask_agent", {"agent": "b", "question": "multi"}, forged)
         assert asked == {"error": "not authorized"}
     assert rec.states("b") == []
+    # Bad requests from an authorised client get a clear error, and the bridge goes on.
+    assert await bridge.request("ask_agent", ["b", "hi"], env) == {"error": "params must be an object"}
+    assert await bridge.request("ask_agent", {"agent": "b"}, env) == {
+        "error": "ask_agent needs the parameters agent and question, both strings"}
+    assert await bridge.request("nope", {}, env) == {"error": "unknown method 'nope'"}
+    assert [a["name"] for a in (await bridge.request("list_agents", {}, env))["result"]] == ["a", "b"]
     await deck.shutdown()
     assert not os.path.exists(os.path.dirname(path))
 

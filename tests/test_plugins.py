@@ -302,3 +302,14 @@ def test_every_hook_is_documented_and_tested():
     for name in _hook_names():
         assert f"### `{name}(" in docs, f"{name} is not documented in docs/plugins.md"
         assert f"def {name}(self" in tests, f"{name} is not exercised by tests/test_plugins.py"
+
+
+def test_a_log_file_that_cannot_be_written_goes_quiet(tmp_path, capfd):
+    from deck.plugins import logs
+
+    (tmp_path / "a.log").symlink_to("/dev/full")  # every write fails: no space left
+    files = logs.AgentLogs(tmp_path)
+    for i in range(3):
+        files.write("a", f"line {i}")
+    files.close()
+    assert files.handlers == {} and capfd.readouterr().err == ""  # no traceback on the screen

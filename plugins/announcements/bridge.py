@@ -160,6 +160,8 @@ class Bridge:
             log.warning("announcements: a request for %r with a wrong token was refused", agent)
             return {"error": "not authorized"}
         method, params = request.get("method"), request.get("params") or {}
+        if not isinstance(params, dict):
+            return {"error": "params must be an object"}
         try:
             if method == "list_agents":
                 return {"result": self.asks.list_agents(agent)}
