@@ -268,3 +268,49 @@ def test_console_resize_esc_cancel_and_config_view(console, tmp_path: Path):
     c.wait(lambda s: "Config ·" not in s and "Message to Gamma" in s)
     c.keys("C-q")
     c.wait("DECK-EXITED-0")
+
+
+def test_console_answers_and_declines_questions(console):
+    c = console(agent_block("alpha", title="Alpha") + agent_block("beta"))
+    c.wait("Message to Alpha")
+    c.type("question")
+    c.keys("Enter")
+    screen = c.wait("Question from Alpha")  # the selected agent's question opens at once
+    assert "Your name?" in screen and "! needs input" in screen and "Esc later" in screen
+    c.type("An")
+    c.wait("› An")
+    # Put off with Esc: it waits behind F4 with what was typed.
+    c.keys("Escape")
+    c.wait(lambda s: "Question from" not in s and "1 question(s) waiting · F4 answer" in s)
+    c.keys("F4")
+    c.wait(lambda s: "Question from Alpha" in s and "› An" in s)
+    c.type("n")
+    c.keys("Enter")
+    screen = c.wait('{"action": "accept", "content": {"name": "Ann"}}')
+    assert "Question from" not in screen and "waiting" not in screen and "needs input" not in screen
+    # Declined with Ctrl-D.
+    c.type("question")
+    c.keys("Enter")
+    c.wait("Question from Alpha")
+    c.keys("C-d")
+    screen = c.wait('{"action": "decline"}')
+    assert "Question from" not in screen and "needs input" not in screen
+    # Another agent's question, put off, stays reachable from every agent with F4; Ctrl-S submits.
+    c.keys("Tab")
+    c.wait("Message to beta")
+    c.type("question")
+    c.keys("Enter")
+    c.wait("Question from beta")
+    c.keys("Escape")
+    c.keys("M-1")
+    screen = c.wait(lambda s: "Message to Alpha" in s and "1 question(s) waiting · F4 answer" in s)
+    assert "Question from" not in screen
+    c.keys("F4")
+    c.wait("Question from beta")
+    c.type("Bo")
+    c.keys("C-s")
+    c.wait(lambda s: "Question from" not in s and "waiting" not in s)
+    c.keys("Tab")
+    c.wait('{"action": "accept", "content": {"name": "Bo"}}')
+    c.keys("C-q")
+    c.wait("DECK-EXITED-0")

@@ -10,12 +10,15 @@ import asyncio
 
 import pytest
 
+from deck.agent import LOG_LINES
 from deck.events import (
     AgentAnnouncement,
+    AgentLog,
     AgentStateChanged,
     AskChanged,
     MessageDelta,
     MessageUpdated,
+    QuestionRequested,
     TurnChanged,
     UsageChanged,
 )
@@ -24,9 +27,10 @@ from deck.frontends.urwid.agents import AgentsPanel
 from deck.frontends.urwid.app import FPS, ConsoleApp
 from deck.frontends.urwid.common import canvas_text
 from deck.frontends.urwid.conversation import ConversationView
-from deck.frontends.urwid.dialogs import PermissionDialog
+from deck.frontends.urwid.dialogs import PermissionDialog, QuestionDialog
 from deck.frontends.urwid.i18n import Strings
 from deck.frontends.urwid.model import Model
+from deck.frontends.urwid.views import LogsView
 
 from .conftest import agent_block
 
@@ -200,6 +204,62 @@ async def test_streaming_rebuilds_only_the_last_block(make_deck):
     assert "second grows" in canvas_text(view, 60, 10)
 
 
+def test_incremental_rebuilds_match_a_fresh_view():
+    """Messages changed in the middle of the list, grown or shrunk, and new ones at the end:
+    the list updated in place shows exactly what a view built from scratch shows."""
+    model = roster("a")
+    view = ConversationView(Strings("en"))
+    view.show(model.agents["a"])
+    steps = [
+        [MessageUpdated("a", {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "first"}], "done": True})],
+        [MessageUpdated("a", {"id": "m1", "role": "agent", "parts": [], "done": False})],
+        [MessageDelta("a", "m1", 0, "text", text="one\n\ntwo")],
+        [MessageUpdated("a", {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "next"}], "done": True,
+                              "queued": True})],  # fmt: skip
+        [MessageDelta("a", "m1", 0, "text", text="\n\nthree\n\nfour"), MessageDelta("a", "m1", 1, "thought", text="hmm")],
+        [MessageDelta("a", "m1", 1, "thought", text="\n\nmore"), MessageDelta("a", "m1", 2, "text", text="five"),
+         MessageUpdated("a", {"id": "u2", "role": "user", "parts": [{"type": "text", "text": "next"}], "done": True})],
+        [MessageUpdated("a", {"id": "m1", "role": "agent", "parts": [{"type": "text", "text": "short"}], "done": True,
+                              "stopReason": "end_turn"})],  # fmt: skip
+        [MessageUpdated("a", {"id": "m2", "role": "agent", "parts": [], "done": False}),
+         MessageDelta("a", "m2", 0, "text", text="second answer")],
+    ]  # fmt: skip
+    written: list[int] = []  # the number of widgets put in the list by each change of it
+    view.walker.set_validate_contents_modified(lambda indices, new_items: written.append(len(new_items)))
+    for events in steps:
+        feed(model, events)
+        changed = model.take_changes().messages.get("a", set())
+        assert len(changed) >= 1
+        before = list(view.walker)
+        written.clear()
+        view.rebuild(changed)
+        kept = [w for w in before if w in list(view.walker)]
+        assert sum(written) == sum(len(view.segments[mid]) for mid in changed)  # only the changed messages' widgets
+        fresh = ConversationView(Strings("en"))
+        fresh.show(model.agents["a"])
+        assert canvas_text(view, 60, 40) == canvas_text(fresh, 60, 40)
+        assert len(view.walker) == len(fresh.walker)
+        unchanged = [mid for mid in view.order if mid not in changed]
+        assert all(w in kept for mid in unchanged for w in view.segments[mid])  # untouched messages keep their widgets
+    assert "short" in canvas_text(view, 60, 40) and "four" not in canvas_text(view, 60, 40)
+
+
+def test_logs_view_keeps_the_last_lines_like_the_core():
+    model = roster("a")
+    feed(model, [AgentLog("a", f"line {i}") for i in range(LOG_LINES + 50)])
+    assert len(model.agents["a"].logs) == LOG_LINES == 200
+    view = LogsView(Strings("en"))
+    view.show("a", "A", [])
+    assert "(no log lines yet)" in canvas_text(view, 40, 5)
+    for start in range(0, 3 * LOG_LINES, 10):  # live lines arrive in batches while the view is open
+        view.append([f"live {i}" for i in range(start, start + 10)])
+    assert len(view.walker) == LOG_LINES
+    assert view.walker[0].text == f"live {2 * LOG_LINES}" and view.walker[-1].text == f"live {3 * LOG_LINES - 1}"
+    assert f"live {3 * LOG_LINES - 1}" in canvas_text(view, 40, 5) and "no log lines" not in canvas_text(view, 40, 5)
+    view.show("a", "A", model.agents["a"].logs)
+    assert len(view.walker) == LOG_LINES and view.walker[-1].text == f"line {LOG_LINES + 49}"
+
+
 # -- permission dialog ---------------------------------------------------------------------------
 
 
@@ -210,7 +270,8 @@ async def test_permission_dialog_from_real_requests_of_two_agents(make_deck):
     deck.chat.send("a", "perm")
     deck.chat.send("b", "perm")
     await rec.wait(lambda r: len(r.named("permission:requested")) == 2)
-    requests = model.pending()
+    assert [kind for kind, _ in model.pending()] == ["permission", "permission"]
+    requests = [p for _, p in model.pending()]
     answers, moves = [], []
     dialog = PermissionDialog(Strings("en"), requests, 1, {"a": "Alpha", "b": "Beta"}, lambda *a: answers.append(a),
                               lambda: moves.append("closed"), moves.append)  # fmt: skip
@@ -231,6 +292,152 @@ async def test_permission_dialog_from_real_requests_of_two_agents(make_deck):
     assert "Autorisation demandée par a" in fr and "demande 1 sur 2" in fr
 
 
+# -- questions ---------------------------------------------------------------------------------------
+
+
+def type_keys(widget, size, text: str) -> None:
+    for ch in text:
+        widget.keypress(size, ch)
+
+
+async def test_question_dialog_from_a_real_question(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    model = roster("a")
+    deck.subscribe(lambda e: model.apply(e.name, e.payload()))
+    deck.chat.send("a", "question")
+    await rec.wait_event("question:requested", agent="a")
+    assert [kind for kind, _ in model.pending()] == ["question"] and model.agents["a"].needs_input
+    assert "! needs input" in panel_text(model)
+    question = model.pending()[0][1]
+    answers, moves = [], []
+    dialog = QuestionDialog(Strings("en"), [question], 0, {"a": "Alpha"}, lambda *a: answers.append(a),
+                            lambda: moves.append("closed"), moves.append)  # fmt: skip
+    size = (80, 24)
+    text = canvas_text(dialog, *size)
+    assert "Question from Alpha" in text and "request 1 of 1" in text and "Your name?" in text
+    assert "name" in text and "Submit (Ctrl-S)" in text and "Decline (Ctrl-D)" in text and "Ctrl-D decline" in text
+    assert "*" not in text  # nothing is required
+    type_keys(dialog, size, "Ann")
+    assert "› Ann" in canvas_text(dialog, *size)
+    dialog.keypress(size, "tab")  # one request only: nothing to move to
+    dialog.keypress(size, "esc")
+    assert moves == ["closed"] and answers == []
+    dialog.keypress(size, "ctrl d")
+    assert answers == [(question["id"], None)]
+    dialog.keypress(size, "enter")  # Enter on the last (only) field submits
+    assert answers[1] == (question["id"], {"name": "Ann"})
+    await deck.chat.AnswerQuestion(*answers[1])
+    await rec.wait_event("question:resolved", id=question["id"])
+    await rec.wait_event("turn:changed", agent="a", busy=False)
+    assert model.pending() == [] and not model.agents["a"].needs_input
+    _, conversation = conversation_text(model, "a")
+    assert '{"action": "accept", "content": {"name": "Ann"}}' in conversation
+    fr = canvas_text(QuestionDialog(Strings("fr"), [question], 0, {}, print, print, print), *size)
+    assert "Question de a" in fr and "demande 1 sur 1" in fr and "Refuser (Ctrl-D)" in fr
+
+
+def test_question_dialog_converts_answers_by_type():
+    schema = {
+        "type": "object",
+        "required": ["age", "color"],
+        "properties": {
+            "age": {"type": "integer", "title": "Age", "description": "in years"},
+            "ratio": {"type": "number"},
+            "ok": {"type": "boolean", "default": True},
+            "color": {"type": "string", "enum": ["red", "blue"]},
+            "note": {"type": "string"},
+        },
+    }
+    question = QuestionRequested("question-9", "a", "msg-1", "A few things", schema).payload()
+    answers: list = []
+    dialog = QuestionDialog(Strings("en"), [question, {"id": "p", "agent": "b"}], 0, {}, lambda *a: answers.append(a),
+                            lambda: None, lambda step: answers.append(("moved", step)))  # fmt: skip
+    size = (90, 40)
+    text = canvas_text(dialog, *size)
+    assert "request 1 of 2" in text and "A few things" in text
+    assert "Age *  (a whole number)" in text and "in years" in text and "ratio  (a number)" in text
+    assert "ok  (yes or no)" in text and "› yes" in text and "color *  (one of: red, blue)" in text and "* required" in text
+    dialog.keypress(size, "tab")
+    assert answers == [("moved", 1)]
+    answers.clear()
+    dialog.keypress(size, "ctrl s")
+    assert answers == [] and "Age is required" in canvas_text(dialog, *size)
+    type_keys(dialog, size, "4x")
+    dialog.keypress(size, "enter")  # Enter on a field that is not the last: the next field
+    type_keys(dialog, size, "0.5")
+    dialog.keypress(size, "ctrl s")
+    assert answers == [] and "Age: a whole number is expected" in canvas_text(dialog, *size)
+    dialog.keypress(size, "backspace")  # the focus went back to Age
+    dialog.keypress(size, "enter")
+    dialog.keypress(size, "enter")
+    for _ in "yes":
+        dialog.keypress(size, "backspace")
+    type_keys(dialog, size, "maybe")
+    dialog.keypress(size, "ctrl s")
+    assert answers == [] and "ok: answer yes or no" in canvas_text(dialog, *size)
+    for _ in "maybe":
+        dialog.keypress(size, "backspace")
+    type_keys(dialog, size, "non")
+    dialog.keypress(size, "enter")
+    type_keys(dialog, size, "green")
+    dialog.keypress(size, "ctrl s")
+    assert answers == [] and "color: answer one of red, blue" in canvas_text(dialog, *size)
+    for _ in "green":
+        dialog.keypress(size, "backspace")
+    type_keys(dialog, size, "red")
+    dialog.keypress(size, "enter")  # to the last field, left empty: optional, so left out
+    assert answers == []
+    dialog.keypress(size, "enter")
+    assert answers == [("question-9", {"age": 4, "ratio": 0.5, "ok": False, "color": "red"})]
+    assert "is expected" not in canvas_text(dialog, *size)
+    fr = QuestionDialog(Strings("fr"), [question], 0, {}, lambda *a: answers.append(a), print, print)
+    fr.keypress(size, "ctrl s")
+    text = canvas_text(fr, *size)
+    assert "Age est obligatoire" in text and "(un nombre entier)" in text and "› oui" in text and "* obligatoire" in text
+
+
+async def test_app_keeps_a_question_typed_answer_while_other_asks_come_and_go(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    app = ConsoleApp(deck)
+    app.attach(asyncio.get_running_loop())
+    size = (120, 40)
+    try:
+        deck.chat.send("a", "question")
+        await rec.wait_event("question:requested", agent="a")
+        app.refresh()
+        assert app.dialog_kind == "ask" and "Question from a" in canvas_text(app.root, *size)  # a is selected: at once
+        type_keys(app.root, size, "An")
+        deck.chat.send("b", "perm")  # another agent's request does not take over
+        await rec.wait_event("permission:requested", agent="b")
+        app.refresh()
+        screen = canvas_text(app.root, *size)
+        assert "Question from a" in screen and "request 1 of 2" in screen and "› An" in screen
+        app.root.keypress(size, "tab")
+        assert "Permission requested by b" in canvas_text(app.root, *size)
+        app.root.keypress(size, "esc")
+        screen = canvas_text(app.root, *size)
+        assert app.dialog_kind == "" and "1 permission request(s) and 1 question(s) waiting · F4 answer" in screen
+        app.root.keypress(size, "f4")
+        app.root.keypress(size, "shift tab")
+        assert "› An" in canvas_text(app.root, *size)
+        type_keys(app.root, size, "n")
+        app.root.keypress(size, "enter")
+        await rec.wait_event("question:resolved", agent="a")
+        await rec.wait_event("turn:changed", agent="a", busy=False)
+        app.refresh()
+        screen = canvas_text(app.root, *size)
+        assert "Permission requested by b" in screen  # the next ask
+        assert "1 permission request(s) waiting · F4 answer" in screen
+        app.root.keypress(size, "1")
+        await rec.wait_event("permission:resolved", agent="b")
+        app.refresh()
+        screen = canvas_text(app.root, *size)
+        assert app.dialog_kind == "" and "waiting" not in screen
+        assert '{"action": "accept", "content": {"name": "Ann"}}' in screen
+    finally:
+        app.detach()
+
+
 # -- announcements ---------------------------------------------------------------------------------
 
 
@@ -239,7 +446,7 @@ def test_announcements_beside_the_requester_and_overlay_on_the_target():
     feed(model, [AgentStateChanged("helper", "busy", False), AskChanged("lead", "helper", "t1", True)])
     _, target = conversation_text(model, "helper", size=(120, 10))
     assert "an agent is talking to it (lead)" in target.split("\n")[0]  # from the ask's start, before any announcement
-    feed(model, [AgentAnnouncement("lead", "helper", f"t1", f"step {i}", "2026-01-01T10:00:0{i % 10}.000Z") for i in range(25)])
+    feed(model, [AgentAnnouncement("lead", "helper", "t1", f"step {i}", "2026-01-01T10:00:0{i % 10}.000Z") for i in range(25)])
     view, text = conversation_text(model, "lead", size=(120, 40))
     assert "Announcements" in text and "→ helper" in text and "step 24" in text
     assert "step 4\n" not in text + "\n" and len(model.agents["lead"].announcements) == 20
@@ -258,9 +465,23 @@ def test_announcements_beside_the_requester_and_overlay_on_the_target():
 async def test_app_coalesces_redraws_and_handles_keys(make_deck):
     deck, rec = make_deck(agent_block("a") + agent_block("b"))
     app = ConsoleApp(deck)
-    app._loop = asyncio.get_running_loop()
-    app.load()
-    deck.subscribe(app.on_event)
+    app.attach(asyncio.get_running_loop())
+    try:
+        await check_app_coalesces_redraws_and_handles_keys(app, deck, rec)
+    finally:
+        app.detach()
+    assert not app._tasks or all(t.cancelled() or t.done() for t in app._tasks)
+    assert app._frame_handle is None and app._spin_handle is None
+    frames, messages = app.frames, len(app.model.agents["a"].messages)
+    count = len(rec.named("turn:changed", "a"))
+    deck.chat.send("a", "hello")  # the app no longer follows events nor draws
+    await rec.wait(lambda r: any(not p["busy"] for p in r.named("turn:changed", "a")[count:]))
+    await asyncio.sleep(2 / FPS)
+    assert app.frames == frames and len(app.model.agents["a"].messages) == messages
+    assert "a" not in app.model.changes.messages
+
+
+async def check_app_coalesces_redraws_and_handles_keys(app, deck, rec) -> None:
     size = (120, 40)
     assert "1 A a" in canvas_text(app.root, *size) and "2 B b" in canvas_text(app.root, *size)
     for ch in "stream 3000":

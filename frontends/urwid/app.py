@@ -23,7 +23,7 @@ from deck.events import Event
 from .agents import AgentsPanel
 from .common import PALETTE
 from .conversation import ConversationView
-from .dialogs import ConfirmDialog, FilePicker, PermissionDialog, centered
+from .dialogs import ConfirmDialog, FilePicker, PermissionDialog, QuestionDialog, centered
 from .i18n import Strings
 from .model import Model
 from .views import ConfigView, LogsView
@@ -75,8 +75,12 @@ class ConsoleApp:
         self.model = Model()
         self.selected = ""
         self.view = "chat"
-        self.dialog_kind = ""  # "", "permission", "quit", "picker"
-        self.permission_id = ""
+        self.dialog_kind = ""  # "", "ask" (a permission request or a question), "quit", "picker"
+        self.ask_id = ""  # the permission request or question the ask dialog shows
+        self.shown_dialog: urwid.Widget | None = None
+        #: The dialogs of pending asks, by id, kept while the ask waits: a question put off (Esc,
+        #: Tab to another request) comes back with what was typed.
+        self.ask_dialogs: dict[str, PermissionDialog | QuestionDialog] = {}
         self.notice = ""
         self.notice_until = 0.0
         self.pasting = False
@@ -92,7 +96,7 @@ class ConsoleApp:
         self._last_frame = 0.0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._done: asyncio.Future[int] | None = None
-        self._picker: asyncio.Future[str] | None = None
+        self._attached = False
         self._build()
 
     # -- layout ----------------------------------------------------------------------------
@@ -125,16 +129,36 @@ class ConsoleApp:
         for name, conv in list(self.deck.chat.conversations.items()):
             if name in self.model.agents:
                 self.model.load_conversation(name, conv.snapshot())
+        for pending in list(self.deck.chat.questions.values()):  # not part of a conversation snapshot
+            self.model.apply("question:requested", pending.payload)
         if self.selected not in self.model.agents:
             self.selected = next(iter(self.model.agents), "")
         self.refresh()
 
-    async def run(self) -> int:
-        loop = self._loop = asyncio.get_running_loop()
-        self._done = loop.create_future()
-        started = time.monotonic()
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Show the core's state and follow its events, on `loop`."""
+        self._loop = loop
         self.load()
         self.deck.subscribe(self.on_event)
+        self._attached = True
+
+    def detach(self) -> None:
+        """Stop following events; cancel the timers and the service calls in flight."""
+        if self._attached:
+            self.deck.unsubscribe(self.on_event)
+            self._attached = False
+        for handle in (self._frame_handle, self._spin_handle):
+            if handle is not None:
+                handle.cancel()
+        self._frame_handle = self._spin_handle = None
+        for task in list(self._tasks):
+            task.cancel()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        self._done = loop.create_future()
+        started = time.monotonic()
+        self.attach(loop)
         screen = self._screen or urwid.display.raw.Screen(bracketed_paste_mode=True)
         self.loop = CountingLoop(
             self.root, PALETTE, screen=screen, event_loop=urwid.AsyncioEventLoop(loop=loop), handle_mouse=True,
@@ -146,12 +170,7 @@ class ConsoleApp:
             screen.tty_signal_keys(intr="undefined", quit="undefined", start="undefined", stop="undefined")
             return await self._done
         finally:
-            self.deck.unsubscribe(self.on_event)
-            for handle in (self._frame_handle, self._spin_handle):
-                if handle is not None:
-                    handle.cancel()
-            for task in list(self._tasks):
-                task.cancel()
+            self.detach()
             self.loop.stop()  # leaves the alternate screen and restores the terminal modes
             self._write_stats(time.monotonic() - started)
 
@@ -194,9 +213,10 @@ class ConsoleApp:
         self.model.apply(event.name, payload)
         if event.name == "config:changed":
             self._config_changed()
-        elif event.name == "permission:requested" and payload.get("agent") == self.selected and not self.dialog_kind:
-            self.permission_id = str(payload["id"])
-            self.open_permissions()
+        elif event.name in ("permission:requested", "question:requested") and payload.get("agent") == self.selected \
+                and not self.dialog_kind:  # fmt: skip
+            self.ask_id = str(payload.get("id"))
+            self.open_asks()
         elif event.name == "agent:log" and self.view == "logs" and payload.get("agent") == self.logs_view.agent:
             self._live_logs.append(str(payload.get("line", "")))
         self.schedule()
@@ -264,8 +284,8 @@ class ConsoleApp:
         if self._live_logs:
             self.logs_view.append(self._live_logs)
             self._live_logs = []
-        if changes.permissions and self.dialog_kind == "permission":
-            self.open_permissions()
+        if changes.asks and self.dialog_kind == "ask":
+            self.open_asks()
         self._update_footer(current)
         if self._spin_handle is None and self._loop is not None and any(
             a.state == "starting" or a.busy for a in agents.values()
@@ -284,9 +304,14 @@ class ConsoleApp:
             parts += [("notice", f" {self.notice} "), " "]
         else:
             self.notice = ""
-        pending = len(self.model.pending())
-        if pending:
-            parts += [("needs input", f" {s('hints_perm', n=pending)} ")]
+        perms = sum(len(a.permissions) for a in self.model.agents.values())
+        questions = sum(len(a.questions) for a in self.model.agents.values())
+        if perms or questions:
+            if perms and questions:
+                hint = s("hints_asks", p=perms, q=questions)
+            else:
+                hint = s("hints_perm", n=perms) if perms else s("hints_question", n=questions)
+            parts += [("needs input", f" {hint} ")]
         if parts:
             parts.append("\n")
         parts.append(s("hints"))
@@ -312,6 +337,8 @@ class ConsoleApp:
                 self.pasting = False
             elif self.pasting and key == "enter" and not self.dialog_kind and self.view == "chat":
                 self.edit.insert_text("\n")
+            elif self.pasting and key == "enter" and self.dialog_kind:
+                continue  # a pasted line break never answers a dialog
             else:
                 out.append(key)
         return out
@@ -345,7 +372,7 @@ class ConsoleApp:
         elif key == "f3":
             self.show_view("chat" if self.view == "config" else "config")
         elif key == "f4":
-            self.open_permissions()
+            self.open_asks()
         elif key == "ctrl t":
             self.conversation.toggle_all("thoughts")
         elif key == "ctrl e":
@@ -459,88 +486,83 @@ class ConsoleApp:
         service = self.deck.config_service
 
         async def fetch() -> tuple[dict[str, Any], list[str]]:
-            current = await service.Current()
-            recent = await service.Recent() if hasattr(service, "Recent") else []
-            return current, [str(p.get("path", p) if isinstance(p, dict) else p) for p in recent or []]
+            return await service.Current(), await service.Recent()
 
         self.spawn(fetch(), lambda result: self.config_view.show(*result))
 
+    # Opening a config emits config:changed, which reloads the console (_config_changed).
+
     def choose_config(self) -> None:
-        service = self.deck.config_service
-        if hasattr(service, "Choose"):
-            self.spawn(service.Choose(), self._opened)
-            return
-
-        async def choose_and_open() -> str:
-            path = await self.choose_file()
-            if path:
-                await self._open(path)
-            return path
-
-        self.spawn(choose_and_open(), self._opened)
+        self.spawn(self.deck.config_service.Choose(), self._opened)  # "" when the picker was cancelled
 
     def open_config(self, path: str) -> None:
-        async def open_it() -> str:
-            await self._open(path)
-            return path
+        self.spawn(self.deck.config_service.Open(path), lambda current: self._opened(current["path"]))
 
-        self.spawn(open_it(), self._opened)
-
-    async def _open(self, path: str) -> None:
-        service = self.deck.config_service
-        if not hasattr(service, "Open"):
-            raise ServiceError(self.strings("unavailable", what="ConfigService.Open"))
-        await service.Open(path)
-
-    def _opened(self, result: Any) -> None:
-        path = result.get("path") if isinstance(result, dict) else result
+    def _opened(self, path: str) -> None:
         if path:
             self.say(self.strings("opened", path=path))
-            if self.deck.config_path != self._config_path:
-                self._config_path = self.deck.config_path
-                self.load()
-        if self.view == "config":
-            self.show_config()
 
     # -- dialogs -----------------------------------------------------------------------------
 
     def _show_dialog(self, kind: str, dialog: urwid.Widget, width: int = 80, height: int = 80) -> None:
         self.dialog_kind = kind
+        self.shown_dialog = dialog
         self.root.original_widget = centered(dialog, self.frame, width, height)
         self.schedule()
 
     def close_dialog(self) -> None:
         self.dialog_kind = ""
+        self.shown_dialog = None
         self.root.original_widget = self.frame
         self.keep_focus()
         self.schedule()
 
-    def open_permissions(self) -> None:
-        """The permission dialog on the current request (or the selected agent's first, or any)."""
-        requests = self.model.pending()
-        if not requests:
-            if self.dialog_kind == "permission":
+    def open_asks(self) -> None:
+        """The dialog of the current ask, a permission request or a question (else the selected
+        agent's first, or any); closed when none is left. What was typed in a question survives
+        other asks coming and going, and Esc."""
+        asks = self.model.pending()
+        ids = [str(p.get("id")) for _, p in asks]
+        self.ask_dialogs = {i: d for i, d in self.ask_dialogs.items() if i in ids}
+        if not asks:
+            if self.dialog_kind == "ask":
                 self.close_dialog()
             return
-        ids = [str(r["id"]) for r in requests]
-        if self.permission_id in ids:
-            index = ids.index(self.permission_id)
+        if self.ask_id in ids:
+            index = ids.index(self.ask_id)
         else:
-            mine = [i for i, r in enumerate(requests) if r.get("agent") == self.selected]
+            mine = [i for i, (_, p) in enumerate(asks) if p.get("agent") == self.selected]
             index = mine[0] if mine else 0
-        self.permission_id = ids[index]
-        titles = {name: agent.title for name, agent in self.model.agents.items()}
-        dialog = PermissionDialog(self.strings, requests, index, titles, self.answer, self.close_dialog, self._move_permission)
-        self._show_dialog("permission", dialog)
+        self.ask_id = ids[index]
+        dialog = self.ask_dialogs.get(self.ask_id)
+        if dialog is None:
+            titles = {name: agent.title for name, agent in self.model.agents.items()}
+            payloads = [p for _, p in asks]
+            if asks[index][0] == "question":
+                dialog = QuestionDialog(self.strings, payloads, index, titles, self.answer_question, self.close_dialog,
+                                        self._move_ask)  # fmt: skip
+            else:
+                dialog = PermissionDialog(self.strings, payloads, index, titles, self.answer, self.close_dialog, self._move_ask)
+            self.ask_dialogs[self.ask_id] = dialog
+        else:
+            dialog.set_position(index, len(asks))
+            if self.dialog_kind == "ask" and self.shown_dialog is dialog:
+                self.schedule()
+                return
+        self._show_dialog("ask", dialog)
 
-    def _move_permission(self, step: int) -> None:
-        ids = [str(r["id"]) for r in self.model.pending()]
-        if self.permission_id in ids:
-            self.permission_id = ids[(ids.index(self.permission_id) + step) % len(ids)]
-        self.open_permissions()
+    def _move_ask(self, step: int) -> None:
+        ids = [str(p.get("id")) for _, p in self.model.pending()]
+        if self.ask_id in ids:
+            self.ask_id = ids[(ids.index(self.ask_id) + step) % len(ids)]
+        self.open_asks()
 
     def answer(self, request_id: str, option_id: str) -> None:
         self.spawn(self.deck.chat.AnswerPermission(request_id, option_id))
+
+    def answer_question(self, question_id: str, values: dict[str, Any] | None) -> None:
+        """Answer with `values`, or decline with None."""
+        self.spawn(self.deck.chat.AnswerQuestion(question_id, values))
 
     def ask_quit(self) -> None:
         busy = [a.title for a in self.model.agents.values() if a.busy or a.state in ("busy", "starting")]

@@ -45,6 +45,8 @@ PALETTE = [
     ("panel", "default", "default"),
     ("button", "light gray", "dark gray"),
     ("button focus", "black", "light gray"),
+    ("field", "white", "black"),
+    ("field focus", "white", "dark blue"),
     ("gauge", "light cyan", "default"),
     ("status bar", "black", "light gray"),
     ("notice", "black", "yellow"),

@@ -203,31 +203,53 @@ class ConversationView(urwid.WidgetWrap):
         """Show `agent`'s conversation from scratch (agent switched, config reopened)."""
         self.agent = agent
         self.segments.clear()
+        self.order = []
         self.renderer.forget()
         self.following = True
         self.rebuild(None)
         self.update_side()
 
     def rebuild(self, message_ids: set[str] | None) -> None:
-        """Rebuild the widgets of `message_ids` (None: all) and refill the list."""
+        """Rebuild the widgets of `message_ids` (None: all) and put them in the list.
+
+        Messages are only ever added at the end, so when the list already shows the messages
+        in the same order, only the changed messages' widgets are replaced (in place) and the
+        new ones appended; anything else refills the whole list."""
         agent = self.agent
         if agent is None:
+            self.segments.clear()
+            self.order = []
             self.walker[:] = []
             return
+        old_order, old_lengths = self.order, {mid: len(self.segments[mid]) for mid in self.order}
+        changed: set[str] = set()
         for message in agent.messages:
             if message_ids is None or message.id in message_ids or message.id not in self.segments:
                 self.segments[message.id] = self.renderer.widgets(message, agent.title)
+                changed.add(message.id)
         self.order = [m.id for m in agent.messages]
         focus_widget = self.listbox.focus if not self.following else None
-        items = [w for mid in self.order for w in self.segments[mid]]
-        self.walker[:] = items
-        if not items:
+        walker = self.walker
+        if message_ids is not None and self.order[: len(old_order)] == old_order:
+            start = 0
+            for mid in old_order:
+                length = old_lengths[mid]
+                if mid in changed:
+                    walker[start : start + length] = self.segments[mid]
+                start += len(self.segments[mid])
+            walker.extend(w for mid in self.order[len(old_order) :] for w in self.segments[mid])
+        else:
+            walker[:] = [w for mid in self.order for w in self.segments[mid]]
+        if not walker:
             return
         if self.following:
-            self.listbox.set_focus(len(items) - 1)
+            self.listbox.set_focus(len(walker) - 1)
             self.listbox.set_focus_valign("bottom")
-        elif focus_widget is not None and focus_widget in items:
-            self.listbox.set_focus(items.index(focus_widget))
+        elif focus_widget is not None:
+            try:
+                self.listbox.set_focus(walker.index(focus_widget))
+            except ValueError:  # its message was rebuilt
+                pass
 
     def update_side(self) -> None:
         """Announcements (this agent asked another) beside the list; the banner while one talks to it."""

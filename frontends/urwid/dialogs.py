@@ -1,7 +1,8 @@
-"""Dialogs over the console: permission requests, the quit question, the config file picker."""
+"""Dialogs over the console: permission requests, questions, the quit question, the config file picker."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,10 @@ class PermissionDialog(urwid.WidgetWrap):
         self.on_move = on_move
         request = self.request
         agent = titles.get(request.get("agent", ""), request.get("agent", ""))
+        self.position = urwid.Text("")
+        self.set_position(index, len(requests))
         items: list[urwid.Widget] = [
-            urwid.Text(("dim", strings("permission_count", i=index + 1, n=len(requests)))),
+            self.position,
             urwid.Divider(),
             *tool_widgets(request.get("toolCall") or {}, strings, True, None),
         ]
@@ -64,6 +67,11 @@ class PermissionDialog(urwid.WidgetWrap):
             self.walker.set_focus(items.index(self.buttons[0]))
         super().__init__(_box(self.listbox, strings("permission_title", agent=agent)))
 
+    def set_position(self, index: int, count: int) -> None:
+        """This request is the `index`th of `count` pending asks (they come and go while it is open)."""
+        self.index, self.count = index, count
+        self.position.set_text(("dim", self.strings("permission_count", i=index + 1, n=count)))
+
     def answer(self, option: dict[str, Any]) -> None:
         self.on_answer(str(self.request["id"]), str(option["optionId"]))
 
@@ -81,6 +89,177 @@ class PermissionDialog(urwid.WidgetWrap):
             self.on_close()
             return None
         super().keypress(size, key)
+        return None  # a modal dialog: nothing leaks to the screen behind
+
+
+TRUE_WORDS = {"y", "yes", "true", "1", "on", "o", "oui", "vrai"}
+FALSE_WORDS = {"n", "no", "false", "0", "off", "non", "faux"}
+
+
+class QuestionDialog(urwid.WidgetWrap):
+    """One pending question of `asks` (an ACP elicitation form): its message and one field per
+    property of its schema, each answer converted to the property's type.
+
+    Enter goes to the next field and submits on the last one; Ctrl-S submits, Ctrl-D declines,
+    Tab goes to the next request, Esc puts the question off (it waits behind F4)."""
+
+    def __init__(
+        self,
+        strings: Strings,
+        asks: list[dict[str, Any]],
+        index: int,
+        titles: dict[str, str],
+        on_answer: Callable[[str, dict[str, Any] | None], None],
+        on_close: Callable[[], None],
+        on_move: Callable[[int], None],
+    ) -> None:
+        self.strings = strings
+        self.request = asks[index]
+        self.on_answer = on_answer
+        self.on_close = on_close
+        self.on_move = on_move
+        question = self.request
+        agent = titles.get(question.get("agent", ""), question.get("agent", ""))
+        schema = question.get("schema") if isinstance(question.get("schema"), dict) else {}
+        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        self.required = {str(name) for name in schema.get("required") or []}
+        self.position = urwid.Text("")
+        self.set_position(index, len(asks))
+        message = urwid.Text(str(question.get("message") or ""))
+        items: list[urwid.Widget] = [self.position, urwid.Divider(), message, urwid.Divider()]
+        #: (name, property, edit field, its position in the list)
+        self.fields: list[tuple[str, dict[str, Any], urwid.Edit, int]] = []
+        for name, prop in properties.items():
+            prop = prop if isinstance(prop, dict) else {}
+            label: list[Any] = [("strong", str(prop.get("title") or name))]
+            if name in self.required:
+                label.append(("error", " *"))
+            hint = self._hint(prop)
+            if hint:
+                label.append(("dim", f"  ({hint})"))
+            items.append(urwid.Text(label))
+            if prop.get("description"):
+                items.append(urwid.Text(("dim", str(prop["description"]))))
+            edit = urwid.Edit("› ", self._default(prop))
+            self.fields.append((str(name), prop, edit, len(items)))
+            items += [urwid.AttrMap(edit, "field", "field focus"), urwid.Divider()]
+        if self.required:
+            items.append(urwid.Text([("error", "* "), ("dim", strings("question_required_mark"))]))
+        self.error = urwid.Text("")
+        submit = Clickable(("button", f" {strings('question_submit')} "), self.submit, focusable=True)
+        decline = Clickable(("button", f" {strings('question_decline')} "), self.decline, focusable=True)
+        items += [self.error, submit, decline, urwid.Divider(), urwid.Text(("dim", strings("question_keys")))]
+        self.walker = urwid.SimpleFocusListWalker(items)
+        self.listbox = urwid.ListBox(self.walker)
+        self.walker.set_focus(self.fields[0][3] if self.fields else items.index(submit))
+        super().__init__(_box(self.listbox, strings("question_title", agent=agent)))
+
+    def set_position(self, index: int, count: int) -> None:
+        """This question is the `index`th of `count` pending asks (they come and go while it is open)."""
+        self.index, self.count = index, count
+        self.position.set_text(("dim", self.strings("permission_count", i=index + 1, n=count)))
+
+    def _hint(self, prop: dict[str, Any]) -> str:
+        if isinstance(prop.get("enum"), list) and prop["enum"]:
+            return self.strings("question_choices", choices=", ".join(str(c) for c in prop["enum"]))
+        kind = str(prop.get("type") or "string")
+        return self.strings(f"question_type_{kind}") if kind in ("number", "integer", "boolean") else ""
+
+    def _default(self, prop: dict[str, Any]) -> str:
+        default = prop.get("default")
+        if default is None:
+            return ""
+        if isinstance(default, bool):
+            return self.strings("question_yes" if default else "question_no")
+        return str(default)
+
+    def values(self) -> dict[str, Any]:
+        """The answers typed by their property's type; empty optional fields are left out.
+
+        Raises ValueError with the message to show, after focusing the field at fault."""
+        out: dict[str, Any] = {}
+        for name, prop, edit, position in self.fields:
+            text = edit.edit_text.strip()
+            label = str(prop.get("title") or name)
+            try:
+                if not text:
+                    if name in self.required:
+                        raise ValueError(self.strings("question_missing", field=label))
+                    continue
+                out[name] = self._convert(label, prop, text if prop.get("type") not in (None, "string") else edit.edit_text)
+            except ValueError:
+                self.walker.set_focus(position)
+                raise
+        return out
+
+    def _convert(self, label: str, prop: dict[str, Any], text: str) -> Any:
+        s = self.strings
+        kind = str(prop.get("type") or "string")
+        value: Any = text
+        if kind == "boolean":
+            word = text.lower()
+            if word not in TRUE_WORDS | FALSE_WORDS:
+                raise ValueError(s("question_bad_boolean", field=label))
+            value = word in TRUE_WORDS
+        elif kind == "integer":
+            try:
+                value = int(text)
+            except ValueError:
+                raise ValueError(s("question_bad_integer", field=label)) from None
+        elif kind == "number":
+            try:
+                value = int(text)
+            except ValueError:
+                try:
+                    value = float(text)
+                except ValueError:
+                    raise ValueError(s("question_bad_number", field=label)) from None
+                if not math.isfinite(value):
+                    raise ValueError(s("question_bad_number", field=label))
+        choices = prop.get("enum")
+        if isinstance(choices, list) and choices and value not in choices:
+            raise ValueError(s("question_choices_error", field=label, choices=", ".join(str(c) for c in choices)))
+        return value
+
+    def submit(self) -> None:
+        try:
+            values = self.values()
+        except ValueError as exc:
+            self.error.set_text(("error", str(exc)))
+            return
+        self.error.set_text("")
+        self.on_answer(str(self.request["id"]), values)
+
+    def decline(self) -> None:
+        self.on_answer(str(self.request["id"]), None)
+
+    def _field_index(self) -> int | None:
+        focus = self.walker.focus
+        for i, field in enumerate(self.fields):
+            if field[3] == focus:
+                return i
+        return None
+
+    def keypress(self, size: Any, key: str) -> str | None:
+        current = self._field_index()
+        if key == "enter" and current is not None:
+            if current + 1 < len(self.fields):
+                self.walker.set_focus(self.fields[current + 1][3])
+            else:
+                self.submit()
+            return None
+        if key == "ctrl s":
+            self.submit()
+        elif key == "ctrl d":
+            self.decline()
+        elif key == "tab" and self.count > 1:
+            self.on_move(1)
+        elif key == "shift tab" and self.count > 1:
+            self.on_move(-1)
+        elif key == "esc":
+            self.on_close()
+        else:
+            super().keypress(size, key)
         return None  # a modal dialog: nothing leaks to the screen behind
 
 

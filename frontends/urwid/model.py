@@ -1,4 +1,5 @@
-"""What the console shows, folded from event payloads (no urwid here): agents, messages, asks.
+"""What the console shows, folded from event payloads (no urwid here): agents, messages, asks
+(permission requests and questions).
 
 Every `apply(event)` updates the model and records what changed, so the screen rebuilds
 only those pieces at its next frame, however many events arrived in between.
@@ -10,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-LOG_LINES = 500
+from deck.agent import LOG_LINES  # the core keeps as many stderr lines per agent (Logs)
 ANNOUNCEMENTS = 20
 
 
@@ -79,6 +80,8 @@ class AgentModel:
     messages: list[MessageModel] = field(default_factory=list)
     by_id: dict[str, MessageModel] = field(default_factory=dict)
     permissions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Pending `question:requested` payloads, by question id.
+    questions: dict[str, dict[str, Any]] = field(default_factory=dict)
     logs: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
     #: Announcements this agent received as the requester of an ask (newest last).
     announcements: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=ANNOUNCEMENTS))
@@ -111,7 +114,7 @@ class AgentModel:
 
     @property
     def needs_input(self) -> bool:
-        return bool(self.permissions)
+        return bool(self.permissions or self.questions)
 
 
 @dataclass
@@ -120,18 +123,12 @@ class Changes:
 
     agents: set[str] = field(default_factory=set)  # rows of the agents panel
     messages: dict[str, set[str]] = field(default_factory=dict)  # agent → message ids
-    logs: set[str] = field(default_factory=set)
-    permissions: bool = False
+    asks: bool = False  # permission requests or questions came or went
     roster: bool = False  # agents added, removed or reordered
-    config: bool = False
     announcements: set[str] = field(default_factory=set)
 
     def message(self, agent: str, message_id: str) -> None:
         self.messages.setdefault(agent, set()).add(message_id)
-
-    def __bool__(self) -> bool:
-        return bool(self.agents or self.messages or self.logs or self.permissions or self.roster or self.config
-                    or self.announcements)  # fmt: skip
 
 
 class Model:
@@ -140,8 +137,6 @@ class Model:
     def __init__(self) -> None:
         self.agents: dict[str, AgentModel] = {}
         self.changes = Changes()
-        self.config_problems: list[dict[str, Any]] = []
-        self.config_valid = True
 
     def take_changes(self) -> Changes:
         changes, self.changes = self.changes, Changes()
@@ -169,9 +164,14 @@ class Model:
         agent.permissions = {p["id"]: p for p in snapshot.get("permissions") or [] if "id" in p}
         self.changes.roster = True
 
-    def pending(self) -> list[dict[str, Any]]:
-        """Every pending permission request, agents in config order, oldest first."""
-        return [p for agent in self.agents.values() for p in agent.permissions.values()]
+    def pending(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every pending ask as ("permission" | "question", payload): agents in config order,
+        each agent's permission requests then its questions, oldest first."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        for agent in self.agents.values():
+            out += [("permission", p) for p in agent.permissions.values()]
+            out += [("question", q) for q in agent.questions.values()]
+        return out
 
     # -- events ---------------------------------------------------------------------------
 
@@ -196,7 +196,6 @@ class Model:
         agent = self._agent(p)
         if agent is not None:
             agent.logs.append(str(p.get("line", "")))
-            self.changes.logs.add(agent.name)
 
     def _on_message_updated(self, p: dict[str, Any]) -> None:
         agent = self._agent(p)
@@ -233,17 +232,29 @@ class Model:
         if agent is not None:
             agent.permissions[str(p["id"])] = p
             self.changes.agents.add(agent.name)
-            self.changes.permissions = True
+            self.changes.asks = True
 
     def _on_permission_resolved(self, p: dict[str, Any]) -> None:
         agent = self._agent(p)
         if agent is not None and agent.permissions.pop(str(p.get("id")), None) is not None:
             self.changes.agents.add(agent.name)
-            self.changes.permissions = True
+            self.changes.asks = True
+
+    def _on_question_requested(self, p: dict[str, Any]) -> None:
+        agent = self._agent(p)
+        if agent is not None and "id" in p:
+            agent.questions[str(p["id"])] = p
+            self.changes.agents.add(agent.name)
+            self.changes.asks = True
+
+    def _on_question_resolved(self, p: dict[str, Any]) -> None:
+        agent = self._agent(p)
+        if agent is not None and agent.questions.pop(str(p.get("id")), None) is not None:
+            self.changes.agents.add(agent.name)
+            self.changes.asks = True
 
     def _on_agent_announcement(self, p: dict[str, Any]) -> None:
         requester = self._agent(p, "requester")
-        target = self._agent(p, "target")
         if requester is not None:
             requester.announcements.append(p)
             self.changes.announcements.add(requester.name)
@@ -259,8 +270,3 @@ class Model:
             target.asks.pop(str(p.get("ticketId")), None)
         self.changes.agents.add(target.name)
         self.changes.announcements.add(target.name)
-
-    def _on_config_changed(self, p: dict[str, Any]) -> None:
-        self.config_valid = bool(p.get("valid", True))
-        self.config_problems = list(p.get("problems") or [])
-        self.changes.config = True

@@ -7,12 +7,15 @@ from typing import Any
 
 import urwid
 
+from deck.agent import LOG_LINES
+
 from .common import Clickable
 from .i18n import Strings
 
 
 class LogsView(urwid.WidgetWrap):
-    """The selected agent's stderr lines (Logs), then the live `agent:log` lines as they come."""
+    """The selected agent's stderr lines (Logs), then the live `agent:log` lines as they come;
+    the last LOG_LINES of them, like the core keeps."""
 
     def __init__(self, strings: Strings) -> None:
         self.strings = strings
@@ -25,13 +28,15 @@ class LogsView(urwid.WidgetWrap):
     def show(self, agent: str, title: str, lines: Iterable[str]) -> None:
         self.agent = agent
         self.box.set_title(self.strings("logs_title", agent=title))
-        self.walker[:] = [urwid.Text(line) for line in lines] or [urwid.Text(("dim", self.strings("no_logs")))]
+        self.walker[:] = [urwid.Text(line) for line in list(lines)[-LOG_LINES:]] or [urwid.Text(("dim", self.strings("no_logs")))]
         self._follow()
 
     def append(self, lines: Iterable[str]) -> None:
         if len(self.walker) == 1 and isinstance(self.walker[0], urwid.Text) and self.walker[0].text == self.strings("no_logs"):
             self.walker[:] = []
         self.walker.extend(urwid.Text(line) for line in lines)
+        if len(self.walker) > LOG_LINES:
+            del self.walker[: len(self.walker) - LOG_LINES]
         self._follow()
 
     def _follow(self) -> None:
