@@ -273,7 +273,10 @@ class Connection:
 
     def _reply(self, request_id: Any, message: dict[str, Any]) -> None:
         if self.closed is None:
-            self.send(message)
+            try:
+                self.send(message)
+            except ConnectionClosed:  # the agent is stopping: nobody reads the answer any more
+                pass
 
     # -- ending ---------------------------------------------------------------------------
 

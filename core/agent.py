@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 LOG_LINES = 200
 STDERR_TAIL = 10
+#: Updates kept for a session id deck does not know yet (they come before the session/new reply).
+MAX_EARLY_UPDATES = 1000
 
 
 class SessionSink(Protocol):
@@ -56,9 +58,12 @@ class Agent:
         self.last_used = deck.clock()
         self.sinks: dict[str, SessionSink] = {}
         self._early: dict[str, list[dict[str, Any]]] = {}
+        self._detached: deque[str] = deque(maxlen=64)
         self._start_task: asyncio.Task[None] | None = None
         self._stop_task: asyncio.Task[None] | None = None
         self._stop_after_start = False
+        self._handshake_task: asyncio.Future[None] | None = None
+        self._run_stderr: deque[str] = deque(maxlen=STDERR_TAIL)  # this run's last stderr lines
         self._auth_method: str | None = None
         self._exit_watch: asyncio.Task[None] | None = None
 
@@ -142,26 +147,45 @@ class Agent:
             raise ServiceError(f"{self.name} was stopped while starting")
 
     async def _start(self) -> None:
+        limit = self.deck.config.limits.handshake_timeout
         try:
             await self._spawn()
-            async with asyncio.timeout(self.deck.config.limits.handshake_timeout):
-                await self._handshake()
+            self._handshake_task = asyncio.ensure_future(self._handshake())
+            async with asyncio.timeout(limit):
+                await self._handshake_task
         except TimeoutError:
-            await self._fail(f"handshake timed out after {self.deck.config.limits.handshake_timeout:g}s")
+            await self._fail(f"handshake timed out after {limit:g}s")
+            return
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            # stop() cut the handshake short: no need to wait for an agent that may never answer.
+            await self._end_process("stopped while starting")
+            transition(self, AgentState.STOPPED)
             return
         except (SpawnError, AcpError, ServiceError) as exc:
             await self._fail(str(exc) if not isinstance(exc, ConnectionClosed) else exc.args[0])
             return
+        except Exception as exc:  # a bug, or an agent deck cannot make sense of: an error, not a stuck start
+            log.exception("%s: start failed", self.name)
+            await self._fail(f"start failed: {type(exc).__name__}: {exc}")
+            return
+        finally:
+            self._handshake_task = None
         if self._stop_after_start:
             await self._end_process("stopped while starting")
             transition(self, AgentState.STOPPED)
             return
         self.deck.chat.session_opened(self)
         self.last_used = self.deck.clock()  # idle time counts from the start
+        if self.process is not None:
+            self.process.remember_descendants()  # found again after a crash, when the agent is gone
         transition(self, AgentState.READY)
         self._exit_watch = asyncio.get_running_loop().create_task(self._watch_exit(), name=f"watch {self.name}")
 
     async def _spawn(self) -> None:
+        self._run_stderr.clear()
         cfg = self.config
         env = {**os.environ, **cfg.env}
         cwd = cfg.resolved_cwd()
@@ -175,10 +199,13 @@ class Agent:
         self.sinks.clear()
         self._early.clear()
         self.process = await Process.spawn(
-            list(cfg.command), cwd=cwd, env=env, on_stdout=conn.feed, on_stderr_line=self.log,
+            list(cfg.command), cwd=cwd, env=env, on_stdout=conn.feed, on_stderr_line=self._stderr,
             log=lambda line: self.log(f"deck: {line}"),
         )  # fmt: skip
-        self.process.exited.add_done_callback(lambda _f: None)
+
+    def _stderr(self, line: str) -> None:
+        self._run_stderr.append(line)
+        self.log(line)
 
     def _write(self, data: bytes) -> None:
         if self.process is None:
@@ -268,8 +295,7 @@ class Agent:
 
     async def _fail(self, reason: str) -> None:
         await self._end_process(reason)
-        tail = [line for line in self.logs if not line.startswith("deck: ")][-STDERR_TAIL:]
-        transition(self, AgentState.ERROR, "\n".join([reason, *tail]))
+        transition(self, AgentState.ERROR, "\n".join([reason, *self._run_stderr]))
 
     # -- sessions and requests from the agent ---------------------------------------------------
 
@@ -277,17 +303,20 @@ class Agent:
         """Route `session_id`'s updates and requests to `sink`, replaying any that came early."""
         self.sinks[session_id] = sink
         for update in self._early.pop(session_id, []):
-            sink.on_update(update)
+            self._deliver(sink, update)
 
     def detach(self, session_id: str) -> None:
         self.sinks.pop(session_id, None)
+        self._early.pop(session_id, None)
+        self._detached.append(session_id)  # its late updates are dropped, not kept for nobody
 
     def _register_handlers(self, conn: Connection) -> None:
         conn.on_notification("session/update", self._on_update)
         conn.on_request("session/request_permission", self._on_permission)
         conn.on_request("elicitation/create", self._on_question)
-        conn.on_request("fs/read_text_file", lambda p: fs.read_text_file(self.config.resolved_cwd(), p))
-        conn.on_request("fs/write_text_file", lambda p: fs.write_text_file(self.config.resolved_cwd(), p))
+        # In a thread: a big file, or a slow disk, must not stall every other agent.
+        conn.on_request("fs/read_text_file", lambda p: asyncio.to_thread(fs.read_text_file, self.config.resolved_cwd(), p))
+        conn.on_request("fs/write_text_file", lambda p: asyncio.to_thread(fs.write_text_file, self.config.resolved_cwd(), p))
 
     def _on_update(self, params: dict[str, Any]) -> None:
         update = params.get("update")
@@ -298,8 +327,23 @@ class Agent:
         sink = self.sinks.get(session_id)  # type: ignore[arg-type]
         if sink is not None:
             sink.on_update(update)
-        else:  # before the session/new reply: kept for the session's owner
-            self._early.setdefault(str(session_id), []).append(update)
+            return
+        if session_id in self._detached:
+            return
+        # Before the session/new reply: kept for the session's owner, up to a point.
+        early = self._early.setdefault(str(session_id), [])
+        if len(early) < MAX_EARLY_UPDATES:
+            early.append(update)
+        elif len(early) == MAX_EARLY_UPDATES:
+            early.append(update)
+            self.log(f"deck: more than {MAX_EARLY_UPDATES} updates for unknown session {session_id!r}; dropping the rest")
+
+    def _deliver(self, sink: SessionSink, update: dict[str, Any]) -> None:
+        try:
+            sink.on_update(update)
+        except Exception as exc:  # as for a live update (acp.Connection): logged, skipped
+            log.exception("%s: bad early update", self.name)
+            self.log(f"deck: error while handling an update, skipped: {exc!r}: {str(update)[:200]}")
 
     def _sink_for(self, params: dict[str, Any]) -> SessionSink:
         sink = self.sinks.get(params.get("sessionId"))  # type: ignore[arg-type]
@@ -319,6 +363,8 @@ class Agent:
         """Stop the agent (SPEC §3); a start in progress ends first, then the agent stops."""
         if self.state is AgentState.STARTING:
             self._stop_after_start = True
+            if self._handshake_task is not None:
+                self._handshake_task.cancel()
             if self._start_task is not None:
                 await asyncio.shield(self._start_task)
             return
@@ -366,10 +412,6 @@ class Agent:
         await self._end_process(reason)
         if self.running:
             transition(self, AgentState.ERROR, reason)
-
-    def kill_now(self) -> None:
-        if self.process is not None:
-            self.process.kill_now()
 
 
 def _auth_hint(agent: Agent, method: dict[str, Any]) -> str:

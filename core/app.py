@@ -16,7 +16,7 @@ import pluggy
 from . import config as configmod
 from .agent import Agent
 from .config import DeckConfig
-from .errors import ServiceError, UsageError
+from .errors import ServiceError, UnknownMethod, UsageError
 from .events import Event, PluginError
 from .frontend import Frontend
 from .pluginmanager import make_manager
@@ -214,7 +214,7 @@ class Deck:
         service = self.services.get(service_name)
         target = getattr(service, method_name, None) if service and not method_name.startswith("_") else None
         if target is None or not hasattr(target, "rpc_params"):
-            raise LookupError(method)
+            raise UnknownMethod(f"unknown method: {method}")
         return await target(**check_params(target, params))
 
     # -- running ------------------------------------------------------------------------------

@@ -109,7 +109,9 @@ class Limits(_Model):
     stop_idle_agents_after: Duration = Field(
         600.0, alias="stopIdleAgentsAfter", description='Stop a ready agent unused this long ("10m"; 0 = never).'
     )
-    handshake_timeout: Duration = Field(30.0, alias="handshakeTimeout", description='Longest ACP handshake ("30s").')
+    handshake_timeout: Duration = Field(
+        30.0, alias="handshakeTimeout", gt=0, description='Longest ACP handshake ("30s"); more than 0.'
+    )
 
 
 class Plugins(_Model):

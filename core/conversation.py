@@ -240,10 +240,7 @@ class Conversation:
 
     def _chunk(self, update: dict[str, Any], kind: str = "text") -> None:
         """agent_message_chunk (and, with `kind`, agent_thought_chunk): text appended to the last part."""
-        content = update.get("content") or {}
-        text = content.get("text") if isinstance(content, dict) else None
-        if text is None:
-            text = _describe_block(content)
+        text = _block_text(update.get("content"))
         if not text:
             return
         message = self._for_acp_message(update.get("messageId"))
@@ -271,8 +268,7 @@ class Conversation:
 
     def _user_chunk(self, update: dict[str, Any]) -> None:
         # Replayed or echoed user text: shown as a user message of its own.
-        content = update.get("content") or {}
-        text = content.get("text") if isinstance(content, dict) else None
+        text = _block_text(update.get("content"))
         if not text:
             return
         last = self.messages[-1] if self.messages else None
@@ -344,7 +340,7 @@ class Conversation:
             self._set("title", update.get("title"))
 
     def _usage(self, update: dict[str, Any]) -> None:
-        usage = {"used": int(update.get("used") or 0), "size": int(update.get("size") or 0)}
+        usage = {"used": _count(update.get("used")), "size": _count(update.get("size"))}
         if update.get("cost"):
             usage["cost"] = update["cost"]
         self.usage = usage
@@ -403,6 +399,21 @@ def tool_part(call: dict[str, Any], old: dict[str, Any] | None = None) -> dict[s
     if call.get("rawOutput") is not None and not part["output"]:
         part["output"] = compact_json(call["rawOutput"])
     return part
+
+
+def _block_text(content: Any) -> str:
+    """The text of a chunk's content block; other blocks (and malformed ones) as a short stand-in."""
+    if isinstance(content, dict):
+        text = content.get("text")
+        if isinstance(text, str):
+            return text
+        return _describe_block(content)
+    return ""
+
+
+def _count(value: Any) -> int:
+    """A token count as sent; anything that is not a number counts as 0."""
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
 def _describe_block(block: dict[str, Any], text_too: bool = False) -> str:

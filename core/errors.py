@@ -2,6 +2,7 @@
 
     DeckError                 base of every error deck raises on purpose
     ├── UsageError            the user's mistake (bad flag, bad config): one line, exit 2
+    ├── UnknownMethod         a service method that does not exist
     ├── ServiceError          a service call refused (unknown agent, empty text, limit reached)
     │   └── InvalidParams     a service call whose parameters are missing or of the wrong type
     └── AcpError              an agent answered a request with a JSON-RPC error
@@ -47,6 +48,12 @@ class ServiceError(DeckError):
     def __init__(self, message: str, data: Any = None) -> None:
         super().__init__(message)
         self.data = data
+
+
+class UnknownMethod(DeckError):
+    """A service method that does not exist (JSON-RPC -32601)."""
+
+    code = -32601
 
 
 class InvalidParams(ServiceError):

@@ -12,6 +12,15 @@ INVALID_PARAMS = -32602
 RESOURCE_NOT_FOUND = -32002
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _umask()
+
+
 def inside(root: str, path: Any) -> str:
     """`path` resolved (symlinks, ..) if it lies inside `root`; else a JSON-RPC error."""
     if not isinstance(path, str) or not path:
@@ -31,6 +40,8 @@ def read_text_file(root: str, params: dict[str, Any]) -> dict[str, Any]:
     for name, value in (("line", line), ("limit", limit)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "line" else 0)):
             raise AcpError(INVALID_PARAMS, f"{name} must be a positive integer")
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+        raise AcpError(INVALID_PARAMS, f"not a regular file: {params.get('path')}")  # a FIFO would block
     try:
         with open(path, encoding="utf-8", errors="replace", newline="") as f:
             if line is None and limit is None:
@@ -55,13 +66,13 @@ def write_text_file(root: str, params: dict[str, Any]) -> dict[str, Any]:
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         raise AcpError(RESOURCE_NOT_FOUND, f"no such directory: {directory}")
-    mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else None
+    # An existing file keeps its mode; a new one gets what open() would give it (mkstemp's is 0600).
+    mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o666 & ~UMASK
     fd, temp = tempfile.mkstemp(dir=directory, prefix=".deck-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(content)
-        if mode is not None:
-            os.chmod(temp, mode)
+        os.chmod(temp, mode)
         os.replace(temp, path)  # atomic: readers see the old file or the new one, never half
     except BaseException:
         if os.path.exists(temp):

@@ -221,19 +221,32 @@ class ChatService:
                     message.queued = False
                     conv.updated(message)
                 after_cancel = await self._turn(agent, conv, message) == "cancelled"
+                if not agent.running and conv.queue:
+                    # Stopped or crashed during the turn: what waits is not sent, and the agent
+                    # is not started again behind the user's back (SPEC §3).
+                    why = f"failed: {(agent.error or '').splitlines()[0]}" if agent.error else "stopped"
+                    self._abandon_queue(conv, f"not sent: {agent.name} {why}")
+                    self._turn_changed(conv)
         finally:
             if self._turns.get(agent.name) is asyncio.current_task():
                 del self._turns[agent.name]
 
     def _unavailable(self, conv: Conversation, error: str) -> None:
+        self._abandon_queue(conv, None)
+        conv.add_system("agent-unavailable", error=error)
+        self._turn_changed(conv)
+
+    @staticmethod
+    def _abandon_queue(conv: Conversation, error: str | None) -> int:
+        """Drop the messages waiting to be sent; each keeps `error` as the reason."""
         abandoned = list(conv.queue)
         conv.queue.clear()
         for message in abandoned:
-            if message.queued:
+            if message.queued or error is not None:
                 message.queued = False
+                message.error = error
                 conv.updated(message)
-        conv.add_system("agent-unavailable", error=error)
-        self._turn_changed(conv)
+        return len(abandoned)
 
     @staticmethod
     async def _quiet(conv: Conversation) -> None:
@@ -286,12 +299,7 @@ class ChatService:
     def cancel(self, agent_name: str) -> dict[str, Any]:
         agent = self.deck.agent(agent_name)
         conv = self.conversation(agent.name)
-        abandoned = list(conv.queue)
-        conv.queue.clear()
-        for message in abandoned:
-            message.queued = False
-            message.error = "cancelled"
-            conv.updated(message)
+        abandoned = self._abandon_queue(conv, "cancelled")
         cancelled = conv.busy
         if conv.busy and agent.conn is not None and agent.session_id is not None:
             try:
@@ -305,7 +313,7 @@ class ChatService:
             if pending.agent == agent.name and not pending.future.done():
                 pending.future.set_result(False)  # Cancel declines the question
         self._turn_changed(conv)
-        return {"cancelled": cancelled, "abandoned": len(abandoned)}
+        return {"cancelled": cancelled, "abandoned": abandoned}
 
     # -- permissions ----------------------------------------------------------------------
 

@@ -81,6 +81,7 @@ class Process:
         self.stdout_closed: asyncio.Future[None]
         self.exited: asyncio.Future[int]
         self._pidfd = -1
+        self.known: list[psutil.Process] = []
         _live.add(self)
 
     @classmethod
@@ -196,9 +197,15 @@ class Process:
         return self.exited.result() if self.exited.done() else None
 
     def descendants(self) -> list[psutil.Process]:
+        """What the agent launched and is still its descendant, with the ones seen before."""
+        found: list[psutil.Process] = []
         with contextlib.suppress(psutil.Error):
-            return psutil.Process(self.pid).children(recursive=True)
-        return []
+            found = psutil.Process(self.pid).children(recursive=True)
+        return _merge(self.known, found)
+
+    def remember_descendants(self) -> None:
+        """Note the agent's descendants now: after a crash, the orphans cannot be found from it."""
+        self.known = [p for p in self.descendants() if _alive(p)]
 
     async def stop(self, timings: StopTimings) -> int:
         """Close stdin, then SIGTERM, then SIGKILL the group and every descendant; wait for all."""
@@ -217,27 +224,22 @@ class Process:
         return self.returncode if self.returncode is not None else -signal.SIGKILL
 
     async def end_leftovers(self, tree: list[psutil.Process], timings: StopTimings) -> None:
-        """End what the agent launched and left behind: its group and escaped descendants."""
-        alive = [p for p in tree if _alive(p)]
-        if _group_alive(self.pgid):
-            _killpg(self.pgid, signal.SIGTERM)
+        """End what the agent launched and left behind (its group, escaped descendants): SIGTERM, wait, SIGKILL."""
+        alive = _merge([p for p in tree if _alive(p)], _group_members(self.pgid))
+        if not alive:
+            return
+        self._log(f"ending {len(alive)} process(es) the agent left behind")
+        _killpg(self.pgid, signal.SIGTERM)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+        _, alive = await asyncio.to_thread(psutil.wait_procs, alive, timings.after_sigterm)
         if alive:
-            self._log(f"ending {len(alive)} process(es) the agent left behind")
-            for p in alive:
-                with contextlib.suppress(psutil.Error):
-                    p.terminate()
-            _, alive = await asyncio.to_thread(psutil.wait_procs, alive, timings.after_sigterm)
+            self._log(f"{len(alive)} process(es) still there {timings.after_sigterm:g}s after SIGTERM: SIGKILL")
+        _killpg(self.pgid, signal.SIGKILL)
         for p in alive:
             with contextlib.suppress(psutil.Error):
                 p.kill()
-        if _group_alive(self.pgid):
-            _killpg(self.pgid, signal.SIGKILL)
-
-    def kill_now(self) -> None:
-        """Last resort, synchronous: SIGKILL the group and every descendant."""
-        tree = self.descendants()
-        self._signal(signal.SIGKILL, tree)
-        self.close_pipes()
 
     def _signal(self, sig: signal.Signals, tree: list[psutil.Process]) -> None:
         _killpg(self.pgid, sig)
@@ -268,9 +270,8 @@ class Process:
 def kill_all_now() -> None:
     """SIGKILL every agent process tree still alive (used when deck exits abnormally)."""
     for process in list(_live):
-        if process.popen.poll() is None or _group_alive(process.pgid):
-            with contextlib.suppress(Exception):
-                process._signal(signal.SIGKILL, process.descendants())
+        with contextlib.suppress(Exception):
+            process._signal(signal.SIGKILL, [p for p in process.descendants() if _alive(p)])
 
 
 def _resolve(future: asyncio.Future[Any], value: Any) -> None:
@@ -293,6 +294,18 @@ def _alive(p: psutil.Process) -> bool:
 def _killpg(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    """Live (not zombie) processes of group `pgid`; scanned only when the group still exists."""
+    if not _group_alive(pgid):
+        return []
+    members = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(p.pid) == pgid and _alive(p):
+                members.append(p)
+    return members
 
 
 def _group_alive(pgid: int) -> bool:

@@ -15,13 +15,12 @@ import sys
 from typing import Any
 
 from deck import hookimpl
-from deck.errors import ServiceError
+from deck.errors import ServiceError, UnknownMethod
 from deck.events import Event, MessageDelta
 from deck.frontend import Frontend, read_lines, stdout_failed
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
 INTERNAL_ERROR = -32603
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -153,8 +152,8 @@ class JsonlFrontend(Frontend):
     async def _call(self, request_id: Any, method: str, params: Any) -> None:
         try:
             result = await self.deck.call(method, params)
-        except LookupError:
-            self._error(request_id, METHOD_NOT_FOUND, f"unknown method: {method}")
+        except UnknownMethod as exc:
+            self._error(request_id, exc.code, str(exc))
         except ServiceError as exc:
             self._error(request_id, exc.code, str(exc))
         except Exception as exc:  # a bug must not end the bridge

@@ -170,3 +170,76 @@ async def test_unknown_agent_is_an_error(make_deck):
     deck, rec = make_deck(agent_block("a"))
     with pytest.raises(ServiceError, match="unknown agent 'nope'"):
         await deck.agent_service.Start("nope")
+
+
+async def test_an_early_update_with_bad_values_does_not_break_the_start(make_deck):
+    deck, rec = make_deck(agent_block("a", "--bad-early-update"))
+    await deck.agent_service.Start("a")
+    assert rec.states("a") == ["starting", "ready"]
+    assert rec.named("usage:changed", "a") == [{"agent": "a", "usage": {"used": 0, "size": 0}}]
+
+
+async def test_stop_during_a_hung_handshake_stops_at_once(make_deck):
+    deck, rec = make_deck(agent_block("a", "--hang-handshake"))  # the default 30 s handshake timeout
+    start = asyncio.ensure_future(deck.agent_service.Start("a"))
+    await rec.wait_event("agent:state", agent="a", state="starting")
+    await asyncio.sleep(0.2)
+    started = time.monotonic()
+    await deck.agent_service.Stop("a")
+    assert time.monotonic() - started < 5
+    assert rec.states("a") == ["starting", "stopped"]
+    with pytest.raises(ServiceError, match="stopped while starting"):
+        await start
+
+
+async def test_what_a_crashed_agent_left_in_its_group_gets_sigterm_and_time(make_deck, tmp_path):
+    ended = tmp_path / "ended"
+    timings = StopTimings(after_stdin_close=0.3, after_sigterm=3.0, after_sigkill=1.0)
+    deck, rec = make_deck(agent_block("a", "--trap-child", str(ended)), timings=timings)
+    deck.chat.send("a", "crash")
+    await rec.wait_event("agent:state", agent="a", state="error")
+    assert ended.read_text() == "ended\n"  # SIGTERM first, and the 0.3 s it needed, not SIGKILL at once
+    assert not descendants_of_self()
+
+
+async def test_a_failed_start_shows_this_runs_stderr_only(make_deck):
+    deck, rec = make_deck(agent_block("a", "--stderr-mb", "1"))
+    await deck.agent_service.Start("a")
+    await deck.agent_service.Stop("a")
+    agent = deck.agents["a"]
+    agent.config = agent.config.model_copy(update={"cwd": "/nonexistent/dir"})
+    with pytest.raises(ServiceError):
+        await deck.agent_service.Start("a")
+    assert agent.error == "working directory does not exist: /nonexistent/dir"
+
+
+async def test_queued_messages_are_not_sent_after_a_stop(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    deck.chat.send("a", "slow")
+    await rec.wait_event("message:delta", agent="a")
+    waiting = deck.chat.send("a", "hello")
+    await deck.agent_service.Stop("a")
+    await rec.wait(lambda r: waiting.error is not None)
+    await asyncio.sleep(0.3)
+    assert rec.states("a")[-1] == "stopped" and rec.states("a").count("starting") == 1  # not restarted
+    assert waiting.error == "not sent: a stopped" and not waiting.queued
+
+
+async def test_queued_messages_are_not_sent_after_a_crash(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    deck.chat.send("a", "sleep 0.3")
+    deck.chat.send("a", "crash")
+    waiting = deck.chat.send("a", "after the crash")
+    await rec.wait(lambda r: waiting.error is not None)
+    await asyncio.sleep(0.3)
+    assert rec.states("a")[-1] == "error" and rec.states("a").count("starting") == 1
+    assert waiting.error == "not sent: a failed: the agent exited on its own with code 7"
+
+
+async def test_chunks_whose_text_is_not_a_string_are_skipped(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    deck.chat.send("a", "badtext")
+    await rec.wait_event("turn:changed", agent="a", busy=False)
+    reply = deck.chat.conversation("a").messages[-1]
+    assert reply.stop_reason == "end_turn" and reply.text == "ok"
+    assert (await deck.chat.Conversation("a"))["messages"][-1]["parts"] == [{"type": "text", "text": "ok"}]

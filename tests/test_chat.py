@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import logging
 
 import pytest
@@ -385,3 +386,21 @@ async def test_agent_error_answer_ends_the_message_with_its_explanation(make_dec
     reply = await ask(deck, rec, "error")
     assert reply.stop_reason is None and reply.error.splitlines()[0] == "Authentication required"
     assert deck.agents["a"].state.value == "ready"
+
+
+async def test_a_file_the_agent_creates_gets_the_usual_mode(make_deck, tmp_path):
+    deck, rec = make_deck(agent_block("a", cwd=str(tmp_path)))
+    deck.chat.send("a", f"write {tmp_path / 'new.txt'} hello")
+    await rec.wait_event("turn:changed", agent="a", busy=False)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (tmp_path / "new.txt").read_text() == "hello"
+    assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o666 & ~mask  # not mkstemp's 0600
+
+
+async def test_a_fifo_is_refused_not_read(make_deck, tmp_path):
+    os.mkfifo(tmp_path / "pipe")
+    deck, rec = make_deck(agent_block("a", cwd=str(tmp_path)))
+    deck.chat.send("a", f"read {tmp_path / 'pipe'}")
+    await rec.wait_event("turn:changed", agent="a", busy=False, timeout=10)
+    assert "not a regular file" in deck.chat.conversation("a").messages[-1].text

@@ -5,12 +5,15 @@ Flags: --hang-handshake, --protocol N, --fail-start, --stderr-mb N, --ignore-eof
 --modes (modes and config options in the session/new reply), --handshake-delay S,
 --auth-methods JSON (the authMethods of the initialize reply; default one method "key"),
 --require-auth (session/new answers -32000 "Authentication required" until `authenticate`
-succeeded; then an unknown method id is refused, and an `env_var` method needs its variables set).
+succeeded; then an unknown method id is refused, and an `env_var` method needs its variables set),
+--bad-early-update (a usage_update with values that are not numbers, before the session/new reply),
+--trap-child FILE (a child in the agent's group that writes FILE 0.3 s after SIGTERM, then ends).
 
 Prompt commands (first word): `stream N` (N chunks), `slow` (a chunk every 50 ms
 until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7),
 `perm` (a tool call asking permission), `read PATH`, `write PATH TEXT`,
 `question`, `late` (an update after the response), `error` (a JSON-RPC error),
+`badtext` (chunks whose text is not a string, then "ok"),
 `thought`, `tools`, `plan`, `usage`, `unknown-update`,
 `user` (user_message_chunks), `session` (mode, config option, session info and
 command updates), `perms N KIND` (N permission requests in one turn for a tool of
@@ -53,6 +56,8 @@ parser.add_argument("--modes", action="store_true")
 parser.add_argument("--handshake-delay", type=float, default=0.0)
 parser.add_argument("--auth-methods", type=json.loads, default=[{"id": "key", "name": "API key"}])
 parser.add_argument("--require-auth", action="store_true")
+parser.add_argument("--bad-early-update", action="store_true")
+parser.add_argument("--trap-child")
 args = parser.parse_args()
 
 lock = threading.Lock()
@@ -105,6 +110,10 @@ def turn(rid, sid: str, text: str) -> None:
         result["stopReason"] = "cancelled"
     elif word == "big":
         chunk(sid, "x" * int(rest))
+    elif word == "badtext":
+        update(sid, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": 123}})
+        update(sid, {"sessionUpdate": "agent_message_chunk", "content": "not a block"})
+        chunk(sid, "ok")
     elif word == "crash":
         chunk(sid, "about to crash")
         sys.stdout.flush()
@@ -363,6 +372,8 @@ def handle(msg: dict) -> None:
         if args.early_update:
             update(sid, {"sessionUpdate": "available_commands_update",
                          "availableCommands": [{"name": "early", "description": "sent before the reply"}]})
+        if args.bad_early_update:
+            update(sid, {"sessionUpdate": "usage_update", "used": "n/a", "size": None})
         result: dict = {"sessionId": sid}
         if args.modes:
             result["modes"] = {"currentModeId": "a", "availableModes": [{"id": "a", "name": "A"}, {"id": "b", "name": "B"}]}
@@ -386,6 +397,9 @@ def handle(msg: dict) -> None:
 def main() -> None:
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.trap_child:  # a child in the agent's group that needs a moment to end on SIGTERM
+        script = f"trap 'sleep 0.3; echo ended > {args.trap_child}; exit 0' TERM; while :; do sleep 0.05; done"
+        subprocess.Popen(["sh", "-c", script])
     if args.grandchild:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
         with open(args.grandchild, "w") as f:
