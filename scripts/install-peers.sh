@@ -46,7 +46,10 @@ MODERN_PYTHON=$(modern_python)
 pip_pinned "$PEERS/fast-agent" "$MODERN_PYTHON" "fast-agent-mcp==$FAST_AGENT_VERSION"
 "$PEERS/fast-agent/bin/fast-agent" --help >/dev/null
 
-pip_pinned "$PEERS/chuk-acp" python3 "chuk-acp==$CHUK_ACP_VERSION"
+# chuk-acp runs on the project's own Python: the active venv's (as in .ci/run), not whatever python3 is.
+PROJECT_PYTHON="${PYTHON:-$(command -v python || command -v python3 || true)}"
+[ -n "$PROJECT_PYTHON" ] || { say "no python found (set \$PYTHON)"; exit 1; }
+pip_pinned "$PEERS/chuk-acp" "$PROJECT_PYTHON" "chuk-acp==$CHUK_ACP_VERSION"
 test -f "$PEERS/chuk-acp/share/chuk-acp/examples/echo_agent.py"
 
 npm_pinned() {  # prefix-dir package version

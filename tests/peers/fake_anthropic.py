@@ -4,12 +4,14 @@ Claude Code honours ANTHROPIC_BASE_URL, so pointing it here runs whole turns off
 with the real agent: one `POST /v1/messages` (`stream: true`) per model turn,
 answered with server-sent events. What each turn answers is up to a `reply`
 function given the request body; `Reply` describes the content blocks.
+`StalledAnthropic` is the other kind: a server that takes requests and never answers.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -175,3 +177,67 @@ def _json(handler: BaseHTTPRequestHandler, status: int, obj: dict[str, Any]) -> 
     handler.end_headers()
     if handler.command != "HEAD":
         handler.wfile.write(data)
+
+
+class StalledAnthropic:
+    """A Messages API on 127.0.0.1 that never answers: it reads each request line and holds the connection.
+
+    A model request then waits as long as the agent's own timeout (minutes), so only a working
+    cancel or stop ends the turn soon. `requested` is set once a `POST /v1/messages` has come in:
+    the agent is waiting on the model from then on.
+    """
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.requests: list[str] = []
+        self.requested = threading.Event()
+        self._connections: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._accept, name="stalled-anthropic", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.listener.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> StalledAnthropic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._lock:
+            sockets = [self.listener, *self._connections]
+        for sock in sockets:  # shutdown wakes the threads blocked in accept/recv; close alone does not
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        self._thread.join(timeout=5)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:  # closed by __exit__
+                return
+            with self._lock:
+                self._connections.append(connection)
+            threading.Thread(target=self._hold, args=(connection,), daemon=True).start()
+
+    def _hold(self, connection: socket.socket) -> None:
+        """Read the request line, then read (and drop) whatever comes until the client gives up."""
+        data = b""
+        try:
+            while b"\r\n" not in data and (chunk := connection.recv(4096)):
+                data += chunk
+            if b"\r\n" in data:
+                line = data.split(b"\r\n", 1)[0].decode("latin-1")
+                with self._lock:
+                    self.requests.append(line)
+                if line.startswith("POST /v1/messages"):
+                    self.requested.set()
+            while connection.recv(4096):
+                pass
+        except OSError:
+            pass
