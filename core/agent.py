@@ -118,7 +118,7 @@ class Agent:
 
     def touch(self) -> None:
         self.last_used = self.deck.clock()
-        self.deck.call_hook("deck_agent_used", agent=self)
+        self.deck.hooks.agent_used(self)
 
     # -- start ----------------------------------------------------------------------------
 
@@ -129,7 +129,7 @@ class Agent:
         if self.running:
             return
         if self.state is not AgentState.STARTING:
-            await self.deck.before_start(self)
+            await self.deck.hooks.before_start(self)
             if self.running or self.state is AgentState.STARTING:
                 return await self.start(auth_method)
             if self.pending_config is not None:
@@ -216,7 +216,7 @@ class Agent:
             raise ConnectionClosed("the agent's stdin is closed") from exc
 
     def _trace(self, direction: str, message: dict[str, Any]) -> None:
-        self.deck.call_hook("deck_acp_message", agent=self, direction=direction, message=message)
+        self.deck.hooks.acp_message(self, direction, message)
 
     async def _handshake(self) -> None:
         conn = self.conn
@@ -284,9 +284,7 @@ class Agent:
     async def new_session(self, exited: Process | None = None) -> tuple[str, dict[str, Any]]:
         """Open an ACP session in the agent's cwd with the MCP servers plugins offer."""
         assert self.conn is not None
-        servers: list[dict[str, Any]] = []
-        for result in self.deck.call_hook("deck_session_mcp_servers", agent=self):
-            servers.extend(result or [])
+        servers = self.deck.hooks.session_mcp_servers(self)
         request = self.conn.request("session/new", {"cwd": self.config.resolved_cwd(), "mcpServers": servers})
         result = await (_unless_exited(request, exited) if exited else request)
         if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections import deque
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +19,12 @@ from .config import DeckConfig
 from .errors import ServiceError, UnknownMethod, UsageError
 from .events import Event, PluginError
 from .frontend import Frontend
+from .hooks import Hooks
 from .pluginmanager import make_manager
 from .services import AgentService, ChatService, ConfigService, check_params
 from .supervisor import StopTimings, kill_all_now
 
 log = logging.getLogger(__name__)
-
-#: How long an awaitable returned by a plugin's hook may run.
-PLUGIN_TIMEOUT = 10.0
-
-_DECK_EVENT = ("deck", "event")
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -60,6 +56,7 @@ class Deck:
         self.problems = loaded.problems
         self.disabled = (*self.config.plugins.disabled, *disabled)
         self.pm = pm or make_manager(self.disabled)
+        self.hooks = Hooks(self, self.pm)
         self.agents: dict[str, Agent] = {name: Agent(self, name, cfg) for name, cfg in self.config.agents.items()}
         self.agent_service = AgentService(self)
         self.chat = ChatService(self)
@@ -74,7 +71,8 @@ class Deck:
         self.trace_path: Path | None = None
         self.frontend: Frontend | None = None
         self._listeners: list[Any] = []
-        self._hook_cache: dict[str, tuple[int | None, list[tuple[Any, tuple[str, ...], str]]]] = {}
+        self._emitting = False
+        self._pending_events: deque[Event] = deque()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing: asyncio.Event | None = None
         self.exit_code: int | None = None
@@ -87,10 +85,7 @@ class Deck:
 
     def config_sections(self) -> dict[str, Any]:
         """Config sections contributed by plugins: `{name: pydantic model}`."""
-        sections: dict[str, Any] = {}
-        for result in self.call_hook("deck_config_sections"):
-            sections.update(result)
-        return sections
+        return self.hooks.config_sections()
 
     # -- lookups ----------------------------------------------------------------------------
 
@@ -111,7 +106,23 @@ class Deck:
         self._listeners.remove(listener)
 
     def emit(self, event: Event) -> None:
-        """Send `event` to the listeners and the `deck_event` hook, in order."""
+        """Send `event` to the listeners and the `deck_event` hook.
+
+        Every listener and plugin sees events in one order: an event emitted while
+        another is being delivered waits until that delivery is over.
+        """
+        if self._emitting:
+            self._pending_events.append(event)
+            return
+        self._emitting = True
+        try:
+            self._deliver(event)
+            while self._pending_events:
+                self._deliver(self._pending_events.popleft())
+        finally:
+            self._emitting = False
+
+    def _deliver(self, event: Event) -> None:
         for listener in self._listeners:
             try:
                 listener(event)
@@ -119,80 +130,19 @@ class Deck:
                 log.exception("event listener failed")
                 if not isinstance(event, PluginError):
                     self.emit(PluginError(getattr(listener, "__qualname__", "frontend"), "event", repr(exc)))
-        for function, argnames, plugin in self._impls("deck_event"):
-            try:
-                # The hot path: most implementations take (deck, event) in that order.
-                if argnames == _DECK_EVENT:
-                    result = function(self, event)
-                else:
-                    result = function(*[event if arg == "event" else self for arg in argnames])
-            except Exception as exc:
-                self._plugin_failed(plugin, "deck_event", exc)
-                continue
-            if result is not None and inspect.isawaitable(result):
-                self.spawn(self._guard(plugin, "deck_event", result), f"{plugin}.deck_event")
+        self.hooks.event(event)
 
-    def call_hook(self, name: str, **kwargs: Any) -> list[Any]:
-        """Call every implementation of hook `name`; one that raises is reported and skipped."""
-        kwargs["deck"] = self
-        results = []
-        for function, argnames, plugin in self._impls(name):
-            try:
-                result = function(*[kwargs[arg] for arg in argnames])
-            except Exception as exc:
-                self._plugin_failed(plugin, name, exc)
-                continue
-            if result is None:
-                continue
-            if inspect.isawaitable(result):
-                self.spawn(self._guard(plugin, name, result), f"{plugin}.{name}")
-            else:
-                results.append(result)
-        return results
-
-    def _impls(self, name: str) -> list[tuple[Any, tuple[str, ...], str]]:
-        """The implementations of hook `name`, last registered first; cached, since events are hot."""
-        generation = getattr(self.pm, "generation", None)
-        cached = self._hook_cache.get(name)
-        if cached is not None and generation is not None and cached[0] == generation:
-            return cached[1]
-        impls = [
-            (impl.function, tuple(impl.argnames), impl.plugin_name)
-            for impl in reversed(getattr(self.pm.hook, name).get_hookimpls())
-        ]
-        self._hook_cache[name] = (generation, impls)
-        return impls
-
-    async def _guard(self, plugin: str, hook: str, awaitable: Awaitable[Any]) -> None:
-        try:
-            async with asyncio.timeout(PLUGIN_TIMEOUT):
-                await awaitable
-        except Exception as exc:
-            self._plugin_failed(plugin, hook, exc)
-
-    def _plugin_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
-        log.error("plugin %s failed in %s: %r", plugin, hook, exc)
+    def plugin_failed(self, plugin: str, hook: str, error: str) -> None:
+        """Report a plugin that raised: a `plugin:error` event (to the listeners only when deck_event failed)."""
+        event = PluginError(plugin, hook, error)
         if hook != "deck_event":
-            self.emit(PluginError(plugin, hook, f"{type(exc).__name__}: {exc}"))
-        else:  # no event about an event failure through the same hook: listeners only
-            for listener in self._listeners:
-                try:
-                    listener(PluginError(plugin, hook, f"{type(exc).__name__}: {exc}"))
-                except Exception:
-                    log.exception("event listener failed")
-
-    async def before_start(self, agent: Agent) -> None:
-        """Run `deck_before_start`: a plugin may refuse (ServiceError) or make room first."""
-        for impl in reversed(self.pm.hook.deck_before_start.get_hookimpls()):
+            self.emit(event)
+            return
+        for listener in self._listeners:  # not through the hook that just failed
             try:
-                result = impl.function(*[{"deck": self, "agent": agent}[a] for a in impl.argnames])
-                if inspect.isawaitable(result):
-                    async with asyncio.timeout(PLUGIN_TIMEOUT):
-                        await result
-            except ServiceError:
-                raise
-            except Exception as exc:
-                self._plugin_failed(impl.plugin_name, "deck_before_start", exc)
+                listener(event)
+            except Exception:
+                log.exception("event listener failed")
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         """Run `coro` as a task owned by the deck: cancelled at shutdown, errors logged."""
@@ -246,8 +196,7 @@ class Deck:
 
     async def startup(self) -> None:
         """Run the `deck_startup` hooks (plugins start their tasks), then follow the config file; `run` calls it first."""
-        for impl in self.pm.hook.deck_startup.get_hookimpls():
-            await self._maybe_await(impl.plugin_name, "deck_startup", impl.function, impl.argnames)
+        await self.hooks.startup()
         self.config_service.start_watching()
 
     def request_exit(self, code: int = 0) -> None:
@@ -261,22 +210,12 @@ class Deck:
         log.info("signal %s: closing", sig.name)
         self.request_exit(128 + sig)
 
-    async def _maybe_await(self, plugin: str, hook: str, function: Any, argnames: Any) -> None:
-        try:
-            result = function(*[{"deck": self}[a] for a in argnames])
-            if inspect.isawaitable(result):
-                async with asyncio.timeout(PLUGIN_TIMEOUT):
-                    await result
-        except Exception as exc:
-            self._plugin_failed(plugin, hook, exc)
-
     async def shutdown(self) -> None:
         """Stop every agent in parallel; end the deck's tasks. Safe to call twice."""
         try:
             self.chat.end_of_input()
             await self.stop_all()
-            for impl in self.pm.hook.deck_shutdown.get_hookimpls():
-                await self._maybe_await(impl.plugin_name, "deck_shutdown", impl.function, impl.argnames)
+            await self.hooks.shutdown()
         finally:
             kill_all_now()  # whatever survived an error above
             for task in list(self._tasks):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 
 from ._version import __version__
+from .errors import ExitCode
 
 if TYPE_CHECKING:
     from .app import Deck
@@ -44,7 +45,7 @@ def main_callback(
         typer.echo(ctx.get_help())
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """Print one clear line and exit with `code` (2: the user's mistake)."""
     typer.echo(f"deck: {message}", err=True)
     raise typer.Exit(code)
@@ -78,10 +79,7 @@ def _disabled(values: list[str]) -> tuple[str, ...]:
 
 
 def frontends(deck: Deck) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for result in deck.call_hook("deck_register_frontends"):
-        found.update(result)
-    return found
+    return deck.hooks.register_frontends()
 
 
 def run_async(coro: Any) -> Any:
@@ -90,7 +88,7 @@ def run_async(coro: Any) -> Any:
     try:
         return asyncio.run(coro)
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
 
 
 @app.command()

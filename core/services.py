@@ -250,10 +250,9 @@ class ChatService:
 
     @staticmethod
     async def _quiet(conv: Conversation) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + QUIET_MAX
-        while (wait := conv.last_update + QUIET_AFTER_CANCEL - time.monotonic()) > 0 and loop.time() < deadline:
-            await asyncio.sleep(min(wait, deadline - loop.time()))
+        deadline = time.monotonic() + QUIET_MAX
+        while (wait := conv.last_update + QUIET_AFTER_CANCEL - time.monotonic()) > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(min(wait, deadline - time.monotonic()))
 
     async def _turn(self, agent: Agent, conv: Conversation, message: Message) -> str | None:
         """One prompt turn; returns the stop reason (None when it ended with an error)."""

@@ -20,7 +20,7 @@ from typing import Any
 
 import psutil
 
-#: Longest stderr line kept whole; the rest of such a line is cut.
+#: Longest stderr line passed on: a longer one keeps its first bytes, marked " [cut]".
 MAX_STDERR_LINE = 16 * 1024
 
 _live: weakref.WeakSet[Process] = weakref.WeakSet()
@@ -76,6 +76,7 @@ class Process:
         self._on_stderr_line = on_stderr_line
         self._log = log
         self._stderr_rest = b""
+        self._stderr_cut = False
         self._stdin: asyncio.WriteTransport | None = None
         self._transports: list[asyncio.BaseTransport] = []
         self.stdout_closed: asyncio.Future[None]
@@ -174,11 +175,14 @@ class Process:
             data = self._stderr_rest + data
         *lines, rest = data.split(b"\n")
         for line in lines:
+            if self._stderr_cut:  # the end of a line already passed on, cut
+                self._stderr_cut = False
+                continue
             self._emit_stderr(line)
-        if len(rest) > MAX_STDERR_LINE:
+        if len(rest) > MAX_STDERR_LINE and not self._stderr_cut:
             self._emit_stderr(rest)
-            rest = b""
-        self._stderr_rest = rest
+            self._stderr_cut = True  # the rest of this line is dropped
+        self._stderr_rest = b"" if self._stderr_cut else rest
 
     def _stderr_eof(self) -> None:
         if self._stderr_rest:

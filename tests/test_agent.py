@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from deck.errors import ServiceError
 from deck.supervisor import StopTimings
 
-from .conftest import alive, agent_block, descendants_of_self
+from .conftest import FAKE_AGENT, alive, agent_block, descendants_of_self
 
 pytestmark = pytest.mark.anyio
 
@@ -243,3 +244,18 @@ async def test_chunks_whose_text_is_not_a_string_are_skipped(make_deck):
     reply = deck.chat.conversation("a").messages[-1]
     assert reply.stop_reason == "end_turn" and reply.text == "ok"
     assert (await deck.chat.Conversation("a"))["messages"][-1]["parts"] == [{"type": "text", "text": "ok"}]
+
+
+async def test_an_endless_stderr_line_is_cut_and_the_next_lines_still_come(make_deck, tmp_path):
+    script = tmp_path / "noisy.py"
+    script.write_text(
+        "import sys\n"
+        "sys.stderr.write('x' * 300000 + '\\nafter the long line\\n'); sys.stderr.flush()\n"
+        f"exec(open({str(FAKE_AGENT)!r}).read())\n"
+    )
+    deck, rec = make_deck(agent_block("a", command=[sys.executable, str(script)]))
+    await deck.agent_service.Start("a")
+    await rec.wait(lambda r: any(p["line"] == "after the long line" for p in r.named("agent:log", "a")))
+    lines = [p["line"] for p in rec.named("agent:log", "a")]
+    cut = [line for line in lines if line.startswith("xxx")]
+    assert len(cut) == 1 and cut[0].endswith(" [cut]") and len(cut[0]) < 20000

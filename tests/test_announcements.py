@@ -217,7 +217,7 @@ async def test_disabled_plugin_passes_no_mcp_server(make_deck):
 
 
 def server_entry(deck, agent: str) -> dict:
-    (entry,) = deck.call_hook("deck_session_mcp_servers", agent=deck.agents[agent])[0]
+    (entry,) = deck.hooks.session_mcp_servers(deck.agents[agent])
     return entry
 
 

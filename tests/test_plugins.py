@@ -214,8 +214,8 @@ async def test_every_hook_is_called(make_deck):
     deck.pm.register(plugin, name="recording")
     deck.trace_acp = True
     await deck.startup()
-    deck.call_hook("deck_register_frontends")
-    deck.call_hook("deck_register_commands", app=None)
+    deck.hooks.register_frontends()
+    deck.hooks.register_commands(None)
     deck.config_sections()
     deck.chat.send("a", "hi")
     await rec.wait_event("turn:changed", agent="a", busy=False)
