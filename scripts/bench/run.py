@@ -59,6 +59,19 @@ def deck_env() -> dict[str, str]:
     return env
 
 
+def started_deck(cfg: Path, names: list[str]) -> subprocess.Popen[bytes]:
+    """`deck run --frontend=jsonl` on `cfg`, once every agent in `names` has started."""
+    proc = subprocess.Popen(
+        [*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=deck_env()
+    )
+    assert proc.stdin and proc.stdout
+    for i, name in enumerate(names):
+        proc.stdin.write(request(i, "AgentService.Start", name=name))
+    proc.stdin.flush()
+    _read_until(proc, lambda e: e.get("id") == len(names) - 1 and "result" in e)
+    return proc
+
+
 # -- benchmarks ---------------------------------------------------------------------------------
 
 
@@ -92,14 +105,8 @@ def bench_latency(rounds: int, agents: int = 10, rate: int = 500, seconds: float
     )
     runs: dict[str, list[float]] = {"p50 ms": [], "p99 ms": []}
     for _ in range(rounds):
-        proc = subprocess.Popen(
-            [*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=deck_env()
-        )
+        proc = started_deck(cfg, [f"a{i}" for i in range(agents)])
         assert proc.stdin and proc.stdout
-        for i in range(agents):
-            proc.stdin.write(request(i, "AgentService.Start", name=f"a{i}"))
-        proc.stdin.flush()
-        _read_until(proc, lambda e: e.get("id") == agents - 1 and "result" in e)
         for i in range(agents):
             proc.stdin.write(request(100 + i, "ChatService.Send", agent=f"a{i}", text="go"))
         proc.stdin.close()
@@ -122,14 +129,8 @@ def bench_idle(rounds: int, agents: int = 20, seconds: float = 20.0) -> dict[str
     )
     runs: dict[str, list[float]] = {"% of a core": []}
     for _ in range(rounds):
-        proc = subprocess.Popen(
-            [*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=deck_env()
-        )
+        proc = started_deck(cfg, [f"a{i}" for i in range(agents)])
         assert proc.stdin and proc.stdout
-        for i in range(agents):
-            proc.stdin.write(request(i, "AgentService.Start", name=f"a{i}"))
-        proc.stdin.flush()
-        _read_until(proc, lambda e: e.get("id") == agents - 1 and "result" in e)
         time.sleep(1.0)
         me = psutil.Process(proc.pid)
         before = me.cpu_times()
@@ -149,14 +150,8 @@ def bench_stop(rounds: int, agents: int = 20) -> dict[str, list[float]]:
     )
     runs: dict[str, list[float]] = {"seconds": []}
     for _ in range(rounds):
-        proc = subprocess.Popen(
-            [*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=deck_env()
-        )
+        proc = started_deck(cfg, [f"a{i}" for i in range(agents)])
         assert proc.stdin and proc.stdout
-        for i in range(agents):
-            proc.stdin.write(request(i, "AgentService.Start", name=f"a{i}"))
-        proc.stdin.flush()
-        _read_until(proc, lambda e: e.get("id") == agents - 1 and "result" in e)
         started = time.perf_counter()
         proc.stdin.close()
         for _line in proc.stdout:
@@ -170,13 +165,8 @@ def bench_memory(rounds: int, count: int = 200_000, size: int = 32) -> dict[str,
     cfg = config({"bench": [PY, str(PRODUCER), str(count), str(size)]})
     runs: dict[str, list[float]] = {"RSS growth MB": []}
     for _ in range(rounds):
-        proc = subprocess.Popen(
-            [*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=deck_env()
-        )
+        proc = started_deck(cfg, ["bench"])
         assert proc.stdin and proc.stdout
-        proc.stdin.write(request(1, "AgentService.Start", name="bench"))
-        proc.stdin.flush()
-        _read_until(proc, lambda e: e.get("id") == 1)
         me = psutil.Process(proc.pid)
         before = me.memory_info().rss
         peak = [before]
