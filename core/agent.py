@@ -138,7 +138,7 @@ class Agent:
             self._auth_method = auth_method
             self._stop_after_start = False
             transition(self, AgentState.STARTING)
-            self._start_task = asyncio.get_running_loop().create_task(self._start(), name=f"start {self.name}")
+            self._start_task = self.deck.spawn(self._start(), f"start {self.name}")
         assert self._start_task is not None
         await asyncio.shield(self._start_task)
         if self.state is AgentState.ERROR:
@@ -182,7 +182,7 @@ class Agent:
         if self.process is not None:
             self.process.remember_descendants()  # found again after a crash, when the agent is gone
         transition(self, AgentState.READY)
-        self._exit_watch = asyncio.get_running_loop().create_task(self._watch_exit(), name=f"watch {self.name}")
+        self._exit_watch = self.deck.spawn(self._watch_exit(), f"watch {self.name}")
 
     async def _spawn(self) -> None:
         self._run_stderr.clear()
@@ -369,7 +369,7 @@ class Agent:
         if not self.running:
             return
         if self._stop_task is None:
-            self._stop_task = asyncio.get_running_loop().create_task(self._stop(), name=f"stop {self.name}")
+            self._stop_task = self.deck.spawn(self._stop(), f"stop {self.name}")
         await asyncio.shield(self._stop_task)
 
     async def _stop(self) -> None:
