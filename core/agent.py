@@ -48,6 +48,8 @@ class Agent:
         self.error: str | None = None
         self.outdated = False
         self.pending_config: AgentConfig | None = None
+        #: Removed from the config (or another config was opened): it may only stop.
+        self.retired = False
         self.logs: deque[str] = deque(maxlen=LOG_LINES)
         self.process: Process | None = None
         self.conn: Connection | None = None
@@ -124,17 +126,19 @@ class Agent:
 
     async def start(self, auth_method: str | None = None) -> None:
         """Start the agent if it is not running; raise ServiceError when it cannot start."""
+        if self.retired:
+            raise ServiceError(f"{self.name} is no longer in the config")
         if self._stop_task is not None:
             await asyncio.shield(self._stop_task)
+            if self.retired:
+                raise ServiceError(f"{self.name} is no longer in the config")
         if self.running:
             return
         if self.state is not AgentState.STARTING:
             await self.deck.hooks.before_start(self)
             if self.running or self.state is AgentState.STARTING:
                 return await self.start(auth_method)
-            if self.pending_config is not None:
-                self.config, self.pending_config = self.pending_config, None
-            self.outdated = False
+            self._take_pending_config()
             self._auth_method = auth_method
             self._stop_after_start = False
             transition(self, AgentState.STARTING)
@@ -376,6 +380,7 @@ class Agent:
         try:
             await self._end_process("agent stopped")
             if self.running:
+                self._take_pending_config()
                 transition(self, AgentState.STOPPED)
         finally:
             self._stop_task = None
@@ -394,6 +399,12 @@ class Agent:
         elif self.conn is not None:
             self.conn.close(reason)
 
+    def _take_pending_config(self) -> None:
+        """No process any more: a definition changed in the config applies now."""
+        if self.pending_config is not None:
+            self.config, self.pending_config = self.pending_config, None
+        self.outdated = False
+
     async def _watch_exit(self) -> None:
         process = self.process
         assert process is not None
@@ -409,6 +420,7 @@ class Agent:
         self.log(f"deck: {reason}")
         await self._end_process(reason)
         if self.running:
+            self._take_pending_config()
             transition(self, AgentState.ERROR, reason)
 
 

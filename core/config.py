@@ -6,6 +6,7 @@ Watching the file and applying a change to a running deck live in `watch.py`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shlex
@@ -27,6 +28,8 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from .fs import UMASK
+
 DEFAULT_NAME = "deck.toml"
 #: How many config files `ConfigService.Recent` remembers.
 RECENT_MAX = 8
@@ -41,6 +44,8 @@ def parse_duration(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError(f"bad duration {json.dumps(value)}: {_DURATION_HINT}")
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"bad duration {value}: {_DURATION_HINT}")
         if value < 0:
             raise ValueError("a duration cannot be negative")
         return float(value)
@@ -324,7 +329,7 @@ def _toml_problem(exc: tomllib.TOMLDecodeError, text: str) -> Problem:
         message = message[: m.start()]
         if message == "Cannot overwrite a value" and (dup := _Locator(text).duplicate):
             return Problem(*dup, "TOML syntax: " + message)
-        lines = text.splitlines() or [""]
+        lines = text.removesuffix("\n").split("\n")  # TOML lines end at \n only; splitlines() also splits at U+2028
         return Problem(len(lines), len(lines[-1]) + 1, "TOML syntax: " + message + " (at end of file)")
     return Problem(1, 1, "TOML syntax: " + message)
 
@@ -384,7 +389,7 @@ class _Locator:
         self.duplicate: tuple[int, int] | None = None
         table: tuple[str, ...] = ()
         in_string: str | None = None  # the quotes of a multi-line string being read
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(text.split("\n"), start=1):
             if in_string:
                 if line.count(in_string) % 2 == 1:
                     in_string = None
@@ -522,8 +527,8 @@ def write_atomic(path: Path, text: str) -> None:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())
-        if target.exists():
-            os.chmod(temp, target.stat().st_mode & 0o7777)
+        # An existing file keeps its mode; a new one gets what open() would give it (mkstemp's is 0600).
+        os.chmod(temp, target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~UMASK)
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)

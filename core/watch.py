@@ -108,6 +108,9 @@ class LiveConfig:
                 except StopAsyncIteration:
                     return
                 await self._reload_logged()
+                if not all(os.path.isdir(folder) for folder in folders):
+                    # The folder went away: a watch on it sees nothing more, even once it is back.
+                    raise FileNotFoundError(f"no such directory: {', '.join(sorted(folders))}")
                 batch = asyncio.get_running_loop().create_task(next_batch(), name=f"watchfiles {path}")
         finally:
             batch.cancel()
@@ -136,6 +139,7 @@ class LiveConfig:
                     self._changed()
                 return
             except (OSError, UnicodeDecodeError) as exc:
+                text = deck.text  # what deck last read stays its content
                 loaded = Loaded(None, [Problem(1, 1, f"cannot read {deck.config_path}: {exc}")])
             else:
                 loaded = configmod.parse(text, deck.config_sections())
@@ -159,6 +163,8 @@ class LiveConfig:
             if agent.name in deck.chat.conversations:
                 with contextlib.suppress(ServiceError):
                     deck.chat.cancel(agent.name)  # so no queued message starts it again
+            agent.retired = True  # nothing may start it again while it stops
+        deck.agents = {name: agent for name, agent in deck.agents.items() if name in new.agents}
         await asyncio.gather(*(agent.stop() for agent in removed), return_exceptions=True)
         deck.config = new
         old, touched = deck.agents, []
@@ -194,7 +200,7 @@ class LiveConfig:
                 path = configmod.xdg_config_file()
                 if path.exists():
                     raise ServiceError(f"{path} exists already: open it to change it")
-            configmod.write_atomic(path, text)
+            _write(path, text)
             if deck.config_path is None:
                 deck.config_path, deck.config_source, deck.config_created = path, "xdg", True
                 self.start()
@@ -210,7 +216,7 @@ class LiveConfig:
             if not path.exists():
                 if not path.parent.is_dir():
                     raise ServiceError(f"cannot create {path}: no such directory {path.parent}")
-                configmod.write_atomic(path, configmod.embedded_default())
+                _write(path, configmod.embedded_default())
                 created = True
             text, loaded = configmod.load_file(path, deck.config_sections())
             if loaded.config is None:
@@ -218,21 +224,42 @@ class LiveConfig:
                 raise ServiceError(f"not a valid config: {first}", {"problems": [p.to_dict() for p in loaded.problems]})
             await self.stop()
             deck.chat.cancel_pending_asks()
-            await deck.stop_all()
+            old = list(deck.agents.values())
+            for agent in old:
+                agent.retired = True
+            deck.agents = {}
+            await asyncio.gather(*(agent.stop() for agent in old), return_exceptions=True)
             deck.chat.forget()
             deck.config_path, deck.config_source, deck.config_created = path, "open", created
             deck.config, deck.text, deck.problems = loaded.config, text, loaded.problems
             self._sections = loaded.sections
             deck.agents = {name: Agent(deck, name, cfg) for name, cfg in loaded.config.agents.items()}
-            configmod.remember(path)
             self.start()
             self._changed()
+            try:
+                configmod.remember(path)
+            except OSError as exc:  # the list of recent files is a convenience, never a failure
+                log.warning("cannot remember %s in the recent files: %s", path, exc)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        configmod.write_atomic(path, text)
+    except OSError as exc:  # a read-only directory, a full disk: the caller's error, not deck's
+        raise ServiceError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+DISPLAY_ONLY = ("title", "icon", "description")
 
 
 def _redefine(agent: Agent, definition: Any) -> bool:
     """Give `agent` its new definition, or flag it outdated while it runs. True if anything changed."""
     if definition == (agent.pending_config or agent.config):
         return False
+    shown = {key: getattr(definition, key) for key in DISPLAY_ONLY}
+    if agent.config.model_copy(update=shown) == definition:  # only how it is shown: no restart needed
+        agent.config, agent.pending_config, agent.outdated = definition, None, False
+        return True
     if agent.state in (AgentState.STOPPED, AgentState.ERROR):
         agent.config, agent.pending_config, agent.outdated = definition, None, False
     elif definition == agent.config:  # edited back to what it runs with

@@ -324,3 +324,53 @@ async def test_fast_agent_asks_through_the_deck_mcp_server(peer_deck, home, work
     text = all_conversation_text(deck)
     assert PREAMBLE not in text and MIDDLE not in text
     await pd.close()
+
+
+def test_a_late_tool_status_does_not_split_a_message_and_code_keeps_its_indentation():
+    from deck.plugins.announcements.asks import Messages
+
+    announced: list[str] = []
+    messages = Messages(announced.append)
+    messages.text("Let me check.")
+    messages.boundary()  # a tool call
+    messages.text("    def f():\n")  # the final: a code block, indented
+    messages.text("        return 42\n")
+    assert messages.final() == "    def f():\n        return 42"
+    assert announced == ["Let me check."]
+
+
+async def test_a_tool_status_update_mid_text_is_no_boundary(make_deck):
+    from deck.plugins.announcements.asks import AskSink
+
+    class FakeAsk:  # only what AskSink reads: where announcements go, and the target's name
+        def __init__(self, deck):
+            self.deck = deck
+            self.target = deck.agents["a"]
+            self.said: list[str] = []
+
+        def announce(self, text):
+            self.said.append(text)
+
+    deck, rec = make_deck(agent_block("a"))
+    ask = FakeAsk(deck)
+    sink = AskSink(ask)
+    chunk = lambda text: {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}  # noqa: E731
+    for update in (chunk("Preamble"), {"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "read"},
+                   chunk("The answer "), {"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed"},
+                   chunk("is 42.")):  # fmt: skip
+        sink.on_update(update)
+    assert sink.messages.final() == "The answer is 42." and ask.said == ["Preamble"]
+
+
+def test_a_socket_directory_with_too_long_a_path_falls_back_to_a_short_one(tmp_path, monkeypatch):
+    long = tmp_path / ("x" * 120)
+    long.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(long))
+    monkeypatch.setenv("TMPDIR", str(long))
+    monkeypatch.setattr(bridge.tempfile, "tempdir", None)  # re-read TMPDIR
+    directory = bridge.private_dir()
+    try:
+        assert len(str(directory / "ask.sock")) < bridge.MAX_SOCKET_PATH and str(directory).startswith("/tmp/deck-")
+        assert directory.stat().st_mode & 0o777 == 0o700
+    finally:
+        directory.rmdir()

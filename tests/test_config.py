@@ -499,3 +499,28 @@ async def test_choose_without_a_picker_is_an_error(make_deck):
 def test_problem_format():
     assert Problem(3, 7, "x", warning=True).format("f.toml") == "f.toml:3:7: warning: x"
     assert Problem(3, 7, "x").format("f.toml") == "f.toml:3:7: x"
+
+
+def test_line_numbers_count_newlines_only():
+    # U+2028 and U+0085 are allowed in TOML comments and strings; they do not end a line.
+    text = '# note\u2028more\n[agents.a]\ncommand = ["x"]\ntitle = 5\ndescription = "a\u0085b"\nicon = 1\n'
+    assert [(p.line, p.message.split(":")[0]) for p in parse(text).problems] == [
+        (4, "agents.a.title"), (6, "agents.a.icon")]  # fmt: skip
+
+
+def test_durations_must_be_finite():
+    assert problems("[limits]\nstopIdleAgentsAfter = nan\n")[0][2].startswith("limits.stopIdleAgentsAfter: bad duration nan")
+    assert problems("[limits]\nhandshakeTimeout = inf\n")[0][2].startswith("limits.handshakeTimeout: bad duration inf")
+    assert problems("[limits]\nhandshakeTimeout = 0\n")[0][2] == "limits.handshakeTimeout: Input should be greater than 0"
+
+
+def test_a_new_config_file_gets_the_usual_mode(tmp_path):
+    from deck.config import write_atomic
+
+    mask = os.umask(0)
+    os.umask(mask)
+    write_atomic(tmp_path / "new.toml", "language = 'en'\n")
+    assert (tmp_path / "new.toml").stat().st_mode & 0o777 == 0o666 & ~mask
+    (tmp_path / "new.toml").chmod(0o640)
+    write_atomic(tmp_path / "new.toml", "language = 'fr'\n")  # an existing file keeps its own
+    assert (tmp_path / "new.toml").stat().st_mode & 0o777 == 0o640

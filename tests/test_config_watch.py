@@ -92,16 +92,41 @@ async def test_a_changed_running_agent_is_outdated_until_restarted(make_deck):
 
 
 async def test_an_edit_back_clears_outdated(make_deck):
-    original = agent_block("a", title="Same")
+    original = agent_block("a", permissions="ask")
     deck, rec = make_deck(original)
     await watching(deck)
     await deck.agent_service.Start("a")
-    deck.config_path.write_text(agent_block("a", title="Other"))
+    deck.config_path.write_text(agent_block("a", permissions="allow"))
     await next_change(rec, 0)
     assert deck.agents["a"].outdated
     deck.config_path.write_text(original)
     await next_change(rec, 1)
     assert rec.named("agent:state", "a")[-1]["outdated"] is False and deck.agents["a"].pending_config is None
+
+
+async def test_a_new_title_shows_at_once_without_a_restart(make_deck):
+    deck, rec = make_deck(agent_block("a", title="Old"))
+    await watching(deck)
+    await deck.agent_service.Start("a")
+    pid = deck.agents["a"].process.pid
+    deck.config_path.write_text(agent_block("a", title="New", icon="N", description="shown only"))
+    await next_change(rec, 0)
+    info = (await deck.agent_service.List())[0]
+    assert (info["title"], info["icon"], info["description"], info["outdated"]) == ("New", "N", "shown only", False)
+    assert deck.agents["a"].process.pid == pid and info["state"] == "ready"
+    assert rec.named("agent:state", "a")[-1] == {"agent": "a", "state": "ready", "outdated": False}
+
+
+async def test_outdated_is_cleared_when_the_agent_stops(make_deck):
+    deck, rec = make_deck(agent_block("a", permissions="ask"))
+    await watching(deck)
+    await deck.agent_service.Start("a")
+    deck.config_path.write_text(agent_block("a", permissions="allow"))
+    await next_change(rec, 0)
+    assert deck.agents["a"].outdated
+    await deck.agent_service.Stop("a")
+    assert rec.named("agent:state", "a")[-1] == {"agent": "a", "state": "stopped", "outdated": False}
+    assert deck.agents["a"].config.permissions == "allow" and deck.agents["a"].pending_config is None
 
 
 async def test_a_changed_stopped_agent_takes_the_new_definition(make_deck):
@@ -230,3 +255,77 @@ async def test_deck_run_watches_the_config(make_deck):
     deck, rec = make_deck(agent_block("a"))
     assert await deck.run(EditingFrontend) == 0
     assert deck.frontend.names == ["a", "added"]
+
+
+async def test_an_undecodable_file_is_reported_and_the_last_config_kept(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    await watching(deck)
+    deck.config_path.write_bytes(b'[agents.a]\ntitle = "\xff"\n')
+    change = await next_change(rec, 0)
+    assert change["valid"] is False and "cannot read" in change["problems"][0]["message"]
+    assert await names(deck) == ["a"] and "command" in await deck.config_service.Content()
+
+
+async def test_a_removed_agent_cannot_be_started_while_it_stops(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b", "--ignore-eof"))
+    await watching(deck)
+    await deck.agent_service.Start("b")
+    deck.config_path.write_text(agent_block("a"))
+    await rec.wait(lambda r: deck.agents["a"] is not None and "b" not in deck.agents, timeout=10)
+    with pytest.raises(ServiceError):
+        await deck.agent_service.Start("b")
+    await next_change(rec, 0)
+    assert await names(deck) == ["a"] and rec.states("b")[-1] == "stopped"
+
+
+async def test_watching_survives_its_folder_removed_and_made_again(tmp_path):
+    import shutil
+
+    from deck.app import Deck
+    from deck.testing import FAST_STOP, Recorder
+
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    path = folder / "deck.toml"
+    path.write_text(agent_block("a"))
+    deck = Deck(path, "flag", timings=FAST_STOP)
+    rec = Recorder()
+    deck.subscribe(rec)
+    try:
+        await watching(deck)
+        shutil.rmtree(folder)
+        change = await next_change(rec, 0)
+        assert change["valid"] is False and change["problems"][0]["message"].startswith("file deleted")
+        folder.mkdir()
+        path.write_text(agent_block("a") + agent_block("b"))
+        await rec.wait(lambda r: r.named("config:changed")[-1]["valid"], timeout=15)
+        assert await names(deck) == ["a", "b"]
+        path.write_text(agent_block("c"))  # and the watch goes on
+        await rec.wait(lambda r: "c" in deck.agents, timeout=15)
+    finally:
+        await deck.shutdown()
+
+
+async def test_open_still_works_when_recent_files_cannot_be_saved(make_deck, tmp_path, monkeypatch):
+    (tmp_path / "not-a-dir").write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "not-a-dir" / "sub"))
+    deck, rec = make_deck(agent_block("a"))
+    other = tmp_path / "other.toml"
+    other.write_text(agent_block("b"))
+    await deck.config_service.Open(str(other))
+    assert await names(deck) == ["b"] and deck.config_path == other
+    other.write_text(agent_block("b") + agent_block("c"))  # followed
+    await rec.wait(lambda r: "c" in deck.agents, timeout=15)
+
+
+async def test_save_where_it_cannot_write_is_a_clear_error(make_deck, tmp_path):
+    deck, rec = make_deck(agent_block("a"))
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    other = tmp_path / "other.toml"
+    other.write_text(agent_block("a"))
+    await deck.config_service.Open(str(other))
+    other.unlink()
+    other.symlink_to(blocker / "deck.toml")  # its folder is a file: nothing can be written there
+    with pytest.raises(ServiceError, match="cannot write"):
+        await deck.config_service.Save(agent_block("a") + agent_block("b"))

@@ -269,7 +269,7 @@ def test_outdated_agent_says_so(line_deck, tmp_path, language, shown):
     deck = line_deck(f'language = "{language}"\n' + agent_block("a"))
     deck.send("/start a")
     deck.expect(r"\[a\] (ready|prêt)")
-    (tmp_path / "deck.toml").write_text(f'language = "{language}"\n' + agent_block("a", description="changed"))
+    (tmp_path / "deck.toml").write_text(f'language = "{language}"\n' + agent_block("a", permissions="allow"))
     deck.expect(rf"\[a\] {shown}")
     deck.expect(r"\[deck\] config reloaded: .*deck.toml")
     deck.send("/restart a")

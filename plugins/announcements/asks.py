@@ -12,8 +12,9 @@ from deck.errors import AcpError, ConnectionClosed, ServiceError
 from deck.events import AgentAnnouncement, AskChanged
 
 NO_REPLY = "target returned no reply"
-#: Session updates that end the message being streamed.
-BOUNDARIES = frozenset({"tool_call", "tool_call_update"})
+#: Session updates that end the message being streamed: a new tool call (not a late
+#: status update of an earlier one, which may arrive in the middle of the text).
+BOUNDARIES = frozenset({"tool_call"})
 
 #: After cancelling, how long the target may take to end its answer before the ask lets go of it.
 CANCEL_GRACE = 2.0
@@ -49,7 +50,8 @@ class Messages:
 
     def boundary(self) -> None:
         """A tool call (or a new messageId) ends the message being streamed."""
-        message = "".join(self._chunks).strip()
+        # Blank lines around a message go, but not the indentation of its first line (code).
+        message = "".join(self._chunks).lstrip("\r\n").rstrip()
         self._chunks = []
         self._message_id = None
         if message:
@@ -80,6 +82,8 @@ class AskSink:
                 self.messages.text(content["text"], update.get("messageId"))
         elif kind in BOUNDARIES:
             self.messages.boundary()
+            self.tools.apply_update(update)
+        elif kind == "tool_call_update":
             self.tools.apply_update(update)
 
     def on_permission(self, params: dict[str, Any]) -> Any:

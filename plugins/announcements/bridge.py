@@ -50,10 +50,11 @@ def agent_token(secret: bytes, agent: str) -> str:
 
 def private_dir() -> Path:
     """A new directory only this user can enter, for this deck's socket."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK) and len(runtime) < MAX_SOCKET_PATH - 30:
-        return Path(tempfile.mkdtemp(prefix="deck-", dir=runtime))
-    return Path(tempfile.mkdtemp(prefix="deck-"))  # mkdtemp makes it 0700
+    # A Unix socket path is short (about 107 bytes): the first place with room wins.
+    for base in (os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"):
+        if base and os.path.isdir(base) and os.access(base, os.W_OK) and len(base) < MAX_SOCKET_PATH - 30:
+            return Path(tempfile.mkdtemp(prefix="deck-", dir=base))  # mkdtemp makes it 0700
+    raise OSError("no writable directory with a path short enough for a Unix socket")
 
 
 class Bridge:
@@ -68,6 +69,7 @@ class Bridge:
         self._server: asyncio.AbstractServer | None = None
         self._serving: asyncio.Task[None] | None = None
         self._clients: set[asyncio.Task[None]] = set()
+        self._failed: str | None = None
 
     # -- what agents get ------------------------------------------------------------------------
 
@@ -92,14 +94,23 @@ class Bridge:
         """Bind the socket now (synchronously, so a session/new can name it) and serve it."""
         if self._sock is not None:
             return
-        self.directory = private_dir()
-        self.path = self.directory / "ask.sock"
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
+        if self._failed is not None:
+            raise OSError(self._failed)  # said once; no new directory per session
         try:
-            sock.bind(str(self.path))
-        finally:
-            os.umask(old)
+            self.directory = private_dir()
+            self.path = self.directory / "ask.sock"
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old = os.umask(0o177)
+            try:
+                sock.bind(str(self.path))
+            finally:
+                os.umask(old)
+        except OSError as exc:
+            if self.directory is not None:
+                shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = self.path = None
+            self._failed = f"inter-agent asks are off: cannot open their socket: {exc}"
+            raise OSError(self._failed) from exc
         os.chmod(self.path, 0o600)
         sock.listen(64)
         sock.setblocking(False)
