@@ -36,6 +36,8 @@ DELETED = "file deleted; the last valid config stays in use"
 STEP_MS = 50
 #: Wait between attempts when the file's directory cannot be watched (it was removed).
 RETRY_AFTER = 1.0
+#: How long an empty file gets to be written before it counts as empty.
+SETTLE = 0.5
 
 
 class LiveConfig:
@@ -133,6 +135,11 @@ class LiveConfig:
                 return
             try:
                 text = deck.config_path.read_text(encoding="utf-8")
+                if not text.strip() and deck.text.strip():
+                    # An editor that truncates then writes may be caught in between: an empty
+                    # file would stop every agent. Read it again once it had time to finish.
+                    await asyncio.sleep(SETTLE)
+                    text = deck.config_path.read_text(encoding="utf-8")
             except FileNotFoundError:
                 if [p.message for p in deck.problems] != [DELETED]:
                     deck.problems = [Problem(1, 1, DELETED)]

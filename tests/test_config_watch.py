@@ -329,3 +329,17 @@ async def test_save_where_it_cannot_write_is_a_clear_error(make_deck, tmp_path):
     other.symlink_to(blocker / "deck.toml")  # its folder is a file: nothing can be written there
     with pytest.raises(ServiceError, match="cannot write"):
         await deck.config_service.Save(agent_block("a") + agent_block("b"))
+
+
+async def test_a_save_caught_between_truncate_and_write_stops_nothing(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    await watching(deck)
+    await deck.agent_service.Start("a")
+    with open(deck.config_path, "w") as f:  # an in-place save: truncated first…
+        f.flush()
+        os.fsync(f.fileno())
+        await asyncio.sleep(0.2)  # …the watcher sees the empty file meanwhile…
+        f.write(agent_block("a") + agent_block("b"))  # …then the text arrives
+    await rec.wait(lambda r: "b" in deck.agents, timeout=15)
+    assert "stopped" not in rec.states("a") and deck.agents["a"].state.value == "ready"
+    assert all(c["valid"] for c in rec.named("config:changed"))
