@@ -65,13 +65,15 @@ def check_params(method: Callable[..., Any], params: Any) -> dict[str, Any]:
         if isinstance(value, bool) and kind in (int, (int, type(None))):
             raise InvalidParams(f"parameter {name} must be an integer")
         if not isinstance(value, kind):
-            expected = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            raise InvalidParams(f"parameter {name} must be of type {_json_type(expected)}")
+            expected = " or ".join(_json_type(k.__name__) for k in (kind if isinstance(kind, tuple) else (kind,)))
+            raise InvalidParams(f"parameter {name} must be of type {expected}")
     return params
 
 
 def _json_type(name: str) -> str:
-    return {"str": "string", "int": "integer", "dict": "object", "list": "array", "NoneType": "null"}.get(name, name)
+    return {"str": "string", "int": "integer", "bool": "boolean", "dict": "object", "list": "array", "NoneType": "null"}.get(
+        name, name
+    )
 
 
 class AgentService:
