@@ -515,3 +515,22 @@ async def check_app_coalesces_redraws_and_handles_keys(app, deck, rec) -> None:
     app.root.keypress(size, "tab")
     app.root.keypress(size, "esc")
     await rec.wait_event("turn:changed", agent="b", busy=False)
+
+
+async def test_opening_the_same_config_again_starts_the_console_afresh(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    app = ConsoleApp(deck)
+    app.attach(asyncio.get_running_loop())
+    try:
+        deck.chat.send("a", "hello")
+        await rec.wait_event("turn:changed", agent="a", busy=False)
+        await rec.wait(lambda r: app.model.agents["a"].messages)
+        app.open_config(str(deck.config_path))  # Open forgets every conversation, even for the same file
+        await rec.wait(lambda r: not deck.chat.conversations and r.named("config:changed"), timeout=10)
+        for _ in range(50):
+            if not app.model.agents["a"].messages:
+                break
+            await asyncio.sleep(0.02)
+        assert app.model.agents["a"].messages == []
+    finally:
+        app.detach()

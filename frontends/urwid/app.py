@@ -500,6 +500,7 @@ class ConsoleApp:
 
     def _opened(self, path: str) -> None:
         if path:
+            self.load()  # Open forgot every conversation, even when the same file was opened again
             self.say(self.strings("opened", path=path))
 
     # -- dialogs -----------------------------------------------------------------------------
