@@ -473,7 +473,11 @@ class ConfigService:
         self.live = LiveConfig(deck)
 
     def start_watching(self) -> None:
-        """Follow the config file's changes (called by `Deck.run`)."""
+        """Follow the config file's changes, and list it among the recent ones (called by `Deck.run`)."""
+        from .watch import remember
+
+        if self.deck.config_path is not None:
+            remember(self.deck.config_path)
         self.live.start()
 
     def section(self, name: str) -> Any:

@@ -243,10 +243,15 @@ class LiveConfig:
             deck.agents = {name: Agent(deck, name, cfg) for name, cfg in loaded.config.agents.items()}
             self.start()
             self._changed()
-            try:
-                configmod.remember(path)
-            except OSError as exc:  # the list of recent files is a convenience, never a failure
-                log.warning("cannot remember %s in the recent files: %s", path, exc)
+            remember(path)
+
+
+def remember(path: Path) -> None:
+    """Put `path` first in the recent config files; a failure is only logged (a convenience, never a failure)."""
+    try:
+        configmod.remember(path)
+    except OSError as exc:
+        log.warning("cannot remember %s in the recent files: %s", path, exc)
 
 
 def _write(path: Path, text: str) -> None:

@@ -398,8 +398,9 @@ async def test_open_stops_agents_forgets_conversations_and_follows_the_new_file(
     assert deck.chat.conversations == {}
     assert [a["name"] for a in await deck.agent_service.List()] == ["x", "y"]
     assert await deck.config_service.Content() == other.read_text()
-    assert await deck.config_service.Recent() == [str(other)]
-    assert json.loads((state_home / "deck" / "recent.json").read_text()) == [str(other)]
+    started_with = str(tmp_path / "deck.toml")  # the file deck was started with is listed too
+    assert await deck.config_service.Recent() == [str(other), started_with]
+    assert json.loads((state_home / "deck" / "recent.json").read_text()) == [str(other), started_with]
     assert rec.named("config:changed")[-1] == {"path": str(other), "valid": True, "problems": []}
 
     # The new file is watched, the old one no longer.
@@ -480,7 +481,8 @@ async def test_choose_opens_the_picked_file(make_deck, tmp_path, state_home):
     Picker.answer = str(chosen)
     assert await deck.run(Picker) == 0
     assert deck.frontend.result == str(chosen)
-    assert deck.config_path == chosen and await deck.config_service.Recent() == [str(chosen)]
+    assert deck.config_path == chosen
+    assert await deck.config_service.Recent() == [str(chosen), str(tmp_path / "deck.toml")]
 
 
 async def test_choose_cancelled_changes_nothing(make_deck, state_home):

@@ -343,3 +343,9 @@ async def test_a_save_caught_between_truncate_and_write_stops_nothing(make_deck)
     await rec.wait(lambda r: "b" in deck.agents, timeout=15)
     assert "stopped" not in rec.states("a") and deck.agents["a"].state.value == "ready"
     assert all(c["valid"] for c in rec.named("config:changed"))
+
+
+async def test_the_config_deck_runs_with_is_among_the_recent_files(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    await deck.startup()
+    assert await deck.config_service.Recent() == [str(deck.config_path.absolute())]
