@@ -374,3 +374,14 @@ def test_a_socket_directory_with_too_long_a_path_falls_back_to_a_short_one(tmp_p
         assert directory.stat().st_mode & 0o777 == 0o700
     finally:
         directory.rmdir()
+
+
+async def test_nothing_is_announced_once_the_requester_gave_up(make_deck):
+    from deck.plugins.announcements.asks import Ask
+
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    ask = Ask(announcements.asks.Asks(deck), "a", deck.agents["b"], "why?")
+    ask.announce("still working")
+    ask.given_up = True  # what the cancel of the requester's call sets
+    ask.announce("said after the cancel")
+    assert [p["text"] for p in rec.named("agent:announcement")] == ["still working"]

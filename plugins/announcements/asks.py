@@ -125,8 +125,11 @@ class Ask:
         self.question = question
         self.ticket_id = f"ticket-{next(_tickets)}"
         self.session_id: str | None = None
+        self.given_up = False
 
     def announce(self, text: str) -> None:
+        if self.given_up:  # the requester stopped waiting: what the target still says is nobody's
+            return
         self.deck.emit(AgentAnnouncement(self.requester, self.target.name, self.ticket_id, text, now_iso()))
 
     async def run(self) -> str:
@@ -162,6 +165,7 @@ class Ask:
         try:
             result = await asyncio.shield(prompt)
         except asyncio.CancelledError:
+            self.given_up = True
             sink.close()  # pending permission requests are answered "cancelled" first
             await self._cancel(prompt)
             raise
