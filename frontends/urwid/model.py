@@ -12,28 +12,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deck.agent import LOG_LINES  # the core keeps as many stderr lines per agent (Logs)
+from deck.conversation import TextPart
+
 ANNOUNCEMENTS = 20
 
 
-class Part:
-    """One part of a message; streamed text is kept as chunks and joined when read."""
+class Part(TextPart):
+    """One part of a message as the wire shows it (`data`); streamed text joins like the core's parts."""
 
-    __slots__ = ("type", "data", "_chunks")
+    __slots__ = ("data",)
 
     def __init__(self, data: dict[str, Any]) -> None:
-        self.type = str(data.get("type", "text"))
-        self.data = data
         text = data.get("text")
-        self._chunks: list[str] = [text] if isinstance(text, str) and text else []
-
-    def append(self, text: str) -> None:
-        self._chunks.append(text)
-
-    @property
-    def text(self) -> str:
-        if len(self._chunks) > 1:
-            self._chunks[:] = ["".join(self._chunks)]
-        return self._chunks[0] if self._chunks else ""
+        super().__init__(str(data.get("type", "text")), text if isinstance(text, str) else "")
+        self.data = data
 
 
 class MessageModel:
