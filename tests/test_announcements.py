@@ -228,7 +228,9 @@ async def test_mcp_server_entry_is_the_acp_stdio_form(make_deck):
     assert entry["name"] == "deck"
     assert os.path.isabs(entry["command"]) and entry["command"] == os.path.abspath(sys.executable)
     assert entry["args"] == ["-m", "deck.plugins.announcements.server"]
-    assert {e["name"] for e in entry["env"]} == {bridge.ENV_SOCKET, bridge.ENV_AGENT, bridge.ENV_TOKEN}
+    env = {e["name"]: e["value"] for e in entry["env"]}
+    assert set(env) == {bridge.ENV_SOCKET, bridge.ENV_AGENT, bridge.ENV_TOKEN, bridge.ENV_ORIGIN}
+    assert env[bridge.ENV_AGENT] == "a" and env[bridge.ENV_ORIGIN] == "conversation"
 
 
 async def test_socket_is_private_and_a_wrong_token_is_refused(make_deck):
@@ -385,3 +387,25 @@ async def test_nothing_is_announced_once_the_requester_gave_up(make_deck):
     ask.given_up = True  # what the cancel of the requester's call sets
     ask.announce("said after the cancel")
     assert [p["text"] for p in rec.named("agent:announcement")] == ["still working"]
+
+
+async def test_cancelling_an_agents_own_turn_ends_only_the_asks_of_that_turn(make_deck):
+    limits = "[limits]\nmaxRunningAgents = 8\n"
+    # a's MCP client never cancels its tool calls: ending them is up to deck's own bookkeeping.
+    deck, rec = make_deck(limits + agent_block("x") + agent_block("a", "--mcp-no-cancel") + agent_block("b"))
+
+    def active() -> list[dict]:
+        changes = rec.named("ask:changed")
+        ended = {c["ticketId"] for c in changes if not c["active"]}
+        return [c for c in changes if c["active"] and c["ticketId"] not in ended]
+
+    deck.chat.send("x", "ask a ask b slow")  # x asks a; answering it, a asks b
+    await rec.wait(lambda r: len(active()) == 2, timeout=30)
+    deck.chat.send("a", "ask b slow")  # a's own conversation asks b too
+    await rec.wait(lambda r: len(active()) == 3, timeout=30)
+    from_turn = active()[-1]
+    deck.chat.cancel("a")  # a's own turn ends: its ask goes, the one it makes for x stays
+    await rec.wait(lambda r: from_turn not in active(), timeout=15)
+    assert [(c["requester"], c["target"]) for c in active()] == [("x", "a"), ("a", "b")]
+    deck.chat.cancel("x")
+    await rec.wait(lambda r: not active(), timeout=15)

@@ -17,7 +17,7 @@ from typing import Any
 
 from deck import hookimpl
 
-from .asks import Asks
+from .asks import CONVERSATION, Asks
 from .bridge import Bridge
 
 #: One ask registry and one socket per running deck.
@@ -40,7 +40,8 @@ async def deck_startup(deck: Any) -> None:
 @hookimpl
 def deck_session_mcp_servers(deck: Any, agent: Any) -> Any:
     # Decks driven without `startup()` (tests, `deck send`) open the socket on first use.
-    return [_for(deck)[1].mcp_server(agent.name)]
+    asks, bridge = _for(deck)
+    return [bridge.mcp_server(agent.name, asks.opening.get(agent.name, CONVERSATION))]
 
 
 @hookimpl

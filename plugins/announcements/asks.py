@@ -12,6 +12,8 @@ from deck.errors import AcpError, ConnectionClosed, ServiceError
 from deck.events import AgentAnnouncement, AskChanged
 
 NO_REPLY = "target returned no reply"
+#: The origin of an ask made from the requester's own conversation (else: the ticket it answers).
+CONVERSATION = "conversation"
 #: Session updates that end the message being streamed: a new tool call (not a late
 #: status update of an earlier one, which may arrive in the middle of the text).
 BOUNDARIES = frozenset({"tool_call"})
@@ -117,10 +119,11 @@ class AskSink:
 class Ask:
     """One question from `requester` to `target`, identified by its ticket."""
 
-    def __init__(self, asks: Asks, requester: str, target: Any, question: str) -> None:
+    def __init__(self, asks: Asks, requester: str, target: Any, question: str, origin: str = "") -> None:
         self.asks = asks
         self.deck = asks.deck
         self.requester = requester
+        self.origin = origin  # the requester's session that asked: CONVERSATION, or the ticket it answers
         self.target = target
         self.question = question
         self.ticket_id = f"ticket-{next(_tickets)}"
@@ -154,7 +157,11 @@ class Ask:
         target = self.target
         if target.conn is None:
             raise ConnectionClosed(target.error or "the agent is not running")
-        self.session_id, _ = await target.new_session()
+        self.asks.opening[target.name] = self.ticket_id  # read by the hook, as session/new is sent
+        try:
+            self.session_id, _ = await target.new_session()
+        finally:
+            self.asks.opening.pop(target.name, None)
         sink = AskSink(self)
         target.attach(self.session_id, sink)
         prompt = asyncio.ensure_future(
@@ -195,6 +202,8 @@ class Asks:
     def __init__(self, deck: Any) -> None:
         self.deck = deck
         self.active: dict[str, tuple[Ask, asyncio.Task[str]]] = {}
+        #: target name → the ticket whose session it is opening (the MCP server entry names it).
+        self.opening: dict[str, str] = {}
 
     def list_agents(self, requester: str) -> list[dict[str, Any]]:
         return [
@@ -203,8 +212,11 @@ class Asks:
             for a in self.deck.agents.values()
         ]  # fmt: skip
 
-    async def ask(self, requester: str, target_name: str, question: str) -> str:
-        """Put `question` to `target_name` for `requester`; the final message, or AskError."""
+    async def ask(self, requester: str, target_name: str, question: str, origin: str = CONVERSATION) -> str:
+        """Put `question` to `target_name` for `requester`; the final message, or AskError.
+
+        `origin` is the requester's session that asks: its own conversation, or the ticket
+        of an ask it is answering; the ask is cancelled when that turn or ask ends."""
         if requester not in self.deck.agents:
             raise AskError(f"unknown requester {requester!r}")
         if target_name == requester:
@@ -221,7 +233,7 @@ class Asks:
                 f"refused: {' → '.join(chain)} is waiting for an answer, so {requester} asking {target_name} "
                 "would wait forever"
             )
-        ask = Ask(self, requester, target, question)
+        ask = Ask(self, requester, target, question, origin or CONVERSATION)
         task = asyncio.get_running_loop().create_task(ask.run(), name=f"ask {ask.ticket_id}")
         self.active[ask.ticket_id] = (ask, task)
         self.deck.emit(AskChanged(requester, target.name, ask.ticket_id, True))
@@ -233,7 +245,7 @@ class Asks:
         finally:
             self.active.pop(ask.ticket_id, None)
             self.deck.emit(AskChanged(requester, target.name, ask.ticket_id, False))
-            self.turn_ended(target.name)  # the target's asks made while answering are moot now
+            self._end_asks_from(ask.ticket_id)  # what the target asked while answering is moot now
 
     def _chain(self, start: str, goal: str) -> list[str]:
         """A path of asks in progress from `start` to `goal` (start asks X asks … goal), or []."""
@@ -253,16 +265,15 @@ class Asks:
         return []
 
     def turn_ended(self, agent: str) -> None:
-        """`agent`'s own turn ended (answered or cancelled): asks it made with no turn left to wait for them end."""
-        if self._serving(agent):
-            return
+        """`agent`'s own conversation turn ended (answered or cancelled): the asks it made from it end."""
         for ask, task in list(self.active.values()):
-            if ask.requester == agent:
+            if ask.requester == agent and ask.origin == CONVERSATION:
                 task.cancel()
 
-    def _serving(self, agent: str) -> bool:
-        conv = self.deck.chat.conversations.get(agent)
-        return bool(conv and conv.busy) or any(a.target.name == agent for a, _t in self.active.values())
+    def _end_asks_from(self, ticket_id: str) -> None:
+        for ask, task in list(self.active.values()):
+            if ask.origin == ticket_id:
+                task.cancel()
 
     def cancel_all(self) -> None:
         for _ask, task in self.active.values():

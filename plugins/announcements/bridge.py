@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 ENV_SOCKET = "DECK_ASK_SOCKET"
 ENV_AGENT = "DECK_ASK_AGENT"
 ENV_TOKEN = "DECK_ASK_TOKEN"
+#: Which of the agent's sessions started this server: its own conversation, or an ask's ticket.
+ENV_ORIGIN = "DECK_ASK_ORIGIN"
 SERVER_MODULE = "deck.plugins.announcements.server"
 #: A question or an answer may be long; far above any real one.
 MAX_LINE = 16 * 1024 * 1024
@@ -73,11 +75,13 @@ class Bridge:
 
     # -- what agents get ------------------------------------------------------------------------
 
-    def mcp_server(self, agent: str) -> dict[str, Any]:
-        """The ACP stdio `McpServer` entry for `agent`'s `session/new`."""
+    def mcp_server(self, agent: str, origin: str) -> dict[str, Any]:
+        """The ACP stdio `McpServer` entry for `agent`'s `session/new`; `origin` names that session."""
         self.listen()
         assert self.path is not None
-        env = {ENV_SOCKET: str(self.path), ENV_AGENT: agent, ENV_TOKEN: agent_token(self.secret, agent)}
+        env = {
+            ENV_SOCKET: str(self.path), ENV_AGENT: agent, ENV_TOKEN: agent_token(self.secret, agent), ENV_ORIGIN: origin,
+        }  # fmt: skip
         return {
             "name": "deck",
             "command": os.path.abspath(sys.executable),
@@ -180,7 +184,8 @@ class Bridge:
                 target, question = params.get("agent"), params.get("question")
                 if not isinstance(target, str) or not isinstance(question, str):
                     return {"error": "ask_agent needs the parameters agent and question, both strings"}
-                return {"result": await self.asks.ask(agent, target, question)}
+                origin = request.get("origin")
+                return {"result": await self.asks.ask(agent, target, question, origin if isinstance(origin, str) else "")}
         except AskError as exc:
             return {"error": str(exc)}
         return {"error": f"unknown method {method!r}"}
@@ -224,7 +229,10 @@ async def request(method: str, params: dict[str, Any], env: Any = os.environ) ->
     except OSError as exc:
         return {"error": f"cannot reach deck: {exc.strerror or exc}"}
     try:
-        message = {"agent": env.get(ENV_AGENT, ""), "token": env.get(ENV_TOKEN, ""), "method": method, "params": params}
+        message = {
+            "agent": env.get(ENV_AGENT, ""), "token": env.get(ENV_TOKEN, ""), "origin": env.get(ENV_ORIGIN, ""),
+            "method": method, "params": params,
+        }  # fmt: skip
         writer.write(json.dumps(message).encode() + b"\n")
         await writer.drain()
         line = await reader.readline()

@@ -7,7 +7,8 @@ Flags: --hang-handshake, --protocol N, --fail-start, --stderr-mb N, --ignore-eof
 --require-auth (session/new answers -32000 "Authentication required" until `authenticate`
 succeeded; then an unknown method id is refused, and an `env_var` method needs its variables set),
 --bad-early-update (a usage_update with values that are not numbers, before the session/new reply),
---trap-child FILE (a child in the agent's group that writes FILE 0.3 s after SIGTERM, then ends).
+--trap-child FILE (a child in the agent's group that writes FILE 0.3 s after SIGTERM, then ends),
+--mcp-no-cancel (a cancelled turn leaves its `ask` tool call open: no MCP cancel, the server stays).
 
 Prompt commands (first word): `stream N` (N chunks), `slow` (a chunk every 50 ms
 until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7),
@@ -58,6 +59,7 @@ parser.add_argument("--auth-methods", type=json.loads, default=[{"id": "key", "n
 parser.add_argument("--require-auth", action="store_true")
 parser.add_argument("--bad-early-update", action="store_true")
 parser.add_argument("--trap-child")
+parser.add_argument("--mcp-no-cancel", action="store_true")
 args = parser.parse_args()
 
 lock = threading.Lock()
@@ -67,6 +69,7 @@ cancelled: set = set()
 #: `multi`'s messages: a preamble, a progress note, a conclusion.
 MULTI = ["Let me look into it.", "Found the file, reading on.", "The answer is 42."]
 mcp_servers: dict = {}  # session id → the mcpServers of its session/new
+keep_open: list = []  # --mcp-no-cancel: MCP servers whose cancelled call is left open
 authenticated: list = []  # --require-auth: the method ids authenticate accepted
 out = sys.stdout.buffer
 
@@ -314,6 +317,9 @@ def call_mcp_tool(sid: str, tool: str, arguments: dict) -> dict:
         rpc(2, "tools/call", {"name": tool, "arguments": arguments})
         answer = wait(2, until_cancelled=True)
         if not answer:
+            if args.mcp_no_cancel:  # an agent that lets the call hang: the MCP server stays, its call open
+                keep_open.append(proc)
+                return {"cancelled": True}
             rpc(None, "notifications/cancelled", {"requestId": 2, "reason": "the turn was cancelled"})
             wait(2, timeout=1.0)  # the server may still answer, or not
             return {"cancelled": True}
@@ -321,11 +327,12 @@ def call_mcp_tool(sid: str, tool: str, arguments: dict) -> dict:
             return {"isError": True, "content": [{"type": "text", "text": answer["error"].get("message", "")}]}
         return answer.get("result") or {}
     finally:
-        proc.stdin.close()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        if proc not in keep_open:
+            proc.stdin.close()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def auth_refusal(method_id) -> dict | None:
