@@ -26,7 +26,9 @@ app = typer.Typer(
 config_app = typer.Typer(help="Check, locate and print the config file.", rich_markup_mode=None)
 app.add_typer(config_app, name="config")
 
-ConfigOption = typer.Option(None, "--config", "-c", help="Config file (else $DECK_CONFIG, ./deck.toml, XDG, built-in).")
+ConfigOption = typer.Option(
+    None, "--config", "-c", metavar="PATH", help="Config file (else $DECK_CONFIG, ./deck.toml, XDG, built-in)."
+)
 
 
 def _version(value: bool) -> None:
@@ -94,10 +96,10 @@ def run_async(coro: Any) -> Any:
 @app.command()
 def run(
     config: Optional[Path] = ConfigOption,
-    frontend: Optional[str] = typer.Option(None, "--frontend", "-f", help="urwid, line or jsonl (else the config's)."),
+    frontend: Optional[str] = typer.Option(None, "--frontend", "-f", metavar="NAME", help="urwid, line or jsonl (else the config's)."),
     stay: bool = typer.Option(False, "--stay", help="jsonl: keep running after the end of stdin, until a signal."),
-    plugin: list[str] = typer.Option([], "--plugin", "-p", help="-p no:NAME disables plugin NAME."),
-    trace: Optional[Path] = typer.Option(None, "--trace", help="Write every ACP line exchanged to this JSONL file."),
+    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help="Write every ACP line exchanged to this JSONL file."),
 ) -> None:
     """Start deck with a frontend (with no config: the built-in demo agent)."""
     deck = make_deck(config, _disabled(plugin))
@@ -115,8 +117,8 @@ def run(
 
 @app.command()
 def send(
-    agent: str = typer.Argument(..., help="The agent to ask."),
-    text: str = typer.Argument(..., help="The prompt."),
+    agent: str = typer.Argument(..., metavar="AGENT", help="The agent to ask."),
+    text: str = typer.Argument(..., metavar="TEXT", help="The prompt."),
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="Every event as a JSON line on stdout instead of the answer."),
 ) -> None:
@@ -154,7 +156,7 @@ def agents(
 @app.command()
 def plugins(
     config: Optional[Path] = ConfigOption,
-    plugin: list[str] = typer.Option([], "--plugin", "-p", help="-p no:NAME disables plugin NAME."),
+    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
 ) -> None:
     """List the loaded plugins, where each comes from and the hooks it implements."""
@@ -190,7 +192,7 @@ def config_path(config: Optional[Path] = ConfigOption) -> None:
 
 @config_app.command("validate")
 def config_validate(
-    path: Optional[Path] = typer.Argument(None, help="The file to check (else the config in use)."),
+    path: Optional[Path] = typer.Argument(None, metavar="PATH", help="The file to check (else the config in use)."),
 ) -> None:
     """Check a config file: one `path:line:col: message` line per problem; exit 1 on an error."""
     where, loaded, _sections = _load_config(path)
