@@ -141,7 +141,7 @@ class AgentConfig(_Model):
 
 class DeckConfig(_Model):
     language: Literal["en", "fr"] = Field("en", description="en | fr")
-    theme: str = "dark"
+    theme: Literal["dark", "light"] = Field("dark", description="dark | light: the colours of the console and of highlighted code")
     frontend: str | None = Field(None, description="Default frontend for `deck run`: urwid, line or jsonl.")
     limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     plugins: Plugins = Field(default_factory=Plugins)  # type: ignore[arg-type]

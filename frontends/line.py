@@ -389,7 +389,8 @@ class LineFrontend(Frontend):
             return
         if stream.lines_out:
             self.emit(agent, "")
-        self.emit(agent, Markdown("\n".join(stream.block), code_theme="monokai"))
+        code_theme = "friendly" if self.deck.config.theme == "light" else "monokai"
+        self.emit(agent, Markdown("\n".join(stream.block), code_theme=code_theme))
         stream.block.clear()
         stream.lines_out += 1
 

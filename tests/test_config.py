@@ -58,7 +58,7 @@ title = "B"
 def test_every_problem_kind_points_at_its_line_and_column():
     assert problems(BAD) == [
         (1, 12, 'language: unknown value "de": use "en" or "fr"', False),
-        (2, 9, "theme: expected a string, got an integer (5)", False),
+        (2, 9, "theme: unknown value 5: use \"dark\" or \"light\"", False),
         (5, 20, 'limits.maxRunningAgents: expected an integer, got a string ("4")', False),
         (
             6,

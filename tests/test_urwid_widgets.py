@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import urwid
 
 from deck.agent import LOG_LINES
 from deck.events import (
@@ -534,3 +535,24 @@ async def test_opening_the_same_config_again_starts_the_console_afresh(make_deck
         assert app.model.agents["a"].messages == []
     finally:
         app.detach()
+
+
+def test_the_light_theme_darkens_what_would_vanish_on_a_light_background():
+    from deck.frontends.urwid.common import PALETTE, palette
+
+    assert palette("dark") is PALETTE
+    light = {entry[0]: entry for entry in palette("light")}
+    assert light["heading"][1:3] == ("bold,dark cyan", "default")
+    assert light["state ready"][1] == "dark green" and light["system"][1] == "bold,brown"
+    assert light["selected"][1:3] == ("default", "light gray")  # the terminal's text on a light highlight
+    assert light["field focus"][1:3] == ("white", "dark blue")  # a colour pair of its own stays
+    assert len(light) == len(PALETTE)
+    for _name, fg, bg, *_ in palette("light"):  # every entry is a palette urwid accepts
+        urwid.AttrSpec(fg, bg, 16)
+
+
+async def test_the_console_takes_the_configs_theme(make_deck):
+    from deck.frontends.urwid.common import palette
+
+    deck, rec = make_deck('theme = "light"\n' + agent_block("a"))
+    assert ConsoleApp(deck).palette == palette("light")

@@ -21,7 +21,7 @@ from deck.errors import ServiceError
 from deck.events import Event
 
 from .agents import AgentsPanel
-from .common import PALETTE
+from .common import palette
 from .conversation import ConversationView
 from .dialogs import ConfirmDialog, FilePicker, PermissionDialog, QuestionDialog, centered
 from .i18n import Strings
@@ -72,6 +72,7 @@ class ConsoleApp:
     def __init__(self, deck: Any, screen: Any = None) -> None:
         self.deck = deck
         self.strings = Strings(getattr(deck.config, "language", "en"))
+        self.palette = palette(deck.config.theme)
         self.model = Model()
         self.selected = ""
         self.view = "chat"
@@ -161,7 +162,7 @@ class ConsoleApp:
         self.attach(loop)
         screen = self._screen or urwid.display.raw.Screen(bracketed_paste_mode=True)
         self.loop = CountingLoop(
-            self.root, PALETTE, screen=screen, event_loop=urwid.AsyncioEventLoop(loop=loop), handle_mouse=True,
+            self.root, self.palette, screen=screen, event_loop=urwid.AsyncioEventLoop(loop=loop), handle_mouse=True,
             input_filter=self._input_filter,
         )  # fmt: skip
         self.loop.start()

@@ -55,6 +55,28 @@ PALETTE = [
     ("focus", "black", "light cyan"),
 ]
 
+#: The light theme: the dark theme's bright colours, which vanish on a light background, as their dark twins.
+LIGHT_COLOURS = {
+    "light cyan": "dark cyan", "light green": "dark green", "light blue": "dark blue",
+    "light magenta": "dark magenta", "light red": "dark red", "yellow": "brown", "white": "black",
+}  # fmt: skip
+THEMES = ("dark", "light")
+
+
+def palette(theme: str) -> list[tuple[str, ...]]:
+    """The console's palette for the config's `theme` ("dark", the default, or "light")."""
+    if theme != "light":
+        return PALETTE
+    out = []
+    for name, fg, bg, *rest in PALETTE:
+        if bg == "default":  # text on the terminal's own background: darker colours
+            fg = ",".join(LIGHT_COLOURS.get(part, part) for part in fg.split(","))
+        elif fg == "default":  # the terminal's (dark) text on a dark highlight: a light one instead
+            bg = "light gray"
+        out.append((name, fg, bg, *rest))
+    return out
+
+
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
