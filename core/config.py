@@ -389,7 +389,8 @@ class _Locator:
         self.duplicate: tuple[int, int] | None = None
         table: tuple[str, ...] = ()
         in_string: str | None = None  # the quotes of a multi-line string being read
-        for number, line in enumerate(text.split("\n"), start=1):
+        lines = text.split("\n")
+        for number, line in enumerate(lines, start=1):
             if in_string:
                 if line.count(in_string) % 2 == 1:
                     in_string = None
@@ -403,6 +404,8 @@ class _Locator:
                 self._add((*table, *_split_key(m.group(1))), number, m.start(1) + 1, start + 1)
                 if line.startswith("{", start):
                     self._inline(line, start, (*table, *_split_key(m.group(1))), number)
+                elif line.startswith("[", start):
+                    self._array(lines, number - 1, start, (*table, *_split_key(m.group(1))))
                 for quotes in ('"""', "'''"):
                     if line.startswith(quotes, start) and line.count(quotes) == 1:
                         in_string = quotes
@@ -439,6 +442,38 @@ class _Locator:
             elif ch == "}":
                 stack.pop()
             pos += 1
+
+    def _array(self, lines: list[str], row: int, col: int, path: tuple[str, ...]) -> None:
+        """Where each element of the array at `lines[row][col]` starts (`command.1`), across lines too."""
+        stack: list[list[Any]] = [[path, 0, True]]  # per open array: its path, element index, expecting one
+        col += 1
+        while row < len(lines) and stack:
+            line = lines[row]
+            while col < len(line) and stack:
+                ch, frame = line[col], stack[-1]
+                if ch in " \t":
+                    col += 1
+                    continue
+                if ch == "#":
+                    break
+                if ch == ",":
+                    frame[1], frame[2] = frame[1] + 1, True
+                elif ch == "]":
+                    stack.pop()
+                elif frame[2]:
+                    element = (*frame[0], str(frame[1]))
+                    self._add(element, row + 1, col + 1, col + 1)
+                    frame[2] = False
+                    if ch == "[":
+                        stack.append([element, 0, True])
+                if ch in "\"'":
+                    end = line.find(ch, col + 1)
+                    while ch == '"' and end > 0 and line[end - 1] == "\\":
+                        end = line.find(ch, end + 1)
+                    col = len(line) if end < 0 else end + 1
+                    continue
+                col += 1
+            row, col = row + 1, 0
 
     def _find(self, table: dict[tuple[str, ...], tuple[int, int]], loc: tuple[str, ...]) -> tuple[int, int]:
         # The longest prefix of `loc` written in the file: the key itself, else its table.

@@ -526,3 +526,13 @@ def test_a_new_config_file_gets_the_usual_mode(tmp_path):
     (tmp_path / "new.toml").chmod(0o640)
     write_atomic(tmp_path / "new.toml", "language = 'fr'\n")  # an existing file keeps its own
     assert (tmp_path / "new.toml").stat().st_mode & 0o777 == 0o640
+
+
+def test_a_bad_array_element_is_pointed_at_itself():
+    text = (
+        '[agents.a]\ncommand = [\n  "x",\n  5,\n]\n'
+        '[agents.b]\ncommand = ["y", "z", 7]   # a comment, with ] and ,\n'
+        '[agents.c]\ncommand = ["a,b]", [1]]\n'
+    )
+    assert [(p.line, p.column, p.message.split(":")[0]) for p in parse(text).problems] == [
+        (4, 3, "agents.a.command.1"), (7, 22, "agents.b.command.2"), (9, 20, "agents.c.command.1")]  # fmt: skip
