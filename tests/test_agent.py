@@ -100,14 +100,20 @@ async def test_megabytes_of_stderr_never_stall(make_deck):
     assert len(rec.named("agent:log", "a")) >= 8 * 1024
 
 
-async def test_stop_escalates_to_sigkill_for_a_stubborn_agent(make_deck):
-    deck, rec = make_deck(agent_block("a", "--ignore-eof", "--ignore-sigterm"))
-    await deck.agent_service.Start("a")
-    pid = deck.agents["a"].process.pid
+async def stop_timed(deck, name: str) -> float:
+    """Start `name`, stop it, check its process is gone; the seconds the stop took."""
+    await deck.agent_service.Start(name)
+    pid = deck.agents[name].process.pid
     started = time.monotonic()
-    await deck.agent_service.Stop("a")
+    await deck.agent_service.Stop(name)
     elapsed = time.monotonic() - started
     assert not alive(pid)
+    return elapsed
+
+
+async def test_stop_escalates_to_sigkill_for_a_stubborn_agent(make_deck):
+    deck, rec = make_deck(agent_block("a", "--ignore-eof", "--ignore-sigterm"))
+    elapsed = await stop_timed(deck, "a")
     logs = await deck.agent_service.Logs("a")
     assert any("SIGTERM" in line for line in logs) and any("SIGKILL" in line for line in logs)
     assert 0.5 <= elapsed < 3
@@ -116,12 +122,7 @@ async def test_stop_escalates_to_sigkill_for_a_stubborn_agent(make_deck):
 @pytest.mark.timeout(30)
 async def test_stop_escalation_at_the_real_timings(make_deck):
     deck, rec = make_deck(agent_block("a", "--ignore-eof", "--ignore-sigterm"), timings=StopTimings())
-    await deck.agent_service.Start("a")
-    pid = deck.agents["a"].process.pid
-    started = time.monotonic()
-    await deck.agent_service.Stop("a")
-    elapsed = time.monotonic() - started
-    assert not alive(pid)
+    elapsed = await stop_timed(deck, "a")
     assert 7.9 <= elapsed < 14  # 5 s + 3 s, with room for a loaded machine
 
 
