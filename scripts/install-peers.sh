@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the third-party ACP agents used by tests/peers into .peers/ (pinned, see PEERS.md).
+# Install the third-party ACP agents used by tests/peers into .peers/ (pinned, see docs/peers.md).
 # Idempotent: a peer already installed at its pinned version is kept. Any failure fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."

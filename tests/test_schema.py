@@ -16,12 +16,12 @@ from .turns import ask, wait_reply
 
 pytestmark = pytest.mark.anyio
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "shared" / "acp" / "schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parent / "acp" / "schema.json"  # see tests/acp/README.md
 
 
 def load_schema() -> dict[str, Any]:
     if not SCHEMA_PATH.is_file():
-        raise FileNotFoundError(f"the ACP schema is missing: expected {SCHEMA_PATH} (shared/ beside the checkout)")
+        raise FileNotFoundError(f"the ACP schema is missing: expected {SCHEMA_PATH}")
     return json.loads(SCHEMA_PATH.read_text())
 
 

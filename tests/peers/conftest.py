@@ -1,4 +1,4 @@
-"""Fixtures for end-to-end tests against real third-party ACP agents (see PEERS.md).
+"""Fixtures for end-to-end tests against real third-party ACP agents (see docs/peers.md).
 
 Peers are installed by scripts/install-peers.sh into `.peers/` (or `$DECK_PEERS_DIR`).
 A missing peer fails its tests loudly: these tests are the proof that deck works

@@ -1,4 +1,4 @@
-"""Validate every ACP message deck sends against the ACP v1 JSON Schema (shared/acp/schema.json).
+"""Validate every ACP message deck sends against the ACP v1 JSON Schema (tests/acp/schema.json).
 
 The schema's `Client` envelope alone would accept a `session/prompt` whose params
 happen to match another request, so each message is also checked against the
@@ -15,7 +15,7 @@ from typing import Any
 
 import jsonschema
 
-SCHEMA_PATH = Path(os.environ.get("DECK_ACP_SCHEMA", Path(__file__).resolve().parents[3] / "shared" / "acp" / "schema.json"))
+SCHEMA_PATH = Path(os.environ.get("DECK_ACP_SCHEMA", Path(__file__).resolve().parents[1] / "acp" / "schema.json"))
 
 #: What deck may send to an agent: method → the schema definition of its params.
 CLIENT_METHODS = {
