@@ -10,6 +10,7 @@ import asyncio
 import inspect
 import json
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,18 +25,100 @@ PROTOCOL_VERSION = 1
 #: with a log line instead of growing memory without bound.
 MAX_LINE_BYTES = 64 * 1024 * 1024
 
-_scan = json.JSONDecoder().scan_once
+#: The deepest nesting of arrays and objects deck accepts in a JSON line. ACP messages
+#: nest a dozen levels; a deeper line is refused whole, which bounds everything done
+#: with a value afterwards (encoding it again for a frontend, the trace, a log line)
+#: far below Python's recursion limit.
+MAX_DEPTH = 200
+_DEEP_LINE = 2 * MAX_DEPTH  # no line this short nests deeper: each level takes two characters at least, "[…]"
 
 
-def _decode(text: str) -> Any:
-    """json.loads for one line, through the C scanner directly (the line is usually bare JSON)."""
+class TooDeep(ValueError):
+    """A JSON line nested deeper than MAX_DEPTH: refused whole."""
+
+
+def _finite(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None  # 1e400 overflows to inf: not a JSON number either
+
+
+def _no_constant(name: str) -> None:
+    return None  # NaN, Infinity, -Infinity: Python's json reads them, JSON has no such values
+
+
+_decoder = json.JSONDecoder(parse_float=_finite, parse_constant=_no_constant)
+_scan = _decoder.scan_once  # type: ignore[attr-defined]  # the C scanner, set in __init__
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists and dicts more than `limit` levels; iterative, and stops at the first."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in item.values() if isinstance(item, dict) else item:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return False
+
+
+def decode_line(text: str) -> Any:
+    """One JSON line from an untrusted peer: strict JSON values, bounded nesting; ValueError if refused.
+
+    NaN, Infinity, -Infinity and numbers that overflow a float read as null, so
+    what deck writes on is strict JSON. A line nested deeper than MAX_DEPTH raises
+    TooDeep: far deeper, the parser's own recursion limit stops it (caught here);
+    otherwise the value's depth is checked, only when the line is long enough to
+    nest that deep (two characters a level) and has more than MAX_DEPTH brackets:
+    one comparison for the usual short line, a count or two for a long one.
+    """
     try:
-        value, end = _scan(text, 0)
-    except StopIteration:
-        return json.loads(text)  # leading whitespace or not JSON: json says which, with its message
-    if end != len(text) and text[end:].strip():
-        return json.loads(text)  # trailing data: json raises "Extra data"
+        try:
+            value, end = _scan(text, 0)  # the C scanner directly: the line is usually bare JSON
+        except StopIteration:
+            value = _decoder.decode(text)  # leading whitespace or not JSON: json says which, with its message
+        else:
+            if end != len(text) and text[end:].strip():
+                value = _decoder.decode(text)  # trailing data: json raises "Extra data"
+    except RecursionError:
+        raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    if len(text) > _DEEP_LINE and isinstance(value, (dict, list)) and _brackets(text) > MAX_DEPTH:
+        if _deeper_than(value, MAX_DEPTH):
+            raise TooDeep(f"JSON nested deeper than {MAX_DEPTH} levels")
     return value
+
+
+def _brackets(text: str) -> int:
+    """How many `{` and `[` `text` holds: how many arrays and objects it opens, at most.
+
+    A long line (a big chunk, a diff) usually holds a few, far apart: found one by
+    one (memchr), they cost next to nothing, where counting reads every character.
+    """
+    if len(text) > 2048:
+        found = 0
+        for char in "{[":
+            at = text.find(char)
+            while at >= 0:
+                found += 1
+                if found > 16:  # many: counting is quicker after all
+                    return text.count("{") + text.count("[")
+                at = text.find(char, at + 1)
+        return found
+    count = text.count("{")
+    return count + text.count("[") if "[" in text else count  # a streamed chunk holds no array
+
+
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def encode_line(message: Any) -> bytes:
+    """`message` as one strict JSON line: NaN or Infinity raise ValueError rather than go out.
+
+    A lone surrogate (a "\\ud800" escape in what a peer sent) goes out as that same
+    JSON escape, so the line stays valid UTF-8.
+    """
+    return _encode(message).encode(errors="backslashreplace") + b"\n"
 
 
 METHOD_NOT_FOUND = -32601
@@ -135,6 +218,8 @@ class Connection:
         self._tasks: set[asyncio.Task[None]] = set()
         self._incoming: dict[Any, asyncio.Task[None]] = {}
         self.closed: str | None = None
+        #: The size in bytes of the line last dispatched: what a handler keeps of it costs about that.
+        self.line_bytes = 0
         self.framer = LineFramer(self._on_line, self._on_overflow)
 
     # -- registration -------------------------------------------------------------------
@@ -150,9 +235,10 @@ class Connection:
     def send(self, message: dict[str, Any]) -> None:
         if self.closed is not None:
             raise ConnectionClosed(self.closed)
+        data = encode_line(message)  # before the trace: a message JSON cannot carry is not traced as sent
         if self.trace is not None:
-            self.trace("out", message)
-        self._write(json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n")
+            self._trace("out", message)
+        self._write(data)
 
     async def request(self, method: str, params: dict[str, Any]) -> Any:
         """Send a request and wait for its result; a JSON-RPC error raises AcpError."""
@@ -178,8 +264,12 @@ class Connection:
         self._on_bad_line(f"line of {size} bytes skipped: longer than the {MAX_LINE_BYTES}-byte maximum")
 
     def _on_line(self, line: bytes) -> None:
+        """Decode and dispatch one line. Never raises: the other lines of the same read still count."""
         try:
-            message = _decode(line.decode())
+            message = decode_line(line.decode())
+        except TooDeep as exc:
+            self._on_bad_line(f"{exc}, skipped: {line[:80]!r}")
+            return
         except ValueError:
             text = line.decode(errors="replace").strip()
             if text:
@@ -189,12 +279,21 @@ class Connection:
             self._on_bad_line(f"not a JSON-RPC object, skipped: {line[:200]!r}")
             return
         if self.trace is not None:
-            self.trace("in", message)
+            self._trace("in", message)
+        self.line_bytes = len(line)
         try:
             self.dispatch(message)
         except Exception:  # a handler bug must not end the connection
-            log.exception("error while handling %s", str(message)[:200])
-            self._on_bad_line(f"error while handling a message: {str(message)[:200]}")
+            log.exception("error while handling %s", line[:200])
+            self._on_bad_line(f"error while handling a message: {line[:200]!r}")
+
+    def _trace(self, direction: str, message: dict[str, Any]) -> None:
+        """The trace hook; one that fails (a full disk) must not end the connection or lose a message."""
+        assert self.trace is not None
+        try:
+            self.trace(direction, message)
+        except Exception:
+            log.exception("the ACP trace failed")
 
     def dispatch(self, message: dict[str, Any]) -> None:
         method = message.get("method")
@@ -277,6 +376,9 @@ class Connection:
                 self.send(message)
             except ConnectionClosed:  # the agent is stopping: nobody reads the answer any more
                 pass
+            except (TypeError, ValueError) as exc:  # a result JSON cannot carry (NaN): the agent still gets an answer
+                log.exception("the answer to request %r cannot be sent", request_id)
+                self._reply_error(request_id, INTERNAL_ERROR, f"the answer cannot be sent as JSON: {exc}")
 
     # -- ending ---------------------------------------------------------------------------
 

@@ -8,10 +8,10 @@ import logging
 import os
 import shlex
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import fs
+from . import fs, interop
 from ._version import __version__
 from .acp import PROTOCOL_VERSION, Connection
 from .config import AgentConfig
@@ -29,6 +29,25 @@ LOG_LINES = 200
 STDERR_TAIL = 10
 #: Updates kept for a session id deck does not know yet (they come before the session/new reply).
 MAX_EARLY_UPDATES = 1000
+#: Unknown session ids kept at once. A start or an ask opens one session at a time: an agent
+#: that invents ids loses the oldest ones' updates, and deck's memory stays bounded.
+MAX_EARLY_SESSIONS = 16
+#: What all unknown sessions' updates may hold together, counted as the lines they came in.
+MAX_EARLY_BYTES = 4 * 1024 * 1024
+#: How long an agent that closed its stdout has to exit before it counts as having
+#: closed its output while running (an exiting agent closes its stdout first).
+STDOUT_CLOSED_GRACE = 1.0
+
+
+class _Early:
+    """The updates kept for one session id nobody has attached yet, and their size as sent."""
+
+    __slots__ = ("full", "size", "updates")
+
+    def __init__(self) -> None:
+        self.updates: list[dict[str, Any]] = []
+        self.size = 0
+        self.full = False  # its own share is used up: said once
 
 
 class SessionSink(Protocol):
@@ -59,7 +78,10 @@ class Agent:
         self.users = 0
         self.last_used = deck.clock()
         self.sinks: dict[str, SessionSink] = {}
-        self._early: dict[str, list[dict[str, Any]]] = {}
+        self._early: dict[str, _Early] = {}  # oldest first
+        self._early_bytes = 0
+        self._early_flood = False  # the oldest sessions' updates are being dropped: said once
+        self._early_dropped = 0  # updates dropped so, said when a real session turns up
         self._detached: deque[str] = deque(maxlen=64)
         self._start_task: asyncio.Task[None] | None = None
         self._stop_task: asyncio.Task[None] | None = None
@@ -202,6 +224,8 @@ class Agent:
         self.conn = conn
         self.sinks.clear()
         self._early.clear()
+        self._early_bytes = self._early_dropped = 0
+        self._early_flood = False
         self.process = await Process.spawn(
             list(cfg.command), cwd=cwd, env=env, on_stdout=conn.feed, on_stderr_line=self._stderr,
             log=lambda line: self.log(f"deck: {line}"),
@@ -304,21 +328,38 @@ class Agent:
     def attach(self, session_id: str, sink: SessionSink) -> None:
         """Route `session_id`'s updates and requests to `sink`, replaying any that came early."""
         self.sinks[session_id] = sink
-        for update in self._early.pop(session_id, []):
+        for update in self._take_early(session_id):
             self._deliver(sink, update)
+        if self._early_flood:  # a real session turned up: the flood is over
+            self.log(f"deck: {self._early_dropped} update(s) for unknown sessions were dropped")
+            self._early_flood, self._early_dropped = False, 0
 
     def detach(self, session_id: str) -> None:
         self.sinks.pop(session_id, None)
-        self._early.pop(session_id, None)
+        self._take_early(session_id)
         self._detached.append(session_id)  # its late updates are dropped, not kept for nobody
 
     def _register_handlers(self, conn: Connection) -> None:
         conn.on_notification("session/update", self._on_update)
         conn.on_request("session/request_permission", self._on_permission)
         conn.on_request("elicitation/create", self._on_question)
-        # In a thread: a big file, or a slow disk, must not stall every other agent.
-        conn.on_request("fs/read_text_file", lambda p: asyncio.to_thread(fs.read_text_file, self.config.resolved_cwd(), p))
-        conn.on_request("fs/write_text_file", lambda p: asyncio.to_thread(fs.write_text_file, self.config.resolved_cwd(), p))
+        conn.on_request("fs/read_text_file", lambda p: self._serve_fs("fs/read_text_file", fs.read_text_file, p))
+        conn.on_request("fs/write_text_file", lambda p: self._serve_fs("fs/write_text_file", fs.write_text_file, p))
+
+    async def _serve_fs(self, method: str, serve: Callable[..., dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+        """An fs/* request, inside the agent's cwd and away from deck's own files; a refusal is logged.
+
+        An agent listed in interop.py may get an error answered in the shape it needs."""
+        private = fs.Private(self.deck.config_path, tuple(self.deck.private_folders))
+        try:
+            # In a thread: a big file, or a slow disk, must not stall every other agent.
+            return await asyncio.to_thread(serve, self.config.resolved_cwd(), params, private)
+        except AcpError as exc:
+            if (answer := interop.fs_answer(interop.quirks_for(self.init_result), method, exc)) is not None:
+                return answer
+            if exc.code != fs.RESOURCE_NOT_FOUND:
+                self.log(f"deck: {method} refused: {exc.args[0]}")
+            raise
 
     def _on_update(self, params: dict[str, Any]) -> None:
         update = params.get("update")
@@ -332,13 +373,42 @@ class Agent:
             return
         if session_id in self._detached:
             return
-        # Before the session/new reply: kept for the session's owner, up to a point.
-        early = self._early.setdefault(str(session_id), [])
-        if len(early) < MAX_EARLY_UPDATES:
-            early.append(update)
-        elif len(early) == MAX_EARLY_UPDATES:
-            early.append(update)
-            self.log(f"deck: more than {MAX_EARLY_UPDATES} updates for unknown session {session_id!r}; dropping the rest")
+        self._keep_early(str(session_id), update, self.conn.line_bytes if self.conn is not None else 0)
+
+    def _keep_early(self, session_id: str, update: dict[str, Any], size: int) -> None:
+        """Before the session/new reply: kept for the session's owner, within bounds.
+
+        At most MAX_EARLY_UPDATES per session, MAX_EARLY_SESSIONS sessions and
+        MAX_EARLY_BYTES in all (the line's length: cheap, and it grows as the value
+        does). Past the last two, the oldest sessions' updates go; each overflow is
+        logged once, not once per update.
+        """
+        early = self._early.get(session_id)
+        if early is None:
+            early = self._early[session_id] = _Early()
+        if len(early.updates) >= MAX_EARLY_UPDATES or early.size + size > MAX_EARLY_BYTES:
+            if not early.full:
+                early.full = True
+                self.log(f"deck: more than {MAX_EARLY_UPDATES} updates or {MAX_EARLY_BYTES} bytes for unknown "
+                         f"session {session_id!r}; dropping the rest")  # fmt: skip
+            return
+        early.updates.append(update)
+        early.size += size
+        self._early_bytes += size
+        while len(self._early) > MAX_EARLY_SESSIONS or self._early_bytes > MAX_EARLY_BYTES:
+            oldest = next(k for k in self._early if k != session_id)  # its own size is within the bound
+            if not self._early_flood:
+                self._early_flood = True
+                self.log(f"deck: updates for more than {MAX_EARLY_SESSIONS} unknown sessions or {MAX_EARLY_BYTES} "
+                         f"bytes; dropping the oldest sessions' updates, from {oldest!r} on")  # fmt: skip
+            self._early_dropped += len(self._take_early(oldest))
+
+    def _take_early(self, session_id: str) -> list[dict[str, Any]]:
+        early = self._early.pop(session_id, None)
+        if early is None:
+            return []
+        self._early_bytes -= early.size
+        return early.updates
 
     def _deliver(self, sink: SessionSink, update: dict[str, Any]) -> None:
         try:
@@ -406,17 +476,29 @@ class Agent:
         self.outdated = False
 
     async def _watch_exit(self) -> None:
+        """The connection's end: the agent exits, or closes its stdout (no answer can come any more)."""
         process = self.process
         assert process is not None
-        code = await asyncio.shield(process.exited)
-        # Let the last lines it wrote arrive before the connection closes.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(1.0):
-                await asyncio.shield(process.stdout_closed)
+        ends: set[asyncio.Future[Any]] = {process.exited, process.stdout_closed}
+        await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+        if not process.exited.done():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STDOUT_CLOSED_GRACE):
+                    await asyncio.shield(process.exited)
+        if process.exited.done():
+            # Let the last lines it wrote arrive before the connection closes.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await asyncio.shield(process.stdout_closed)
         if self.process is not process:
             return
         self._exit_watch = None
-        reason = f"the agent exited on its own with code {code}" if code >= 0 else f"the agent was killed by signal {-code}"
+        if not process.exited.done():
+            reason = "the agent closed its output (stdout) but kept running"
+        elif (code := process.exited.result()) >= 0:
+            reason = f"the agent exited on its own with code {code}"
+        else:
+            reason = f"the agent was killed by signal {-code}"
         self.log(f"deck: {reason}")
         await self._end_process(reason)
         if self.running:
@@ -450,16 +532,20 @@ def _auth_hint(agent: Agent, method: dict[str, Any]) -> str:
 
 
 async def _unless_exited(awaitable: Awaitable[Any], process: Process) -> Any:
-    """Await `awaitable`, but fail at once if the process exits first."""
+    """Await `awaitable`, but fail at once if the process exits, or closes its stdout, first."""
     task = asyncio.ensure_future(awaitable)
     try:
-        done, _ = await asyncio.wait({task, process.exited}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({task, process.exited, process.stdout_closed}, return_when=asyncio.FIRST_COMPLETED)
         if task not in done:
-            # The answer may be in the last bytes written before the exit.
-            await asyncio.wait({task, process.stdout_closed}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            if process.exited.done():  # the answer may be in the last bytes written before the exit
+                await asyncio.wait({task, process.stdout_closed}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            else:  # nothing more can come; an exit on its way still tells its code
+                await asyncio.wait({task, process.exited}, timeout=STDOUT_CLOSED_GRACE, return_when=asyncio.FIRST_COMPLETED)
             await asyncio.sleep(0)
         if task.done():
             return task.result()
+        if not process.exited.done():
+            raise ServiceError("the agent closed its output (stdout) during the handshake")
         raise ServiceError(f"the agent exited during the handshake with code {process.exited.result()}")
     finally:
         task.cancel()

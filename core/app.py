@@ -69,6 +69,8 @@ class Deck:
         #: Set by a plugin (logs, for `--trace`) before agents start: every ACP line goes to `deck_acp_message`.
         self.trace_acp = False
         self.trace_path: Path | None = None
+        #: Folders deck keeps for itself besides its state folder (a plugin's socket folder): agents' fs/* stay out.
+        self.private_folders: list[Path] = []
         self.frontend: Frontend | None = None
         self._listeners: list[Any] = []
         self._emitting = False
@@ -81,7 +83,7 @@ class Deck:
         if path is None:
             text = configmod.embedded_default()
             return text, configmod.parse(text)
-        return configmod.load_file(path)
+        return configmod.load_file(path, pipe=True)  # `--config <(…)` too, read once
 
     def config_sections(self) -> dict[str, Any]:
         """Config sections contributed by plugins: `{name: pydantic model}`."""

@@ -8,12 +8,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
+from typer.core import TyperCommand
 
 from ._version import __version__
 from .errors import ExitCode
 
 if TYPE_CHECKING:
     from .app import Deck
+    from .approve import Approval
+
+class _Command(TyperCommand):
+    """Plain argument names in help: `deck send [OPTIONS] AGENT TEXT`, not `{AGENT}` and `AGENT <str>`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.param_type_name == "argument":
+                name = (param.metavar or param.name or "").upper()
+                shown = name if param.required else f"[{name}]"
+                param.get_usage_pieces = lambda ctx, shown=shown: [shown]  # type: ignore[method-assign]
+                param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
+
 
 app = typer.Typer(
     name="deck",
@@ -29,6 +44,25 @@ app.add_typer(config_app, name="config")
 ConfigOption = typer.Option(
     None, "--config", "-c", metavar="PATH", help="Config file (else $DECK_CONFIG, ./deck.toml, XDG, built-in)."
 )
+
+
+def _complete_agents(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion: the agents of the config the command line names (or the one in use)."""
+    from .config import embedded_default, find_config, parse, read_text
+
+    try:
+        found, _source = find_config(str(ctx.params["config"]) if ctx.params.get("config") else None)
+        text = read_text(found) if found is not None else embedded_default()  # a regular file only: never a FIFO
+        loaded = parse(text)
+    except Exception:  # completion never prints a traceback into the user's shell
+        return []
+    names = list(loaded.config.agents) if loaded.config is not None else []
+    return [n for n in names if n.startswith(incomplete)]
+
+
+def _complete_frontends(incomplete: str) -> list[str]:
+    """Shell completion: the frontends deck ships (plugins may add more)."""
+    return [n for n in ("urwid", "line", "jsonl") if n.startswith(incomplete)]
 
 
 def _version(value: bool) -> None:
@@ -53,13 +87,39 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def setup_logging() -> None:
+    """Where deck's log records go, once per process: every record with its traceback to
+    $XDG_STATE_HOME/deck/deck.log (rotated), and a problem as one line on stderr (tty.TerminalLog),
+    which a full-screen frontend takes over while it owns the screen."""
+    import logging
+
+    from .config import state_dir
+    from .tty import LogFile, TerminalLog
+
+    root = logging.getLogger()
+    if any(isinstance(h, TerminalLog) for h in root.handlers):
+        return
+    path = state_dir() / "deck.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        root.addHandler(LogFile(path))
+        written: Optional[Path] = path
+    except OSError:
+        written = None  # no writable state dir: the terminal still gets its lines
+    root.addHandler(TerminalLog(written))
+    root.setLevel(logging.WARNING)  # other libraries: their problems only
+    logging.getLogger("deck").setLevel(logging.INFO)
+    logging.captureWarnings(True)  # Python warnings too, instead of raw on stderr
+
+
 def make_deck(config: Optional[Path], disabled: tuple[str, ...] = ()) -> Deck:
     from .app import Deck
     from .config import find_config
     from .errors import UsageError
 
+    setup_logging()
     path, source = find_config(str(config) if config else None)
-    if path is not None and not path.is_file():
+    if path is not None and not path.exists():  # not is_file(): `--config <(…)` is a pipe
         fail(f"config file not found: {path}")
     try:
         return Deck(path, source, disabled=disabled)
@@ -80,6 +140,32 @@ def _disabled(values: list[str]) -> tuple[str, ...]:
     return tuple(v[3:] for v in values)
 
 
+ApproveOption = typer.Option(
+    [],
+    "--approve",
+    metavar="PATTERN",
+    help=(
+        "Approve the permission requests whose tool call PATTERN names (repeatable), with their "
+        "allow-once option (else allow-always): KIND (read, edit, delete, move, search, execute, "
+        "think, fetch, other), KIND:GLOB (that kind, its title matching the case-sensitive fnmatch "
+        "GLOB) or *:GLOB (any kind). Other requests follow the agent's permissions policy."
+    ),
+)
+
+
+def _approvals(values: list[str]) -> tuple[Approval, ...]:
+    """`--approve` values → patterns; a bad one is a usage error (exit 2), never approves anything."""
+    from .approve import Approval
+
+    approvals = []
+    for value in values:
+        try:
+            approvals.append(Approval.parse(value))
+        except ValueError as exc:
+            fail(f"bad --approve {value!r}: {exc}")
+    return tuple(approvals)
+
+
 def frontends(deck: Deck) -> dict[str, Any]:
     return deck.hooks.register_frontends()
 
@@ -93,17 +179,23 @@ def run_async(coro: Any) -> Any:
         return ExitCode.INTERRUPTED
 
 
-@app.command()
+@app.command(cls=_Command)
 def run(
     config: Optional[Path] = ConfigOption,
-    frontend: Optional[str] = typer.Option(None, "--frontend", "-f", metavar="NAME", help="urwid, line or jsonl (else the config's)."),
+    frontend: Optional[str] = typer.Option(None, "--frontend", "-f", metavar="NAME", autocompletion=_complete_frontends, help="urwid, line or jsonl (else the config's)."),
     stay: bool = typer.Option(False, "--stay", help="jsonl: keep running after the end of stdin, until a signal."),
     plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
     trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help="Write every ACP line exchanged to this JSONL file."),
+    approve: list[str] = ApproveOption,
 ) -> None:
-    """Start deck with a frontend (with no config: the built-in demo agent)."""
+    """Start deck with a frontend.
+
+    With no config file anywhere, deck runs the built-in demo agent.
+    """
+    approvals = _approvals(approve)
     deck = make_deck(config, _disabled(plugin))
     deck.trace_path = trace
+    deck.chat.approvals = approvals
     available = frontends(deck)
     name = frontend or deck.config.frontend or ("urwid" if sys.stdin.isatty() and sys.stdout.isatty() else "line")
     if name not in available and frontend is None:
@@ -115,28 +207,42 @@ def run(
     raise typer.Exit(code or 0)
 
 
-@app.command()
+@app.command(cls=_Command)
 def send(
-    agent: str = typer.Argument(..., metavar="AGENT", help="The agent to ask."),
+    agent: str = typer.Argument(..., metavar="AGENT", autocompletion=_complete_agents, help="The agent to ask."),
     text: str = typer.Argument(..., metavar="TEXT", help="The prompt."),
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="Every event as a JSON line on stdout instead of the answer."),
+    approve: list[str] = ApproveOption,
 ) -> None:
-    """Send one prompt; stream the answer to stdout; exit 0 on end_turn, 3-6 on other stop reasons, 1 on errors."""
+    """Send one prompt and stream the answer to stdout.
+
+    A permission request is approved by --approve or the agent's `permissions`
+    policy, else refused; a question is declined.
+
+    Exit code: 0 end_turn, 3 max_tokens, 4 max_turn_requests, 5 refusal, 6 cancelled,
+    1 when the agent failed, 2 for a usage error.
+    """
     from .send import send as send_one
 
-    code = run_async(send_one(make_deck(config), agent, text, as_json))
+    approvals = _approvals(approve)
+    deck = make_deck(config)
+    deck.chat.approvals = approvals
+    code = run_async(send_one(deck, agent, text, as_json))
     raise typer.Exit(code or 0)
 
 
-@app.command()
+@app.command(cls=_Command)
 def agents(
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
     check: bool = typer.Option(False, "--check", help="Check that each agent's command exists (exit 1 if not)."),
     handshake: bool = typer.Option(False, "--handshake", help="With --check: also start each agent for an ACP handshake."),
 ) -> None:
-    """List the configured agents; --check tests their commands (and --handshake, a real start)."""
+    """List the configured agents.
+
+    --check tests that each command exists; --handshake also starts each agent.
+    """
     deck = make_deck(config)
     if check or handshake:
         from .checks import run_check
@@ -153,13 +259,16 @@ def agents(
         typer.echo(f"{row['icon']} {row['name']:<16} {row['title']:<24} {' '.join(row['command'])}")
 
 
-@app.command()
+@app.command(cls=_Command)
 def plugins(
     config: Optional[Path] = ConfigOption,
     plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
 ) -> None:
-    """List the loaded plugins, where each comes from and the hooks it implements."""
+    """List the loaded plugins and their hooks.
+
+    Where each plugin comes from, and the hooks it implements.
+    """
     from .pluginmanager import describe
 
     deck = make_deck(config, _disabled(plugin))
@@ -174,7 +283,7 @@ def plugins(
         typer.echo(f"disabled: {', '.join(disabled)}")
 
 
-@config_app.command("path")
+@config_app.command("path", cls=_Command)
 def config_path(config: Optional[Path] = ConfigOption) -> None:
     """Say which config file is in use and how it was found."""
     from .config import find_config
@@ -190,11 +299,35 @@ def config_path(config: Optional[Path] = ConfigOption) -> None:
         typer.echo(f"{path} (from {how[source]})")
 
 
-@config_app.command("validate")
+@config_app.command("init", cls=_Command)
+def config_init(
+    path: Path = typer.Argument(Path("deck.toml"), metavar="PATH", help="Where to write it.", show_default="./deck.toml"),
+) -> None:
+    """Write a commented first config.
+
+    The demo agent, and presets for real agents to uncomment. Never overwrites a file.
+    """
+    from .starter import starter_config, write_new
+
+    try:
+        write_new(path, starter_config())
+    except FileExistsError:
+        fail(f"{path} already exists: not overwritten (move it away, or give another PATH)", 1)
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror or exc}", 1)
+    typer.echo(f"wrote {path}: the demo agent, and commented presets for real agents.")
+    run = "deck run" if path.resolve() == Path("deck.toml").resolve() else f"deck run --config {path}"
+    typer.echo(f"Next: edit it, check it with `deck config validate {path}`, then `{run}`.")
+
+
+@config_app.command("validate", cls=_Command)
 def config_validate(
     path: Optional[Path] = typer.Argument(None, metavar="PATH", help="The file to check (else the config in use)."),
 ) -> None:
-    """Check a config file: one `path:line:col: message` line per problem; exit 1 on an error."""
+    """Check a config file.
+
+    One `path:line:col: message` line per problem; exit 1 on an error.
+    """
     where, loaded, _sections = _load_config(path)
     for problem in loaded.problems:
         typer.echo(problem.format(where))
@@ -204,21 +337,27 @@ def config_validate(
     typer.echo(f"{where}: valid" + (f" ({warnings} warning{'s' if warnings > 1 else ''})" if warnings else ""))
 
 
-@config_app.command("schema")
+@config_app.command("schema", cls=_Command)
 def config_schema(config: Optional[Path] = ConfigOption) -> None:
-    """Print the config's JSON Schema, with plugin sections (for editor completion)."""
+    """Print the config's JSON Schema.
+
+    With the plugins' sections, for editor completion.
+    """
     from .config import json_schema
 
     _where, _loaded, sections = _load_config(config)
     typer.echo(json.dumps(json_schema(sections), indent=2))
 
 
-@config_app.command("show")
+@config_app.command("show", cls=_Command)
 def config_show(
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="JSON instead of TOML."),
 ) -> None:
-    """Print the effective config: the file with every default filled in."""
+    """Print the effective config.
+
+    The file with every default filled in.
+    """
     from .config import effective, to_toml
 
     where, loaded, _sections = _load_config(config)
@@ -232,9 +371,7 @@ def config_show(
 
 def _load_config(path: Optional[Path]) -> tuple[str, Any, dict[str, Any]]:
     """(where, Loaded, plugin sections) for `path`, else the config in use, else the built-in one."""
-    import tomllib
-
-    from .config import embedded_default, find_config, parse
+    from .config import disabled_plugins, embedded_default, find_config, parse, read_text
 
     found, _source = find_config(str(path) if path else None)
     if found is None:
@@ -242,16 +379,12 @@ def _load_config(path: Optional[Path]) -> tuple[str, Any, dict[str, Any]]:
     else:
         where = str(found)
         try:
-            text = found.read_text(encoding="utf-8")
+            text = read_text(found, pipe=True)  # a regular file or `<(…)`, of 1 MiB at most
         except FileNotFoundError:
             fail(f"config file not found: {found}")
         except (OSError, UnicodeDecodeError) as exc:
             fail(f"cannot read {found}: {exc}")
-    try:
-        disabled = tomllib.loads(text).get("plugins", {}).get("disabled", [])
-    except (tomllib.TOMLDecodeError, AttributeError):
-        disabled = []
-    sections = _plugin_sections([d for d in disabled if isinstance(d, str)] if isinstance(disabled, list) else [])
+    sections = _plugin_sections(disabled_plugins(text))
     return where, parse(text, sections), sections
 
 

@@ -1,17 +1,23 @@
-"""The config file: pydantic models, discovery, TOML loading with line/column problems, recent files.
+"""The config file: pydantic models, discovery, reading (regular files of 1 MiB at most), TOML
+checking with line/column problems, atomic saving, recent files.
 
 Watching the file and applying a change to a running deck live in `watch.py`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import math
 import os
 import re
+import selectors
 import shlex
+import stat
 import sys
 import tempfile
+import time
 import tomllib
 import typing
 from dataclasses import dataclass, field
@@ -33,6 +39,14 @@ from .fs import UMASK
 DEFAULT_NAME = "deck.toml"
 #: How many config files `ConfigService.Recent` remembers.
 RECENT_MAX = 8
+#: The largest config deck reads or saves: far above any real one, small enough that a wrong
+#: path (a log, a disk image) is refused at once instead of filling memory.
+MAX_SIZE = 1 << 20
+#: How deep tables, arrays and dotted keys may nest. The TOML parser and what reads its result
+#: recurse once per level, and some of its work grows with the square of a key's length.
+MAX_NESTING = 100
+#: How long a pipe given as the config at start (`--config <(…)`) has to send all of it.
+PIPE_TIMEOUT = 10.0
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -215,11 +229,121 @@ def find_config(flag: str | None = None) -> tuple[Path | None, str]:
     return None, "embedded"
 
 
+# -- reading ----------------------------------------------------------------------------------
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO or pipe"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+class Unreadable(OSError):
+    """A path deck does not read as a config: not a regular file, too large, or a pipe too slow."""
+
+
+def read_text(path: Path, *, pipe: bool = False) -> str:
+    """The text of config file `path`, exactly as written: no newline is translated, so `digest` of it
+    is the hash of the file's bytes.
+
+    Only a regular file of MAX_SIZE bytes at most is read, or with `pipe` (the config deck starts
+    with, `--config <(…)`) what a pipe sends within PIPE_TIMEOUT. The path is opened without
+    blocking: a FIFO nobody writes to, or a device, is refused at once instead of hanging deck.
+    """
+    return read_bytes(path, pipe=pipe).decode("utf-8")
+
+
+def read_bytes(path: Path, *, pipe: bool = False) -> bytes:
+    """The bytes of config file `path` (see `read_text`); `Unreadable` when deck refuses it."""
+    _check_kind(os.stat(path).st_mode, pipe)  # a device is not even opened: opening some does something
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        info = os.fstat(fd)  # what was opened, should the path have been replaced meanwhile
+        _check_kind(info.st_mode, pipe)
+        return _read_regular(fd, info.st_size) if stat.S_ISREG(info.st_mode) else _read_pipe(fd)
+    finally:
+        os.close(fd)
+
+
+def _check_kind(mode: int, pipe: bool) -> None:
+    if not (stat.S_ISREG(mode) or (pipe and stat.S_ISFIFO(mode))):
+        raise Unreadable(f"not a regular file ({_mode_kind(mode)})")
+
+
+def _too_big(size: int) -> str:
+    return f"{size} bytes: a config file has {MAX_SIZE} (1 MiB) at most"
+
+
+def _read_regular(fd: int, size: int) -> bytes:
+    if size > MAX_SIZE:
+        raise Unreadable(_too_big(size))
+    chunks: list[bytes] = []
+    total = 0
+    while chunk := os.read(fd, MAX_SIZE + 1 - total):  # the file may grow while it is read
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > MAX_SIZE:
+            raise Unreadable(_too_big(total))
+    return b"".join(chunks)
+
+
+def _read_pipe(fd: int) -> bytes:
+    """What a pipe sends until its writer closes it, within PIPE_TIMEOUT and MAX_SIZE."""
+    deadline = time.monotonic() + PIPE_TIMEOUT
+    chunks: list[bytes] = []
+    total = 0
+    with selectors.DefaultSelector() as ready:
+        ready.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not ready.select(left):
+                raise Unreadable(f"the pipe did not send the whole config within {PIPE_TIMEOUT:g}s")
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:  # woken without data
+                continue
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > MAX_SIZE:
+                raise Unreadable(f"the pipe sent more than {MAX_SIZE} bytes: a config file has 1 MiB at most")
+
+
+def _mode_kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "a special file")
+
+
+def _current_digest(path: Path) -> str | None:
+    """The sha256 of what `path` holds now; None when it cannot be read as a config (gone, a FIFO, too large)."""
+    try:
+        return hashlib.sha256(read_bytes(path)).hexdigest()
+    except OSError:
+        return None
+
+
+def is_pipe(path: Path) -> bool:
+    """Whether `path` is a pipe (`--config <(…)`): read once at start, never watched, written or remembered."""
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def digest(text: str) -> str:
+    """The sha256 (hex) of `text` in UTF-8: the hash of a config file's bytes when `text` was read from it."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 # -- checking ---------------------------------------------------------------------------------
 
 
 def parse(text: str, sections: dict[str, type[BaseModel]] | None = None) -> Loaded:
     """Check `text`; problems carry the line and column they point at."""
+    if (unfit := _unfit(text)) is not None:
+        return Loaded(None, [unfit])
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -250,14 +374,126 @@ def parse(text: str, sections: dict[str, type[BaseModel]] | None = None) -> Load
     return Loaded(config, sorted(problems, key=lambda p: (p.line, p.column)), raw, validated)
 
 
-def load_file(path: Path, sections: dict[str, type[BaseModel]] | None = None) -> tuple[str, Loaded]:
+def disabled_plugins(text: str) -> list[str]:
+    """`plugins.disabled` of a config text, read before it is checked (the check needs the enabled
+    plugins' sections); [] when the text cannot be read."""
+    if _unfit(text) is not None:
+        return []
     try:
-        text = path.read_text(encoding="utf-8")
+        disabled = tomllib.loads(text).get("plugins", {}).get("disabled", [])
+    except (tomllib.TOMLDecodeError, AttributeError):
+        return []
+    return [d for d in disabled if isinstance(d, str)] if isinstance(disabled, list) else []
+
+
+def load_file(
+    path: Path, sections: dict[str, type[BaseModel]] | None = None, *, pipe: bool = False
+) -> tuple[str, Loaded]:
+    """Read (see `read_text`) and check config file `path`; a file deck cannot read is one problem."""
+    try:
+        text = read_text(path, pipe=pipe)
     except FileNotFoundError:
         return "", Loaded(None, [Problem(1, 1, f"no such file: {path}")])
     except (OSError, UnicodeDecodeError) as exc:
         return "", Loaded(None, [Problem(1, 1, f"cannot read {path}: {exc}")])
     return text, parse(text, sections)
+
+
+def _unfit(text: str) -> Problem | None:
+    """Why `text` is not even given to the TOML parser: its size, what UTF-8 cannot hold, its nesting."""
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # from JSON ("\ud800"): it could be neither saved nor read back
+        return Problem(*_position(text, exc.start), f"not UTF-8 text: a lone surrogate (U+{ord(text[exc.start]):04X})")
+    if size > MAX_SIZE:
+        return Problem(1, 1, _too_big(size))
+    if (at := _too_deep(text)) is not None:
+        return Problem(*_position(text, at), f"nested more than {MAX_NESTING} levels deep")
+    return None
+
+
+def _position(text: str, index: int) -> tuple[int, int]:
+    """The line and column of `text[index]` (TOML lines end at \\n only)."""
+    return text.count("\n", 0, index) + 1, index - text.rfind("\n", 0, index)
+
+
+#: The rest of a string after its opening quotes; possessive, so a string left open costs one scan.
+_STRING_REST = {
+    '"""': re.compile(r'(?:[^"\\]|\\.|"(?!""))*+"{3,5}', re.DOTALL),
+    "'''": re.compile(r"(?:[^']|'(?!''))*+'{3,5}"),
+    '"': re.compile(r'(?:[^"\\\n]|\\.)*+"'),
+    "'": re.compile(r"[^'\n]*+'"),
+}
+_NESTING_MARK = re.compile(r'["\'#\[\]{}=,.\n]')
+
+
+def _too_deep(text: str) -> int | None:
+    """Where `text` first nests deeper than MAX_NESTING (its index), in one pass before any parser recurses.
+
+    The level of a value is the number of tables and arrays around it: a header `[a.b]` opens
+    level 2, a key `c.d = …` in it writes level 4, an array there holds level 5 (and so on inside
+    inline tables). Strings and comments are skipped; a string left open ends the scan (the parser
+    reports it).
+    """
+    stack: list[tuple[str, int]] = []  # the open arrays and inline tables, with their levels
+    table = 0  # the level of the table the current header opened
+    mode = "key"  # reading a key, a header, a value, or the rest of a header line
+    dots = 0  # in the key being read
+    value = 0  # the level of the next value
+    pos = 0
+    while (mark := _NESTING_MARK.search(text, pos)) is not None:
+        at, ch = mark.start(), mark.group()
+        pos = at + 1
+        if ch in "\"'":
+            quotes = text[at : at + 3] if text.startswith(ch * 3, at) else ch
+            rest = _STRING_REST[quotes].match(text, at + len(quotes))
+            if rest is None:
+                return None
+            pos = rest.end()
+        elif ch == "#":
+            end = text.find("\n", at)
+            pos = len(text) if end < 0 else end
+        elif ch == "\n":
+            if not stack:
+                mode, dots = "key", 0
+        elif mode == "rest":
+            continue
+        elif ch in ".=" and mode in ("key", "header"):
+            # A key's parts nest from the table it is written in (none for a header: it starts at the top).
+            base = 0 if mode == "header" else stack[-1][1] if stack else table
+            if ch == ".":
+                dots += 1
+            elif mode == "key":
+                mode, value = "value", base + dots + 1
+            if base + dots + 1 > MAX_NESTING:
+                return at
+        elif ch == "[" and mode == "key" and not stack:
+            mode, dots = "header", 0
+            if text.startswith("[", pos):  # [[array.of.tables]]: one level more
+                pos, dots = pos + 1, 1
+        elif ch == "]" and mode == "header":
+            mode, table = "rest", dots + 1
+            if table > MAX_NESTING:
+                return at
+        elif ch in "[{" and mode == "value":
+            if value > MAX_NESTING:
+                return at
+            stack.append((ch, value))
+            if ch == "{":
+                mode, dots = "key", 0
+            else:
+                value += 1
+        elif ch in "]}" and stack:
+            stack.pop()
+            mode = "value"
+            if stack and stack[-1][0] == "[":
+                value = stack[-1][1] + 1
+        elif ch == "," and stack:
+            if stack[-1][0] == "{":
+                mode, dots = "key", 0
+            else:
+                value = stack[-1][1] + 1
+    return None
 
 
 def _problems(exc: ValidationError, prefix: tuple[str, ...], locate: _Locator) -> list[Problem]:
@@ -385,7 +621,9 @@ class _Locator:
     def __init__(self, text: str) -> None:
         self.keys: dict[tuple[str, ...], tuple[int, int]] = {}
         self.values: dict[tuple[str, ...], tuple[int, int]] = {}
-        self.order: list[tuple[str, ...]] = []
+        #: Every prefix of a written key → where the first key under it is written: a table written
+        #: only through its sub-keys (`agents.a.title = …`) is found in one look-up, not a scan.
+        self.first: dict[tuple[str, ...], tuple[int, int]] = {}
         self.duplicate: tuple[int, int] | None = None
         table: tuple[str, ...] = ()
         in_string: str | None = None  # the quotes of a multi-line string being read
@@ -415,7 +653,10 @@ class _Locator:
             self.duplicate = (line, key_col)
         self.keys.setdefault(path, (line, key_col))
         self.values.setdefault(path, (line, value_col or key_col))
-        self.order.append(path)
+        for size in range(len(path), 0, -1):
+            if path[:size] in self.first:
+                break  # and so are its shorter prefixes
+            self.first[path[:size]] = (line, key_col)
 
     def _inline(self, line: str, start: int, prefix: tuple[str, ...], number: int) -> None:
         """Keys of an inline table `{ A = 1, B = { C = 2 } }` that starts at `line[start]`."""
@@ -451,7 +692,7 @@ class _Locator:
             line = lines[row]
             while col < len(line) and stack:
                 ch, frame = line[col], stack[-1]
-                if ch in " \t":
+                if ch in " \t\r":
                     col += 1
                     continue
                 if ch == "#":
@@ -476,14 +717,11 @@ class _Locator:
             row, col = row + 1, 0
 
     def _find(self, table: dict[tuple[str, ...], tuple[int, int]], loc: tuple[str, ...]) -> tuple[int, int]:
-        # The longest prefix of `loc` written in the file: the key itself, else its table.
+        # The longest prefix of `loc` written in the file: the key itself, else the first key under it.
         for size in range(len(loc), 0, -1):
-            if loc[:size] in table:
-                return table[loc[:size]]
-            # A table only written through its sub-keys (`agents.a.title = …`): the first of them.
-            for path in self.order:
-                if path[:size] == loc[:size]:
-                    return self.keys[path]
+            found = table.get(loc[:size]) or self.first.get(loc[:size])
+            if found is not None:
+                return found
         return 1, 1
 
     def key(self, loc: tuple[str, ...]) -> tuple[int, int]:
@@ -510,6 +748,8 @@ def json_schema(sections: dict[str, type[BaseModel]] | None = None) -> dict[str,
 def effective(config: DeckConfig, sections: dict[str, BaseModel] | None = None) -> dict[str, Any]:
     """The config as deck uses it, every default filled in, keys spelled as in the file."""
     data = config.model_dump(by_alias=True, exclude_none=True)
+    for name, agent in config.agents.items():
+        data["agents"][name]["cwd"] = agent.resolved_cwd()  # the folder it runs in, not "" for "here"
     for name, model in (sections or {}).items():
         data[name] = model.model_dump(by_alias=True, exclude_none=True, mode="json")
     return data
@@ -552,9 +792,21 @@ def _toml_value(value: Any) -> str:
 # -- saving and recent files ------------------------------------------------------------------
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` at once (temp file + rename): readers see the old or the new file, never half."""
+class Changed(Exception):
+    """The file is no longer the one a write was based on."""
+
+
+def write_atomic(path: Path, text: str, *, base: str | None = None) -> None:
+    """Replace `path` with `text` at once (temp file + rename): readers see the old or the new file, never half.
+
+    Only a regular file is replaced. With `base` (the `digest` of the text the new one was made
+    from), `Changed` is raised instead when the file holds anything else: it is hashed again just
+    before the rename, so only a write landing between that read and the rename can still be lost.
+    """
     target = Path(os.path.realpath(path))  # a symlinked config keeps its link
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(mode := os.stat(path).st_mode):  # a pipe, a device: never replaced by a file
+            raise Unreadable(f"not a regular file ({_mode_kind(mode)})")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
@@ -564,6 +816,8 @@ def write_atomic(path: Path, text: str) -> None:
             os.fsync(out.fileno())
         # An existing file keeps its mode; a new one gets what open() would give it (mkstemp's is 0600).
         os.chmod(temp, target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~UMASK)
+        if base is not None and _current_digest(target) != base:
+            raise Changed(str(path))
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)

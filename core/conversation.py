@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -19,6 +20,8 @@ _ids = itertools.count(1)
 
 TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"})
 TOOL_STATUSES = frozenset({"pending", "in_progress", "completed", "failed"})
+PLAN_PRIORITIES = frozenset({"high", "medium", "low"})
+PLAN_STATUSES = frozenset({"pending", "in_progress", "completed"})
 
 
 def new_id(prefix: str) -> str:
@@ -34,7 +37,10 @@ def compact_json(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except RecursionError:  # an agent's value nested about as deep as json could read it
+        return "[nested too deep to show]"
 
 
 class TextPart:
@@ -209,10 +215,10 @@ class Conversation:
         self.sessions_used += 1
         modes = result.get("modes")
         if modes is not None or self.modes is not None:
-            self._set("modes", modes if isinstance(modes, dict) else None)
+            self._set("modes", _modes(modes))
         options = result.get("configOptions")
         if options is not None or self.config_options:
-            self._set("config_options", options if isinstance(options, list) else [])
+            self._set("config_options", _dicts(options))
 
     def _set(self, attr: str, value: Any) -> None:
         setattr(self, attr, value)
@@ -222,12 +228,17 @@ class Conversation:
     # -- session/update -------------------------------------------------------------------
 
     def apply_update(self, update: dict[str, Any]) -> None:
-        """Fold one ACP `session/update` into the conversation; unknown kinds pass through raw."""
+        """Fold one ACP `session/update` into the conversation; unknown kinds pass through raw.
+
+        The update is the agent's, so untrusted: each handler reads its fields through the
+        helpers at the end of this module, which drop or default what has the wrong type.
+        """
         kind = update.get("sessionUpdate")
         self.last_update = time.monotonic()
-        handler = self._handlers.get(kind)  # type: ignore[arg-type]
+        handler = self._handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
-            log.info("%s: session/update %r passed on raw", self.agent, kind)
+            shown = kind[:80] if isinstance(kind, str) else type(kind).__name__  # junk is neither long nor deep in a log
+            log.info("%s: session/update %r passed on raw", self.agent, shown)
             self.emit(SessionUpdate(self.agent, update))
             return
         handler(self, update)
@@ -281,7 +292,7 @@ class Conversation:
         self.add(message)
 
     def _tool_call(self, update: dict[str, Any]) -> None:
-        tool_id = str(update.get("toolCallId", ""))
+        tool_id = _tool_id(update)
         known = self._tools.get(tool_id)
         if known is not None and known[0] is self.current:
             self._tool_update(update)
@@ -293,10 +304,10 @@ class Conversation:
         self.emit(MessageDelta(self.agent, message.id, index, "tool", part=message.parts[index].to_dict()))
 
     def _tool_update(self, update: dict[str, Any]) -> None:
-        tool_id = str(update.get("toolCallId", ""))
+        tool_id = _tool_id(update)
         found = self._tools.get(tool_id)
         if found is None:
-            self._tool_call({"title": "", **update, "toolCallId": tool_id} if "title" not in update else update)
+            self._tool_call(update)
             return
         message, index = found
         part = tool_part(update, message.parts[index].to_dict())
@@ -310,9 +321,12 @@ class Conversation:
     def _plan(self, update: dict[str, Any]) -> None:
         message = self._target()
         entries = [
-            {"content": e.get("content", ""), "priority": e.get("priority", "medium"), "status": e.get("status", "pending")}
-            for e in update.get("entries") or []
-            if isinstance(e, dict)
+            {
+                "content": _string(e.get("content")),
+                "priority": _choice(e.get("priority"), PLAN_PRIORITIES, "medium"),
+                "status": _choice(e.get("status"), PLAN_STATUSES, "pending"),
+            }
+            for e in _dicts(update.get("entries"))
         ]
         part = DictPart({"type": "plan", "entries": entries})
         for index, old in enumerate(message.parts):
@@ -325,23 +339,42 @@ class Conversation:
         self.emit(MessageDelta(self.agent, message.id, index, "plan", part=part.data))
 
     def _commands(self, update: dict[str, Any]) -> None:
-        self._set("commands", list(update.get("availableCommands") or []))
+        self._set("commands", _dicts(update.get("availableCommands")))
+
+    # An agent may offer its modes twice: as `modes` and as a config option of category "mode"
+    # (the newer form). It may report a change in one form only; the other follows, so that
+    # deck never shows two current modes.
 
     def _mode(self, update: dict[str, Any]) -> None:
+        mode_id = update.get("currentModeId")
+        if not isinstance(mode_id, str):
+            log.info("%s: current_mode_update without a mode id, skipped", self.agent)
+            return
         modes = dict(self.modes or {"availableModes": []})
-        modes["currentModeId"] = update.get("currentModeId")
+        modes["currentModeId"] = mode_id
         self._set("modes", modes)
+        option = _mode_option(self.config_options)
+        if option is not None and option.get("currentValue") != mode_id and mode_id in _option_values(option):
+            followed = {**option, "currentValue": mode_id}
+            self._set("config_options", [followed if o is option else o for o in self.config_options])
 
     def _config_options(self, update: dict[str, Any]) -> None:
-        self._set("config_options", list(update.get("configOptions") or []))
+        self._set("config_options", _dicts(update.get("configOptions")))
+        option = _mode_option(self.config_options)
+        value = option.get("currentValue") if option is not None else None
+        if self.modes is None or not isinstance(value, str) or value == self.modes.get("currentModeId"):
+            return
+        if value in [m.get("id") for m in _dicts(self.modes.get("availableModes"))]:  # ids may be junk
+            self._set("modes", {**self.modes, "currentModeId": value})
 
     def _session_info(self, update: dict[str, Any]) -> None:
-        if "title" in update:
-            self._set("title", update.get("title"))
+        title = update.get("title", False)
+        if title is None or isinstance(title, str):
+            self._set("title", title)
 
     def _usage(self, update: dict[str, Any]) -> None:
         usage = {"used": _count(update.get("used")), "size": _count(update.get("size"))}
-        if update.get("cost"):
+        if isinstance(update.get("cost"), dict):
             usage["cost"] = update["cost"]
         self.usage = usage
         self.emit(UsageChanged(self.agent, usage))
@@ -362,38 +395,33 @@ class Conversation:
 
 
 def tool_part(call: dict[str, Any], old: dict[str, Any] | None = None) -> dict[str, Any]:
-    """ACP ToolCall / ToolCallUpdate → deck's tool part; only the fields sent change."""
-    part = dict(old) if old else {
-        "type": "tool", "id": str(call.get("toolCallId", "")), "title": "", "kind": "other",
+    """ACP ToolCall / ToolCallUpdate → deck's tool part; only the fields sent (with the right type) change."""
+    part: dict[str, Any] = dict(old) if old else {
+        "type": "tool", "id": _tool_id(call), "title": "", "kind": "other",
         "status": "pending", "input": "", "output": "", "locations": [], "diffs": [],
     }  # fmt: skip
-    if call.get("title") is not None:
-        part["title"] = str(call["title"])
+    if isinstance(call.get("title"), str):
+        part["title"] = call["title"]
     if call.get("kind") is not None:
-        part["kind"] = call["kind"] if call["kind"] in TOOL_KINDS else "other"
-    if call.get("status") is not None:
-        part["status"] = call["status"] if call["status"] in TOOL_STATUSES else part["status"]
+        part["kind"] = _choice(call["kind"], TOOL_KINDS, "other")
+    part["status"] = _choice(call.get("status"), TOOL_STATUSES, part["status"])
     if "rawInput" in call:
         part["input"] = compact_json(call["rawInput"])
-    if call.get("locations") is not None:
-        part["locations"] = [
-            {k: v for k, v in loc.items() if k in ("path", "line")} for loc in call["locations"] if isinstance(loc, dict)
-        ]
-    if call.get("content") is not None:
+    if isinstance(call.get("locations"), list):
+        part["locations"] = [_location(loc) for loc in _dicts(call["locations"])]
+    if isinstance(call.get("content"), list):
         texts, diffs = [], []
-        for item in call["content"]:
-            if not isinstance(item, dict):
-                continue
+        for item in _dicts(call["content"]):
             if item.get("type") == "diff":
                 old_text = item.get("oldText")
                 diffs.append(
-                    {"path": item.get("path", ""), "oldText": old_text or "", "newText": item.get("newText", ""),
-                     "newFile": old_text is None}  # fmt: skip
+                    {"path": _string(item.get("path")), "oldText": _string(old_text),
+                     "newText": _string(item.get("newText")), "newFile": old_text is None}  # fmt: skip
                 )
             elif item.get("type") == "content":
-                texts.append(_describe_block(item.get("content") or {}, text_too=True))
+                texts.append(_describe_block(item.get("content"), text_too=True))
             elif item.get("type") == "terminal":
-                texts.append(f"[terminal {item.get('terminalId', '')}]")
+                texts.append(f"[terminal {_string(item.get('terminalId'))}]")
         part["output"] = "\n".join(t for t in texts if t)
         part["diffs"] = diffs
     if call.get("rawOutput") is not None and not part["output"]:
@@ -412,22 +440,88 @@ def _block_text(content: Any) -> str:
 
 
 def _count(value: Any) -> int:
-    """A token count as sent; anything that is not a number counts as 0."""
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+    """A token count as sent; anything that is not a finite number counts as 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return int(value) if math.isfinite(value) else 0
 
 
-def _describe_block(block: dict[str, Any], text_too: bool = False) -> str:
+def _describe_block(block: Any, text_too: bool = False) -> str:
     """A non-text content block as a short Markdown stand-in (images, links, resources)."""
     if not isinstance(block, dict):
         return ""
     kind = block.get("type")
     if kind == "text":
-        return str(block.get("text", "")) if text_too else ""
+        return _string(block.get("text")) if text_too else ""
     if kind == "resource_link":
-        return f"[{block.get('name') or block.get('uri', '')}]({block.get('uri', '')})"
+        uri = _string(block.get("uri"))
+        return f"[{_string(block.get('name')) or uri}]({uri})"
     if kind == "resource":
-        resource = block.get("resource") or {}
-        return str(resource.get("text") or f"[{resource.get('uri', 'resource')}]")
+        resource = block.get("resource")
+        resource = resource if isinstance(resource, dict) else {}
+        return _string(resource.get("text")) or f"[{_string(resource.get('uri')) or 'resource'}]"
     if kind in ("image", "audio"):
-        return f"[{kind} {block.get('mimeType', '')}]"
+        return f"[{kind} {_string(block.get('mimeType'))}]"
     return ""
+
+
+# -- reading what an agent sent: the right type, or a default ---------------------------------
+
+
+def _string(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _choice(value: Any, allowed: frozenset[str], default: str) -> str:
+    """`value` if it is one of `allowed` (a list or a dict is none of them), else `default`."""
+    return value if isinstance(value, str) and value in allowed else default
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a list; other items, or a value that is no list, are dropped."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _tool_id(call: dict[str, Any]) -> str:
+    """A toolCallId as a string; a number is accepted as its digits, anything else is no id ("")."""
+    value = call.get("toolCallId")
+    if isinstance(value, str):
+        return value
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else ""
+
+
+def _location(loc: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(loc.get("path"), str):
+        out["path"] = loc["path"]
+    if isinstance(loc.get("line"), int) and not isinstance(loc.get("line"), bool):
+        out["line"] = loc["line"]
+    return out
+
+
+def _modes(value: Any) -> dict[str, Any] | None:
+    """A SessionModeState as deck keeps it: `availableModes` a list of objects, `currentModeId` a string or None."""
+    if not isinstance(value, dict):
+        return None
+    current = value.get("currentModeId")
+    return {
+        **value,
+        "currentModeId": current if isinstance(current, str) else None,
+        "availableModes": _dicts(value.get("availableModes")),
+    }
+
+
+def _mode_option(options: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The config option that selects the session mode (category "mode"), if the agent offers one."""
+    return next((o for o in options if o.get("category") == "mode"), None)
+
+
+def _option_values(option: dict[str, Any]) -> list[Any]:
+    """The values a select option offers, whether listed flat or in groups."""
+    values: list[Any] = []
+    for item in _dicts(option.get("options")):
+        if "group" in item:
+            values.extend(v.get("value") for v in _dicts(item.get("options")))
+        else:
+            values.append(item.get("value"))
+    return values

@@ -1,15 +1,54 @@
-"""The client side of ACP's fs/* methods, confined to the agent's working directory."""
+"""The client side of ACP's fs/* methods: confined to the agent's working directory, away from deck's own files.
+
+The agent may change its tree while deck works on it (swap a directory for a symlink between
+a check and an open, in a loop), so nothing is checked by name and then opened by name again.
+A path is resolved beneath a descriptor of the working directory — by the kernel, with
+openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS) where Linux has it, else by `_walk`, one
+component at a time with O_NOFOLLOW — and what was opened is what is read or written:
+
+- symlinks are followed while they stay inside, relative or absolute ones; one that leads out,
+  or a ".." that climbs above the working directory (even to come back), is refused;
+- a read opens the file with O_NOFOLLOW | O_NONBLOCK and reads it only when fstat says it is a
+  regular file: a FIFO or a device is refused, and never blocks a worker thread;
+- a write creates its temp file in the target's directory through that directory's descriptor,
+  and renames it over the target there: readers see the old file or the new one, never half;
+- deck's own files (`Private`) are compared by device and inode, whatever the path's spelling.
+
+A read streams the file and returns at most MAX_READ_BYTES; lines end at "\\n".
+"""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
-import tempfile
-from typing import Any
+import platform
+import secrets
+import stat
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, NamedTuple
 
 from .errors import AcpError
 
 INVALID_PARAMS = -32602
-RESOURCE_NOT_FOUND = -32002
+INTERNAL_ERROR = -32603
+RESOURCE_NOT_FOUND = -32002  # ACP's "resource not found"
+
+#: The most one fs/read_text_file returns, in bytes of the file. No model reads more at once,
+#: and even a text of control characters (6 bytes each once escaped in JSON) keeps the answer
+#: under the 64 MiB line deck itself accepts from a peer (acp.MAX_LINE_BYTES).
+MAX_READ_BYTES = 10 * 1024 * 1024
+#: Symlinks followed for one path, as Linux does (MAXSYMLINKS).
+MAX_SYMLINKS = 40
+_CHUNK = 64 * 1024
+
+_DIR_FLAGS = os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY)
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _umask() -> int:
@@ -21,61 +60,447 @@ def _umask() -> int:
 UMASK = _umask()
 
 
-def inside(root: str, path: Any) -> str:
-    """`path` resolved (symlinks, ..) if it lies inside `root`; else a JSON-RPC error."""
+# -- openat2(2) --------------------------------------------------------------------------------
+
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_BENEATH = 0x08
+#: Its number where deck knows it; elsewhere `_walk` does the same work.
+_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def _load_openat2() -> Callable[[int, str, int], int] | None:
+    """openat2 with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS, if this kernel has it (Linux 5.6+)."""
+    number = _SYS_OPENAT2.get(platform.machine()) if sys.platform == "linux" else None
+    if number is None:
+        return None
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    syscall.restype = ctypes.c_long
+
+    def openat2(dir_fd: int, path: str, flags: int) -> int:
+        how = _OpenHow(flags, 0, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+        fd = syscall(
+            ctypes.c_long(number), ctypes.c_long(dir_fd), ctypes.c_char_p(os.fsencode(path)),
+            ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)),
+        )  # fmt: skip
+        if fd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, os.strerror(code), path)
+        return int(fd)
+
+    try:  # ENOSYS on older kernels, EPERM under some seccomp filters: the walk does it then
+        top = os.open("/", _DIR_FLAGS)
+        try:
+            os.close(openat2(top, ".", _DIR_FLAGS))
+        finally:
+            os.close(top)
+    except OSError:
+        return None
+    return openat2
+
+
+_openat2 = _load_openat2()
+
+
+# -- deck's own files --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Private:
+    """deck's own files: agents' fs/* never change them, nor read into deck's folders.
+
+    Files: the config in use, the configs deck opened before (`recent_files`) and the user's
+    default config; none is replaced by fs/write_text_file (they stay readable). Folders: deck's
+    state folder and `folders` (the socket folder of a plugin); nothing in them is read or
+    written. Looked up at each request, compared by device and inode.
+    """
+
+    config: str | Path | None = None
+    folders: tuple[str | Path, ...] = ()
+
+    def identities(self) -> _Identities:
+        """What to compare with, as device and inode numbers, looked up now."""
+        from . import config  # not at import time: config takes UMASK from here
+
+        ids = _Identities(set(), set(), set())
+        for path in (self.config, *config.recent_files(), config.xdg_config_file()):
+            if not path:
+                continue
+            real = os.path.realpath(path)
+            with suppress(OSError):
+                ids.files.add(_identity(os.stat(real)))
+            with suppress(OSError):
+                ids.names.add((*_identity(os.stat(os.path.dirname(real))), os.path.basename(real)))
+        for folder in (config.state_dir(), *self.folders):
+            real = os.path.realpath(folder)
+            with suppress(OSError):
+                ids.folders.add(_identity(os.stat(real)))
+            with suppress(OSError):  # not made yet: a file in its place would keep deck from making it
+                ids.names.add((*_identity(os.stat(os.path.dirname(real))), os.path.basename(real)))
+        return ids
+
+
+class _Identities(NamedTuple):
+    files: set[tuple[int, int]]  # deck's config files
+    names: set[tuple[int, int, str]]  # (folder, name) of those files and folders: never created or replaced
+    folders: set[tuple[int, int]]  # nothing in them is read or written
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+# -- refusals ----------------------------------------------------------------------------------
+
+
+class _Outside(Exception):
+    """The path leads out of the working directory."""
+
+
+class _Own(Exception):
+    """The path is one of deck's own files, or in one of its folders."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+class _TooBig(Exception):
+    """More to read than MAX_READ_BYTES."""
+
+
+@contextmanager
+def _answers(path: str, verb: str) -> Iterator[None]:
+    """Turn what went wrong into the JSON-RPC error the agent gets."""
+    try:
+        yield
+    except _Outside as exc:
+        raise AcpError(INVALID_PARAMS, f"path outside the agent's working directory refused: {path}") from exc
+    except _Own as exc:
+        if exc.what == "file":
+            raise AcpError(INVALID_PARAMS, f"refused: {path} is one of deck's own files: agents may not {verb} it") from exc
+        raise AcpError(INVALID_PARAMS, f"refused: {path} is in deck's own state or runtime folder: agents may not {verb} there") from exc
+    except FileNotFoundError as exc:
+        if verb == "write":
+            raise AcpError(RESOURCE_NOT_FOUND, f"no such directory: {os.path.dirname(path)}") from exc
+        raise AcpError(RESOURCE_NOT_FOUND, f"no such file: {path}") from exc
+    except IsADirectoryError as exc:
+        raise AcpError(INVALID_PARAMS, f"is a directory: {path}") from exc
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket, a device without its driver
+            raise AcpError(INVALID_PARAMS, f"not a regular file: {path}") from exc
+        raise AcpError(INTERNAL_ERROR, f"cannot {verb} {path}: {exc.strerror}") from exc
+
+
+def _path(params: dict[str, Any]) -> str:
+    path = params.get("path")
     if not isinstance(path, str) or not path:
         raise AcpError(INVALID_PARAMS, "path must be a non-empty string")
     if not os.path.isabs(path):
         raise AcpError(INVALID_PARAMS, f"path must be absolute: {path}")
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(path)
-    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
-        raise AcpError(INVALID_PARAMS, f"path outside the agent's working directory refused: {path}")
-    return real
+    return path
 
 
-def read_text_file(root: str, params: dict[str, Any]) -> dict[str, Any]:
-    path = inside(root, params.get("path"))
+# -- resolving beneath the working directory ---------------------------------------------------------
+
+
+class _Root:
+    """The working directory, held open: every path is resolved beneath this descriptor."""
+
+    def __init__(self, path: str, folders: set[tuple[int, int]]) -> None:
+        self.folders = folders  # deck's own, never entered
+        self.path = os.path.realpath(path)
+        self.parts = _components(self.path)
+        try:
+            self.fd = os.open(self.path, _DIR_FLAGS)
+        except OSError as exc:
+            raise AcpError(INTERNAL_ERROR, f"the agent's working directory cannot be opened: {self.path}: {exc.strerror}") from exc
+        self.id = _identity(os.fstat(self.fd))
+
+    def __enter__(self) -> _Root:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.fd)
+
+    def beneath(self, path: str) -> list[str]:
+        """The components of absolute `path` below the root; _Outside if it does not start there."""
+        parts = _components(path)
+        if parts[: len(self.parts)] == self.parts:
+            return parts[len(self.parts) :]
+        # The root reached through a symlink outside it (/tmp on macOS): whatever matches, what
+        # follows is still resolved beneath the descriptor.
+        for end in range(len(parts), 0, -1):
+            with suppress(OSError):
+                if _identity(os.stat("/" + "/".join(parts[:end]))) == self.id:
+                    return parts[end:]
+        raise _Outside(path)
+
+    def check(self, directory: int) -> None:
+        """_Own if `directory` is one of deck's folders or inside one, below the root.
+
+        It and each directory above it, up to the root, are compared with deck's folders by
+        device and inode (".." of a held descriptor, not a path). Not finding the root on the
+        way means the directory was moved out meanwhile: _Outside.
+        """
+        current = os.dup(directory)
+        try:
+            here = _identity(os.fstat(current))
+            while here not in self.folders:
+                if here == self.id:
+                    return
+                parent = os.open("..", _DIR_FLAGS, dir_fd=current)
+                os.close(current)
+                current = parent
+                here, below = _identity(os.fstat(current)), here
+                if here == below:  # the top of the filesystem
+                    raise _Outside()
+            raise _Own("folder")
+        finally:
+            os.close(current)
+
+
+def _components(path: str) -> list[str]:
+    return [p for p in path.split("/") if p not in ("", ".")]
+
+
+def _open_dir(root: _Root, parts: list[str]) -> int:
+    """A descriptor of the directory `parts` names beneath the root, symlinks followed inside only."""
+    if not parts:
+        return os.dup(root.fd)
+    if _openat2 is not None:
+        for _ in range(3):
+            try:
+                return _openat2(root.fd, "/".join(parts), _DIR_FLAGS)
+            except OSError as exc:
+                if exc.errno == errno.EXDEV:
+                    break  # an absolute symlink, or a way out: the walk tells which
+                if exc.errno != errno.EAGAIN:  # EAGAIN: a rename raced a "..", try again
+                    raise
+    return _walk(root, parts)
+
+
+def _walk(root: _Root, parts: list[str]) -> int:
+    """`_open_dir` without openat2: one component at a time, each opened with O_NOFOLLOW
+    beneath the descriptor of the one before.
+
+    A symlink met on the way is read (readlinkat) and its target resolved the same way: from
+    the link's directory if relative, from the root if absolute and lexically inside it; a
+    ".." goes back to the directory held before, never above the root. The directories are
+    held open all along, so a rename meanwhile cannot move the walk elsewhere.
+    """
+    todo = list(reversed(parts))  # the next component last
+    held: list[int] = []  # the directories below the root, deepest last
+    links = 0
+    try:
+        while todo:
+            name = todo.pop()
+            if name == "..":
+                if not held:
+                    raise _Outside(name)
+                os.close(held.pop())
+                continue
+            here = held[-1] if held else root.fd
+            try:
+                held.append(os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=here))
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                    raise
+                refusal = exc  # a symlink, or not a directory
+            links += 1
+            if links > MAX_SYMLINKS:
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name)
+            try:
+                target = os.readlink(name, dir_fd=here)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                mode = os.stat(name, dir_fd=here, follow_symlinks=False).st_mode
+                if not (stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                    raise refusal from None
+                todo.append(name)  # swapped meanwhile (a symlink, then a directory): look again
+                continue
+            if os.path.isabs(target):
+                while held:
+                    os.close(held.pop())
+                todo.extend(reversed(root.beneath(target)))
+            else:
+                todo.extend(reversed(_components(target)))
+        return held.pop() if held else os.dup(root.fd)
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+class _Target(NamedTuple):
+    """Where a path leads: its directory (held open) and its name there (None: the path is that
+    directory); what is there, never a symlink (None: nothing yet); for a read, the file opened."""
+
+    dir: int
+    name: str | None
+    st: os.stat_result | None
+    fd: int | None = None
+
+
+def _locate(root: _Root, path: str, open_flags: int | None = None) -> _Target:
+    """Resolve `path` beneath the root, and open it with `open_flags` if given.
+
+    The last component is looked at (or opened) with O_NOFOLLOW: a symlink there is read and
+    its target resolved like the rest, so what is opened is never reached through a symlink
+    that leads out, even one swapped in a moment before.
+    """
+    parts = root.beneath(path)
+    for _ in range(MAX_SYMLINKS + 1):
+        if not parts or parts[-1] == "..":
+            directory = _open_dir(root, parts)
+            try:
+                root.check(directory)
+            except BaseException:
+                os.close(directory)
+                raise
+            return _Target(directory, None, None)
+        directory, name = _open_dir(root, parts[:-1]), parts[-1]
+        try:
+            root.check(directory)  # before anything in it is opened
+            if open_flags is None:
+                st = os.stat(name, dir_fd=directory, follow_symlinks=False)
+                if not stat.S_ISLNK(st.st_mode):
+                    return _Target(directory, name, st)
+            else:
+                try:
+                    fd = os.open(name, open_flags | os.O_NOFOLLOW, dir_fd=directory)
+                    return _Target(directory, name, os.fstat(fd), fd)
+                except OSError as exc:
+                    if exc.errno != errno.ELOOP:  # ELOOP with O_NOFOLLOW: a symlink
+                        raise
+            target = os.readlink(name, dir_fd=directory)
+        except FileNotFoundError:
+            if open_flags is None:
+                return _Target(directory, name, None)  # to be created
+            os.close(directory)
+            raise
+        except OSError as exc:
+            os.close(directory)
+            if exc.errno == errno.EINVAL:
+                continue  # no longer a symlink: look again
+            raise
+        except BaseException:
+            os.close(directory)
+            raise
+        os.close(directory)
+        parts = root.beneath(target) if os.path.isabs(target) else [*parts[:-1], *_components(target)]
+    raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+
+
+# -- the methods -------------------------------------------------------------------------------------
+
+
+def read_text_file(root: str, params: dict[str, Any], private: Private = Private()) -> dict[str, Any]:
+    """ACP fs/read_text_file: the file's text, or `limit` lines from line `line` (1-based)."""
+    path = _path(params)
     line, limit = params.get("line"), params.get("limit")
     for name, value in (("line", line), ("limit", limit)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "line" else 0)):
             raise AcpError(INVALID_PARAMS, f"{name} must be a positive integer")
-    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
-        raise AcpError(INVALID_PARAMS, f"not a regular file: {params.get('path')}")  # a FIFO would block
-    try:
-        with open(path, encoding="utf-8", errors="replace", newline="") as f:
-            if line is None and limit is None:
-                return {"content": f.read()}
-            lines = f.read().splitlines(keepends=True)
-    except FileNotFoundError as exc:
-        raise AcpError(RESOURCE_NOT_FOUND, f"no such file: {params.get('path')}") from exc
-    except IsADirectoryError as exc:
-        raise AcpError(INVALID_PARAMS, f"is a directory: {params.get('path')}") from exc
-    except OSError as exc:
-        raise AcpError(-32603, f"cannot read {params.get('path')}: {exc.strerror}") from exc
-    start = (line or 1) - 1
-    end = start + limit if limit is not None else None
-    return {"content": "".join(lines[start:end])}
+    with _answers(path, "read"), _Root(root, private.identities().folders) as base:
+        fd = _open_for_reading(base, path)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+            if not stat.S_ISREG(st.st_mode):
+                raise AcpError(INVALID_PARAMS, f"not a regular file: {path}")
+            try:
+                if line is None and limit is None and st.st_size > MAX_READ_BYTES:
+                    raise _TooBig()
+                data = _read(f, line, limit)
+            except _TooBig:
+                raise AcpError(
+                    INVALID_PARAMS,
+                    f"{path} has more than the {MAX_READ_BYTES // 2**20} MiB one read returns "
+                    f"({st.st_size} bytes): read it in parts with line and limit",
+                    {"size": st.st_size, "maxBytes": MAX_READ_BYTES},
+                ) from None
+    return {"content": data.decode("utf-8", errors="replace")}
 
 
-def write_text_file(root: str, params: dict[str, Any]) -> dict[str, Any]:
-    path = inside(root, params.get("path"))
+def _open_for_reading(root: _Root, path: str) -> int:
+    """The file `path` leads to, opened: never through a symlink, never blocking (a FIFO)."""
+    target = _locate(root, path, _READ_FLAGS)
+    os.close(target.dir)
+    if target.fd is None:
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    return target.fd
+
+
+def _read(f: BinaryIO, line: int | None, limit: int | None) -> bytes:
+    """The bytes asked for, read as they come: skipped lines are not kept; _TooBig past the cap."""
+    for _ in range((line or 1) - 1):
+        while piece := f.readline(_CHUNK):
+            if piece.endswith(b"\n"):
+                break
+        if not piece:
+            return b""
+    if limit is None:
+        data = f.read(MAX_READ_BYTES + 1)
+        if len(data) > MAX_READ_BYTES:
+            raise _TooBig()
+        return data
+    pieces: list[bytes] = []
+    size = taken = 0
+    while taken < limit and (piece := f.readline(_CHUNK)):
+        size += len(piece)
+        if size > MAX_READ_BYTES:
+            raise _TooBig()
+        pieces.append(piece)
+        taken += piece.endswith(b"\n")
+    return b"".join(pieces)
+
+
+def write_text_file(root: str, params: dict[str, Any], private: Private = Private()) -> dict[str, Any]:
+    """ACP fs/write_text_file: replace (or create) the file at once, keeping an existing file's mode."""
+    path = _path(params)
     content = params.get("content")
     if not isinstance(content, str):
         raise AcpError(INVALID_PARAMS, "content must be a string")
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        raise AcpError(RESOURCE_NOT_FOUND, f"no such directory: {directory}")
-    # An existing file keeps its mode; a new one gets what open() would give it (mkstemp's is 0600).
-    mode = os.stat(path).st_mode & 0o7777 if os.path.exists(path) else 0o666 & ~UMASK
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=".deck-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(content)
-        os.chmod(temp, mode)
-        os.replace(temp, path)  # atomic: readers see the old file or the new one, never half
-    except BaseException:
-        if os.path.exists(temp):
-            os.unlink(temp)
-        raise
+        data = content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise AcpError(INVALID_PARAMS, f"content is not valid text for UTF-8: {exc.reason}") from exc
+    ids = private.identities()
+    with _answers(path, "write"), _Root(root, ids.folders) as base:
+        target = _locate(base, path)
+        try:
+            if target.name is not None:
+                where = (*_identity(os.fstat(target.dir)), target.name)
+                if where in ids.names or (target.st is not None and _identity(target.st) in ids.files):
+                    raise _Own("file")
+            if target.name is None or (target.st is not None and stat.S_ISDIR(target.st.st_mode)):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+            # An existing file keeps its mode; a new one gets what open() would give it.
+            keep = target.st is not None and stat.S_ISREG(target.st.st_mode)
+            mode = stat.S_IMODE(target.st.st_mode) if keep and target.st else 0o666 & ~UMASK
+            _replace(target.dir, target.name, data, mode)
+        finally:
+            os.close(target.dir)
     return {}  # WriteTextFileResponse is an object, never null
+
+
+def _replace(directory: int, name: str, data: bytes, mode: int) -> None:
+    """Write a temp file in `directory` and rename it over `name` there (a symlink put at `name`
+    meanwhile is replaced, not followed)."""
+    temp = f".deck-{secrets.token_hex(6)}.tmp"
+    fd = os.open(temp, _TEMP_FLAGS, 0o600, dir_fd=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            os.fchmod(out.fileno(), mode)
+        os.rename(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temp, dir_fd=directory)
+        raise

@@ -3,9 +3,13 @@
 The answer's text goes to stdout as it streams; thoughts, tool calls, plans and
 deck's notes go to stderr, so `deck send a "…" > answer.md` keeps only the answer.
 With `--json` every event is one JSON line on stdout instead (as the jsonl bridge
-writes them). Nobody can answer a permission request here: the agent's
-`permissions` policy may approve it (ChatService does that before asking), any
-other request is rejected with a note on stderr; questions are declined.
+writes them). Nobody can answer a permission request here: `--approve PATTERN`
+or the agent's `permissions` policy may approve it (ChatService does that before
+asking), any other request is rejected with a note on stderr; questions are declined.
+
+A stream that is a terminal gets the agent's text with its control characters made
+visible (`deck.tty.printable`; JSON lines get `\\u` escapes instead, the same JSON);
+written to a pipe or a file, it is data and stays exactly as the agent sent it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any, TextIO
 from .errors import ExitCode, ServiceError
 from .events import Event
 from .frontend import Frontend
+from .tty import json_printable, printable
 
 #: The exit code of each stop reason; an agent message that ended with an error exits 1.
 STOP_CODES: dict[str, int] = {
@@ -53,6 +58,11 @@ class SendFrontend(Frontend):
         self.as_json = as_json
         self.out = out or sys.stdout
         self.err = err or sys.stderr
+        for stream in (self.out, self.err):
+            # A lone surrogate from an agent is written as its escape, never a UnicodeEncodeError.
+            reconfigure = getattr(stream, "reconfigure", None)
+            if reconfigure is not None:
+                reconfigure(errors="backslashreplace")
         self.reply_id: str | None = None
         self.tools: dict[str, tuple[str, str]] = {}  # tool id → (title, status) last shown
         self._done: asyncio.Future[int] | None = None
@@ -60,6 +70,9 @@ class SendFrontend(Frontend):
         self._stdout_closed = False
         self._ends_with_newline = True
         self._err_kind = ""  # what the last stderr write was, to start a new line between kinds
+        self._out_tty = _isatty(self.out)
+        self._err_tty = _isatty(self.err)
+        self._held_cr = False  # stdout is a terminal and the last text ended with a CR: the start of a CR LF?
 
     async def run(self) -> int:
         self._done = asyncio.get_running_loop().create_future()
@@ -135,9 +148,10 @@ class SendFrontend(Frontend):
             self.note(f"permission for {title} requested with no way to refuse it: the turn is cancelled")
             self.deck.chat.cancel(self.agent)
             return
+        kind = payload["toolCall"].get("kind") or "other"
         self.note(
-            f"permission for {title} refused: deck send cannot ask "
-            '(the agent\'s `permissions = "allow"` or "allow-reads" approves requests)'
+            f"permission for {title} ({kind}) refused: deck send cannot ask "
+            f'(--approve {kind} or the agent\'s `permissions = "allow"` approves such requests)'
         )
         self.deck.spawn(self.deck.chat.AnswerPermission(payload["id"], reject["optionId"]), "deck send: refuse")
 
@@ -160,7 +174,7 @@ class SendFrontend(Frontend):
         if kind != self._err_kind and self._err_kind == "thought":
             text = "\n" + text
         self._err_kind = kind
-        self.err.write(text)
+        self.err.write(printable(text) if self._err_tty else text)
         self.err.flush()
 
     def write(self, text: str) -> None:
@@ -169,13 +183,23 @@ class SendFrontend(Frontend):
             return
         self._ends_with_newline = text.endswith("\n")
         try:
-            self.out.write(text)
+            self.out.write(self._shown(text) if self._out_tty else text)
         except BrokenPipeError:
             self._closed()
             return
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
+
+    def _shown(self, text: str) -> str:
+        """`text` for a terminal: printable; a CR that ends a chunk waits for the next, which may start
+        with LF (the answer then does not end with a newline: `run` writes one, so the CR is never left)."""
+        if self.as_json:
+            return json_printable(text)
+        if self._held_cr:
+            text = "\r" + text
+        self._held_cr = text.endswith("\r")
+        return printable(text[:-1] if self._held_cr else text)
 
     def flush(self) -> None:
         self._flush_scheduled = False
@@ -194,6 +218,13 @@ class SendFrontend(Frontend):
         except (OSError, ValueError):
             pass
         self._finish(ExitCode.OK)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or file-like stream
+        return False
 
 
 async def send(deck: Any, agent: str, text: str, as_json: bool = False) -> int:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .approve import Approval, approval
 from .conversation import Conversation, Message, tool_part
 from .errors import AcpError, ConnectionClosed, InvalidParams, ServiceError
 from .events import PermissionRequested, PermissionResolved, QuestionRequested, QuestionResolved, TurnChanged
@@ -159,6 +160,8 @@ class ChatService:
         self._turns: dict[str, asyncio.Task[None]] = {}
         #: Nobody is left to answer (end of input): permission requests and questions are cancelled at once.
         self.unattended = False
+        #: `--approve` patterns: a permission request they name is approved without asking.
+        self.approvals: tuple[Approval, ...] = ()
 
     def conversation(self, agent: str) -> Conversation:
         conv = self.conversations.get(agent)
@@ -324,9 +327,11 @@ class ChatService:
         tool_call = conv.tool(str(raw_call.get("toolCallId", ""))) or {}
         if raw_call:
             tool_call = tool_part(raw_call, tool_call or None)
-        auto = self._auto_answer(agent, tool_call, options)
+        auto, granter = approval(self.approvals, tool_call, options), "--approve"
+        if auto is None:
+            auto, granter = self._auto_answer(agent, tool_call, options), "the config"
         if auto is not None:
-            agent.log(f"deck: permission for {tool_call.get('title') or 'a tool'} granted by the config ({auto})")
+            agent.log(f"deck: permission for {tool_call.get('title') or 'a tool'} granted by {granter} ({auto})")
             return {"outcome": {"outcome": "selected", "optionId": auto}}
         pending_id = f"perm-{next(_ids)}"
         message_id = conv.current.id if conv.current else ""
@@ -337,7 +342,7 @@ class ChatService:
         self.permissions[pending_id] = pending
         conv.permissions[pending_id] = pending.payload
         self.deck.emit(event)
-        if self.unattended:
+        if self.unattended and not pending.future.done():  # a listener may answer it as it is announced
             pending.future.set_result(None)
         option_id = None
         try:
@@ -366,14 +371,19 @@ class ChatService:
 
     @rpc(id=str, optionId=str)
     async def AnswerPermission(self, id: str, optionId: str) -> dict[str, Any]:
-        pending = self.permissions.get(id)
+        return self.answer_permission(id, optionId)
+
+    def answer_permission(self, pending_id: str, option_id: str) -> dict[str, Any]:
+        """Answer at once: a listener of `permission:requested` may answer there, before the request
+        would be cancelled for want of anyone to answer it (`unattended`)."""
+        pending = self.permissions.get(pending_id)
         if pending is None or pending.future.done():
-            raise ServiceError(f"no pending permission request {id!r}")
-        if optionId not in {o["optionId"] for o in pending.options}:
+            raise ServiceError(f"no pending permission request {pending_id!r}")
+        if option_id not in {o["optionId"] for o in pending.options}:
             valid = ", ".join(str(o["optionId"]) for o in pending.options)
-            raise ServiceError(f"unknown option {optionId!r} for {id}: choose one of {valid}")
-        pending.future.set_result(optionId)
-        return {"id": id, "optionId": optionId}
+            raise ServiceError(f"unknown option {option_id!r} for {pending_id}: choose one of {valid}")
+        pending.future.set_result(option_id)
+        return {"id": pending_id, "optionId": option_id}
 
     # -- questions (elicitation) ---------------------------------------------------------------
 
@@ -458,7 +468,8 @@ class ChatService:
                 pending.future.set_result(None)
 
     def end_of_input(self) -> None:
-        """The user is gone (end of stdin): what is pending, and what agents ask from now on, is cancelled."""
+        """The user is gone (end of stdin): what is pending, and what agents ask from now on, is cancelled,
+        unless a listener answers it when it is announced (an answer the user typed in advance)."""
         self.unattended = True
         self.cancel_pending_asks()
 
@@ -474,10 +485,12 @@ class ConfigService:
 
     def start_watching(self) -> None:
         """Follow the config file's changes, and list it among the recent ones (called by `Deck.run`)."""
+        from .config import is_pipe
         from .watch import remember
 
-        if self.deck.config_path is not None:
-            remember(self.deck.config_path)
+        path = self.deck.config_path
+        if path is not None and not is_pipe(path):  # `--config <(…)`: read once, not a file to open again
+            remember(path)
         self.live.start()
 
     def section(self, name: str) -> Any:
@@ -486,6 +499,9 @@ class ConfigService:
 
     @rpc()
     async def Current(self) -> dict[str, Any]:
+        """The config in use; `baseHash` is the sha256 of the file as read (of `Content()` in UTF-8), for `Save`."""
+        from .config import digest
+
         deck = self.deck
         return {
             "path": str(deck.config_path) if deck.config_path else "",
@@ -496,22 +512,29 @@ class ConfigService:
             "warnings": [p.to_dict() for p in deck.problems if p.warning],
             "theme": deck.config.theme,
             "language": deck.config.language,
+            "baseHash": digest(deck.text),
         }
 
     @rpc()
     async def Content(self) -> str:
+        """The config file's text exactly as read: its sha256 in UTF-8 is `Current()["baseHash"]`."""
         return self.deck.text
 
     @rpc(text=str)
     async def Validate(self, text: str) -> dict[str, Any]:
         from .config import parse
 
-        return _checked(parse(text, self.deck.config_sections()))
+        # In a thread: checking a big text must not stall the event loop.
+        return _checked(await asyncio.to_thread(parse, text, self.deck.config_sections()))
 
-    @rpc(text=str)
-    async def Save(self, text: str) -> dict[str, Any]:
-        """Write `text` (atomically) and apply it if it is valid; otherwise write nothing."""
-        loaded = await self.live.save(text)
+    @rpc(text=str, baseHash=(str, type(None)))
+    async def Save(self, text: str, baseHash: str | None = None) -> dict[str, Any]:
+        """Write `text` (atomically) and apply it if it is valid; otherwise write nothing.
+
+        With `baseHash` (from `Current`), refused when the file changed since it was read, so an
+        edit made meanwhile in an editor is never silently overwritten.
+        """
+        loaded = await self.live.save(text, baseHash)
         path = self.deck.config_path
         return {"saved": loaded.config is not None, "path": str(path) if path else "", **_checked(loaded)}
 

@@ -6,6 +6,10 @@ until restarted (`Agent.start` applies its `pending_config`), a changed stopped
 agent takes its new definition, and the new limits are in force. An invalid
 change, or a deleted file, keeps the last valid config running. Either way
 `config:changed {path, valid, problems}` is sent.
+
+Reading and checking a file run in a thread: a big config never stalls the event loop, and
+the lock keeps the changes in order (`config:changed` comes once the change is applied).
+Only regular files are read (`config.read_text`); a pipe given at start is not followed.
 """
 
 from __future__ import annotations
@@ -60,12 +64,15 @@ class LiveConfig:
     # -- watching ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Watch `deck.config_path` (nothing to watch for the built-in config)."""
+        """Watch `deck.config_path` (nothing to watch for the built-in config, or a pipe read at start)."""
         if self._task is not None:
             self._task.cancel()
         self.ready = asyncio.Event()
         path = self.deck.config_path
-        self._task = self.deck.spawn(self._watch(path), f"watch {path}") if path is not None else None
+        if path is None or configmod.is_pipe(path):
+            self._task = None
+            return
+        self._task = self.deck.spawn(self._watch(path), f"watch {path}")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -131,15 +138,16 @@ class LiveConfig:
         """Read the file again and apply it if it changed."""
         async with self.lock:
             deck = self.deck
-            if deck.config_path is None:
+            path = deck.config_path
+            if path is None:
                 return
             try:
-                text = deck.config_path.read_text(encoding="utf-8")
+                text = await asyncio.to_thread(configmod.read_text, path)
                 if not text.strip() and deck.text.strip():
                     # An editor that truncates then writes may be caught in between: an empty
                     # file would stop every agent. Read it again once it had time to finish.
                     await asyncio.sleep(SETTLE)
-                    text = deck.config_path.read_text(encoding="utf-8")
+                    text = await asyncio.to_thread(configmod.read_text, path)
             except FileNotFoundError:
                 if [p.message for p in deck.problems] != [DELETED]:
                     deck.problems = [Problem(1, 1, DELETED)]
@@ -147,10 +155,12 @@ class LiveConfig:
                 return
             except (OSError, UnicodeDecodeError) as exc:
                 text = deck.text  # what deck last read stays its content
-                loaded = Loaded(None, [Problem(1, 1, f"cannot read {deck.config_path}: {exc}")])
+                loaded = Loaded(None, [Problem(1, 1, f"cannot read {path}: {exc}")])
             else:
-                loaded = configmod.parse(text, deck.config_sections())
+                loaded = await asyncio.to_thread(configmod.parse, text, deck.config_sections())
             if text == deck.text and loaded.problems == deck.problems:
+                if loaded.config is not None and self._sections is None:
+                    self._sections = loaded.sections  # checked here, in a thread: `section` need not
                 return  # our own Save, or a touch
             await self.apply(text, loaded)
 
@@ -177,13 +187,13 @@ class LiveConfig:
         old, touched = deck.agents, []
         deck.agents = {}
         for name, definition in new.agents.items():
-            agent = old.get(name)
-            if agent is None:
-                agent = Agent(deck, name, definition)
-                touched.append(agent)
-            elif _redefine(agent, definition):
-                touched.append(agent)
-            deck.agents[name] = agent
+            kept = old.get(name)
+            if kept is None:
+                kept = Agent(deck, name, definition)
+                touched.append(kept)
+            elif _redefine(kept, definition):
+                touched.append(kept)
+            deck.agents[name] = kept
         for agent in touched:
             agent.emit_state()
 
@@ -195,9 +205,12 @@ class LiveConfig:
 
     # -- saving and opening -----------------------------------------------------------------
 
-    async def save(self, text: str) -> Loaded:
-        """Write `text` atomically and apply it, if it is valid; else change nothing."""
-        loaded = configmod.parse(text, self.deck.config_sections())
+    async def save(self, text: str, base: str | None = None) -> Loaded:
+        """Write `text` atomically and apply it, if it is valid; else change nothing.
+
+        With `base` (the `baseHash` the caller read), the file must still be the one it read.
+        """
+        loaded = await asyncio.to_thread(configmod.parse, text, self.deck.config_sections())
         if loaded.config is None:
             return loaded
         async with self.lock:
@@ -207,7 +220,8 @@ class LiveConfig:
                 path = configmod.xdg_config_file()
                 if path.exists():
                     raise ServiceError(f"{path} exists already: open it to change it")
-            _write(path, text)
+                base = None  # no file was read: the check above is the one that counts
+            await asyncio.to_thread(_write, path, text, base)
             if deck.config_path is None:
                 deck.config_path, deck.config_source, deck.config_created = path, "xdg", True
                 self.start()
@@ -223,9 +237,9 @@ class LiveConfig:
             if not path.exists():
                 if not path.parent.is_dir():
                     raise ServiceError(f"cannot create {path}: no such directory {path.parent}")
-                _write(path, configmod.embedded_default())
+                await asyncio.to_thread(_write, path, configmod.embedded_default())
                 created = True
-            text, loaded = configmod.load_file(path, deck.config_sections())
+            text, loaded = await asyncio.to_thread(configmod.load_file, path, deck.config_sections())
             if loaded.config is None:
                 first = loaded.errors[0].format(str(path))
                 raise ServiceError(f"not a valid config: {first}", {"problems": [p.to_dict() for p in loaded.problems]})
@@ -243,7 +257,7 @@ class LiveConfig:
             deck.agents = {name: Agent(deck, name, cfg) for name, cfg in loaded.config.agents.items()}
             self.start()
             self._changed()
-            remember(path)
+            await asyncio.to_thread(remember, path)
 
 
 def remember(path: Path) -> None:
@@ -254,10 +268,12 @@ def remember(path: Path) -> None:
         log.warning("cannot remember %s in the recent files: %s", path, exc)
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, text: str, base: str | None = None) -> None:
     try:
-        configmod.write_atomic(path, text)
-    except OSError as exc:  # a read-only directory, a full disk: the caller's error, not deck's
+        configmod.write_atomic(path, text, base=base)
+    except configmod.Changed as exc:
+        raise ServiceError("the config file changed since it was read; reload it") from exc
+    except OSError as exc:  # a read-only directory, a full disk, a pipe: the caller's error, not deck's
         raise ServiceError(f"cannot write {path}: {exc.strerror or exc}") from exc
 
 

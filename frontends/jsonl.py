@@ -3,6 +3,11 @@
 stdout carries one `{"event": NAME, ...payload}` line per event and one response
 line per request. Writes are batched and flushed when the event loop goes idle,
 so a burst of events costs one system call, and latency stays low.
+
+Every line is strict JSON (RFC 8259, what JavaScript's JSON.parse reads): input
+is decoded by `deck.acp.decode_line` (non-finite numbers read as null, nesting
+bounded), the encoder refuses NaN and Infinity, and a lone surrogate goes out as
+its JSON escape (`\\ud800`), so the bytes are valid UTF-8.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import sys
 from typing import Any
 
 from deck import hookimpl
+from deck.acp import TooDeep, decode_line
 from deck.errors import ServiceError, UnknownMethod
 from deck.events import Event, MessageDelta
 from deck.frontend import Frontend, read_lines, stdout_failed
@@ -23,9 +29,13 @@ PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 INTERNAL_ERROR = -32603
 
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 _str = encode_basestring  # a str as a JSON string, as _dumps writes it
 _DELTA = '{"event":"message:delta","agent":%s,"messageId":%s,"index":%d,"kind":%s,"text":%s}'
+
+
+def _null(name: str) -> None:
+    return None  # NaN, Infinity, -Infinity: JSON has no such values
 
 
 class JsonlFrontend(Frontend):
@@ -64,8 +74,8 @@ class JsonlFrontend(Frontend):
             return
         try:
             line = _dumps(obj)
-        except (TypeError, ValueError):
-            line = _dumps(json.loads(json.dumps(obj, default=str)))
+        except (TypeError, ValueError):  # a value JSON has no form for: as text, NaN and Infinity as null
+            line = _dumps(json.loads(json.dumps(obj, default=str), parse_constant=_null))
         self._append(line)
 
     def _append(self, line: str) -> None:
@@ -80,7 +90,7 @@ class JsonlFrontend(Frontend):
         self._flush_scheduled = False
         if not self._out or self._closed:
             return
-        data = ("\n".join(self._out) + "\n").encode()
+        data = ("\n".join(self._out) + "\n").encode(errors="backslashreplace")  # a lone surrogate: its JSON escape
         self._out.clear()
         try:
             view = memoryview(data)
@@ -131,7 +141,10 @@ class JsonlFrontend(Frontend):
         if not text:
             return
         try:
-            request = json.loads(text)
+            request = decode_line(text)
+        except TooDeep as exc:
+            self._error(None, PARSE_ERROR, f"refused: {exc}")
+            return
         except ValueError as exc:
             self._error(None, PARSE_ERROR, f"not JSON: {exc}")
             return

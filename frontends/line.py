@@ -3,8 +3,10 @@
 On a terminal, lines are coloured (one colour per agent), wrap to the terminal's width, and an
 answer is rendered as Markdown block by block as its paragraphs complete. With `NO_COLOR` no
 escape code is written; when stdout is not a terminal the answer streams as raw text, a line at
-a time, wrapped only when `$COLUMNS` asks for it. Output is batched and flushed when the event
-loop goes idle, as in the jsonl frontend.
+a time, wrapped only when `$COLUMNS` asks for it. Either way every line goes through `emit`,
+which makes the control characters of the text it is given visible: an agent's output never
+reaches the terminal as a control sequence. Output is batched and flushed when the event loop
+goes idle, as in the jsonl frontend.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from deck.errors import ServiceError
 from deck.events import Event
 from deck.frontend import Frontend, read_lines, stdout_failed
 from deck.states import OUTDATED_LABEL, AgentState, label
+from deck.tty import printable
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
 DECK = "deck"
@@ -38,17 +41,43 @@ UNBOUNDED = 100_000
 FENCES = ("```", "~~~")
 PLAN_MARKS = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
 STATUS_STYLES = {"completed": "green", "failed": "red", "in_progress": "yellow"}
+#: A line built of differently styled pieces: (text, style).
+Pieces = list[tuple[str, str]]
 
-HELP = """\
-@AGENT TEXT      send TEXT to AGENT (it becomes the current agent)
-TEXT             send TEXT to the current agent; end a line with \\ to go on to the next
-/start [AGENT]   start an agent          /stop [AGENT]     stop it
-/restart [AGENT] restart it              /cancel [AGENT]   stop its answer, drop its queue
-/allow [N]       answer the pending permission with option N (default: the first allow)
-/deny            answer the pending permission with its first reject option
-/answer K=V ...   answer the pending question (or /answer {"k": "v"})   /decline   decline it
-/agents          list the agents         /logs [AGENT]     an agent's last stderr lines
-/help            this help               /quit             stop the agents and leave"""
+#: How long an /allow or /deny typed while no request is waiting waits for one, in seconds,
+#: and how many of them may wait for one agent.
+ANSWER_WAIT = 60.0
+ANSWERS_MAX = 100
+#: (command, what it does): the /help table.
+COMMANDS = (
+    ("@AGENT TEXT", "send TEXT to AGENT, which becomes the current agent"),
+    ("TEXT", "send TEXT to the current agent; end a line with \\ to go on to the next"),
+    ("/start [AGENT]", "start an agent (default: the current one)"),
+    ("/stop [AGENT]", "stop it"),
+    ("/restart [AGENT]", "restart it"),
+    ("/cancel [AGENT]", "stop its answer, drop its queue and its waiting /allow and /deny"),
+    ("/allow [N]", "answer the current agent's permission request with option N (default: its first allow)"),
+    ("/deny", "answer it with its first reject option"),
+    ("", f"with no request waiting, /allow and /deny answer the next one (within {ANSWER_WAIT:g} s)"),
+    ("/answer K=V ...", 'answer the waiting question (or /answer {"k": "v"})'),
+    ("/decline", "decline it"),
+    ("/agents", "list the agents and their states"),
+    ("/logs [AGENT]", "an agent's last stderr lines"),
+    ("/help", "this help"),
+    ("/quit", "stop the agents and leave"),
+)
+HELP = "\n".join(f"{command:<{max(len(c) for c, _ in COMMANDS)}}  {text}" for command, text in COMMANDS)
+
+
+@dataclass
+class _EarlyAnswer:
+    """An /allow or /deny typed while its agent had no request waiting: it answers the agent's next one."""
+
+    agent: str
+    command: str  # as typed, for the messages
+    number: int | None  # /allow N
+    deny: bool
+    timer: asyncio.TimerHandle | None = None
 
 
 @dataclass
@@ -95,6 +124,7 @@ class LineFrontend(Frontend):
         self._streams: dict[str, _Stream] = {}
         self._seen: dict[tuple[str, str], Any] = {}  # what was last shown per thing, to skip repeats
         self._permission_options: dict[str, list[dict[str, Any]]] = {}
+        self._early: dict[str, list[_EarlyAnswer]] = {}  # per agent, oldest first
         self._continued: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -119,19 +149,30 @@ class LineFrontend(Frontend):
         index = names.index(agent) if agent in names else sum(map(ord, agent))
         return "bold" if agent == DECK else PALETTE[index % len(PALETTE)]
 
-    def emit(self, agent: str, body: RenderableType | str, style: str = "") -> None:
-        """Print `body` with `[agent] ` before each of its lines, wrapped to the width left."""
+    def emit(self, agent: str, body: str | Pieces, style: str = "", *, markdown: bool = False) -> None:
+        """Print `body` with `[agent] ` before each of its lines, wrapped to the width left.
+
+        `body` is text, or styled pieces of it, or (`markdown`) Markdown source: the one way
+        text reaches rich, so the one place its control characters are made visible, those
+        of `agent` too, before rich renders it (rich's own styling still comes out).
+        """
         if self._closed:
             return
-        if isinstance(body, str):
-            body = Text(body, style=style)
+        renderable: RenderableType
+        if isinstance(body, str) and markdown:
+            code_theme = "friendly" if self.deck.config.theme == "light" else "monokai"
+            renderable = Markdown(printable(body), code_theme=code_theme)
+        elif isinstance(body, str):
+            renderable = Text(printable(body), style=style)
+        else:
+            renderable = Text.assemble(*((printable(text), piece_style) for text, piece_style in body), style=style)
         width = self._width()
         self.console.width = width or UNBOUNDED
         console = self.console
-        prefix = console.render_lines(Text(f"[{agent}] ", style=self.colour(agent)), pad=False)[0]
+        prefix = console.render_lines(Text(f"[{printable(agent)}] ", style=self.colour(agent)), pad=False)[0]
         room = max(20, (width or UNBOUNDED) - Segment.get_line_length(prefix))
-        lines = console.render_lines(body, console.options.update(width=room), pad=False)
-        if isinstance(body, Markdown):  # blocks are spaced by `_render_block`, not by rich's margins
+        lines = console.render_lines(renderable, console.options.update(width=room), pad=False)
+        if markdown:  # blocks are spaced by `_render_block`, not by rich's margins
             while lines and not Segment.get_line_length(_rstrip(lines[-1])):
                 lines.pop()
             while lines and not Segment.get_line_length(_rstrip(lines[0])):
@@ -145,7 +186,7 @@ class LineFrontend(Frontend):
         self._schedule_flush()
 
     def error(self, agent: str, message: str) -> None:
-        for line in message.splitlines() or [""]:
+        for line in message.replace("\r\n", "\n").split("\n"):  # not splitlines(): a lone CR is shown
             self.emit(agent, line, "red")
 
     def _schedule_flush(self) -> None:
@@ -255,10 +296,9 @@ class LineFrontend(Frontend):
         summary = diff_summary(part.get("diffs") or [])
         if not self._changed((agent, "tool " + str(part.get("id"))), (title, status, summary)):
             return
-        line = Text(title + " ")
-        line.append(f"[{status}]", STATUS_STYLES.get(status, "dim"))
+        line = [(f"{title} ", ""), (f"[{status}]", STATUS_STYLES.get(status, "dim"))]
         if summary:
-            line.append("  " + summary, "cyan")
+            line.append(("  " + summary, "cyan"))
         self.emit(agent, line)
 
     def _plan(self, agent: str, message_id: str, part: dict[str, Any]) -> None:
@@ -275,27 +315,37 @@ class LineFrontend(Frontend):
         used, size = int(usage.get("used") or 0), int(usage.get("size") or 0)
         if not self._changed((p["agent"], "usage"), (used, size)):
             return
-        shown = f"context: {used:,} / {size:,} tokens ({used * 100 // size}%)" if size else f"context: {used:,} tokens"
+        shown = f"context: {used:,} tokens"
+        if size:
+            shown = f"context: {used:,} / {size:,} tokens ({context_share(used, size)})"
         self.emit(p["agent"], shown, "dim")
 
     def _on_turn_changed(self, p: dict[str, Any]) -> None:
         if self._changed((p["agent"], "queued"), p["queued"]) and p["queued"]:
-            self.emit(p["agent"], f"{p['queued']} message(s) queued", "dim")
+            self.emit(p["agent"], f"{p['queued']} message{'' if p['queued'] == 1 else 's'} queued", "dim")
 
     def _on_permission_requested(self, p: dict[str, Any]) -> None:
         agent, call = p["agent"], p.get("toolCall") or {}
         self._end_stream(agent)
         self._permission_options[p["id"]] = p["options"]
-        line = Text("permission? ", "bold yellow")
-        line.append(call.get("title") or call.get("kind") or "a tool")
+        line = [("permission? ", "bold yellow"), (str(call.get("title") or call.get("kind") or "a tool"), "")]
         summary = diff_summary(call.get("diffs") or [])
         if summary:
-            line.append("  " + summary, "cyan")
+            line.append(("  " + summary, "cyan"))
         if p.get("rejections"):
-            line.append(f"  (refused {p['rejections']} time(s) this turn)", "dim")
+            times = "once" if p["rejections"] == 1 else f"{p['rejections']} times"
+            line.append((f"  (refused {times} this turn)", "dim"))
         self.emit(agent, line)
         choices = "   ".join(f"{n}. {o.get('name') or o['optionId']}" for n, o in enumerate(p["options"], 1))
         self.emit(agent, f"  {choices}   → /allow N, /deny", "yellow")
+        early = self._early.get(agent)
+        if early:  # typed before the request came: it answers it now, before end of input could cancel it
+            answer = early.pop(0)
+            if not early:
+                del self._early[agent]
+            if answer.timer is not None:
+                answer.timer.cancel()
+            self._give(agent, p["id"], p["options"], answer.number, answer.deny)
 
     def _on_permission_resolved(self, p: dict[str, Any]) -> None:
         options = self._permission_options.pop(p["id"], [])
@@ -333,7 +383,7 @@ class LineFrontend(Frontend):
         *complete, rest = text.split("\n")
         for piece in complete:
             stream.partial.append(piece)
-            line = "".join(stream.partial)
+            line = "".join(stream.partial).removesuffix("\r")  # CR LF ends a line as LF does
             stream.partial.clear()
             stream.partial_len = 0
             self._line(agent, stream, line)
@@ -389,8 +439,7 @@ class LineFrontend(Frontend):
             return
         if stream.lines_out:
             self.emit(agent, "")
-        code_theme = "friendly" if self.deck.config.theme == "light" else "monokai"
-        self.emit(agent, Markdown("\n".join(stream.block), code_theme=code_theme))
+        self.emit(agent, "\n".join(stream.block), markdown=True)
         stream.block.clear()
         stream.lines_out += 1
 
@@ -417,14 +466,17 @@ class LineFrontend(Frontend):
                 self.handle_line(line.decode(errors="replace").rstrip("\r\n"))
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
-            # End of input: finish the work in hand; nobody is left to answer questions.
+            # End of input: finish the work in hand; nobody is left to answer questions, and a
+            # permission request is cancelled unless an /allow or /deny typed earlier waits for it.
             # /quit: leave now, the agents' answers are cut short when they stop.
             self.deck.chat.end_of_input()
             if not self._quit:
                 await self.deck.chat.drain()
+            self._drop_early(None, "unused: no permission request came from {agent}")
             await self.deck.stop_all()
             return 0
         finally:
+            self._drop_early(None, None)
             for agent in list(self._streams):
                 self._end_stream(agent)
             self.flush()
@@ -503,7 +555,7 @@ class LineFrontend(Frontend):
         if text is not None:
             try:
                 values = question_values(text, pending.payload.get("schema") or {})
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
                 self.error(pending.agent, f"cannot read that answer: {exc}")
                 return
         self._spawn(self.deck.chat.AnswerQuestion(pending.id, values), pending.agent)
@@ -526,8 +578,9 @@ class LineFrontend(Frontend):
             self.error(agent, f"{type(exc).__name__}: {exc}")
 
     def _cancel(self, agent: str) -> None:
+        dropped = self._drop_early(agent, "dropped: it waited for a permission request")
         result = self.deck.chat.cancel(agent)
-        if not result["cancelled"] and not result["abandoned"]:
+        if not result["cancelled"] and not result["abandoned"] and not dropped:
             self.emit(agent, "nothing to cancel", "dim")
 
     async def _logs(self, agent: str) -> None:
@@ -551,30 +604,80 @@ class LineFrontend(Frontend):
                 self.emit(info["name"], shown)
 
     def _answer(self, number: str | None, deny: bool = False) -> None:
-        pending = [p for p in self.deck.chat.permissions.values() if not p.future.done()]
-        pending.sort(key=lambda p: p.agent != self.current)  # the current agent's first, oldest first
-        if not pending:
-            self.error(DECK, "no permission request is waiting")
+        """/allow [N], /deny: the current agent's oldest waiting request, else its next one.
+
+        A script types its answers before the requests come: each waits ANSWER_WAIT seconds
+        for a request of the agent that is current when it is typed, and answers one request.
+        """
+        agent = self.current
+        if agent is None:
+            self.error(DECK, "there is no agent in the config")
             return
-        ask = pending[0]
-        options = ask.options
+        waiting = [p for p in self.deck.chat.permissions.values() if not p.future.done()]
+        ask = next((p for p in waiting if p.agent == agent), None)
+        chosen = _option_number(number) if number is not None else None
+        if number is not None and chosen is None:
+            self.error(agent, "/allow N: N is an option number" + (f", 1 to {len(ask.options)}" if ask else ""))
+            return
+        if ask is not None:
+            self._give(agent, ask.id, ask.options, chosen, deny)
+            return
+        command = "/deny" if deny else f"/allow {number}" if number is not None else "/allow"
+        if len(self._early.get(agent, [])) >= ANSWERS_MAX:
+            self.error(agent, f"{command} refused: {ANSWERS_MAX} answers already wait for {agent}'s requests")
+            return
+        early = _EarlyAnswer(agent, command, chosen, deny)
+        early.timer = asyncio.get_running_loop().call_later(ANSWER_WAIT, self._expire, early)
+        self._early.setdefault(agent, []).append(early)
+        shown = f"waiting up to {ANSWER_WAIT:g} s for a permission request from {agent}: {command} answers it"
+        others = sorted({p.agent for p in waiting})
+        if others:
+            shown += f" ({others[0]} has one waiting: @{others[0]}, then {command})"
+        self.emit(agent, shown, "dim")
+
+    def _give(self, agent: str, pending_id: str, options: list[dict[str, Any]], number: int | None, deny: bool) -> None:
+        """Answer request `pending_id` with the option /deny or /allow [N] picks among `options`."""
         if deny:
             option = next((o for o in options if str(o.get("kind", "")).startswith("reject")), None)
             if option is None:
-                self.error(ask.agent, f"no reject option: /allow N (1-{len(options)}) or /cancel {ask.agent}")
+                self.error(agent, f"no reject option: /allow N (1-{len(options)}) or /cancel {agent}")
                 return
         elif number is None:
             option = next((o for o in options if str(o.get("kind", "")).startswith("allow")), None)
             if option is None:
-                self.error(ask.agent, f"no allow option: /allow N (1-{len(options)})")
+                self.error(agent, f"no allow option: /allow N (1-{len(options)})")
                 return
-        elif number.isdigit() and 1 <= int(number) <= len(options):
-            option = options[int(number) - 1]
+        elif 1 <= number <= len(options):
+            option = options[number - 1]
         else:
-            self.error(ask.agent, f"/allow N: N is an option number, 1 to {len(options)}")
+            self.error(agent, f"/allow N: N is an option number, 1 to {len(options)}")
             return
-        self._spawn(self.deck.chat.AnswerPermission(ask.id, str(option["optionId"])), ask.agent)
+        try:
+            self.deck.chat.answer_permission(pending_id, str(option["optionId"]))
+        except ServiceError as exc:
+            self.error(agent, str(exc))
 
+    def _expire(self, early: _EarlyAnswer) -> None:
+        waiting = self._early.get(early.agent, [])
+        if early in waiting:
+            waiting.remove(early)
+            if not waiting:
+                del self._early[early.agent]
+            shown = f"{early.command} expired: no permission request came from {early.agent} within {ANSWER_WAIT:g} s"
+            self.emit(early.agent, shown, "yellow")
+
+    def _drop_early(self, agent: str | None, why: str | None) -> int:
+        """Forget the early answers of `agent` (of all agents: None), each saying `why` with its
+        `{agent}` filled in (None: quietly); returns how many."""
+        dropped = 0
+        for name in [agent] if agent is not None else list(self._early):
+            for early in self._early.pop(name, []):
+                if early.timer is not None:
+                    early.timer.cancel()
+                if why is not None:
+                    self.emit(name, f"{early.command} {why.format(agent=name)}", "yellow")
+                dropped += 1
+        return dropped
 
 def diff_summary(diffs: list[dict[str, Any]]) -> str:
     """`+N -M path` for each diff of a tool call."""
@@ -589,6 +692,18 @@ def diff_summary(diffs: list[dict[str, Any]]) -> str:
                 removed += 1
         shown.append(f"+{added} -{removed} {diff.get('path', '')}" + (" (new)" if diff.get("newFile") else ""))
     return ", ".join(shown)
+
+
+def context_share(used: int, size: int) -> str:
+    """`used` tokens of a `size`-token context as a whole percentage; "<1%" when some is used but
+    it rounds to 0 (the console's gauge rounds the same way)."""
+    share = round(100 * used / size)
+    return "<1%" if share == 0 and used > 0 else f"{share}%"
+
+
+def _option_number(text: str) -> int | None:
+    """/allow N's N, or None when it is not a (reasonable) number."""
+    return int(text) if text.isdecimal() and len(text) <= 6 else None
 
 
 def _text_of(message: dict[str, Any]) -> str:

@@ -75,12 +75,13 @@ class Trace:
     """Every ACP line exchanged, both directions, as JSONL: `{at, agent, direction, message}`."""
 
     def __init__(self, path: Path) -> None:
-        self.file: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed at shutdown
+        # backslashreplace: a lone surrogate an agent sent is written as its JSON escape, the line stays valid UTF-8.
+        self.file: TextIO = open(path, "a", encoding="utf-8", errors="backslashreplace")  # noqa: SIM115 - closed at shutdown
 
     def write(self, agent: str, direction: str, message: dict[str, Any]) -> None:
         at = datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
         record = {"at": at, "agent": agent, "direction": direction, "message": message}
-        self.file.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self.file.write(json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n")
 
     def close(self) -> None:
         self.file.close()

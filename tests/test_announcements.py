@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from deck.plugins import announcements
+from deck.plugins import announcements, announcements_mcp
 from deck.plugins.announcements import bridge
 
 from .conftest import agent_block
@@ -216,6 +216,11 @@ async def test_disabled_plugin_passes_no_mcp_server(make_deck):
 # -- the socket and the MCP server ------------------------------------------------------------------
 
 
+async def request(method: str, params, env: dict) -> dict:
+    """The MCP server's own (blocking) bridge client, off the loop that serves the socket."""
+    return await asyncio.to_thread(announcements_mcp.request, method, params, env)
+
+
 def server_entry(deck, agent: str) -> dict:
     (entry,) = deck.hooks.session_mcp_servers(deck.agents[agent])
     return entry
@@ -227,7 +232,7 @@ async def test_mcp_server_entry_is_the_acp_stdio_form(make_deck):
     entry = server_entry(deck, "a")
     assert entry["name"] == "deck"
     assert os.path.isabs(entry["command"]) and entry["command"] == os.path.abspath(sys.executable)
-    assert entry["args"] == ["-m", "deck.plugins.announcements.server"]
+    assert entry["args"] == ["-m", "deck.plugins.announcements_mcp"]
     env = {e["name"]: e["value"] for e in entry["env"]}
     assert set(env) == {bridge.ENV_SOCKET, bridge.ENV_AGENT, bridge.ENV_TOKEN, bridge.ENV_ORIGIN}
     assert env[bridge.ENV_AGENT] == "a" and env[bridge.ENV_ORIGIN] == "conversation"
@@ -241,20 +246,20 @@ async def test_socket_is_private_and_a_wrong_token_is_refused(make_deck):
     assert stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) == 0o700
     assert stat.S_ISSOCK(os.stat(path).st_mode)
     # The right token works…
-    answer = await bridge.request("list_agents", {}, env)
+    answer = await request("list_agents", {}, env)
     assert [a["name"] for a in answer["result"]] == ["a", "b"]
     # …a wrong one, or a's token presented as b, is refused and nothing is asked.
     for forged in ({**env, bridge.ENV_TOKEN: "0" * 64}, {**env, bridge.ENV_AGENT: "b"}):
-        assert await bridge.request("list_agents", {}, forged) == {"error": "not authorized"}
-        asked = await bridge.request("ask_agent", {"agent": "b", "question": "multi"}, forged)
+        assert await request("list_agents", {}, forged) == {"error": "not authorized"}
+        asked = await request("ask_agent", {"agent": "b", "question": "multi"}, forged)
         assert asked == {"error": "not authorized"}
     assert rec.states("b") == []
     # Bad requests from an authorised client get a clear error, and the bridge goes on.
-    assert await bridge.request("ask_agent", ["b", "hi"], env) == {"error": "params must be an object"}
-    assert await bridge.request("ask_agent", {"agent": "b"}, env) == {
+    assert await request("ask_agent", ["b", "hi"], env) == {"error": "params must be an object"}
+    assert await request("ask_agent", {"agent": "b"}, env) == {
         "error": "ask_agent needs the parameters agent and question, both strings"}
-    assert await bridge.request("nope", {}, env) == {"error": "unknown method 'nope'"}
-    assert [a["name"] for a in (await bridge.request("list_agents", {}, env))["result"]] == ["a", "b"]
+    assert await request("nope", {}, env) == {"error": "unknown method 'nope'"}
+    assert [a["name"] for a in (await request("list_agents", {}, env))["result"]] == ["a", "b"]
     await deck.shutdown()
     assert not os.path.exists(os.path.dirname(path))
 

@@ -4,9 +4,12 @@ and ConfigService (Validate, Save, Open, Choose, Recent) against real files and 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
+import subprocess
+import threading
 import tomllib
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from deck.frontend import Frontend
 from deck.hookspecs import hookimpl
 
 from .conftest import agent_block, alive
+from .deck_process import DECK
 
 pytestmark = pytest.mark.anyio
 
@@ -211,7 +215,13 @@ def test_effective_config_round_trips_through_toml():
     config = parse(text).config
     shown = to_toml(effective(config))
     again = parse(shown)
-    assert again.problems == [] and again.config == config
+    assert again.problems == []
+    # The folder each agent runs in is spelled out ("" means the folder deck runs in).
+    assert {a.cwd for a in again.config.agents.values()} == {os.getcwd()}
+    assert again.config.model_dump(exclude={"agents"}) == config.model_dump(exclude={"agents"})
+    assert [a.model_dump(exclude={"cwd"}) for a in again.config.agents.values()] == [
+        a.model_dump(exclude={"cwd"}) for a in config.agents.values()
+    ]
     assert list(again.config.agents) == ["b", "a"]
     assert 'stopIdleAgentsAfter = "90s"' in shown and 'handshakeTimeout = "30s"' in shown
 
@@ -304,6 +314,7 @@ async def test_current_content_validate_and_schema(make_deck):
         "warnings": [{"line": 1, "column": 1, "message": "unknown key tema", "warning": True}],
         "theme": "dark",
         "language": "en",
+        "baseHash": hashlib.sha256(deck.config_path.read_bytes()).hexdigest(),
     }
     assert await deck.call("ConfigService.Content", {}) == deck.config_path.read_text()
     checked = await deck.call("ConfigService.Validate", {"text": "[agents.x]\ncommand = []\n"})
@@ -536,3 +547,222 @@ def test_a_bad_array_element_is_pointed_at_itself():
     )
     assert [(p.line, p.column, p.message.split(":")[0]) for p in parse(text).problems] == [
         (4, 3, "agents.a.command.1"), (7, 22, "agents.b.command.2"), (9, 20, "agents.c.command.1")]  # fmt: skip
+
+
+# -- sizes, nesting and the kinds of file read ------------------------------------------------------
+
+DEEP_ARRAY = "x = " + "[" * 5000 + "]" * 5000 + "\n"
+
+
+def missing_commands(count: int) -> str:
+    """`count` agents, none with a command: one problem each."""
+    return "".join(f'[agents.a{n}]\ntitle = "A{n}"\n' for n in range(count))
+
+
+def test_nesting_deeper_than_the_limit_is_a_problem_not_a_crash():
+    from deck.config import MAX_NESTING
+
+    deep = f"nested more than {MAX_NESTING} levels deep"
+    assert problems(DEEP_ARRAY) == [(1, 5 + MAX_NESTING, deep, False)]  # the first "[" too deep
+    assert problems("[a.b]\n" + DEEP_ARRAY) == [(2, 3 + MAX_NESTING, deep, False)]  # x is a.b.x: level 3
+    assert problems("x = " + "{a = " * 5000 + "1" + "}" * 5000 + "\n")[0][0::2] == (1, deep)
+    assert problems("a." * 100_000 + "b = 1\n")[0][0::2] == (1, deep)  # dotted keys nest too
+    assert problems("[" + "a." * 100_000 + "b]\n")[0][0::2] == (1, deep)  # and table headers
+    assert problems('s = """\n' + "[" * 5000 + '\n"""\n' + "t = '[[[[' # [[[[\n") == [
+        (1, 1, "unknown key s", True), (4, 1, "unknown key t", True)]  # fmt: skip  (brackets in strings and comments)
+    at_the_limit = "x = " + "[" * MAX_NESTING + "]" * MAX_NESTING + "\n"
+    assert problems(at_the_limit) == [(1, 1, "unknown key x", True)]
+
+
+def test_a_text_over_the_size_cap_is_a_problem():
+    from deck.config import MAX_SIZE
+
+    assert problems("#" * MAX_SIZE) == []
+    too_big = f"{MAX_SIZE + 1} bytes: a config file has {MAX_SIZE} (1 MiB) at most"
+    assert problems("#" * (MAX_SIZE + 1)) == [(1, 1, too_big, False)]
+    assert problems("#" + "é" * (MAX_SIZE // 2))[0][2].startswith(f"{MAX_SIZE + 1} bytes")  # bytes, not characters
+
+
+def test_a_lone_surrogate_is_a_problem_not_a_failed_save():
+    assert problems('title = "ok"\n# \ud800\n') == [(2, 3, "not UTF-8 text: a lone surrogate (U+D800)", False)]
+
+
+def deck_cli(*args: str, cwd: Path, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    """`deck ARGS…` as a real process."""
+    return subprocess.run([*DECK, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_validate_of_10k_agents_without_a_command_takes_linear_time(tmp_path):
+    (tmp_path / "big.toml").write_text(missing_commands(10_000))
+    result = deck_cli("config", "validate", "big.toml", cwd=tmp_path, timeout=10)  # quadratic: minutes
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert len(lines) == 10_000 and all(line.endswith("command: required key is missing") for line in lines)
+    assert lines[-1] == "big.toml:19999:1: agents.a9999.command: required key is missing"
+
+
+def test_deck_config_validate_reports_deep_nesting_without_a_traceback(tmp_path):
+    from deck.config import MAX_NESTING
+
+    (tmp_path / "deep.toml").write_text(DEEP_ARRAY)
+    result = deck_cli("config", "validate", "deep.toml", cwd=tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        1, f"deep.toml:1:{5 + MAX_NESTING}: nested more than {MAX_NESTING} levels deep\n", "")  # fmt: skip
+
+
+def test_what_is_not_a_regular_file_is_refused_at_start(tmp_path):
+    result = deck_cli("run", "--frontend=jsonl", "--config", "/dev/zero", cwd=tmp_path, timeout=10)
+    assert result.returncode == 2 and "/dev/zero: not a regular file (a character device)" in result.stderr
+    result = deck_cli("config", "validate", "/dev/zero", cwd=tmp_path, timeout=10)
+    assert result.returncode == 2 and "/dev/zero: not a regular file (a character device)" in result.stderr
+    assert "Traceback" not in result.stderr
+    (tmp_path / "huge.toml").write_bytes(b"#" * (2 << 20))
+    result = deck_cli("config", "validate", "huge.toml", cwd=tmp_path, timeout=10)
+    assert result.returncode == 2
+    assert "cannot read huge.toml: 2097152 bytes: a config file has 1048576 (1 MiB) at most" in result.stderr
+
+
+def feed(fifo: Path, text: str) -> threading.Thread:
+    """Write `text` into `fifo` once a reader opens it, as `-c <(cat deck.toml)` does."""
+
+    def write() -> None:
+        with open(fifo, "w") as out:
+            out.write(text)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_config_given_as_a_pipe_is_read_once_and_never_written(tmp_path):
+    from .deck_process import DeckProcess
+
+    fifo = tmp_path / "piped.toml"
+    os.mkfifo(fifo)
+    feed(fifo, agent_block("a") + '[agents.b]\ncommand = ""\n')
+    result = deck_cli("config", "validate", str(fifo), cwd=tmp_path)
+    assert result.returncode == 1 and result.stdout == f"{fifo}:4:11: agents.b.command: command must not be empty\n"
+
+    feed(fifo, agent_block("a"))
+    proc = DeckProcess("--config", str(fifo), cwd=tmp_path)
+    try:
+        assert [a["name"] for a in proc.call("AgentService.List")] == ["a"]
+        assert proc.call("ConfigService.Content") == agent_block("a")
+        reply = proc.response(proc.request("ConfigService.Save", {"text": agent_block("a") + agent_block("b")}))
+        assert "not a regular file (a FIFO or pipe)" in reply["error"]["message"]
+        assert proc.call("ConfigService.Recent") == []  # a pipe is not a file to open again
+        proc.close_stdin()
+        assert proc.wait(15) == 0
+        assert proc.events("config:changed") == []  # not watched: nothing reported it unreadable
+    finally:
+        proc.kill_everything()
+
+
+async def test_open_reads_only_regular_files(make_deck, tmp_path, state_home):
+    from deck.config import MAX_SIZE
+
+    deck, rec = make_deck(agent_block("a"))
+    await deck.agent_service.Start("a")
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)  # nobody writes to it: reading it would wait forever
+    huge = tmp_path / "huge.toml"
+    with open(huge, "wb") as out:
+        out.truncate(MAX_SIZE + 1)
+    refused = {
+        "/dev/zero": "not a regular file (a character device)",
+        str(fifo): "not a regular file (a FIFO or pipe)",
+        str(tmp_path): "not a regular file (a directory)",
+        str(huge): f"{MAX_SIZE + 1} bytes: a config file has {MAX_SIZE} (1 MiB) at most",
+    }
+    for path, why in refused.items():
+        with pytest.raises(ServiceError) as caught:
+            await asyncio.wait_for(deck.config_service.Open(path), 5)
+        assert f"{path}:1:1: cannot read {path}: {why}" in str(caught.value)
+    assert deck.agents["a"].state.value == "ready" and deck.config_path == tmp_path / "deck.toml"
+    assert await deck.config_service.Recent() == []
+
+
+# -- Save against a base: no lost update ------------------------------------------------------------
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+async def test_the_base_hash_is_the_sha256_of_the_file_as_read(make_deck):
+    deck, rec = make_deck("")
+    crlf = ("# my config\r\n" + agent_block("a").replace("\n", "\r\n")).encode()
+    deck.config_path.write_bytes(crlf)
+    await deck.config_service.live.reload()
+    assert (await deck.config_service.Current())["baseHash"] == sha256(crlf)
+    assert (await deck.config_service.Content()).encode() == crlf  # exactly the file: its hash is the base hash
+
+
+async def test_save_with_a_stale_base_hash_is_refused_and_writes_nothing(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    base = (await deck.config_service.Current())["baseHash"]
+    assert base == sha256(deck.config_path.read_bytes())
+    theirs = agent_block("a") + agent_block("theirs")
+    deck.config_path.write_text(theirs)  # an editor saves while a client edits its copy
+    with pytest.raises(ServiceError, match=r"^the config file changed since it was read; reload it$"):
+        await deck.config_service.Save(agent_block("a") + agent_block("mine"), baseHash=base)
+    assert deck.config_path.read_text() == theirs and list(deck.agents) == ["a"]
+    assert sorted(p.name for p in deck.config_path.parent.iterdir()) == ["deck.toml"]  # no temp file left
+    assert rec.named("config:changed") == []
+
+    result = await deck.config_service.Save(theirs + agent_block("mine"), baseHash=sha256(theirs.encode()))
+    assert result["saved"] and list(deck.agents) == ["a", "theirs", "mine"]
+    base = (await deck.config_service.Current())["baseHash"]
+    assert base == sha256(deck.config_path.read_bytes())
+    deck.config_path.unlink()  # a deleted file changed too
+    with pytest.raises(ServiceError, match="changed since it was read"):
+        await deck.config_service.Save(agent_block("z"), baseHash=base)
+    assert (await deck.config_service.Save(agent_block("z")))["saved"]  # without a base: written as before
+    assert deck.config_path.read_text() == agent_block("z")
+
+
+def test_save_with_a_stale_base_hash_is_refused_over_jsonl(tmp_path):
+    from .deck_process import DeckProcess
+
+    config = tmp_path / "deck.toml"
+    config.write_text(agent_block("a"))
+    proc = DeckProcess("--config", str(config), cwd=tmp_path)
+    try:
+        base = proc.call("ConfigService.Current")["baseHash"]
+        config.write_text(agent_block("a") + agent_block("theirs"))
+        reply = proc.response(proc.request("ConfigService.Save", {"text": agent_block("mine"), "baseHash": base}))
+        assert reply["error"]["code"] == -32000
+        assert reply["error"]["message"] == "the config file changed since it was read; reload it"
+        assert config.read_text() == agent_block("a") + agent_block("theirs")
+        proc.event("config:changed", valid=True)  # the watcher applied their edit
+        base = proc.call("ConfigService.Current")["baseHash"]
+        text = proc.call("ConfigService.Content") + agent_block("mine")
+        assert proc.call("ConfigService.Save", {"text": text, "baseHash": base})["saved"] is True
+        assert config.read_text() == text
+        proc.close_stdin()
+        assert proc.wait(15) == 0
+    finally:
+        proc.kill_everything()
+
+
+# -- the event loop stays free while a config is checked ---------------------------------------------
+
+
+@pytest.mark.parametrize("operation", ["Validate", "Save", "reload"])
+async def test_checking_a_big_config_leaves_the_event_loop_free(make_deck, operation):
+    deck, rec = make_deck(agent_block("a"))
+    big = missing_commands(5_000)
+    if operation == "reload":
+        deck.config_path.write_text(big)
+        work = deck.config_service.live.reload()
+    else:
+        work = getattr(deck.config_service, operation)(big)
+    task = asyncio.ensure_future(work)
+    ticks = 0
+    while not task.done():  # on the loop, the check would run between two ticks: one tick in all
+        await asyncio.sleep(0.001)
+        ticks += 1
+    await task
+    assert ticks > 2
+    if operation == "reload":
+        assert rec.named("config:changed")[-1]["valid"] is False and list(deck.agents) == ["a"]

@@ -12,6 +12,7 @@ from deck.errors import ServiceError
 from deck.frontend import Frontend
 
 from .conftest import agent_block, alive
+from .deck_process import run_deck  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.anyio
 
@@ -349,3 +350,48 @@ async def test_the_config_deck_runs_with_is_among_the_recent_files(make_deck):
     deck, rec = make_deck(agent_block("a"))
     await deck.startup()
     assert await deck.config_service.Recent() == [str(deck.config_path.absolute())]
+
+
+async def test_a_too_deeply_nested_file_keeps_the_last_valid_config(make_deck):
+    from deck.config import MAX_NESTING
+
+    deck, rec = make_deck(agent_block("a"))
+    await watching(deck)
+    deck.config_path.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n" + agent_block("a"))
+    change = await next_change(rec, 0)
+    message = f"nested more than {MAX_NESTING} levels deep"
+    assert change["valid"] is False and change["problems"] == [
+        {"line": 1, "column": 5 + MAX_NESTING, "message": message, "warning": False}]  # fmt: skip
+    assert await names(deck) == ["a"] and (await deck.config_service.Current())["problems"] == change["problems"]
+
+
+async def test_a_file_over_the_size_cap_is_not_read_and_the_last_config_kept(make_deck):
+    from deck.config import MAX_SIZE
+
+    deck, rec = make_deck(agent_block("a"))
+    await watching(deck)
+    with open(deck.config_path, "r+b") as out:
+        out.truncate(8 * MAX_SIZE)
+    change = await next_change(rec, 0)
+    assert change["valid"] is False
+    too_big = f"{8 * MAX_SIZE} bytes: a config file has {MAX_SIZE} (1 MiB) at most"
+    assert change["problems"][0]["message"].endswith(too_big)
+    assert await names(deck) == ["a"] and await deck.config_service.Content() == agent_block("a")
+
+
+def test_the_config_replaced_by_a_fifo_is_refused_and_deck_goes_on(run_deck, tmp_path):
+    proc = run_deck(agent_block("a"))
+    assert [a["name"] for a in proc.call("AgentService.List")] == ["a"]  # started: the file is followed
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # nobody writes to it: reading it would wait forever
+    os.replace(fifo, tmp_path / "deck.toml")
+    change = proc.event("config:changed", valid=False)
+    assert change["problems"][0]["message"].endswith("deck.toml: not a regular file (a FIFO or pipe)")
+    assert [a["name"] for a in proc.call("AgentService.List")] == ["a"]  # the last valid config, still answering
+    temp = tmp_path / "new.toml"
+    temp.write_text(agent_block("a") + agent_block("b"))
+    os.replace(temp, tmp_path / "deck.toml")  # a regular file again: followed as before
+    proc.event("config:changed", valid=True)
+    assert [a["name"] for a in proc.call("AgentService.List")] == ["a", "b"]
+    proc.close_stdin()
+    assert proc.wait(15) == 0 and b"Traceback" not in proc.stderr

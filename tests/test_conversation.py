@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
+
+from deck.conversation import Conversation
+from deck.events import Event
 
 from .conftest import agent_block
 from .turns import ask, deltas, position
@@ -167,3 +171,96 @@ async def test_turn_events_in_order_with_their_exact_payloads(make_deck):
     assert first_delta < done_at < position(rec, "turn:changed", busy=False)
     assert set(rec.named("message:delta")[0]) == {"agent", "messageId", "index", "kind", "text"}
 
+
+
+# -- modes, offered as `modes` and as the config option of category "mode" ----------------------
+
+
+def mode_option(snap: dict[str, Any]) -> Any:
+    return next(o["currentValue"] for o in snap["configOptions"] if o.get("category") == "mode")
+
+
+async def test_a_mode_update_alone_moves_the_mode_option_too(make_deck):
+    deck, rec = make_deck(agent_block("a", "--mode-option"))
+    await ask(deck, rec, "mode auto-edit")
+    snap = await deck.chat.Conversation("a")
+    assert snap["modes"]["currentModeId"] == "auto-edit" and mode_option(snap) == "auto-edit"
+    assert [o["currentValue"] for o in snap["configOptions"]] == ["auto-edit", "m1"]  # the model is left alone
+    assert rec.named("conversation:changed", "a")[-1]["value"] == snap["configOptions"]
+
+
+async def test_a_mode_option_update_alone_moves_the_mode_too(make_deck):
+    deck, rec = make_deck(agent_block("a", "--mode-option"))
+    await ask(deck, rec, "mode-option plan")
+    snap = await deck.chat.Conversation("a")
+    assert mode_option(snap) == "plan" and snap["modes"]["currentModeId"] == "plan"
+    assert [m["id"] for m in snap["modes"]["availableModes"]] == ["default", "auto-edit", "plan"]
+
+
+async def test_set_mode_and_set_config_option_keep_both_forms_in_step(make_deck):
+    deck, rec = make_deck(agent_block("a", "--mode-option"))
+    await deck.agent_service.Start("a")
+    await deck.chat.SetMode("a", "plan")
+    snap = await deck.chat.Conversation("a")
+    assert snap["modes"]["currentModeId"] == "plan" and mode_option(snap) == "plan"
+    await deck.chat.SetConfigOption("a", "mode", "auto-edit")
+    snap = await deck.chat.Conversation("a")
+    assert mode_option(snap) == "auto-edit" and snap["modes"]["currentModeId"] == "auto-edit"
+    await deck.chat.SetConfigOption("a", "model", "m2")  # another option: the mode stays
+    snap = await deck.chat.Conversation("a")
+    assert snap["modes"]["currentModeId"] == "auto-edit" and mode_option(snap) == "auto-edit"
+
+
+def conversation(modes: list[str], options: list[Any]) -> tuple[Conversation, list[Event]]:
+    events: list[Event] = []
+    conv = Conversation("a", events.append)
+    conv.session_started("s1", {
+        "modes": {"currentModeId": modes[0], "availableModes": [{"id": m, "name": m} for m in modes]},
+        "configOptions": [
+            {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": modes[0],
+             "options": options},
+            {"id": "effort", "name": "Effort", "category": "thought_level", "type": "select", "currentValue": "low",
+             "options": [{"value": "low", "name": "Low"}, {"value": "plan", "name": "Plan"}]},
+        ],
+    })  # fmt: skip
+    events.clear()
+    return conv, events
+
+
+def option_values(conv: Conversation) -> list[Any]:
+    return [o["currentValue"] for o in conv.config_options]
+
+
+def test_a_mode_the_option_does_not_offer_leaves_the_option():
+    conv, events = conversation(["default", "plan", "yolo"], [{"value": "default", "name": "D"}, {"value": "plan", "name": "P"}])
+    conv.apply_update({"sessionUpdate": "current_mode_update", "currentModeId": "yolo"})
+    assert conv.modes["currentModeId"] == "yolo" and option_values(conv) == ["default", "low"]  # type: ignore[index]
+    assert [e.payload()["field"] for e in events] == ["modes"]
+    conv.apply_update({"sessionUpdate": "current_mode_update", "currentModeId": "plan"})
+    assert option_values(conv) == ["plan", "low"]  # the other category's "plan" is not the mode
+    assert [e.payload()["field"] for e in events] == ["modes", "modes", "configOptions"]
+
+
+def test_grouped_mode_option_values_count_too():
+    groups = [{"group": "g", "name": "G", "options": [{"value": "default", "name": "D"}, {"value": "plan", "name": "P"}]}]
+    conv, _ = conversation(["default", "plan"], groups)
+    conv.apply_update({"sessionUpdate": "current_mode_update", "currentModeId": "plan"})
+    assert option_values(conv) == ["plan", "low"]
+
+
+def test_an_option_value_that_is_no_mode_leaves_the_modes():
+    options = [{"value": "default", "name": "D"}, {"value": "plan", "name": "P"}, {"value": "other", "name": "O"}]
+    conv, events = conversation(["default", "plan"], options)
+    changed = [{**conv.config_options[0], "currentValue": "other"}, conv.config_options[1]]
+    conv.apply_update({"sessionUpdate": "config_option_update", "configOptions": changed})
+    assert conv.modes["currentModeId"] == "default"  # type: ignore[index]
+    conv.apply_update({"sessionUpdate": "config_option_update", "configOptions": [changed[1]]})  # no mode option
+    assert conv.modes["currentModeId"] == "default"  # type: ignore[index]
+    assert [e.payload()["field"] for e in events] == ["configOptions", "configOptions"]
+
+
+def test_a_mode_update_without_a_mode_id_is_skipped():
+    conv, events = conversation(["default", "plan"], [{"value": "default", "name": "D"}])
+    for junk in (None, 3, ["plan"], {"id": "plan"}):
+        conv.apply_update({"sessionUpdate": "current_mode_update", "currentModeId": junk})
+    assert conv.modes["currentModeId"] == "default" and events == []  # type: ignore[index]

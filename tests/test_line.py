@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import re
@@ -14,7 +15,8 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from deck.frontends.line import diff_summary
+from deck.frontends import line as line_frontend
+from deck.frontends.line import context_share, diff_summary
 
 from .conftest import agent_block
 
@@ -31,9 +33,9 @@ def plain_env(**extra: str) -> dict[str, str]:
 class LineDeck:
     """`deck run --frontend=line` with stdin and stdout as pipes; output read line by line."""
 
-    def __init__(self, config: Path, **env: str) -> None:
+    def __init__(self, config: Path, *args: str, **env: str) -> None:
         self.proc = subprocess.Popen(
-            [*DECK, "run", "--frontend=line", "--config", str(config)],
+            [*DECK, "run", "--frontend=line", "--config", str(config), *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=plain_env(**env),
         )  # fmt: skip
         self.lines: list[str] = []
@@ -87,13 +89,13 @@ class LineDeck:
 
 @pytest.fixture
 def line_deck(tmp_path: Path):
-    """`line_deck(toml, **env)` → a running LineDeck; killed after the test if still running."""
+    """`line_deck(toml, *args, **env)` → a running LineDeck; killed after the test if still running."""
     made: list[LineDeck] = []
 
-    def make(text: str, **env: str) -> LineDeck:
+    def make(text: str, *args: str, **env: str) -> LineDeck:
         config = tmp_path / "deck.toml"
         config.write_text(text)
-        deck = LineDeck(config, **env)
+        deck = LineDeck(config, *args, **env)
         made.append(deck)
         return deck
 
@@ -143,15 +145,13 @@ def test_thought_plan_and_usage(line_deck):
     deck.expect(r"\[a\] plan:")
     deck.expect(r"\[a\]   \[x\] one")
     deck.send("usage")
-    deck.expect(r"\[a\] context: 1,000 / 200,000 tokens \(0%\)")
+    deck.expect(r"\[a\] context: 1,000 / 200,000 tokens \(<1%\)")  # 0.5 %: some, if less than 1 %
     deck.expect(r"\[a\] tokens: 10 in · 20 out · 30 total")
     assert deck.close() == 0
 
 
 def test_permission_allow_and_deny_by_number(line_deck):
     deck = line_deck(agent_block("a"))
-    deck.send("/allow")
-    deck.expect(r"\[deck\] no permission request is waiting")
     deck.send("@a perm")
     deck.expect(r"\[a\] Edit file \[pending\]  \+1 -1 /x")
     deck.expect(r"\[a\] permission\? Edit file  \+1 -1 /x")
@@ -165,6 +165,8 @@ def test_permission_allow_and_deny_by_number(line_deck):
     deck.expect(r"\[a\] ready")
     deck.send("perm")
     deck.expect(r"\[a\] permission\? Edit file.*")
+    deck.send("/allow x")
+    deck.expect(r"\[a\] /allow N: N is an option number, 1 to 2")
     deck.send("/deny")
     deck.expect(r"\[a\] permission: Reject")
     deck.expect(r"\[a\] Edit file \[failed\]  \+1 -1 /x")
@@ -203,7 +205,7 @@ def test_commands_and_unknown_command(line_deck):
     deck.expect(r"\[deck\] unknown command: /frobnicate")
     deck.expect(r"\[deck\] /allow \[N\] .*")  # the help
     deck.send("/help")
-    deck.expect(r"\[deck\] /help +this help +/quit .*")
+    deck.expect(r"\[deck\] /help +this help")
     deck.send("/stop b")
     deck.expect(r"\[b\] stopped")
     deck.send("/restart a")
@@ -403,3 +405,178 @@ def test_a_bare_slash_is_an_unknown_command_not_a_crash(line_deck):
     deck.send("hi")
     deck.expect(r"\[a\] You said: hi")
     assert deck.close() == 0
+
+
+# -- answers a script gives before the request comes ---------------------------------------------
+
+
+def test_an_allow_typed_before_the_request_approves_it_after_end_of_stdin(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("@a perm")
+    deck.send("/allow")
+    assert deck.close() == 0  # stdin ends before the agent asks
+    deck.expect(r"\[a\] waiting up to 60 s for a permission request from a: /allow answers it")
+    deck.expect(r"\[a\] permission\? Edit file  \+1 -1 /x")
+    deck.expect(r"\[a\] permission: Allow")
+    deck.expect(r"\[a\] Edit file \[completed\]  \+1 -1 /x")
+    deck.expect(r"\[a\] permission: yes")
+    deck.expect(r"\[a\] stopped")
+
+
+def test_each_early_answer_answers_one_request_in_order(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("@a perms 4 edit")
+    deck.send("/deny")
+    deck.send("/deny")
+    deck.send("/allow 2")  # the second option: allow_always
+    assert deck.close() == 0
+    deck.expect(r"\[a\] permission\? Tool 0")
+    deck.expect(r"\[a\] permission: Reject")
+    deck.expect(r"\[a\] permission\? Tool 1  \(refused once this turn\)")
+    deck.expect(r"\[a\] permission: Reject")
+    deck.expect(r"\[a\] permission\? Tool 2  \(refused 2 times this turn\)")
+    deck.expect(r"\[a\] permission: Always")
+    deck.expect(r"\[a\] permission\? Tool 3  \(refused 2 times this turn\)")
+    deck.expect(r"\[a\] permission: cancelled")  # three answers typed: the fourth request is nobody's
+    assert "".join(line[4:] for line in deck.lines if re.match(r"\[a\] p\d: ", line)) == (
+        "p0: no;p1: no;p2: always;p3: cancelled;"
+    )
+
+
+def test_an_early_answer_is_for_the_current_agent_only(line_deck):
+    deck = line_deck(agent_block("a") + agent_block("b"))
+    deck.send("@a perm")
+    deck.expect(r"\[a\] permission\? Edit file.*")
+    deck.send("@b hi")
+    deck.send("/allow")  # b is the current agent: a's request is not b's
+    deck.expect(r"\[b\] waiting up to 60 s for a permission request from b: /allow answers it"
+                r" \(a has one waiting: @a, then /allow\)")  # fmt: skip
+    deck.send("@a")
+    deck.send("/allow")
+    deck.expect(r"\[a\] permission: Allow")
+    assert deck.close() == 0
+    assert "[b] /allow unused: no permission request came from b" in deck.lines
+    assert [line for line in deck.lines if line.startswith("[b] permission")] == []
+
+
+def test_early_answers_are_bounded(line_deck):
+    deck = line_deck(agent_block("a"))
+    for _ in range(101):
+        deck.send("/deny")
+    deck.expect(r"\[a\] /deny refused: 100 answers already wait for a's requests")
+    deck.send("/quit")
+    assert deck.wait() == 0
+
+
+def test_cancel_drops_the_early_answers_and_a_bad_number_is_refused_at_once(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("/allow two")
+    deck.expect(r"\[a\] /allow N: N is an option number")
+    deck.send("/allow")
+    deck.expect(r"\[a\] waiting up to 60 s for a permission request from a: /allow answers it")
+    deck.send("/cancel")
+    deck.expect(r"\[a\] /allow dropped: it waited for a permission request")
+    deck.send("@a perm")
+    deck.expect(r"\[a\] permission\? Edit file.*")
+    assert deck.close() == 0
+    deck.expect(r"\[a\] permission: cancelled")
+
+
+def test_an_early_answer_with_an_option_the_request_lacks_leaves_it_waiting(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("@a perm")
+    deck.send("/allow 3")
+    deck.expect(r"\[a\] permission\? Edit file.*")
+    deck.expect(r"\[a\] /allow N: N is an option number, 1 to 2")
+    deck.send("/allow 1")  # the request still waits: answered now
+    deck.expect(r"\[a\] permission: Allow")
+    assert deck.close() == 0
+
+
+def test_approve_on_the_command_line_approves_that_kind_only(line_deck):
+    deck = line_deck(agent_block("a"), "--approve", "edit")
+    deck.send("@a perm")
+    deck.expect(r"\[a\] Edit file \[completed\]  \+1 -1 /x")
+    deck.expect(r"\[a\] permission: yes")
+    deck.send("perms 1 read")
+    deck.expect(r"\[a\] permission\? Tool 0")  # a read is not an edit: asked as usual
+    deck.send("/deny")
+    deck.expect(r"\[a\] permission: Reject")
+    assert deck.close() == 0
+    assert not any(line.startswith("[a] permission? Edit file") for line in deck.lines)
+
+
+def test_a_bad_approve_pattern_is_a_usage_error(tmp_path):
+    config = tmp_path / "deck.toml"
+    config.write_text(agent_block("a"))
+    done = subprocess.run(
+        [*DECK, "run", "--frontend=line", "--config", str(config), "--approve", "reed"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, env=plain_env(),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("deck: bad --approve 'reed': reed is not a tool kind (read, ")
+
+
+def test_help_columns_line_up(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("/help")
+    deck.expect(r"\[deck\] /quit +stop the agents and leave")
+    assert deck.close() == 0
+    start = deck.lines.index(next(line for line in deck.lines if line.startswith("[deck] @AGENT TEXT")))
+    end = deck.lines.index(next(line for line in deck.lines if line.startswith("[deck] /quit")))
+    columns = {re.match(r"\[deck\] .*? {2,}", line).end() for line in deck.lines[start : end + 1]}
+    assert len(columns) == 1, deck.lines[start : end + 1]
+
+
+def test_queued_counts_read_as_english(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("@a sleep 0.3")
+    deck.send("@a one")
+    deck.send("@a two")  # both wait while the agent sleeps: 2 queued, then 1 once "one" is sent
+    assert deck.close() == 0
+    assert "[a] 2 messages queued" in deck.lines and "[a] 1 message queued" in deck.lines
+    assert not any("(s)" in line for line in deck.lines)
+
+
+@pytest.mark.parametrize(
+    ("used", "size", "shown"),
+    [(0, 200_000, "0%"), (1, 200_000, "<1%"), (1_000, 200_000, "<1%"), (1_211, 200_000, "1%"), (150, 200, "75%")],
+)
+def test_context_share_rounds_and_never_says_zero_for_some(used, size, shown):
+    assert context_share(used, size) == shown
+
+
+@pytest.mark.anyio
+async def test_an_early_answer_expires(make_deck, monkeypatch):
+    monkeypatch.setattr(line_frontend, "ANSWER_WAIT", 0.2)
+    deck, rec = make_deck(agent_block("a"))
+    stdin_read, stdin_write = os.pipe()
+    stdout_read, stdout_write = os.pipe()
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    protocol = asyncio.StreamReaderProtocol(reader)
+    transport, _ = await loop.connect_read_pipe(lambda: protocol, os.fdopen(stdout_read, "rb"))
+    running = loop.create_task(deck.run(line_frontend.LineFrontend, stdin_fd=stdin_read, stdout_fd=stdout_write))
+
+    async def line_matching(pattern: str) -> str:
+        while raw := await asyncio.wait_for(reader.readline(), 10):
+            if re.fullmatch(pattern, text := raw.decode().rstrip("\n")):
+                return text
+        raise AssertionError(f"no line matching {pattern!r} before the end of the output")
+
+    open_ends = [stdin_write, stdout_write, stdin_read]
+    try:
+        os.write(stdin_write, b"/allow\n")
+        await line_matching(r"\[a\] waiting up to 0.2 s for a permission request from a: /allow answers it")
+        await line_matching(r"\[a\] /allow expired: no permission request came from a within 0.2 s")
+        os.write(stdin_write, b"@a perm\n")
+        asked = await rec.wait_event("permission:requested", agent="a")
+        assert not deck.chat.permissions[asked["id"]].future.done()  # nobody answered it
+        os.close(open_ends.pop(0))  # end of stdin: the request is cancelled
+        await line_matching(r"\[a\] permission: cancelled")
+        assert await asyncio.wait_for(running, 20) == 0
+    finally:
+        running.cancel()
+        transport.close()
+        for fd in open_ends:
+            os.close(fd)

@@ -71,7 +71,7 @@ def test_usage_errors_exit_two(tmp_path):
 def test_permission_requests_are_refused_unless_the_policy_allows(tmp_path):
     refused = deck_send(tmp_path, agent_block("a"), "a", "perm")
     assert refused.returncode == 0 and refused.stdout == "permission: no\n"
-    assert "permission for Edit file refused" in refused.stderr
+    assert "permission for Edit file (edit) refused: deck send cannot ask (--approve edit or" in refused.stderr
     allowed = deck_send(tmp_path, agent_block("a", permissions="allow"), "a", "perm")
     assert allowed.returncode == 0 and allowed.stdout == "permission: yes\n"
     assert "refused" not in allowed.stderr
@@ -116,3 +116,38 @@ def test_a_closed_stdout_ends_quietly_and_leaves_no_agent(tmp_path):
     assert proc.wait(timeout=20) == 0
     assert "Traceback" not in proc.stderr.read().decode()
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_approve_approves_the_matching_tool_calls_only(tmp_path):
+    reads = deck_send(tmp_path, agent_block("a"), "--approve", "read", "a", "perms 2 read")
+    assert (reads.returncode, reads.stdout) == (0, "p0: yes; p1: yes; \n")
+    assert "refused" not in reads.stderr
+    edits = deck_send(tmp_path, agent_block("a"), "--approve", "read", "a", "perms 1 edit")
+    assert edits.stdout == "p0: no; \n"  # an edit is not a read: refused as usual
+    assert "permission for Tool 0 (edit) refused" in edits.stderr
+    titled = deck_send(
+        tmp_path, agent_block("a"), "--approve", "edit:Tool 1", "--approve", "execute", "a", "perms 3 edit"
+    )
+    assert titled.stdout == "p0: no; p1: yes; p2: no; \n"  # the title glob picks one edit, and allow_once it is
+    edit = deck_send(tmp_path, agent_block("a"), "--approve", "*:Edit *", "a", "perm")
+    assert edit.stdout == "permission: yes\n"
+
+
+def test_a_bad_approve_pattern_is_a_usage_error(tmp_path):
+    for pattern, why in [("reed", "reed is not a tool kind"), ("edit:", "no title glob after edit:"), ("", "empty")]:
+        done = deck_send(tmp_path, agent_block("a"), "--approve", pattern, "a", "hi")
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(f"deck: bad --approve {pattern!r}: {why}"), done.stderr
+        assert done.stdout == ""
+
+
+def test_a_lone_surrogate_from_the_agent_is_written_as_its_escape(tmp_path):
+    """An agent's chunk carrying a lone surrogate (valid JSON: "\\ud800") neither hangs nor drops the answer."""
+    unruly = Path(__file__).parent / "agents" / "unruly_agent.py"
+    config = agent_block("u", command=[sys.executable, str(unruly)])
+    done = deck_send(tmp_path, config, "u", "surrogate")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "\\ud800after\n"
+    as_json = deck_send(tmp_path, config, "--json", "u", "surrogate", timeout=20)
+    assert as_json.returncode == 0, as_json.stderr
+    assert any("after" in line for line in as_json.stdout.splitlines())

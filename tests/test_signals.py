@@ -6,12 +6,11 @@ import os
 import signal
 import time
 
-import psutil
 import pytest
 
 from deck.frontend import Frontend
 
-from .conftest import agent_block
+from .conftest import agent_block, descendants_of_self
 from .deck_process import alive, run_deck, wait_dead  # noqa: F401  (run_deck: fixture)
 
 
@@ -84,7 +83,8 @@ class RaisingFrontend(Frontend):
             await self.deck.agent_service.Start(name)
         self.deck.chat.send("busy", "slow")
         await self.options["recorder"].wait_event("message:delta", agent="busy")
-        self.options["pids"].extend(p.pid for p in psutil.Process().children(recursive=True))
+        # Not zombies: this process is a subreaper, what other decks left when they died comes back to it.
+        self.options["pids"].extend(p.pid for p in descendants_of_self())
         raise RuntimeError("frontend bug")
 
 

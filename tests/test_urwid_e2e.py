@@ -180,7 +180,7 @@ def test_console_in_english(console):
 def test_console_in_french_quit_asks_while_busy(console, tmp_path: Path):
     c = console('language = "fr"\n' + agent_block("alpha") + agent_block("beta"))
     screen = c.wait("Message à alpha")
-    assert "arrêté" in screen and "Tab agent" in screen and "Ctrl-Q quitter" in screen
+    assert "arrêté" in screen and "Tab agent" in screen and "Ctrl-Q quitter" in screen and "PgUp PgDn" in screen
     c.type("bonjour")
     c.keys("Enter")
     screen = c.wait("You said: bonjour")
@@ -246,8 +246,8 @@ def test_console_resize_esc_cancel_and_config_view(console, tmp_path: Path):
     assert "maxRunningAgents" in screen or "integer" in screen
     c.keys("c")
     c.wait("Choose a config file")
-    c.keys("Tab")
-    c.type("other.toml")
+    c.type("other.toml")  # typed while browsing the list: it goes to the path
+    c.wait(f"Path: {tmp_path}/other.toml")
     c.keys("Enter")
     screen = c.wait("1 G Gamma")
     assert "alpha" not in screen.split("Config")[0]
@@ -259,9 +259,11 @@ def test_console_resize_esc_cancel_and_config_view(console, tmp_path: Path):
     c.keys("Tab")
     c.type("deck.toml")
     c.keys("Enter")
-    screen = c.wait("1 A alpha")
-    recent = screen.split("Recent config files")[1]
-    assert recent.index(str(tmp_path / "deck.toml")) < recent.index(str(other))  # most recent first
+    def deck_toml_first(screen: str) -> bool:  # the recent files, most recent first: once the view has them
+        recent = screen.split("Recent config files")[-1]
+        return "1 A alpha" in screen and -1 < recent.find(str(tmp_path / "deck.toml")) < recent.find(str(other))
+
+    c.wait(deck_toml_first)
     c.keys("Down", "Down", "Enter")  # from Choose past the current file to the other one
     c.wait("1 G Gamma")
     c.keys("Escape")
@@ -312,5 +314,23 @@ def test_console_answers_and_declines_questions(console):
     c.wait(lambda s: "Question from" not in s and "waiting" not in s)
     c.keys("Tab")
     c.wait('{"action": "accept", "content": {"name": "Bo"}}')
+    c.keys("C-q")
+    c.wait("DECK-EXITED-0")
+
+
+def test_console_shows_a_broken_config_until_it_is_fixed(console, tmp_path: Path):
+    from deck.config import parse
+
+    c = console(agent_block("alpha"), cols=80, rows=24)
+    c.wait("Message to alpha")
+    broken = agent_block("alpha") + "[limits]\nmaxRunningAgents = 'many'\n"
+    first = parse(broken).errors[0]
+    (tmp_path / "deck.toml").write_text(broken)
+    screen = c.wait("deck.toml:")  # on the conversation's screen, not only in the config view (F3)
+    banner = next(line for line in screen.split("\n") if "deck.toml:" in line).strip()
+    assert banner.startswith(f"deck.toml:{first.line}:{first.column}: {first.message}"[:70])
+    assert "Config ·" not in screen
+    (tmp_path / "deck.toml").write_text(agent_block("alpha", title="Alpha"))
+    screen = c.wait(lambda s: "deck.toml:" not in s and "Message to Alpha" in s)
     c.keys("C-q")
     c.wait("DECK-EXITED-0")

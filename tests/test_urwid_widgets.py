@@ -25,7 +25,7 @@ from deck.events import (
 )
 from deck.frontends.urwid import markdown
 from deck.frontends.urwid.agents import AgentsPanel
-from deck.frontends.urwid.app import FPS, ConsoleApp
+from deck.frontends.urwid.app import FPS, HINTS, ConsoleApp
 from deck.frontends.urwid.common import canvas_text
 from deck.frontends.urwid.conversation import ConversationView
 from deck.frontends.urwid.dialogs import PermissionDialog, QuestionDialog
@@ -540,15 +540,19 @@ async def test_opening_the_same_config_again_starts_the_console_afresh(make_deck
 def test_the_light_theme_darkens_what_would_vanish_on_a_light_background():
     from deck.frontends.urwid.common import PALETTE, palette
 
-    assert palette("dark") is PALETTE
+    assert palette("dark")[: len(PALETTE)] == PALETTE
     light = {entry[0]: entry for entry in palette("light")}
     assert light["heading"][1:3] == ("bold,dark cyan", "default")
     assert light["state ready"][1] == "dark green" and light["system"][1] == "bold,brown"
     assert light["selected"][1:3] == ("default", "light gray")  # the terminal's text on a light highlight
     assert light["field focus"][1:3] == ("white", "dark blue")  # a colour pair of its own stays
-    assert len(light) == len(PALETTE)
-    for _name, fg, bg, *_ in palette("light"):  # every entry is a palette urwid accepts
-        urwid.AttrSpec(fg, bg, 16)
+    assert light["state ready on selected"][1:3] == ("dark green", "light gray")  # the twins follow the theme
+    assert len(light) == len(palette("dark")) and len({entry[0] for entry in palette("dark")}) == len(light)
+    for theme in ("dark", "light"):
+        for _name, fg, bg, *rest in palette(theme):  # every entry is a palette urwid accepts
+            urwid.AttrSpec(fg, bg, 16)
+            if rest[1:]:
+                urwid.AttrSpec(rest[1], rest[2], 256)
 
 
 async def test_the_console_takes_the_configs_theme(make_deck):
@@ -556,3 +560,304 @@ async def test_the_console_takes_the_configs_theme(make_deck):
 
     deck, rec = make_deck('theme = "light"\n' + agent_block("a"))
     assert ConsoleApp(deck).palette == palette("light")
+
+
+# -- untrusted text --------------------------------------------------------------------------------
+
+
+async def test_controls_from_an_agent_are_shown_in_every_widget_never_sent_raw(make_deck):
+    from .agents.escapes_agent import RAW, SHOWN
+    from .test_terminal_safety import escapes_block
+
+    deck, rec = make_deck(escapes_block("h", title="T\x1b[2J"))
+    app = ConsoleApp(deck)
+    app.attach(asyncio.get_running_loop())
+    try:
+        deck.chat.send("h", "hostile")
+        await rec.wait_event("turn:changed", agent="h", busy=False)
+        app.refresh()
+        app.conversation.toggle_all("diffs")
+        chat = app.root.render((200, 60))
+        app.show_view("logs")
+        await asyncio.gather(*app._tasks)  # the Logs call it makes
+        app.refresh()
+        logs = app.root.render((200, 60))
+    finally:
+        app.detach()
+    for canvas in (chat, logs):
+        drawn = b"".join(segment for row in canvas.content() for _attr, _cs, segment in row).decode()
+        assert "\x1b" not in drawn and not any(raw in drawn for raw in RAW), drawn
+    chat_text = "\n".join(line.decode() for line in chat.text)
+    assert "T␛[2J" in chat_text  # the title: panel, header, input box
+    assert f"thought {SHOWN}" in chat_text and f"tool {SHOWN}" in chat_text and f"some bold text {SHOWN}" in chat_text
+    assert "windows line" in chat_text and "windows line␍" not in chat_text  # CR LF is a newline
+    assert f"stderr {SHOWN}" in "\n".join(line.decode() for line in logs.text)
+
+
+# -- what the user typed -----------------------------------------------------------------------------
+
+
+async def test_user_messages_are_shown_as_typed(make_deck):
+    """Markdown is the agent's: the user's text keeps every character, its line breaks and indents."""
+    typed = '***CALL_TOOL read {"path": "/x"} and **bold** `code`'
+    block = "first line\n    # not a heading\n- not a list\n\n> not a quote _x_"
+    deck, model, _ = await run_prompts(make_deck, [typed, block])
+    _, text = conversation_text(model, "a")
+    assert "\n  " + typed + "\n" in text
+    assert "\n  first line\n      # not a heading\n  - not a list\n\n  > not a quote _x_\n" in text
+    assert "You said: first line" in text and "  • not a list" in text  # the agent's echo is Markdown
+
+
+# -- the config, broken while the console runs -----------------------------------------------------
+
+
+async def test_a_broken_config_shows_its_first_problem_until_it_is_fixed(make_deck, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where deck.toml is: the banner names it relative to here
+    deck, rec = make_deck(agent_block("a"))
+    app = ConsoleApp(deck)
+    app.attach(asyncio.get_running_loop())
+    size = (100, 30)
+    try:
+        assert "deck.toml:" not in canvas_text(app.root, *size)
+        deck.config_path.write_text(agent_block("a") + "[limits]\nmaxRunningAgents = 'many'\nfoo = [\n")
+        await deck.config_service.live.reload()
+        app.refresh()
+        screen = canvas_text(app.root, *size)
+        banner = next(line for line in screen.split("\n") if "deck.toml:" in line)
+        problem = rec.named("config:changed")[-1]["problems"][0]
+        assert banner.lstrip().startswith(f"deck.toml:{problem['line']}:{problem['column']}: {problem['message'][:20]}")
+        assert "last valid config" in banner
+        assert screen.index(banner) < screen.index("Message to a")  # just above the input
+        late = ConsoleApp(deck)  # a console that starts with the file broken knows it too
+        late.attach(asyncio.get_running_loop())
+        late.detach()
+        assert banner in canvas_text(late.root, *size)
+        deck.config_path.write_text(agent_block("a"))
+        await deck.config_service.live.reload()
+        app.refresh()
+        assert "deck.toml:" not in canvas_text(app.root, *size)
+    finally:
+        app.detach()
+
+
+def test_the_config_banner_names_the_file_as_given_and_counts_the_other_problems(tmp_path, monkeypatch):
+    from deck.frontends.urwid.app import config_problem
+
+    monkeypatch.chdir(tmp_path)
+    problems = [{"line": 1, "column": 2, "message": "unknown key x", "warning": True},
+                {"line": 17, "column": 6, "message": "expected an integer", "warning": False},
+                {"line": 20, "column": 1, "message": "bad", "warning": False}]  # fmt: skip
+    strings = Strings("en")
+    assert config_problem(str(tmp_path / "deck.toml"), problems, strings).startswith(
+        "deck.toml:17:6: expected an integer (+1 more)")  # fmt: skip
+    assert config_problem("/elsewhere/deck.toml", problems[:2], strings).startswith("/elsewhere/deck.toml:17:6: ")
+    assert config_problem("deck.toml", problems[:1], strings) == ""  # a warning only: nothing to say here
+    assert "dernière configuration valide" in config_problem("deck.toml", problems, Strings("fr"))
+
+
+# -- system messages -----------------------------------------------------------------------------------
+
+
+async def test_a_restart_note_is_shown_once(make_deck):
+    deck, model, _ = await run_prompts(make_deck, ["hello"])
+    await deck.agent_service.Restart("a")
+    await asyncio.sleep(0)
+    assert [m.code for m in model.agents["a"].messages if m.role == "system"] == ["agent-restarted"]
+    _, text = conversation_text(model, "a")
+    assert text.count("restarted in a new session") == 1
+    _, fr = conversation_text(model, "a", "fr")
+    assert fr.count("redémarré dans une nouvelle session") == 1 and "restarted" not in fr
+
+
+# -- backgrounds -----------------------------------------------------------------------------------
+
+
+def _cells(canvas: urwid.Canvas, theme: str = "dark") -> list[tuple[str, str, str]]:
+    """(foreground, background, text) of every run of `canvas`, as the palette of `theme` draws them."""
+    from deck.frontends.urwid.common import palette
+
+    entries = {entry[0]: entry for entry in palette(theme)}
+    out = []
+    for row in canvas.content():
+        for attr, _cs, text in row:
+            attr = getattr(attr, "layers", (attr,))[0]  # urwid ≥ 5 stacks the enclosing maps: the innermost shows
+            entry = entries.get(attr) if attr is not None else None
+            out.append((entry[1], entry[2], text.decode()) if entry else ("default", "default", text.decode()))
+    return out
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+def test_a_selected_row_and_a_dialog_keep_their_background(theme):
+    from deck.frontends.urwid.agents import AgentRow
+    from deck.frontends.urwid.common import palette
+
+    backgrounds = {entry[0]: entry[2] for entry in palette(theme)}
+    model = roster("alpha")
+    feed(model, [AgentStateChanged("alpha", "error", True, "start failed: exit 3"), TurnChanged("alpha", True, 0),
+                 UsageChanged("alpha", {"used": 50, "size": 100})])  # fmt: skip
+    model.apply("permission:requested", {"id": "perm-1", "agent": "alpha", "toolCall": {}, "options": []})
+    row = AgentRow("alpha", lambda name: None)
+    row.update(model.agents["alpha"], 1, Strings("en"), True, 0)
+    cells = _cells(row.render((30,)), theme)
+    assert {bg for _fg, bg, text in cells if text.strip() and "!" not in text} == {backgrounds["selected"]}, cells
+    assert all(bg != "default" for _fg, bg, _text in cells), cells  # spaces too: no patch of the terminal's own
+    request = {"id": "p", "agent": "alpha", "options": [{"optionId": "y", "name": "Allow", "kind": "allow_once"}],
+               "toolCall": {"kind": "edit", "title": "Edit", "status": "pending", "input": {"path": "/x"},
+                            "diffs": [{"path": "/x", "oldText": "a", "newText": "b"}]}}  # fmt: skip
+    dialog = PermissionDialog(Strings("en"), [request], 0, {}, print, print, print)
+    cells = _cells(dialog.render((60, 20)), theme)
+    assert all(bg != "default" for _fg, bg, _text in cells), cells
+    assert all(fg.split(",")[-1] != bg for fg, bg, text in cells if text.strip()), cells  # nothing drawn in its background
+    assert {bg for _fg, bg, text in cells if "a/x" in text or "{" in text} == {backgrounds["dialog"]}
+
+
+# -- the agents panel's layout -----------------------------------------------------------------------
+
+
+def test_long_state_and_error_lines_stay_under_the_name():
+    model = roster("alpha")
+    error = "start failed: the agent program could not be found on the PATH nor in the folder given\nsecond line"
+    feed(model, [AgentStateChanged("alpha", "error", True, error)])
+    text = panel_text(model, width=24)
+    rows = [line[1:-1] for line in text.split("\n")[1:6]]
+    assert rows[0] == "1 A Alpha".ljust(22)
+    assert rows[1].rstrip() == "   error"
+    assert rows[2].startswith("   ⟳ restart to ") and rows[2].endswith("…")  # one line, clipped
+    assert rows[3].startswith("   start failed: the") and rows[4].startswith("   ") and rows[4].rstrip().endswith("…")
+    assert rows[4][3] != " " and "second line" not in text
+    assert all(not line[1:2].strip() or line[1:2].isdigit() or line[1:2] in "─ " for line in text.split("\n")[1:-1])
+
+
+@pytest.mark.parametrize(("cols", "panel"), [(60, 18), (80, 18), (120, 26), (160, 35), (250, 40)])
+async def test_the_panel_takes_a_share_of_the_width_and_the_hints_one_line(make_deck, cols, panel):
+    deck, rec = make_deck(agent_block("a"))
+    app = ConsoleApp(deck)
+    app.attach(asyncio.get_running_loop())
+    try:
+        rows = canvas_text(app.root, cols, 24).split("\n")
+        assert rows[0].index("┐") == panel - 1 and rows[1][:panel].endswith("│") and rows[1][panel:panel + 1] in ("", " ")
+        assert rows[-2].startswith("└") and rows[-2].endswith("┘")  # the input box, then one line of hints
+        assert rows[-1].startswith("Enter send") and len(rows[-1]) <= cols and "Ctrl-Q quit" in rows[-1]
+        assert "PgUp PgDn" in rows[-1] and ("F3 config" in rows[-1]) == (cols >= 80)
+        assert ("Alt-Enter newline" in rows[-1]) == (cols >= 120)
+    finally:
+        app.detach()
+
+
+def test_the_hints_keep_the_most_important_keys_as_the_width_shrinks():
+    from deck.frontends.urwid.common import HintBar
+
+    for language in ("en", "fr"):
+        strings = Strings(language)
+        bar = HintBar([(strings(key), rank) for key, rank in HINTS])
+        shown = {width: canvas_text(bar, width) for width in range(20, 140)}
+        assert all(len(text) <= width and "\n" not in text for width, text in shown.items())
+        for width in range(21, 140):  # what a narrower bar shows, a wider one shows too
+            assert all(hint in shown[width] for hint in shown[width - 1].split("  ") if hint)
+        assert "PgUp PgDn" in shown[80] and "Ctrl-Q" in shown[80]
+
+
+# -- the permission dialog's place --------------------------------------------------------------------
+
+
+async def test_the_permission_dialog_leaves_the_panel_and_the_request_in_view(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    app = ConsoleApp(deck)
+    app.attach(asyncio.get_running_loop())
+    try:
+        deck.chat.send("a", "perm")
+        await rec.wait_event("permission:requested", agent="a")
+        await rec.wait(lambda r: any((p.get("part") or {}).get("status") == "pending" for p in r.named("message:delta", "a")))
+        app.refresh()
+        assert app.dialog_kind == "ask"
+        rows = canvas_text(app.root, 80, 24).split("\n")
+        top = next(i for i, row in enumerate(rows) if "Permission requested by a" in row)
+        bottom = next(i for i, row in enumerate(rows) if i > top and row[18:19] == "└")
+        assert top == 0 and rows[top][18] == "┌"  # over the conversation, from its top
+        assert rows[1].startswith("│1 A a") and rows[5].startswith("│2 B b")  # the agents panel stays in view
+        assert "1 Allow" in "\n".join(rows[top:bottom]) and "2 Reject" in "\n".join(rows[top:bottom])
+        below = "\n".join(row[18:] for row in rows[bottom + 1 :])
+        assert "⚙ edit Edit file · pending" in below  # the tool call that asks
+        assert "Message to a" in rows[-5] and "1 permission request(s) waiting" in rows[-2]
+        assert bottom - top + 1 <= 14
+    finally:
+        app.detach()
+
+
+# -- the file picker ---------------------------------------------------------------------------------
+
+
+def test_the_file_picker_path_takes_typing_at_once(tmp_path):
+    from deck.frontends.urwid.dialogs import FilePicker
+
+    (tmp_path / "deck.toml").write_text("")
+    (tmp_path / "sub").mkdir()
+    chosen: list[str] = []
+    picker = FilePicker(Strings("en"), tmp_path, chosen.append)
+    size = (60, 15)
+    picker.keypress(size, "down")  # browsing the list
+    type_keys(picker, size, "other.toml")
+    assert picker.edit.edit_text == f"{tmp_path}/other.toml" and "other.toml" in canvas_text(picker, *size)
+    picker.keypress(size, "enter")
+    assert chosen == [str(tmp_path / "other.toml")]
+    picker = FilePicker(Strings("en"), tmp_path, chosen.append)
+    picker.keypress(size, "down")
+    picker.keypress(size, " ")  # space still opens the entry under the cursor
+    assert picker.directory == (tmp_path / "sub").resolve() or chosen[-1] == str(tmp_path / "deck.toml")
+
+
+# -- first start ---------------------------------------------------------------------------------------
+
+
+def test_an_empty_conversation_says_how_to_start():
+    model = roster("a")
+    view, text = conversation_text(model, "a", size=(60, 10))
+    assert "Type a message and press Enter · Tab: next agent" in text
+    assert "Tapez un message" in conversation_text(model, "a", "fr", size=(60, 10))[1]
+    feed(model, [MessageUpdated("a", {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "hi"}], "done": True})])
+    view.rebuild(model.take_changes().messages["a"])
+    text = canvas_text(view, 60, 10)
+    assert "Type a message" not in text and "▸ you\n  hi" in text
+
+
+# -- French ------------------------------------------------------------------------------------------
+
+
+def test_tool_kinds_and_statuses_in_french():
+    from deck.conversation import TOOL_KINDS, TOOL_STATUSES
+    from deck.frontends.urwid.conversation import tool_widgets
+
+    def header(part: dict, language: str) -> str:
+        return canvas_text(tool_widgets(part, Strings(language), False, None)[0], 80)
+
+    words = {}
+    for kind in sorted(TOOL_KINDS):
+        for status in sorted(TOOL_STATUSES):
+            en = header({"kind": kind, "status": status, "title": "T"}, "en")
+            assert en == f"  ⚙ {kind} T · {status.replace('_', ' ')}"
+            words[kind, status] = header({"kind": kind, "status": status, "title": "T"}, "fr")
+    assert words["edit", "pending"] == "  ⚙ modification T · en attente"
+    assert words["execute", "in_progress"] == "  ⚙ exécution T · en cours"
+    assert words["read", "completed"] == "  ⚙ lecture T · terminé"
+    assert words["other", "failed"] == "  ⚙ autre T · échoué"
+    assert len({w.split(" T ")[0] for w in words.values()}) == len(TOOL_KINDS)
+    assert header({"kind": "weird", "status": "odd", "title": "T"}, "fr") == "  ⚙ weird T · odd"  # unknown: as sent
+
+
+# -- usage ---------------------------------------------------------------------------------------------
+
+
+def test_usage_percentages_round_like_the_line_frontend():
+    from deck.frontends.urwid.common import gauge, percent
+
+    assert percent(0, 1000) == "0%" and percent(1, 1000) == "<1%" and percent(5, 1000) == "<1%"
+    assert percent(6, 1000) == "1%" and percent(125, 1000) == "12%" and percent(995, 1000) == "100%"
+    assert percent(1500, 1000) == "150%" and percent(10, 0) == ""
+    for used in range(0, 2001, 7):
+        expected = round(100 * used / 2000)
+        assert percent(used, 2000) == ("<1%" if used and not expected else f"{expected}%")
+    assert gauge(50000, 200000) == "██░░░░░░░░ 25%" and gauge(1, 200000).endswith(" <1%") and gauge(1500, 0) == "1.5k"
+    model = roster("alpha")
+    feed(model, [UsageChanged("alpha", {"used": 100, "size": 200000})])
+    assert "ctx ░░░░░░░░░░ <1%" in panel_text(model)
+    assert "ctx <1%" in panel_text(model, width=14)  # too narrow for the bar: the number stays

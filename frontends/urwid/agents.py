@@ -9,52 +9,86 @@ import urwid
 
 from deck.states import OUTDATED_LABEL, AgentState, label
 
-from .common import SPINNER, Clickable, gauge
+from .common import SPINNER, Clickable, ClippedLayout, LineBox, Text, gauge, on_background
 from .i18n import Strings
 from .model import AgentModel
 
 
-def row_markup(agent: AgentModel, number: int, strings: Strings, frame: int = 0) -> list[Any]:
-    """The lines of one agent's row, as urwid markup."""
+#: Columns the lines under an agent's name are indented by.
+INDENT = 3
+#: Lines an agent's error may take in its row.
+ERROR_LINES = 2
+
+
+def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) -> list[urwid.Widget]:
+    """The lines of one agent's row: its name, then under it its state and marks, each cut to one
+    line (an error to ERROR_LINES), so a narrow panel never wraps them back under the number."""
     try:
         state_text = label(AgentState(agent.state), strings.language)
     except ValueError:
         state_text = agent.state
     spin = SPINNER[frame % len(SPINNER)]
-    lines: list[Any] = [f"{number} " if number <= 9 else "  ", ("strong", agent.icon), " ", agent.title, "\n   "]
-    if agent.state == "starting":
-        lines += [("state starting", f"{spin} {state_text}")]
-    else:
-        lines += [(f"state {agent.state}", state_text)]
+    name: list[Any] = [f"{number} " if number <= 9 else "  ", ("strong", agent.icon), " ", agent.title]
+    state: list[Any] = [("state starting", f"{spin} {state_text}")] if agent.state == "starting" else \
+        [(f"state {agent.state}", state_text)]  # fmt: skip
     if agent.busy:
-        lines += [("state busy", f" {spin}")]
-    if agent.needs_input:
-        lines += ["\n   ", ("needs input", f"! {strings('needs_input')}")]
-    if agent.asks:
-        lines += [" ", ("talking", "↔")]
+        state += [("state busy", f" {spin}")]
+    lines: list[urwid.Widget] = [Text(name, wrap="ellipsis"), _under(Text(state, wrap="ellipsis"))]
+    if agent.needs_input or agent.asks:
+        marks: list[Any] = [("needs input", f"! {strings('needs_input')}")] if agent.needs_input else []
+        if agent.asks:
+            marks += [" " if marks else "", ("talking", "↔")]
+        lines.append(_under(Text(marks, wrap="ellipsis")))
     if agent.outdated:
-        lines += ["\n   ", ("outdated", f"⟳ {OUTDATED_LABEL.get(strings.language, OUTDATED_LABEL['en'])}")]
+        outdated = OUTDATED_LABEL.get(strings.language, OUTDATED_LABEL["en"])
+        lines.append(_under(Text(("outdated", f"⟳ {outdated}"), wrap="ellipsis")))
     if agent.state == "error" and agent.error:
-        lines += ["\n   ", ("error", agent.error.splitlines()[0][:60])]
+        lines.append(_under(Text(("error", agent.error.splitlines()[0]), layout=ClippedLayout(ERROR_LINES))))
     used, size = int(agent.usage.get("used") or 0), int(agent.usage.get("size") or 0)
     if used or size:
-        lines += ["\n   ", ("dim", strings("usage") + " "), ("gauge", gauge(used, size))]
+        lines.append(_under(UsageLine(strings("usage"), used, size)))
     return lines
 
 
+def _under(widget: urwid.Widget) -> urwid.Widget:
+    return urwid.Padding(widget, left=INDENT)
+
+
+class UsageLine(urwid.Widget):
+    """`ctx ███░░░░░░░ 31%`: the bar as wide as the line allows (none at all in a very narrow
+    panel), so the number always shows."""
+
+    _sizing = frozenset([urwid.Sizing.FLOW])
+    ignore_focus = True
+
+    def __init__(self, word: str, used: int, size: int) -> None:
+        super().__init__()
+        self.word, self.used, self.size = word, used, size
+
+    def rows(self, size: Any, focus: bool = False) -> int:
+        return 1
+
+    def render(self, size: Any, focus: bool = False) -> urwid.Canvas:
+        room = size[0] - len(self.word) - 2 - len(gauge(self.used, self.size, 0))
+        shown = gauge(self.used, self.size, min(10, room) if room >= 3 else 0)
+        return Text([("dim", self.word + " "), ("gauge", shown)], wrap="ellipsis").render(size)
+
+
 class AgentRow(urwid.WidgetWrap):
-    """One agent; clicking it selects it."""
+    """One agent; clicking it selects it. The selected one is drawn on the highlight, styled text included."""
+
+    SELECTED = on_background("selected")
 
     def __init__(self, name: str, on_select: Callable[[str], None]) -> None:
         self.name = name
         self.on_select = on_select
-        self.text = urwid.Text("")
-        self.attr = urwid.AttrMap(self.text, None)
+        self.pile = urwid.Pile([])
+        self.attr = urwid.AttrMap(self.pile, None)
         super().__init__(self.attr)
 
     def update(self, agent: AgentModel, number: int, strings: Strings, selected: bool, frame: int) -> None:
-        self.text.set_text(row_markup(agent, number, strings, frame))
-        self.attr.set_attr_map({None: "selected" if selected else None})
+        self.pile.contents[:] = [(line, self.pile.options()) for line in row_lines(agent, number, strings, frame)]
+        self.attr.set_attr_map(self.SELECTED if selected else {None: None})
 
     def selectable(self) -> bool:
         return True
@@ -82,7 +116,7 @@ class AgentsPanel(urwid.WidgetWrap):
             [Clickable(("button", f" {strings(k)} "), lambda k=k: on_action(k)) for k in ("start", "stop", "restart")]
         )
         body = urwid.Pile([self.listbox, ("pack", urwid.Divider("─")), ("pack", buttons)])
-        super().__init__(urwid.LineBox(body, title=strings("agents"), title_align="left"))
+        super().__init__(LineBox(body, title=strings("agents"), title_align="left"))
 
     def set_roster(self, names: list[str]) -> None:
         self.agent_rows = {name: self.agent_rows.get(name) or AgentRow(name, self.on_select) for name in names}

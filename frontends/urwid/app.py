@@ -7,6 +7,7 @@ widgets and draws at most FPS times a second, however fast the agents stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -19,11 +20,12 @@ import urwid
 
 from deck.errors import ServiceError
 from deck.events import Event
+from deck.tty import TerminalLog
 
 from .agents import AgentsPanel
-from .common import palette
+from .common import HintBar, LineBox, Text, palette
 from .conversation import ConversationView
-from .dialogs import ConfirmDialog, FilePicker, PermissionDialog, QuestionDialog, centered
+from .dialogs import ConfirmDialog, FilePicker, Lowered, OverConversation, PermissionDialog, QuestionDialog, centered
 from .i18n import Strings
 from .model import Model
 from .views import ConfigView, LogsView
@@ -33,9 +35,35 @@ log = logging.getLogger(__name__)
 FPS = 30
 SPIN_EVERY = 0.12
 NOTICE_FOR = 6.0
-PANEL_WIDTH = 30
+#: The agents panel's share of the screen's width, and its narrowest and widest.
+PANEL_SHARE, PANEL_MIN, PANEL_MAX = 0.22, 18, 40
+#: The hint bar's hints in the order shown, each with its rank: the highest ranks are left out first
+#: when the screen is narrow (at 80 columns: send, agent, cancel, scroll, logs, config, quit).
+HINTS = [("hint_send", 1), ("hint_newline", 6), ("hint_agent", 2), ("hint_actions", 5), ("hint_cancel", 3),
+         ("hint_scroll", 3), ("hint_logs", 4), ("hint_config", 4), ("hint_quit", 1)]  # fmt: skip
 #: A file written at exit when set: draws and their times (time.monotonic), for scripts/bench_urwid.py.
 STATS_ENV = "DECK_URWID_STATS"
+
+
+def panel_width(cols: int) -> int:
+    """The agents panel's width on a screen `cols` wide."""
+    return max(PANEL_MIN, min(PANEL_MAX, round(cols * PANEL_SHARE)))
+
+
+def config_problem(path: str, problems: list[dict[str, Any]], strings: Strings) -> str:
+    """The line that says the config file is broken: `deck.toml:17:6: message`, its first error
+    (the path relative to the current folder when it is in it, else as deck was given it); "" when
+    there is none (warnings are for the config view)."""
+    errors = [p for p in problems if not p.get("warning")]
+    if not errors:
+        return ""
+    where = path or "<config>"
+    with contextlib.suppress(ValueError):
+        where = str(Path(path).absolute().relative_to(Path.cwd()))
+    first = errors[0]
+    more = strings("config_more", n=len(errors) - 1) if len(errors) > 1 else ""
+    problem = f"{where}:{first.get('line', '?')}:{first.get('column', '?')}: {first.get('message', '')}"
+    return strings("config_banner", problem=problem, more=more)
 
 
 class CountingLoop(urwid.MainLoop):
@@ -57,12 +85,18 @@ class Root(urwid.WidgetPlaceholder):
         self.app = app
         super().__init__(body)
 
+    def render(self, size: Any, focus: bool = False) -> urwid.Canvas:
+        self.app.fit(size[0])
+        return super().render(size, focus)
+
     def keypress(self, size: Any, key: str) -> str | None:
+        self.app.fit(size[0])
         if self.app.global_key(key):
             return None
         return super().keypress(size, key)
 
     def mouse_event(self, size: Any, event: str, button: int, col: int, row: int, focus: bool) -> bool:
+        self.app.fit(size[0])
         handled = bool(super().mouse_event(size, event, button, col, row, focus))
         self.app.keep_focus()
         return handled
@@ -84,6 +118,8 @@ class ConsoleApp:
         self.ask_dialogs: dict[str, PermissionDialog | QuestionDialog] = {}
         self.notice = ""
         self.notice_until = 0.0
+        #: The config file's first problem while it is broken (`config_problem`), "" while it is valid.
+        self.config_problem = ""
         self.pasting = False
         self._live_logs: list[str] = []
         self.spin_frame = 0
@@ -110,13 +146,29 @@ class ConsoleApp:
         self.logs_view = LogsView(s)
         self.config_view = ConfigView(s, self.choose_config, self.open_config)
         self.main = urwid.WidgetPlaceholder(self.conversation)
-        self.columns = urwid.Columns([(PANEL_WIDTH, self.panel), self.main], focus_column=1)
+        self.lowered = Lowered(self.main)  # below an ask's dialog while one is open
+        self.columns = urwid.Columns([(panel_width(80), self.panel), self.lowered], focus_column=1)
         self.edit = urwid.Edit(multiline=True)
-        self.input_box = urwid.LineBox(self.edit, title="", title_align="left")
-        self.status = urwid.Text("")
-        footer = urwid.Pile([self.input_box, urwid.AttrMap(self.status, "status bar")])
-        self.frame = urwid.Frame(self.columns, footer=footer, focus_part="footer")
+        self.input_box = LineBox(self.edit, title="", title_align="left")
+        self.banner = urwid.AttrMap(Text(""), "config error")  # in the footer while the config is broken
+        self.status = Text("")  # notices and waiting asks, in the status bar while there are any
+        self.hint_bar = HintBar([(s(key), rank) for key, rank in HINTS])
+        self.status_bar = urwid.Pile([self.hint_bar])
+        self.status_line = urwid.AttrMap(self.status_bar, "status bar")
+        self.footer = urwid.Pile([self.input_box, self.status_line], focus_item=0)
+        self.frame = urwid.Frame(self.columns, footer=self.footer, focus_part="footer")
         self.root = Root(self, self.frame)
+
+    def fit(self, cols: int) -> None:
+        """Size the agents panel for a screen `cols` wide."""
+        width = panel_width(cols)
+        if self.columns.contents[0][1] != self.columns.options("given", width):
+            self.columns.contents[0] = (self.panel, self.columns.options("given", width))
+
+    def conversation_area(self, cols: int, rows: int) -> tuple[int, int, int]:
+        """Where the conversation (or the view in its place) is: its first column, its width, its rows."""
+        left = panel_width(cols)
+        return left, cols - left, max(1, rows - self.footer.rows((cols,)))
 
     def widget(self) -> urwid.Widget:
         return self.root
@@ -134,6 +186,8 @@ class ConsoleApp:
             self.model.apply("question:requested", pending.payload)
         if self.selected not in self.model.agents:
             self.selected = next(iter(self.model.agents), "")
+        problems = [p.to_dict() for p in self.deck.problems]  # what ConfigService.Current says
+        self.config_problem = config_problem(str(self.deck.config_path or ""), problems, self.strings)
         self.refresh()
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -165,15 +219,17 @@ class ConsoleApp:
             self.root, self.palette, screen=screen, event_loop=urwid.AsyncioEventLoop(loop=loop), handle_mouse=True,
             input_filter=self._input_filter,
         )  # fmt: skip
-        self.loop.start()
-        try:
-            # Ctrl-C, Ctrl-\ and Ctrl-S/Ctrl-Q become keys: deck never quits or freezes by accident.
-            screen.tty_signal_keys(intr="undefined", quit="undefined", start="undefined", stop="undefined")
-            return await self._done
-        finally:
-            self.detach()
-            self.loop.stop()  # leaves the alternate screen and restores the terminal modes
-            self._write_stats(time.monotonic() - started)
+        # While the console owns the screen, deck's problems are notices in its status bar, not lines over it.
+        with TerminalLog.diverted(lambda line: loop.call_soon_threadsafe(self.say, line)):
+            self.loop.start()
+            try:
+                # Ctrl-C, Ctrl-\ and Ctrl-S/Ctrl-Q become keys: deck never quits or freezes by accident.
+                screen.tty_signal_keys(intr="undefined", quit="undefined", start="undefined", stop="undefined")
+                return await self._done
+            finally:
+                self.detach()
+                self.loop.stop()  # leaves the alternate screen and restores the terminal modes
+                self._write_stats(time.monotonic() - started)
 
     def _write_stats(self, seconds: float) -> None:
         path = os.environ.get(STATS_ENV)
@@ -213,6 +269,8 @@ class ConsoleApp:
         payload = event.payload()
         self.model.apply(event.name, payload)
         if event.name == "config:changed":
+            problems = [] if payload.get("valid") else list(payload.get("problems") or [])
+            self.config_problem = config_problem(str(payload.get("path") or ""), problems, self.strings)
             self._config_changed()
         elif event.name in ("permission:requested", "question:requested") and payload.get("agent") == self.selected \
                 and not self.dialog_kind:  # fmt: skip
@@ -313,10 +371,10 @@ class ConsoleApp:
             else:
                 hint = s("hints_perm", n=perms) if perms else s("hints_question", n=questions)
             parts += [("needs input", f" {hint} ")]
-        if parts:
-            parts.append("\n")
-        parts.append(s("hints"))
         self.status.set_text(parts)
+        _show(self.status_bar, [self.status] if parts else [], self.hint_bar)
+        self.banner.original_widget.set_text(f" {self.config_problem} ")
+        _show(self.footer, [self.banner] if self.config_problem else [], self.input_box, self.status_line)
 
     def say(self, text: str) -> None:
         """A one-line notice in the status bar for a few seconds."""
@@ -390,8 +448,8 @@ class ConsoleApp:
 
     def _main_size(self) -> tuple[int, int]:
         cols, rows = self.loop.screen.get_cols_rows() if self.loop is not None else (120, 40)
-        footer_rows = self.frame.footer.rows((cols,))
-        return (max(1, cols - PANEL_WIDTH), max(1, rows - footer_rows))
+        _left, width, body = self.conversation_area(cols, rows)
+        return (max(1, width), body)
 
     def keep_focus(self) -> None:
         """Typing goes to the input in the conversation view, to the view otherwise."""
@@ -503,18 +561,26 @@ class ConsoleApp:
         if path:
             self.load()  # Open forgot every conversation, even when the same file was opened again
             self.say(self.strings("opened", path=path))
+            if self.view == "config":  # once Open is done, the recent files have the file opened first
+                self.show_config()
 
     # -- dialogs -----------------------------------------------------------------------------
 
     def _show_dialog(self, kind: str, dialog: urwid.Widget, width: int = 80, height: int = 80) -> None:
+        """`dialog` centred over the screen; an ask's over the conversation, as small as it can be."""
         self.dialog_kind = kind
         self.shown_dialog = dialog
-        self.root.original_widget = centered(dialog, self.frame, width, height)
+        if isinstance(dialog, (PermissionDialog, QuestionDialog)):
+            self.root.original_widget = OverConversation(dialog, self.frame, self.conversation_area, self.lowered)
+        else:
+            self.lowered.lower(0)
+            self.root.original_widget = centered(dialog, self.frame, width, height)
         self.schedule()
 
     def close_dialog(self) -> None:
         self.dialog_kind = ""
         self.shown_dialog = None
+        self.lowered.lower(0)
         self.root.original_widget = self.frame
         self.keep_focus()
         self.schedule()
@@ -593,3 +659,13 @@ class ConsoleApp:
 
         self._show_dialog("picker", FilePicker(self.strings, start, done))
         return future
+
+
+def _show(pile: urwid.Pile, first: list[urwid.Widget], *rest: urwid.Widget) -> None:
+    """Make `pile` hold `first` (a line shown only at times), then `rest`; nothing changes when it already does."""
+    widgets = [*first, *rest]
+    if [w for w, _options in pile.contents] != widgets:
+        focus = pile.focus
+        pile.contents[:] = [(w, pile.options()) for w in widgets]
+        if focus in widgets:
+            pile.focus_position = widgets.index(focus)

@@ -1,4 +1,14 @@
-"""Shared bits of the console: the palette, a clickable text, and small formatting helpers."""
+"""Shared bits of the console: the palette, its text widgets, a clickable text, the hint bar,
+and small formatting helpers.
+
+Every text of the console is a `Text` (titles a `LineBox`): what an agent, a config or a
+directory listing says is shown with its control characters made visible, never sent raw to
+the terminal, whatever urwid's version would do with them.
+
+Text attributes are drawn on the terminal's own background. Inside a highlight (the selected
+agent, a dialog, a focused line) each is mapped to a twin with the highlight's background
+(`on_background`, `FOCUS_MAP`): else every styled run would cut a hole in the highlight.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +18,8 @@ from typing import Any
 
 import urwid
 from urwid import text_layout
+
+from deck.tty import printable
 
 PALETTE = [
     ("text", "default", "default"),
@@ -49,6 +61,8 @@ PALETTE = [
     ("field focus", "white", "dark blue"),
     ("gauge", "light cyan", "default"),
     ("status bar", "black", "light gray"),
+    ("status key", "bold,dark blue", "light gray"),
+    ("config error", "white", "dark red"),
     ("notice", "black", "yellow"),
     ("dialog", "default", "dark gray"),
     ("dialog title", "bold,white", "dark blue"),
@@ -63,18 +77,47 @@ LIGHT_COLOURS = {
 THEMES = ("dark", "light")
 
 
+#: The highlights that text attributes are drawn inside of, each with a twin of every text attribute.
+BACKGROUNDS = ("selected", "dialog")
+#: The attributes drawn on the terminal's own background (those that need twins).
+TEXT_ATTRS = tuple(name for name, _fg, bg, *_rest in PALETTE if bg == "default")
+#: A foreground that would vanish on a background of its own colour, and the one used instead.
+CONTRAST = {"dark gray": "light gray", "light gray": "black", "dark blue": "light blue", "black": "white", "white": "black"}
+
+
 def palette(theme: str) -> list[tuple[str, ...]]:
-    """The console's palette for the config's `theme` ("dark", the default, or "light")."""
-    if theme != "light":
-        return PALETTE
+    """The console's palette for the config's `theme` ("dark", the default, or "light"),
+    then the twins of its text attributes for each highlight (`on_background`)."""
     out = []
     for name, fg, bg, *rest in PALETTE:
-        if bg == "default":  # text on the terminal's own background: darker colours
-            fg = ",".join(LIGHT_COLOURS.get(part, part) for part in fg.split(","))
-        elif fg == "default":  # the terminal's (dark) text on a dark highlight: a light one instead
-            bg = "light gray"
+        if theme == "light":
+            if bg == "default":  # text on the terminal's own background: darker colours
+                fg = ",".join(LIGHT_COLOURS.get(part, part) for part in fg.split(","))
+            elif fg == "default":  # the terminal's (dark) text on a dark highlight: a light one instead
+                bg = "light gray"
         out.append((name, fg, bg, *rest))
+    backgrounds = {entry[0]: entry[2] for entry in out}
+    for highlight in BACKGROUNDS:
+        bg = backgrounds[highlight]
+        for name, fg, *_rest in [entry for entry in out if entry[0] in TEXT_ATTRS]:
+            # Basic colours only: a 256-colour shade chosen for the terminal's background may vanish on this one.
+            parts = [CONTRAST.get(part, "default") if part == bg else part for part in fg.split(",")]
+            out.append((on(name, highlight), ",".join(parts), bg))
     return out
+
+
+def on(name: str, highlight: str) -> str:
+    """The palette name of text attribute `name` drawn inside `highlight`."""
+    return f"{name} on {highlight}"
+
+
+def on_background(highlight: str) -> dict[str | None, str]:
+    """An AttrMap map drawing text, and every text attribute in it, on `highlight`'s background."""
+    return {None: highlight, **{name: on(name, highlight) for name in TEXT_ATTRS}}
+
+
+#: The focus map of a focused line: one highlight, whatever the attributes of its text.
+FOCUS_MAP: dict[str | None, str] = {None: "focus", **{name: "focus" for name in TEXT_ATTRS}, "button": "button focus"}
 
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -117,22 +160,75 @@ class FastLayout(urwid.StandardTextLayout):
 FAST_LAYOUT = FastLayout()
 
 
+def printable_markup(markup: Any) -> Any:
+    """urwid text markup with every string in it made printable, its attributes as they were."""
+    if isinstance(markup, str):
+        return printable(markup)
+    if isinstance(markup, tuple):
+        attr, inner = markup
+        return (attr, printable_markup(inner))
+    if isinstance(markup, list):
+        return [printable_markup(item) for item in markup]
+    return markup
+
+
 class Text(urwid.Text):
-    """urwid.Text with the FastLayout: for text that changes often (streamed answers)."""
+    """urwid.Text whose text is made printable, laid out with the FastLayout (cheap for text that
+    changes often, like streamed answers). The console's only text widget."""
 
     def __init__(self, markup: Any, **kwargs: Any) -> None:
         kwargs.setdefault("layout", FAST_LAYOUT)
         super().__init__(markup, **kwargs)
+
+    def set_text(self, markup: Any) -> None:
+        super().set_text(markup)
+        text = self.text
+        if isinstance(text, str) and printable(text) is not text:  # one scan: most text has no control
+            super().set_text(printable_markup(markup))
+
+
+class ClippedLayout(FastLayout):
+    """Word wrapping to at most `lines` lines, the last one cut with an ellipsis when more text follows.
+
+    For one paragraph: after a line break in the last line shown, the rest is cut without a mark."""
+
+    def __init__(self, lines: int) -> None:
+        super().__init__()
+        self.lines = lines
+
+    def layout(self, text: Any, width: int, align: Any, wrap: Any) -> Any:
+        lines = super().layout(text, width, align, wrap)
+        if len(lines) <= self.lines:
+            return lines
+        start = next(seg[1] for seg in lines[self.lines - 1] if len(seg) > 1 and seg[1] is not None)
+        last = super().layout(text[start:], width, align, "ellipsis")[0]
+        return lines[: self.lines - 1] + [[_shifted(seg, start) for seg in last]]
+
+
+def _shifted(segment: tuple[Any, ...], by: int) -> tuple[Any, ...]:
+    """A layout segment of a text's tail as a segment of the whole text, `by` characters further."""
+    if len(segment) == 2:
+        return segment if segment[1] is None else (segment[0], segment[1] + by)
+    if isinstance(segment[2], int):
+        return (segment[0], segment[1] + by, segment[2] + by)
+    return (segment[0], segment[1] + by, segment[2])
+
+
+class LineBox(urwid.LineBox):
+    """urwid.LineBox whose title is made printable (an agent's title, a file name)."""
+
+    def format_title(self, text: Any) -> Any:
+        return super().format_title(printable_markup(text))
 
 
 class Clickable(urwid.WidgetWrap):
     """A line of text that runs `on_click` when clicked (and on Enter when focusable)."""
 
     def __init__(self, markup: Any, on_click: Callable[[], Any] | None = None, focusable: bool = False) -> None:
-        self.text = urwid.Text(markup)
+        self.text = Text(markup)
         self.on_click = on_click
         self._focusable = focusable
-        super().__init__(urwid.AttrMap(self.text, None, "focus") if focusable else self.text)
+        super().__init__(urwid.AttrMap(self.text, None, FOCUS_MAP) if focusable else self.text)
 
     def selectable(self) -> bool:
         return self._focusable
@@ -150,13 +246,56 @@ class Clickable(urwid.WidgetWrap):
         return False
 
 
+def percent(used: int, size: int) -> str:
+    """The share of the context in use, as every frontend rounds it: `round(100 * used / size)`
+    (Python's, half to even), "<1%" for a use that rounds to nothing; "" when the size is unknown."""
+    if size <= 0:
+        return ""
+    share = round(100 * used / size)
+    return "<1%" if used > 0 and share <= 0 else f"{share}%"
+
+
 def gauge(used: int, size: int, cells: int = 10) -> str:
-    """A context-usage bar: `███░░░░░░░ 31%`; only the count when the size is unknown."""
+    """A context-usage bar: `███░░░░░░░ 31%` (just `31%` with no cells); only the count when the size is unknown."""
     if size <= 0:
         return human(used)
-    ratio = min(1.0, max(0.0, used / size))
-    full = round(ratio * cells)
-    return "█" * full + "░" * (cells - full) + f" {round(ratio * 100)}%"
+    if cells <= 0:
+        return percent(used, size)
+    full = round(min(1.0, max(0.0, used / size)) * cells)
+    return "█" * full + "░" * (cells - full) + " " + percent(used, size)
+
+
+class HintBar(urwid.Widget):
+    """One line of key hints, in their order, leaving out the least important (highest rank) ones
+    that do not fit the width. A hint is "KEYS|words": the keys are drawn as keys."""
+
+    _sizing = frozenset([urwid.Sizing.FLOW])
+    ignore_focus = True
+    SEPARATOR = "  "
+
+    def __init__(self, hints: list[tuple[str, int]]) -> None:
+        super().__init__()
+        self.hints: list[tuple[tuple[str, str], int]] = [((h.partition("|")[0], h.partition("|")[2]), r) for h, r in hints]
+
+    def fitting(self, width: int) -> list[tuple[str, str]]:
+        """The (keys, words) of the hints shown at `width` columns."""
+        shown = list(self.hints)
+        while len(shown) > 1 and _width(self.SEPARATOR.join(" ".join(filter(None, h)) for h, _ in shown)) > width:
+            shown.remove(max(reversed(shown), key=lambda hint: hint[1]))  # the last of the least important
+        return [hint for hint, _rank in shown]
+
+    def rows(self, size: Any, focus: bool = False) -> int:
+        return 1
+
+    def render(self, size: Any, focus: bool = False) -> urwid.Canvas:
+        markup: list[Any] = []
+        for keys, words in self.fitting(size[0]):
+            markup += [self.SEPARATOR if markup else "", ("status key", keys), f" {words}" if words else ""]
+        return Text(markup or "", wrap="clip").render(size)
+
+
+def _width(text: str) -> int:
+    return int(urwid.calc_width(text, 0, len(text)))
 
 
 def human(count: int) -> str:

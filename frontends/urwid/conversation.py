@@ -1,8 +1,9 @@
 """The selected agent's conversation: messages as a flat list of small widgets, built once and reused.
 
-A message becomes a header, then its parts: Markdown text in blocks, thoughts dimmed and
-collapsible, tool calls with kind, status and an expandable diff, the plan as a checklist.
-Blocks are cached by content, so a streaming answer re-lays out only its last block.
+A message becomes a header, then its parts: the agent's text as Markdown in blocks (the user's
+as typed), thoughts dimmed and collapsible, tool calls with kind, status and an expandable diff,
+the plan as a checklist. Blocks are cached by content, so a streaming answer re-lays out only
+its last block.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from typing import Any
 import urwid
 
 from . import markdown
-from .common import Clickable, Text
+from .common import Clickable, LineBox, Text
 from .i18n import Strings
 from .model import AgentModel, MessageModel, Part
 
 INDENT = 2
 OUTPUT_LINES = 8
+#: System messages the console words itself, in its language: the core's English text of them is not shown again.
+WORDED_CODES = ("agent-restarted", "agent-unavailable")
 PLAN_MARKS = {"completed": ("ok", "[x]"), "in_progress": ("status in_progress", "[~]"), "pending": ("dim", "[ ]")}
 
 
@@ -54,24 +57,25 @@ def diff_counts(diff: dict[str, Any]) -> tuple[int, int]:
 def tool_widgets(part: dict[str, Any], strings: Strings, show_diff: bool, on_toggle: Callable[[], None] | None) -> list[urwid.Widget]:
     """A tool call: header with kind, title and status; input; output; diffs (summary or full)."""
     status = str(part.get("status") or "pending")
-    header = [("tool", f"⚙ {part.get('kind') or 'other'}"), " ", ("strong", str(part.get("title") or "")),
-              " · ", (f"status {status}", status.replace("_", " "))]  # fmt: skip
+    kind = str(part.get("kind") or "other")
+    header = [("tool", f"⚙ {strings.tool_word(kind)}"), " ", ("strong", str(part.get("title") or "")),
+              " · ", (f"status {status}", strings.tool_word(status))]  # fmt: skip
     out: list[urwid.Widget] = [_pad(Clickable(header, on_toggle))]
     if part.get("input"):
-        out.append(_pad(urwid.Text(("dim", "  " + _clip(str(part["input"]), 300))), INDENT + 2))
+        out.append(_pad(Text(("dim", "  " + _clip(str(part["input"]), 300))), INDENT + 2))
     for location in part.get("locations") or []:
         where = str(location.get("path", "")) + (f":{location['line']}" if location.get("line") else "")
-        out.append(_pad(urwid.Text(("dim", "  @ " + where)), INDENT + 2))
+        out.append(_pad(Text(("dim", "  @ " + where)), INDENT + 2))
     output = str(part.get("output") or "")
     if output:
         lines = output.splitlines()
         shown = "\n".join(lines[:OUTPUT_LINES]) + (f"\n… ({len(lines) - OUTPUT_LINES} more)" if len(lines) > OUTPUT_LINES else "")
-        out.append(_pad(urwid.Text(("code", shown)), INDENT + 2))
+        out.append(_pad(Text(("code", shown)), INDENT + 2))
     for diff in part.get("diffs") or []:
         if show_diff:
             lines = diff_lines(diff)
             if diff.get("newFile"):
-                out.append(_pad(urwid.Text(("dim", f"{strings('diff_new')}: {diff.get('path', '')}")), INDENT + 2))
+                out.append(_pad(Text(("dim", f"{strings('diff_new')}: {diff.get('path', '')}")), INDENT + 2))
             markup: list[Any] = []
             for i, (attr, line) in enumerate(lines):
                 markup.append((attr, ("\n" if i else "") + line))
@@ -88,7 +92,7 @@ def plan_widgets(part: dict[str, Any], strings: Strings) -> list[urwid.Widget]:
     for entry in part.get("entries") or []:
         attr, mark = PLAN_MARKS.get(str(entry.get("status")), PLAN_MARKS["pending"])
         markup += ["\n", (attr, mark), " ", ("dim" if entry.get("status") == "completed" else "text", str(entry.get("content", "")))]
-    return [_pad(urwid.Text(markup))]
+    return [_pad(Text(markup))]
 
 
 def _pad(widget: urwid.Widget, left: int = INDENT) -> urwid.Widget:
@@ -122,22 +126,23 @@ class MessageRenderer:
                 head += [" ", ("warning", f"({s('queued')})")]
             if message.error == "cancelled":
                 head += [" ", ("dim", f"({s('message_cancelled')})")]
-            out.append(urwid.Text(head))
+            out.append(Text(head))
         elif message.role == "system":
-            out.append(urwid.Text(("system", f"! {s('system')}")))
-            if message.code in ("agent-restarted", "agent-unavailable"):
-                out.append(_pad(urwid.Text(("warning", s(message.code, error=message.error or "")))))
+            out.append(Text(("system", f"! {s('system')}")))
+            if message.code in WORDED_CODES:
+                out.append(_pad(Text(("warning", s(message.code, error=message.error or "")))))
             elif message.error:
-                out.append(_pad(urwid.Text(("error", message.error))))
+                out.append(_pad(Text(("error", message.error))))
         else:
-            out.append(urwid.Text(("agent", f"◆ {agent_title}")))
-        for index, part in enumerate(message.parts):
-            out += self._part(message, index, part)
+            out.append(Text(("agent", f"◆ {agent_title}")))
+        if not (message.role == "system" and message.code in WORDED_CODES):
+            for index, part in enumerate(message.parts):
+                out += self._part(message, index, part)
         if message.role == "agent" and message.done:
             if message.stop_reason and message.stop_reason != "end_turn":
-                out.append(_pad(urwid.Text(("warning", s("stop_reason", reason=s.stop_reason(message.stop_reason))))))
+                out.append(_pad(Text(("warning", s("stop_reason", reason=s.stop_reason(message.stop_reason))))))
             if message.error:
-                out.append(_pad(urwid.Text(("error", s("message_error", error=message.error)))))
+                out.append(_pad(Text(("error", s("message_error", error=message.error)))))
         out.append(urwid.Divider())
         return out
 
@@ -156,6 +161,8 @@ class MessageRenderer:
                 return [_pad(Clickable(("thought", "∴ " + self.strings("thought_hidden", n=count)), toggle))]
             widgets = self._text_blocks(key, text, "thought")
             return [_pad(Clickable(("thought", "∴ " + self.strings("thought")), toggle)), *widgets]
+        if part.type == "text" and message.role == "user":
+            return [_pad(Text(("text", text)))]  # as typed: Markdown is the agent's
         if part.type == "text":
             return self._text_blocks(key, text, "text")
         return []
@@ -189,9 +196,11 @@ class ConversationView(urwid.WidgetWrap):
         self.order: list[str] = []
         self.agent: AgentModel | None = None
         self.following = True
+        #: Shown while the conversation is empty: how to begin.
+        self.empty = _pad(Text(("dim", strings("empty_conversation"))))
         self.announcements = urwid.SimpleFocusListWalker([])
-        self.side = urwid.LineBox(urwid.ListBox(self.announcements), title=strings("announcements"), title_align="left")
-        self.banner = urwid.Text("", align="center")
+        self.side = LineBox(urwid.ListBox(self.announcements), title=strings("announcements"), title_align="left")
+        self.banner = Text("", align="center")
         self.columns = urwid.Columns([self.listbox])
         self.frame = urwid.Frame(self.columns)
         self.on_toggled: Callable[[], None] = lambda: None
@@ -230,7 +239,7 @@ class ConversationView(urwid.WidgetWrap):
         self.order = [m.id for m in agent.messages]
         focus_widget = self.listbox.focus if not self.following else None
         walker = self.walker
-        if message_ids is not None and self.order[: len(old_order)] == old_order:
+        if message_ids is not None and old_order and self.order[: len(old_order)] == old_order:
             start = 0
             for mid in old_order:
                 length = old_lengths[mid]
@@ -239,8 +248,8 @@ class ConversationView(urwid.WidgetWrap):
                 start += len(self.segments[mid])
             walker.extend(w for mid in self.order[len(old_order) :] for w in self.segments[mid])
         else:
-            walker[:] = [w for mid in self.order for w in self.segments[mid]]
-        if not walker:
+            walker[:] = [w for mid in self.order for w in self.segments[mid]] or [self.empty]
+        if not self.order:
             return
         if self.following:
             self.listbox.set_focus(len(walker) - 1)
@@ -256,7 +265,7 @@ class ConversationView(urwid.WidgetWrap):
         agent = self.agent
         if agent is not None and agent.announcements:
             self.announcements[:] = [
-                urwid.Text([("agent", f"→ {a.get('target', '')}"), ("dim", f" {str(a.get('at', ''))[11:19]}"), "\n", str(a.get("text", ""))])
+                Text([("agent", f"→ {a.get('target', '')}"), ("dim", f" {str(a.get('at', ''))[11:19]}"), "\n", str(a.get("text", ""))])
                 for a in agent.announcements
             ]
             self.announcements.set_focus(len(self.announcements) - 1)

@@ -1,4 +1,7 @@
-"""Dialogs over the console: permission requests, questions, the quit question, the config file picker."""
+"""Dialogs over the console: permission requests, questions, the quit question, the config file picker.
+
+A dialog is drawn on its own background, the styled text in it included (`on_background`).
+"""
 
 from __future__ import annotations
 
@@ -9,16 +12,32 @@ from typing import Any
 
 import urwid
 
-from .common import Clickable
+from deck.tty import printable
+
+from .common import Clickable, LineBox, Text, on_background
 from .conversation import tool_widgets
 from .i18n import Strings
 
 
+DIALOG = on_background("dialog")
+
+
 def _box(body: urwid.Widget, title: str) -> urwid.Widget:
-    return urwid.AttrMap(urwid.LineBox(body, title=title, title_align="left", title_attr="dialog title"), "dialog")
+    return urwid.AttrMap(LineBox(body, title=title, title_align="left", title_attr="dialog title"), DIALOG)
 
 
-class PermissionDialog(urwid.WidgetWrap):
+class AskDialog(urwid.WidgetWrap):
+    """What the dialogs of asks (permission requests, questions) share: a list of lines in a box,
+    as tall as they are (`natural_rows`), so the dialog takes no more of the screen than it needs."""
+
+    walker: urwid.SimpleFocusListWalker
+
+    def natural_rows(self, cols: int) -> int:
+        """The rows the whole dialog takes at `cols` columns, borders included."""
+        return 2 + sum(widget.rows((max(1, cols - 2),)) for widget in self.walker)
+
+
+class PermissionDialog(AskDialog):
     """One pending request of `requests` (every agent's), with its tool call, diff and options.
 
     1-9 answers with that option, Enter the focused one; Tab goes to the next request; Esc closes."""
@@ -42,15 +61,12 @@ class PermissionDialog(urwid.WidgetWrap):
         self.on_move = on_move
         request = self.request
         agent = titles.get(request.get("agent", ""), request.get("agent", ""))
-        self.position = urwid.Text("")
+        self.position = Text("")
         self.set_position(index, len(requests))
-        items: list[urwid.Widget] = [
-            self.position,
-            urwid.Divider(),
-            *tool_widgets(request.get("toolCall") or {}, strings, True, None),
-        ]
+        # Compact: the tool call, its options, one line of position and keys; no blank line but one.
+        items: list[urwid.Widget] = [*tool_widgets(request.get("toolCall") or {}, strings, True, None)]
         if request.get("rejections"):
-            items.append(urwid.Text(("warning", strings("rejections", n=request["rejections"]))))
+            items.append(Text(("warning", strings("rejections", n=request["rejections"]))))
         items.append(urwid.Divider())
         self.options = [o for o in request.get("options") or [] if "optionId" in o]
         self.buttons = []
@@ -60,7 +76,7 @@ class PermissionDialog(urwid.WidgetWrap):
             button = Clickable(label, lambda o=option: self.answer(o), focusable=True)
             self.buttons.append(button)
             items.append(button)
-        items += [urwid.Divider(), urwid.Text(("dim", strings("permission_keys")))]
+        items.append(self.position)
         self.walker = urwid.SimpleFocusListWalker(items)
         self.listbox = urwid.ListBox(self.walker)
         if self.buttons:
@@ -70,7 +86,8 @@ class PermissionDialog(urwid.WidgetWrap):
     def set_position(self, index: int, count: int) -> None:
         """This request is the `index`th of `count` pending asks (they come and go while it is open)."""
         self.index, self.count = index, count
-        self.position.set_text(("dim", self.strings("permission_count", i=index + 1, n=count)))
+        s = self.strings
+        self.position.set_text(("dim", f"{s('permission_count', i=index + 1, n=count)} · {s('permission_keys')}"))
 
     def answer(self, option: dict[str, Any]) -> None:
         self.on_answer(str(self.request["id"]), str(option["optionId"]))
@@ -96,7 +113,7 @@ TRUE_WORDS = {"y", "yes", "true", "1", "on", "o", "oui", "vrai"}
 FALSE_WORDS = {"n", "no", "false", "0", "off", "non", "faux"}
 
 
-class QuestionDialog(urwid.WidgetWrap):
+class QuestionDialog(AskDialog):
     """One pending question of `asks` (an ACP elicitation form): its message and one field per
     property of its schema, each answer converted to the property's type.
 
@@ -123,9 +140,9 @@ class QuestionDialog(urwid.WidgetWrap):
         schema = question.get("schema") if isinstance(question.get("schema"), dict) else {}
         properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
         self.required = {str(name) for name in schema.get("required") or []}
-        self.position = urwid.Text("")
+        self.position = Text("")
         self.set_position(index, len(asks))
-        message = urwid.Text(str(question.get("message") or ""))
+        message = Text(str(question.get("message") or ""))
         items: list[urwid.Widget] = [self.position, urwid.Divider(), message, urwid.Divider()]
         #: (name, property, edit field, its position in the list)
         self.fields: list[tuple[str, dict[str, Any], urwid.Edit, int]] = []
@@ -137,18 +154,18 @@ class QuestionDialog(urwid.WidgetWrap):
             hint = self._hint(prop)
             if hint:
                 label.append(("dim", f"  ({hint})"))
-            items.append(urwid.Text(label))
+            items.append(Text(label))
             if prop.get("description"):
-                items.append(urwid.Text(("dim", str(prop["description"]))))
-            edit = urwid.Edit("› ", self._default(prop))
+                items.append(Text(("dim", str(prop["description"]))))
+            edit = urwid.Edit("› ", printable(self._default(prop)))  # an Edit is no Text: shown as it will be sent
             self.fields.append((str(name), prop, edit, len(items)))
             items += [urwid.AttrMap(edit, "field", "field focus"), urwid.Divider()]
         if self.required:
-            items.append(urwid.Text([("error", "* "), ("dim", strings("question_required_mark"))]))
-        self.error = urwid.Text("")
+            items.append(Text([("error", "* "), ("dim", strings("question_required_mark"))]))
+        self.error = Text("")
         submit = Clickable(("button", f" {strings('question_submit')} "), self.submit, focusable=True)
         decline = Clickable(("button", f" {strings('question_decline')} "), self.decline, focusable=True)
-        items += [self.error, submit, decline, urwid.Divider(), urwid.Text(("dim", strings("question_keys")))]
+        items += [self.error, submit, decline, urwid.Divider(), Text(("dim", strings("question_keys")))]
         self.walker = urwid.SimpleFocusListWalker(items)
         self.listbox = urwid.ListBox(self.walker)
         self.walker.set_focus(self.fields[0][3] if self.fields else items.index(submit))
@@ -270,7 +287,7 @@ class ConfirmDialog(urwid.WidgetWrap):
         self.on_answer = on_answer
         yes = Clickable(strings("yes"), lambda: on_answer(True), focusable=True)
         no = Clickable(strings("no"), lambda: on_answer(False), focusable=True)
-        pile = urwid.Pile([urwid.Text(text), urwid.Divider(), yes, no])
+        pile = urwid.Pile([Text(text), urwid.Divider(), yes, no])
         pile.focus_position = 3
         super().__init__(_box(urwid.Filler(pile, valign="top"), title))
 
@@ -300,7 +317,7 @@ class FilePicker(urwid.WidgetWrap):
 
     def chdir(self, directory: Path) -> None:
         self.directory = directory.resolve()
-        self.edit.set_edit_text(str(self.directory) + "/")
+        self.edit.set_edit_text(printable(str(self.directory)) + "/")  # an Edit is no Text: made printable here
         self.edit.set_edit_pos(len(self.edit.edit_text))
         try:
             entries = sorted(self.directory.iterdir(), key=lambda p: (not p.is_dir(), p.suffix != ".toml", p.name.lower()))
@@ -335,6 +352,8 @@ class FilePicker(urwid.WidgetWrap):
         if key == "tab":
             self.pile.focus_position = 0 if self.pile.focus_position == 2 else 2
             return None
+        if self.pile.focus_position == 2 and len(key) == 1 and key.isprintable() and key != " ":
+            self.pile.focus_position = 0  # typing while browsing writes the path (space still opens an entry)
         super().keypress(size, key)
         return None
 
@@ -342,3 +361,68 @@ class FilePicker(urwid.WidgetWrap):
 def centered(dialog: urwid.Widget, under: urwid.Widget, width: int = 80, height: int = 80) -> urwid.Overlay:
     """`dialog` over `under`, centred, `width`/`height` in percent."""
     return urwid.Overlay(dialog, under, "center", ("relative", width), "middle", ("relative", height), min_width=30, min_height=8)
+
+
+class Lowered(urwid.WidgetWrap):
+    """A box widget drawn in the rows below its first `top` ones, left blank for a dialog over them:
+    a list that follows its end then shows its last lines below the dialog, a short one its first."""
+
+    def __init__(self, widget: urwid.Widget) -> None:
+        self.top = 0
+        super().__init__(widget)
+
+    def lower(self, top: int) -> None:
+        if top != self.top:
+            self.top = top
+            self._invalidate()
+
+    def _inner(self, size: Any) -> tuple[tuple[int, int], int]:
+        cols, rows = size
+        top = min(self.top, rows - 1)
+        return (cols, rows - top), top
+
+    def render(self, size: Any, focus: bool = False) -> urwid.Canvas:
+        inner, top = self._inner(size)
+        canvas = urwid.CompositeCanvas(self._w.render(inner, focus))
+        canvas.pad_trim_top_bottom(top, 0)
+        return canvas
+
+    def keypress(self, size: Any, key: str) -> str | None:
+        return self._w.keypress(self._inner(size)[0], key)
+
+    def mouse_event(self, size: Any, event: str, button: int, col: int, row: int, focus: bool) -> bool:
+        inner, top = self._inner(size)
+        return row >= top and bool(self._w.mouse_event(inner, event, button, col, row - top, focus))
+
+
+class OverConversation(urwid.Overlay):
+    """An ask's dialog over the top of the conversation, no taller than it needs: the agents panel
+    stays in view beside it, and below it the conversation (`lowered` into the rows left: the
+    prompt and the tool call that led to the ask) and the input.
+
+    `area(cols, rows)` says where the conversation is: (its first column, its width, its rows)."""
+
+    #: Rows of the conversation kept in view below the dialog, at least.
+    CONTEXT = 6
+    MAX_WIDTH = 100
+
+    def __init__(self, dialog: AskDialog, under: urwid.Widget, area: Callable[[int, int], tuple[int, int, int]],
+                 lowered: Lowered) -> None:  # fmt: skip
+        self.area = area
+        self.lowered = lowered
+        super().__init__(dialog, under, "left", ("relative", 100), "top", ("relative", 100))
+
+    def calculate_padding_filler(self, size: tuple[int, int], focus: bool) -> tuple[int, int, int, int]:
+        cols, rows = size
+        left, width, body = self.area(cols, rows)
+        if width < 30:  # no room beside the panel: over the whole width
+            left, width = 0, cols
+        width = min(width, self.MAX_WIDTH)
+        room = max(8, body - max(self.CONTEXT, body // 3))
+        height = max(1, min(self.top_w.natural_rows(width), room, rows))
+        return left, max(0, cols - left - width), 0, rows - height
+
+    def render(self, size: Any, focus: bool = False) -> urwid.CompositeCanvas:
+        _left, _right, top, bottom = self.calculate_padding_filler(size, focus)
+        self.lowered.lower(size[1] - top - bottom)
+        return super().render(size, focus)

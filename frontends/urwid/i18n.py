@@ -30,7 +30,18 @@ EN: dict[str, str] = {
     "start": "▶ start",
     "stop": "■ stop",
     "restart": "↻ restart",
-    "hints": "Enter send · Alt-Enter newline · Tab agent · F5 ▶ F6 ■ F7 ↻ · Esc cancel · PgUp PgDn · F2 logs F3 config · Ctrl-Q quit",
+    "hint_send": "Enter|send",
+    "hint_newline": "Alt-Enter|newline",
+    "hint_agent": "Tab|agent",
+    "hint_actions": "F5 ▶ F6 ■ F7 ↻|",
+    "hint_cancel": "Esc|cancel",
+    "hint_scroll": "PgUp PgDn|",
+    "hint_logs": "F2|logs",
+    "hint_config": "F3|config",
+    "hint_quit": "Ctrl-Q|quit",
+    "empty_conversation": "Type a message and press Enter · Tab: next agent",
+    "config_banner": "{problem}{more} · the last valid config is still in use (F3)",
+    "config_more": " (+{n} more)",
     "hints_perm": "{n} permission request(s) waiting · F4 answer",
     "hints_question": "{n} question(s) waiting · F4 answer",
     "hints_asks": "{p} permission request(s) and {q} question(s) waiting · F4 answer",
@@ -106,7 +117,18 @@ FR: dict[str, str] = {
     "start": "▶ démarrer",
     "stop": "■ arrêter",
     "restart": "↻ redémarrer",
-    "hints": "Entrée envoyer · Alt-Entrée ligne · Tab agent · F5 ▶ F6 ■ F7 ↻ · Échap annuler · F2 journaux F3 config · Ctrl-Q quitter",
+    "hint_send": "Entrée|envoyer",
+    "hint_newline": "Alt-Entrée|ligne",
+    "hint_agent": "Tab|agent",
+    "hint_actions": "F5 ▶ F6 ■ F7 ↻|",
+    "hint_cancel": "Échap|annuler",
+    "hint_scroll": "PgUp PgDn|",
+    "hint_logs": "F2|journaux",
+    "hint_config": "F3|config",
+    "hint_quit": "Ctrl-Q|quitter",
+    "empty_conversation": "Tapez un message puis Entrée · Tab : agent suivant",
+    "config_banner": "{problem}{more} · la dernière configuration valide reste active (F3)",
+    "config_more": " (+{n} autres)",
     "hints_perm": "{n} demande(s) d'autorisation en attente · F4 répondre",
     "hints_question": "{n} question(s) en attente · F4 répondre",
     "hints_asks": "{p} demande(s) d'autorisation et {q} question(s) en attente · F4 répondre",
@@ -163,6 +185,14 @@ STOP_REASONS = {
            "refusal": "l'agent a refusé"},
 }  # fmt: skip
 
+#: Tool call kinds and statuses (ACP's words, English as they are but for the underscore).
+TOOL_WORDS = {
+    "fr": {"read": "lecture", "edit": "modification", "delete": "suppression", "move": "déplacement",
+           "search": "recherche", "execute": "exécution", "think": "réflexion", "fetch": "récupération",
+           "other": "autre",
+           "pending": "en attente", "in_progress": "en cours", "completed": "terminé", "failed": "échoué"},
+}  # fmt: skip
+
 TABLES = {"en": EN, "fr": FR}
 
 
@@ -179,3 +209,7 @@ class Strings:
 
     def stop_reason(self, reason: str) -> str:
         return STOP_REASONS[self.language].get(reason, reason)
+
+    def tool_word(self, word: str) -> str:
+        """A tool call's kind or status in this language; a word ACP does not define, as the agent sent it."""
+        return TOOL_WORDS.get(self.language, {}).get(word) or word.replace("_", " ")

@@ -30,6 +30,7 @@ def blocks(text: str) -> list[tuple[str, bool, bool]]:
             current.clear()
 
     for line in text.split("\n"):
+        line = line.removesuffix("\r")  # CR LF ends a line as LF does
         if line.lstrip().startswith("```"):
             if in_code:
                 current.append(line)

@@ -9,7 +9,7 @@ import urwid
 
 from deck.agent import LOG_LINES
 
-from .common import Clickable
+from .common import Clickable, LineBox, Text
 from .i18n import Strings
 
 
@@ -21,20 +21,20 @@ class LogsView(urwid.WidgetWrap):
         self.strings = strings
         self.walker = urwid.SimpleFocusListWalker([])
         self.listbox = urwid.ListBox(self.walker)
-        self.box = urwid.LineBox(self.listbox, title="", title_align="left")
+        self.box = LineBox(self.listbox, title="", title_align="left")
         self.agent = ""
         super().__init__(self.box)
 
     def show(self, agent: str, title: str, lines: Iterable[str]) -> None:
         self.agent = agent
         self.box.set_title(self.strings("logs_title", agent=title))
-        self.walker[:] = [urwid.Text(line) for line in list(lines)[-LOG_LINES:]] or [urwid.Text(("dim", self.strings("no_logs")))]
+        self.walker[:] = [Text(line) for line in list(lines)[-LOG_LINES:]] or [Text(("dim", self.strings("no_logs")))]
         self._follow()
 
     def append(self, lines: Iterable[str]) -> None:
-        if len(self.walker) == 1 and isinstance(self.walker[0], urwid.Text) and self.walker[0].text == self.strings("no_logs"):
+        if len(self.walker) == 1 and isinstance(self.walker[0], Text) and self.walker[0].text == self.strings("no_logs"):
             self.walker[:] = []
-        self.walker.extend(urwid.Text(line) for line in lines)
+        self.walker.extend(Text(line) for line in lines)
         if len(self.walker) > LOG_LINES:
             del self.walker[: len(self.walker) - LOG_LINES]
         self._follow()
@@ -52,30 +52,30 @@ class ConfigView(urwid.WidgetWrap):
         self.on_choose = on_choose
         self.on_open = on_open
         self.walker = urwid.SimpleFocusListWalker([])
-        super().__init__(urwid.LineBox(urwid.ListBox(self.walker), title=strings("config_title"), title_align="left"))
+        super().__init__(LineBox(urwid.ListBox(self.walker), title=strings("config_title"), title_align="left"))
 
     def show(self, current: dict[str, Any], recent: list[str]) -> None:
         s = self.strings
         items: list[urwid.Widget] = [
-            urwid.Text(("strong", s("config_path", path=current.get("path") or s("config_builtin")))),
-            urwid.Text(("dim", s("config_source", source=current.get("source", "")))),
-            urwid.Text(("ok", s("config_valid")) if current.get("valid", True) else ("error", s("config_invalid"))),
+            Text(("strong", s("config_path", path=current.get("path") or s("config_builtin")))),
+            Text(("dim", s("config_source", source=current.get("source", "")))),
+            Text(("ok", s("config_valid")) if current.get("valid", True) else ("error", s("config_invalid"))),
             urwid.Divider(),
         ]
         for key, attr in (("problems", "error"), ("warnings", "warning")):
-            items.append(urwid.Text(("strong", s(f"config_{key}"))))
+            items.append(Text(("strong", s(f"config_{key}"))))
             entries = current.get(key) or []
             for p in entries:
-                items.append(urwid.Text([("dim", f"  {p.get('line', '?')}:{p.get('column', '?')} "), (attr, str(p.get("message", "")))]))
+                items.append(Text([("dim", f"  {p.get('line', '?')}:{p.get('column', '?')} "), (attr, str(p.get("message", "")))]))
             if not entries:
-                items.append(urwid.Text(("dim", "  " + s("config_none"))))
+                items.append(Text(("dim", "  " + s("config_none"))))
             items.append(urwid.Divider())
         choose = Clickable(("button", f" {s('choose')} "), self.on_choose, focusable=True)
-        items += [choose, urwid.Divider(), urwid.Text(("strong", s("recent")))]
+        items += [choose, urwid.Divider(), Text(("strong", s("recent")))]
         for path in recent:
             items.append(Clickable("  " + path, lambda p=path: self.on_open(p), focusable=True))
         if not recent:
-            items.append(urwid.Text(("dim", "  " + s("no_recent"))))
+            items.append(Text(("dim", "  " + s("no_recent"))))
         self.walker[:] = items
         self.walker.set_focus(items.index(choose))
 

@@ -30,6 +30,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from deck.acp import TooDeep, decode_line
+
 from .asks import AskError, Asks
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,8 @@ ENV_AGENT = "DECK_ASK_AGENT"
 ENV_TOKEN = "DECK_ASK_TOKEN"
 #: Which of the agent's sessions started this server: its own conversation, or an ask's ticket.
 ENV_ORIGIN = "DECK_ASK_ORIGIN"
-SERVER_MODULE = "deck.plugins.announcements.server"
+#: Outside this package, so that starting it imports none of the plugin (announcements_mcp.py).
+SERVER_MODULE = "deck.plugins.announcements_mcp"
 #: A question or an answer may be long; far above any real one.
 MAX_LINE = 16 * 1024 * 1024
 #: AF_UNIX paths are limited to about 108 bytes.
@@ -102,6 +105,7 @@ class Bridge:
             raise OSError(self._failed)  # said once; no new directory per session
         try:
             self.directory = private_dir()
+            self.asks.deck.private_folders.append(self.directory)  # out of agents' fs/* reach
             self.path = self.directory / "ask.sock"
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             old = os.umask(0o177)
@@ -135,7 +139,7 @@ class Bridge:
             line = await reader.readline()
             answer = await self._answer_unless_gone(line, reader)
             if answer is not None:
-                writer.write(json.dumps(answer).encode() + b"\n")
+                writer.write(_line(answer))
                 await writer.drain()
         except (ConnectionError, ValueError, asyncio.IncompleteReadError) as exc:
             log.info("announcements: a client went away: %r", exc)
@@ -163,7 +167,9 @@ class Bridge:
 
     async def answer(self, line: bytes) -> dict[str, Any]:
         try:
-            request = json.loads(line)
+            request = decode_line(line.decode())  # strict values, bounded nesting: what comes back is strict JSON
+        except TooDeep as exc:
+            return {"error": f"not a JSON request: {exc}"}
         except ValueError:
             return {"error": "not a JSON request"}
         if not isinstance(request, dict):
@@ -206,6 +212,15 @@ class Bridge:
         self._sock = self._server = self._serving = None
 
 
+def _line(answer: dict[str, Any]) -> bytes:
+    """An answer as one strict JSON line; one that JSON cannot carry (NaN) is an error answer instead."""
+    try:
+        return json.dumps(answer, allow_nan=False).encode() + b"\n"
+    except (TypeError, ValueError) as exc:
+        log.exception("announcements: an answer cannot be sent")
+        return json.dumps({"error": f"deck's answer cannot be sent as JSON: {exc}"}).encode() + b"\n"
+
+
 def _same_user(writer: asyncio.StreamWriter) -> bool:
     """Only this user's processes may connect (the 0700 directory says so already; this checks)."""
     sock = writer.get_extra_info("socket")
@@ -214,31 +229,3 @@ def _same_user(writer: asyncio.StreamWriter) -> bool:
         return True
     _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, peercred, struct.calcsize("3i")))
     return uid == os.getuid()
-
-
-# -- the MCP server's side ------------------------------------------------------------------------
-
-
-async def request(method: str, params: dict[str, Any], env: Any = os.environ) -> dict[str, Any]:
-    """One request to the deck that started this process: `{"result": …}` or `{"error": "…"}`."""
-    path = env.get(ENV_SOCKET)
-    if not path:
-        return {"error": f"deck's socket is unknown: {ENV_SOCKET} is not set"}
-    try:
-        reader, writer = await asyncio.open_unix_connection(path, limit=MAX_LINE)
-    except OSError as exc:
-        return {"error": f"cannot reach deck: {exc.strerror or exc}"}
-    try:
-        message = {
-            "agent": env.get(ENV_AGENT, ""), "token": env.get(ENV_TOKEN, ""), "origin": env.get(ENV_ORIGIN, ""),
-            "method": method, "params": params,
-        }  # fmt: skip
-        writer.write(json.dumps(message).encode() + b"\n")
-        await writer.drain()
-        line = await reader.readline()
-        if not line:
-            return {"error": "deck closed the connection without an answer"}
-        answer = json.loads(line)
-        return answer if isinstance(answer, dict) else {"error": "deck's answer is not an object"}
-    finally:
-        writer.close()

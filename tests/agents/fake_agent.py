@@ -8,7 +8,9 @@ Flags: --hang-handshake, --protocol N, --fail-start, --stderr-mb N, --ignore-eof
 succeeded; then an unknown method id is refused, and an `env_var` method needs its variables set),
 --bad-early-update (a usage_update with values that are not numbers, before the session/new reply),
 --trap-child FILE (a child in the agent's group that writes FILE 0.3 s after SIGTERM, then ends),
---mcp-no-cancel (a cancelled turn leaves its `ask` tool call open: no MCP cancel, the server stays).
+--mcp-no-cancel (a cancelled turn leaves its `ask` tool call open: no MCP cancel, the server stays),
+--mode-option (modes default, auto-edit, plan offered twice: as `modes` and as the config option
+`mode` of category "mode"; session/set_config_option answers the whole set, as it now stands).
 
 Prompt commands (first word): `stream N` (N chunks), `slow` (a chunk every 50 ms
 until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7),
@@ -21,7 +23,8 @@ command updates), `perms N KIND` (N permission requests in one turn for a tool o
 KIND), `readlines PATH LINE LIMIT`, `stop REASON` (that stop reason),
 `sleep S`, `cancel-late` (like slow, chunks with a messageId, then late chunks
 after the cancelled response: one at once, one 1 s later with the messageId),
-`slow-question` (an elicitation while chunks stream),
+`slow-question` (an elicitation while chunks stream), `mode ID` (a current_mode_update alone),
+`mode-option ID` (a config_option_update alone, with the `mode` option set to ID),
 `ask AGENT QUESTION` / `list-agents` (start the session's `deck` MCP server from
 session/new `mcpServers`, call its tool ask_agent / list_agents over stdio, report
 the call as a tool call and chunk "answer: RESULT" or "tool error: TEXT"; a cancel
@@ -60,6 +63,7 @@ parser.add_argument("--require-auth", action="store_true")
 parser.add_argument("--bad-early-update", action="store_true")
 parser.add_argument("--trap-child")
 parser.add_argument("--mcp-no-cancel", action="store_true")
+parser.add_argument("--mode-option", action="store_true")
 args = parser.parse_args()
 
 lock = threading.Lock()
@@ -71,6 +75,8 @@ MULTI = ["Let me look into it.", "Found the file, reading on.", "The answer is 4
 mcp_servers: dict = {}  # session id → the mcpServers of its session/new
 keep_open: list = []  # --mcp-no-cancel: MCP servers whose cancelled call is left open
 authenticated: list = []  # --require-auth: the method ids authenticate accepted
+MODES = ["default", "auto-edit", "plan"]
+options: dict = {}  # --mode-option: session id → its config options, as they now stand
 out = sys.stdout.buffer
 
 
@@ -222,6 +228,11 @@ def turn(rid, sid: str, text: str) -> None:
         update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": "m-cancelled",
                      "content": {"type": "text", "text": "late-b"}})
         return
+    elif word == "mode":
+        update(sid, {"sessionUpdate": "current_mode_update", "currentModeId": rest})
+    elif word == "mode-option":
+        set_option(sid, "mode", rest)
+        update(sid, {"sessionUpdate": "config_option_update", "configOptions": options[sid]})
     elif word == "slow-question":
         chunk(sid, "asking ")
         answer = ask("elicitation/create", {"sessionId": sid, "mode": "form", "message": "Go on?",
@@ -335,6 +346,12 @@ def call_mcp_tool(sid: str, tool: str, arguments: dict) -> dict:
                 proc.kill()
 
 
+def set_option(sid: str, config_id: str, value) -> None:
+    for option in options.get(sid, []):
+        if option["id"] == config_id:
+            option["currentValue"] = value
+
+
 def auth_refusal(method_id) -> dict | None:
     """The JSON-RPC error `authenticate {method_id}` gets under --require-auth, like codex-acp's."""
     found = next((m for m in args.auth_methods if m.get("id") == method_id), None)
@@ -386,6 +403,13 @@ def handle(msg: dict) -> None:
             result["modes"] = {"currentModeId": "a", "availableModes": [{"id": "a", "name": "A"}, {"id": "b", "name": "B"}]}
             result["configOptions"] = [{"id": "model", "name": "Model", "type": "select", "currentValue": "m1",
                                         "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]
+        if args.mode_option:
+            result["modes"] = {"currentModeId": "default", "availableModes": [{"id": m, "name": m} for m in MODES]}
+            options[sid] = result["configOptions"] = [
+                {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "default",
+                 "options": [{"value": m, "name": m} for m in MODES]},
+                {"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "m1",
+                 "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]
         send({"id": rid, "result": result})
     elif method == "session/prompt":
         text = " ".join(b.get("text", "") for b in params.get("prompt", []))
@@ -393,7 +417,11 @@ def handle(msg: dict) -> None:
     elif method == "session/cancel":
         cancelled.add(params.get("sessionId"))
     elif method == "session/set_mode":
+        set_option(params.get("sessionId"), "mode", params.get("modeId"))  # no update sent: the client knows
         send({"id": rid, "result": {}})
+    elif method == "session/set_config_option" and args.mode_option:
+        set_option(params.get("sessionId"), params.get("configId"), params.get("value"))
+        send({"id": rid, "result": {"configOptions": options.get(params.get("sessionId"), [])}})
     elif method == "session/set_config_option":
         send({"id": rid, "result": {"configOptions": [{"id": "model", "name": "Model", "type": "select",
               "currentValue": params.get("value"), "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]}})

@@ -1,0 +1,853 @@
+"""The history database: conversations and their messages in SQLite, full-text search, a batching writer.
+
+One file, `$XDG_STATE_HOME/deck/history.db` (folder 0700, file 0600), in WAL mode so that
+two decks can use it at once and a killed deck never leaves it corrupt. `PRAGMA user_version`
+is the schema version and `MIGRATIONS` the way up to it. Whatever makes the file unusable —
+corrupt, not deck's, read-only, locked, written by a newer deck — raises `HistoryUnavailable`
+before anything is written: such a file is never changed.
+
+Messages are kept whole in their wire form (the dicts of `message:updated`), so that a stored
+conversation reads back exactly as it was shown; a few fields are copied into columns for
+queries, and their text (text and thought parts, tool titles) into an FTS5 index.
+
+Everything here is synchronous and thread-safe: deck calls it from a worker thread, and the
+`Writer` turns a stream of message versions into one transaction a second.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+import sqlite3
+import stat
+import threading
+import time
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "APPLICATION_ID",
+    "FLUSH_INTERVAL",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "HistoryStore",
+    "HistoryUnavailable",
+    "Writer",
+    "default_path",
+    "fts_query",
+]
+
+log = logging.getLogger(__name__)
+
+#: `PRAGMA application_id`: "deck" in ASCII, so that another program's SQLite file is never taken for ours.
+APPLICATION_ID = 0x6465636B
+#: How long an operation waits for another deck's write lock before the database counts as locked.
+BUSY_TIMEOUT = 2.0
+#: The writer's longest delay between a message changing and that change being on disk.
+FLUSH_INTERVAL = 1.0
+#: How many words a search snippet shows around the matches.
+SNIPPET_WORDS = 16
+#: The shortest prefix a search may end with `*` (the index holds 3-letter prefixes).
+MIN_PREFIX = 3
+
+Conversation = dict[str, Any]
+Message = dict[str, Any]
+
+
+class HistoryUnavailable(Exception):
+    """The history database cannot be used; `reason` says why, in one line that names the file."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def default_path() -> Path:
+    """`$XDG_STATE_HOME/deck/history.db` (a relative XDG_STATE_HOME is ignored, as the XDG spec says)."""
+    base = os.environ.get("XDG_STATE_HOME", "")
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state"
+    return root / "deck" / "history.db"
+
+
+# -- schema -----------------------------------------------------------------------------------------
+
+_V1 = (
+    """CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        config_path TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        session_id TEXT,
+        title TEXT,
+        created_at INTEGER NOT NULL,  -- ms since the epoch
+        updated_at INTEGER NOT NULL
+    )""",
+    "CREATE INDEX conversations_by_agent ON conversations (config_path, agent, updated_at, created_at)",
+    "CREATE INDEX conversations_by_time ON conversations (updated_at, created_at)",
+    """CREATE TABLE messages (
+        pk INTEGER PRIMARY KEY,  -- explicit, so that VACUUM keeps the full-text index's row ids
+        conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        id TEXT NOT NULL,
+        seq INTEGER NOT NULL,  -- order in the conversation: when the message was first stored
+        role TEXT NOT NULL,
+        created_at TEXT,  -- the wire createdAt
+        done INTEGER NOT NULL,
+        stop_reason TEXT,
+        error TEXT,
+        code TEXT,
+        parts TEXT,  -- JSON; NULL when the message had no parts key
+        data TEXT NOT NULL,  -- JSON of the whole wire message, parts as a null placeholder
+        UNIQUE (conversation_id, id)
+    )""",
+    "CREATE INDEX messages_in_order ON messages (conversation_id, seq)",
+    f"PRAGMA application_id = {APPLICATION_ID}",
+)
+
+_V2_FTS = (
+    "ALTER TABLE messages ADD COLUMN text TEXT NOT NULL DEFAULT ''",  # what search finds
+    "ALTER TABLE messages ADD COLUMN scope TEXT NOT NULL DEFAULT ''",  # tokens naming agent and config
+    """CREATE VIRTUAL TABLE messages_fts USING fts5 (
+        text, scope, content = 'messages', content_rowid = 'pk',
+        tokenize = 'unicode61 remove_diacritics 2', prefix = '3'  -- "con*" without a merge of every con… word
+    )""",
+)
+_V2_TRIGGERS = (
+    """CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+        INSERT INTO messages_fts (rowid, text, scope) VALUES (new.pk, new.text, new.scope);
+    END""",
+    """CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts (messages_fts, rowid, text, scope) VALUES ('delete', old.pk, old.text, old.scope);
+    END""",
+    """CREATE TRIGGER messages_fts_update AFTER UPDATE OF text, scope ON messages
+    WHEN old.text IS NOT new.text OR old.scope IS NOT new.scope BEGIN
+        INSERT INTO messages_fts (messages_fts, rowid, text, scope) VALUES ('delete', old.pk, old.text, old.scope);
+        INSERT INTO messages_fts (rowid, text, scope) VALUES (new.pk, new.text, new.scope);
+    END""",
+)
+
+
+def _v1(db: sqlite3.Connection) -> None:
+    """Conversations and messages."""
+    for statement in _V1:
+        db.execute(statement)
+
+
+def _v2(db: sqlite3.Connection) -> None:
+    """Full-text search: each message's searchable text, indexed by FTS5 and kept in step by triggers."""
+    for statement in _V2_FTS:
+        db.execute(statement)
+    rows = db.execute(
+        "SELECT m.pk, m.parts, c.agent, c.config_path"
+        " FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id"
+    ).fetchall()
+    db.executemany(
+        "UPDATE messages SET text = ?, scope = ? WHERE pk = ?",
+        ((_searchable(json.loads(p) if p else None), _scope(agent, config), pk) for pk, p, agent, config in rows),
+    )
+    db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+    for statement in _V2_TRIGGERS:
+        db.execute(statement)
+
+
+#: Migration n (from 1) takes a database from version n - 1 to n, inside the opening transaction.
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+# -- the store ---------------------------------------------------------------------------------------
+
+_CONVERSATION_COLUMNS = "id, config_path, agent, session_id, title, created_at, updated_at"
+
+_UPSERT = """
+    INSERT INTO messages (
+        conversation_id, id, seq, role, created_at, done, stop_reason, error, code, parts, data, text, scope
+    ) VALUES (
+        :conversation, :id, (SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE conversation_id = :conversation),
+        :role, :created_at, :done, :stop_reason, :error, :code, :parts, :data, :text, :scope
+    )
+    ON CONFLICT (conversation_id, id) DO UPDATE SET
+        role = excluded.role, created_at = excluded.created_at, done = excluded.done,
+        stop_reason = excluded.stop_reason, error = excluded.error, code = excluded.code,
+        parts = excluded.parts, data = excluded.data, text = excluded.text
+    WHERE data IS NOT excluded.data OR parts IS NOT excluded.parts
+"""
+
+# Newest first: FTS5 walks its index backwards by row id and stops at the limit, so a word found
+# in half the history costs no more than a rare one (ranking every match by relevance would).
+# The agent and config filters are in the index too (the scope column), for the same reason;
+# the SQL filters only confirm them.
+_SEARCH = """
+    SELECT m.conversation_id, c.agent, m.id, m.role, snippet(messages_fts, 0, ?, ?, '…', ?), m.created_at
+    FROM messages_fts
+    JOIN messages AS m ON m.pk = messages_fts.rowid
+    JOIN conversations AS c ON c.id = m.conversation_id
+    WHERE messages_fts MATCH ? {filters}
+    ORDER BY messages_fts.rowid DESC
+    LIMIT ?
+"""
+
+
+#: config_path, agent, session_id, title, created_at (ms)
+_NewConversation = tuple[str, str, str | None, str | None, int]
+
+
+@dataclass
+class _Pending:
+    """Changes the writer holds: new conversations, their latest title/session, each message's latest version."""
+
+    created: dict[str, _NewConversation] = field(default_factory=dict)
+    meta: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    messages: dict[str, dict[str, Message]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.created or self.meta or self.messages)
+
+    def put_back(self, newer: _Pending) -> _Pending:
+        """This (failed) batch with `newer`'s changes on top: nothing lost, no version goes back in time."""
+        merged = _Pending(dict(self.created), {k: dict(v) for k, v in self.meta.items()}, {})
+        merged.created.update(newer.created)
+        for cid, fields in newer.meta.items():
+            merged.meta.setdefault(cid, {}).update(fields)
+        for source in (self.messages, newer.messages):  # first-seen order is the messages' order
+            for cid, messages in source.items():
+                merged.messages.setdefault(cid, {}).update(messages)
+        return merged
+
+
+class HistoryStore:
+    """The history database. Opening checks the file and migrates it; `HistoryUnavailable` if unusable.
+
+    `path` defaults to `default_path()`, whose folder is made (and kept) 0700; another path's
+    folder is created 0700 when missing and otherwise left as it is. `clock` gives the
+    seconds since the epoch, for the conversations' times and `prune`.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        busy_timeout: float = BUSY_TIMEOUT,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        self.clock = clock
+        # Two connections, each used by one thread at a time: with WAL, a search or a `latest()`
+        # reads its snapshot while the writer's transaction (perhaps waiting for another deck) runs.
+        self._write_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._clock_lock = threading.Lock()  # apart, so that the writer's ids never wait for a write
+        self._last_ms = 0
+        self._closed = False
+        self._db = _open(self.path, busy_timeout, private_folder=self.path == default_path())
+        try:
+            self._reader = _connect(self.path, "rw", busy_timeout)
+            self._reader.execute("PRAGMA query_only = ON")
+        except sqlite3.Error as e:
+            self._db.close()
+            raise _unavailable(self.path, e) from e
+
+    def close(self) -> None:
+        with self._write_lock, self._read_lock:
+            self._closed = True
+            self._db.close()
+            self._reader.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- conversations ------------------------------------------------------------------------------
+
+    def new_conversation(
+        self, config_path: str, agent: str, session_id: str | None = None, title: str | None = None
+    ) -> str:
+        """A fresh conversation of `agent` under `config_path` (now its latest); returns its id."""
+        conversation_id = str(uuid.uuid4())
+        with self._write() as db:
+            _insert_conversation(db, conversation_id, (config_path, agent, session_id, title, self._now()))
+        return conversation_id
+
+    def latest(self, config_path: str, agent: str) -> Conversation | None:
+        """The agent's most recently updated conversation under `config_path`, with its messages."""
+        with self._read() as db:
+            row = db.execute(
+                f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE config_path = ? AND agent = ?"
+                " ORDER BY updated_at DESC, created_at DESC LIMIT 1",
+                (config_path, agent),
+            ).fetchone()
+            return _with_messages(db, row) if row else None
+
+    def get(self, conversation_id: str) -> Conversation | None:
+        """One conversation with its messages, or None."""
+        with self._read() as db:
+            row = db.execute(
+                f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            return _with_messages(db, row) if row else None
+
+    def list(
+        self, config_path: str | None = None, agent: str | None = None, limit: int = 50
+    ) -> builtins.list[Conversation]:
+        """Conversations newest first, `messages` being their message count."""
+        where, args = _filters(("config_path", config_path), ("agent", agent), prefix="WHERE")
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT {_CONVERSATION_COLUMNS}, (SELECT COUNT(*) FROM messages WHERE conversation_id = c.id)"
+                f" FROM conversations AS c {where} ORDER BY updated_at DESC, created_at DESC LIMIT ?",
+                (*args, _limit(limit)),
+            ).fetchall()
+        return [{**_conversation(row[:7]), "messages": row[7]} for row in rows]
+
+    def set_session(self, conversation_id: str, session_id: str | None) -> None:
+        """The agent's ACP session id for this conversation (what a later start resumes)."""
+        self._set(conversation_id, "session_id", session_id)
+
+    def set_title(self, conversation_id: str, title: str | None) -> None:
+        self._set(conversation_id, "title", title)
+
+    def forget(self, conversation_id: str) -> bool:
+        """Delete a conversation and its messages; False when there was no such conversation."""
+        with self._write() as db:
+            return db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0
+
+    def prune(self, older_than_seconds: float) -> int:
+        """Delete the conversations not updated for `older_than_seconds`; returns how many."""
+        if not older_than_seconds >= 0:
+            raise ValueError("older_than_seconds must be a number ≥ 0")
+        cutoff = int((self.clock() - older_than_seconds) * 1000)
+        with self._write() as db:
+            return db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,)).rowcount
+
+    # -- messages -----------------------------------------------------------------------------------
+
+    def put_messages(self, conversation_id: str, messages: Iterable[Message]) -> None:
+        """Store messages in one transaction, each replacing the stored version with its id.
+
+        A new id is appended to the conversation; a known one (a streaming message that grew,
+        then finished) is rewritten in place. KeyError for an unknown conversation.
+        """
+        rows = [_message_row(m) for m in messages]
+        with self._write() as db:
+            if not _put(db, conversation_id, rows, self._now()):
+                raise KeyError(conversation_id)
+
+    def search(
+        self,
+        query: str,
+        agent: str | None = None,
+        config_path: str | None = None,
+        limit: int = 20,
+        marks: tuple[str, str] = ("**", "**"),
+    ) -> builtins.list[dict[str, Any]]:
+        """Full-text search over every stored message, newest first.
+
+        Each whitespace-separated word of `query` must appear (a trailing `*` makes it a prefix);
+        FTS5's own syntax is taken literally, so no query can fail. `marks` surround the matches
+        in the snippet. ValueError for an empty query.
+        """
+        words = fts_query(query)
+        if words is None:
+            return []
+        expression = f"text : ({words})"
+        if agent is not None:
+            expression += f' AND scope : "{_agent_token(agent)}"'
+        if config_path is not None:
+            expression += f' AND scope : "{_config_token(config_path)}"'
+        filters, args = _filters(("c.agent", agent), ("c.config_path", config_path), prefix="AND")
+        with self._read() as db:
+            rows = db.execute(
+                _SEARCH.format(filters=filters), (*marks, SNIPPET_WORDS, expression, *args, _limit(limit))
+            ).fetchall()
+        return [
+            {"conversationId": c, "agent": a, "messageId": m, "role": r, "snippet": s, "at": at}
+            for c, a, m, r, s, at in rows
+        ]
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    @property
+    def schema_version(self) -> int:
+        with self._read() as db:
+            return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _now(self) -> int:
+        """Milliseconds since the epoch, never the same twice from one store (so "latest" is well defined)."""
+        with self._clock_lock:
+            self._last_ms = max(int(self.clock() * 1000), self._last_ms + 1)
+            return self._last_ms
+
+    def _set(self, conversation_id: str, column: str, value: str | None) -> None:
+        with self._write() as db:
+            cursor = db.execute(
+                f"UPDATE conversations SET {column} = ?, updated_at = ? WHERE id = ?",
+                (value, self._now(), conversation_id),
+            )
+            if cursor.rowcount == 0:
+                raise KeyError(conversation_id)
+
+    def _apply(self, pending: _Pending) -> None:
+        """The writer's batch in one transaction; messages of a conversation deleted meanwhile are dropped."""
+        rows: dict[str, builtins.list[dict[str, Any]]] = {}
+        for cid, messages in pending.messages.items():
+            rows[cid] = []
+            for message in messages.values():
+                try:
+                    rows[cid].append(_message_row(message))
+                except (ValueError, TypeError, RecursionError) as e:  # one bad message must not block the rest
+                    log.warning("history: message %r not stored: %s", message.get("id"), e)
+        with self._write() as db:
+            for cid, created in pending.created.items():
+                _insert_conversation(db, cid, created)
+            for cid, fields in pending.meta.items():
+                for column, value in fields.items():
+                    db.execute(
+                        f"UPDATE conversations SET {column} = ?, updated_at = ? WHERE id = ?", (value, self._now(), cid)
+                    )
+            for cid, message_rows in rows.items():
+                _put(db, cid, message_rows, self._now())
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._write_lock, self._transaction(self._db, "BEGIN IMMEDIATE") as db:
+            yield db
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._read_lock, self._transaction(self._reader, "BEGIN") as db:  # one snapshot for the whole read
+            yield db
+
+    @contextlib.contextmanager
+    def _transaction(self, db: sqlite3.Connection, begin: str) -> Iterator[sqlite3.Connection]:
+        if self._closed:
+            raise HistoryUnavailable(f"{self.path}: the history store is closed")
+        try:
+            db.execute(begin)
+            try:
+                yield db
+            except BaseException:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        except (sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise  # the caller's mistake (a value SQLite cannot store), not the database's
+        except sqlite3.Error as e:
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+            raise _unavailable(self.path, e) from e
+
+
+def _insert_conversation(db: sqlite3.Connection, cid: str, created: _NewConversation) -> None:
+    config_path, agent, session_id, title, at = created
+    db.execute(
+        f"INSERT OR IGNORE INTO conversations ({_CONVERSATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (cid, config_path, agent, session_id, title, at, at),
+    )
+
+
+def _put(db: sqlite3.Connection, conversation_id: str, rows: list[dict[str, Any]], now: int) -> bool:
+    """Upsert message rows; False (and nothing written) when the conversation does not exist."""
+    found = db.execute("SELECT agent, config_path FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+    if found is None:
+        return False
+    db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
+    scope = _scope(*found)
+    db.executemany(_UPSERT, ({"conversation": conversation_id, "scope": scope, **row} for row in rows))
+    return True
+
+
+def _scope(agent: str, config_path: str) -> str:
+    """The index tokens that let a search filter by agent and config inside FTS5 (letters and digits only)."""
+    return f"{_agent_token(agent)} {_config_token(config_path)}"
+
+
+def _agent_token(agent: str) -> str:
+    return "a" + agent.encode("utf-8", "replace").hex()
+
+
+def _config_token(config_path: str) -> str:
+    return "c" + hashlib.sha256(config_path.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+def _with_messages(db: sqlite3.Connection, row: tuple[Any, ...]) -> Conversation:
+    messages = db.execute(
+        "SELECT parts, data FROM messages WHERE conversation_id = ? ORDER BY seq", (row[0],)
+    ).fetchall()
+    return {**_conversation(row), "messages": [_message(parts, data) for parts, data in messages]}
+
+
+def _conversation(row: tuple[Any, ...]) -> Conversation:
+    cid, config_path, agent, session_id, title, created_at, updated_at = row
+    return {
+        "id": cid,
+        "agent": agent,
+        "configPath": config_path,
+        "title": title,
+        "sessionId": session_id,
+        "createdAt": _iso(created_at),
+        "updatedAt": _iso(updated_at),
+    }
+
+
+def _filters(*pairs: tuple[str, str | None], prefix: str) -> tuple[str, list[str]]:
+    used = [(column, value) for column, value in pairs if value is not None]
+    sql = " AND ".join(f"{column} = ?" for column, _ in used)
+    return (f"{prefix} {sql}" if used else ""), [value for _, value in used]
+
+
+def _limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a positive integer, not {limit!r}")
+    return limit
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# -- messages in and out -----------------------------------------------------------------------------
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: What FTS5's unicode61 tokenizer keeps as one token: runs of letters and digits.
+_TOKEN = re.compile(r"[^\W_]+")
+
+
+def _dumps(value: Any) -> str:
+    """Compact JSON. A lone surrogate (an agent may send one as a JSON escape) stays escaped: UTF-8 cannot hold it."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(value, separators=(",", ":")) if _SURROGATE.search(text) else text
+
+
+def _clean(value: Any) -> str | None:
+    """A string column's value: None unless a string, and storable as UTF-8."""
+    if not isinstance(value, str):
+        return None
+    return value.encode("utf-8", "replace").decode("utf-8") if _SURROGATE.search(value) else value
+
+
+def _searchable(parts: Any) -> str:
+    """What search finds in a message: its text and thought parts and its tools' titles."""
+    found: list[str] = []
+    for part in parts if isinstance(parts, list) else ():
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        value = part.get("text") if kind in ("text", "thought") else part.get("title") if kind == "tool" else None
+        if isinstance(value, str) and value:
+            found.append(value)
+    return _clean("\n".join(found)) or ""
+
+
+def _message_row(message: Message) -> dict[str, Any]:
+    """A wire message → the messages row that gives it back exactly (ValueError without a string id)."""
+    if not isinstance(message, dict) or not isinstance(message.get("id"), str) or not message["id"]:
+        raise ValueError("a message must be a dict with a non-empty string id")
+    has_parts = "parts" in message
+    return {
+        "id": _clean(message["id"]),
+        "role": _clean(message.get("role")) or "",
+        "created_at": _clean(message.get("createdAt")),
+        "done": 1 if message.get("done", True) else 0,
+        "stop_reason": _clean(message.get("stopReason")),
+        "error": _clean(message.get("error")),
+        "code": _clean(message.get("code")),
+        "parts": _dumps(message["parts"]) if has_parts else None,
+        # The placeholder keeps `parts` at its place among the keys when the message is read back.
+        "data": _dumps({**message, "parts": None} if has_parts else message),
+        "text": _searchable(message.get("parts")),
+    }
+
+
+def _message(parts: str | None, data: str) -> Message:
+    message: Message = json.loads(data)
+    if parts is not None:
+        message["parts"] = json.loads(parts)
+    return message
+
+
+def fts_query(query: str) -> str | None:
+    """A user's words → an FTS5 expression matching messages that contain them all, or None if no word.
+
+    Each word is quoted, so FTS5 syntax in it (quotes, `*`, `-`, `:`, parentheses, AND, OR, NEAR)
+    is only text; a trailing `*` after at least MIN_PREFIX letters stays a prefix search (a
+    shorter prefix would merge the index entries of thousands of words: it is a whole word).
+    ValueError when the query is empty.
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise ValueError("the search query is empty")
+    # FTS5 reads its query as a C string (a NUL ends it) and SQLite as UTF-8 (no lone surrogates).
+    words = (_clean(query) or "").replace("\x00", " ").split()
+    terms = []
+    for word in words:
+        body = word.rstrip("*")
+        if body:
+            tokens = _TOKEN.findall(body)
+            prefix = body != word and bool(tokens) and len(tokens[-1]) >= MIN_PREFIX
+            terms.append('"' + body.replace('"', '""') + '"' + ("*" if prefix else ""))
+    return " ".join(terms) or None
+
+
+# -- opening -----------------------------------------------------------------------------------------
+
+
+def _open(path: Path, busy_timeout: float, private_folder: bool) -> sqlite3.Connection:
+    """Check the file, then connect, switch to WAL and migrate; nothing is written before every check passed."""
+    try:
+        _prepare_file(path, private_folder)
+        _inspect(path, busy_timeout)
+        db = _connect(path, "rw", busy_timeout)
+    except sqlite3.Error as e:
+        raise _unavailable(path, e) from e
+    except OSError as e:
+        raise HistoryUnavailable(f"{path}: {e.strerror or e}") from e
+    try:
+        if db.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
+            raise HistoryUnavailable(f"{path}: SQLite cannot use write-ahead logging on this file system")
+        db.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: a killed process loses no committed transaction
+        db.execute("PRAGMA foreign_keys = ON")
+        db.execute("BEGIN IMMEDIATE")  # also proves, now, that the file can be written and is not locked
+        try:
+            _migrate(path, db)
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+    except sqlite3.Error as e:
+        db.close()
+        raise _unavailable(path, e) from e
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _prepare_file(path: Path, private_folder: bool) -> None:
+    """Create the file 0600 before SQLite sees it; refuse one that is not ours to write; make it private."""
+    folder = path.parent
+    if private_folder:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make_private(folder, 0o700)
+    elif not folder.exists():
+        folder.mkdir(mode=0o700, parents=True)
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise HistoryUnavailable(f"{path}: its folder is not writable (SQLite keeps its write-ahead log beside it)")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        os.fchmod(fd, 0o600)  # whatever the umask
+        os.close(fd)
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise HistoryUnavailable(f"{path}: not a regular file")
+    if info.st_uid != os.geteuid():
+        raise HistoryUnavailable(f"{path}: owned by another user (uid {info.st_uid})")
+    if not info.st_mode & stat.S_IWUSR:  # a file made read-only stays untouched, even by root
+        raise HistoryUnavailable(f"{path}: read-only (mode {stat.S_IMODE(info.st_mode):04o})")
+    for companion in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        _make_private(companion, 0o600)
+
+
+def _make_private(path: Path, mode: int) -> None:
+    """Take the group and other bits off a file or folder of ours (a folder of someone else's is left alone)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, stat.S_IMODE(info.st_mode) & mode)
+
+
+def _connect(path: Path, mode: str, busy_timeout: float) -> sqlite3.Connection:
+    # A URI with mode=ro / mode=rw: SQLite never creates the file (it exists, with our mode).
+    uri = f"file:{urllib.parse.quote(str(path.absolute()))}?mode={mode}"
+    return sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+
+
+def _inspect(path: Path, busy_timeout: float) -> None:
+    """Read-only look at the file: a deck history database this code can use, or an empty file."""
+    db = _connect(path, "ro", busy_timeout)
+    try:
+        application_id = db.execute("PRAGMA application_id").fetchone()[0]
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = db.execute("SELECT COUNT(*) FROM sqlite_schema").fetchone()[0]
+    finally:
+        db.close()
+    _check_identity(path, application_id, version, tables)
+
+
+def _check_identity(path: Path, application_id: int, version: int, tables: int) -> None:
+    if application_id == 0 and version == 0 and tables == 0:
+        return  # a new, empty database
+    if application_id != APPLICATION_ID:
+        raise HistoryUnavailable(f"{path}: not a deck history database (another program's SQLite file)")
+    if version > SCHEMA_VERSION:
+        raise HistoryUnavailable(
+            f"{path}: written by a newer deck (schema version {version}; this deck knows up to {SCHEMA_VERSION})"
+        )
+
+
+def _migrate(path: Path, db: sqlite3.Connection) -> None:
+    """Bring the database to SCHEMA_VERSION, inside the caller's transaction (another deck may have just done it)."""
+    application_id = db.execute("PRAGMA application_id").fetchone()[0]
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    tables = db.execute("SELECT COUNT(*) FROM sqlite_schema").fetchone()[0]
+    _check_identity(path, application_id, version, tables)
+    for number in range(version + 1, SCHEMA_VERSION + 1):
+        MIGRATIONS[number - 1](db)
+        db.execute(f"PRAGMA user_version = {number}")
+
+
+_REASONS = {
+    "SQLITE_BUSY": "locked by another program",
+    "SQLITE_LOCKED": "locked by another program",
+    "SQLITE_READONLY": "read-only",
+    "SQLITE_CORRUPT": "corrupt",
+    "SQLITE_NOTADB": "corrupt, or not an SQLite database",
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_CANTOPEN": "cannot be opened",
+    "SQLITE_IOERR": "input/output error",
+    "SQLITE_PERM": "permission denied",
+}
+
+
+def _unavailable(path: Path, error: sqlite3.Error) -> HistoryUnavailable:
+    name = (getattr(error, "sqlite_errorname", None) or "").split("_")
+    reason = _REASONS.get("_".join(name[:2]))  # SQLITE_IOERR_WRITE → SQLITE_IOERR
+    return HistoryUnavailable(f"{path}: {reason} ({error})" if reason else f"{path}: {error}")
+
+
+# -- the writer --------------------------------------------------------------------------------------
+
+
+class Writer:
+    """Batches changes for a store: one transaction per interval, however fast messages stream.
+
+    `update()` only keeps the latest version of each message in memory (the dict must not be
+    changed afterwards: `Message.to_dict()` makes a fresh one). A background thread writes what
+    is pending at most `interval` seconds after it changed, and at once when a message is
+    finished (`done`), so a killed deck loses at most the last interval of streamed text.
+    A failed write keeps the changes for the next try and reports the error to `on_error`
+    (from the writer's thread) when the store goes from working to failing.
+    """
+
+    def __init__(
+        self,
+        store: HistoryStore,
+        interval: float = FLUSH_INTERVAL,
+        on_error: Callable[[HistoryUnavailable], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.interval = interval
+        self.on_error = on_error
+        self.error: HistoryUnavailable | None = None  # the last write's failure, None once one succeeds
+        self._pending = _Pending()
+        self._urgent = False
+        self._closed = False
+        self._changed = threading.Condition(threading.Lock())
+        self._flushing = threading.Lock()  # batches are taken and written in order: no version goes back
+        self._thread = threading.Thread(target=self._run, name="deck-history-writer", daemon=True)
+        self._thread.start()
+
+    def new_conversation(
+        self, config_path: str, agent: str, session_id: str | None = None, title: str | None = None
+    ) -> str:
+        """A fresh conversation, written with the next batch; its id is known at once."""
+        conversation_id = str(uuid.uuid4())
+        with self._pending_changes() as pending:
+            pending.created[conversation_id] = (config_path, agent, session_id, title, self.store._now())
+        return conversation_id
+
+    def update(self, conversation_id: str, message: Message) -> None:
+        """The latest version of one message (appended when new, replacing the older version otherwise)."""
+        if not isinstance(message, dict) or not isinstance(message.get("id"), str):
+            raise ValueError("a message must be a dict with a string id")
+        with self._pending_changes() as pending:
+            pending.messages.setdefault(conversation_id, {})[message["id"]] = message
+            if message.get("done", True):
+                self._urgent = True
+
+    def set_session(self, conversation_id: str, session_id: str | None) -> None:
+        with self._pending_changes() as pending:
+            pending.meta.setdefault(conversation_id, {})["session_id"] = session_id
+
+    def set_title(self, conversation_id: str, title: str | None) -> None:
+        with self._pending_changes() as pending:
+            pending.meta.setdefault(conversation_id, {})["title"] = title
+
+    def flush(self) -> None:
+        """Write everything pending now, on the calling thread; HistoryUnavailable if that fails."""
+        with self._flushing:
+            with self._changed:
+                batch, self._pending, self._urgent = self._pending, _Pending(), False
+            if not batch:
+                return
+            try:
+                self.store._apply(batch)
+            except HistoryUnavailable as e:
+                with self._changed:
+                    self._pending = batch.put_back(self._pending)
+                self._failed(e)
+                raise
+            self.error = None
+
+    def close(self) -> None:
+        """Stop the thread and write what is left (HistoryUnavailable if that fails). The store stays open."""
+        with self._changed:
+            if self._closed:
+                return
+            self._closed = True
+            self._changed.notify()
+        self._thread.join()
+        self.flush()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _pending_changes(self) -> Iterator[_Pending]:
+        with self._changed:
+            if self._closed:
+                raise RuntimeError("the history writer is closed")
+            idle = not self._pending
+            yield self._pending
+            if idle or self._urgent:
+                self._changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                # Asleep while nothing is pending (no wake-ups on an idle deck), then one interval
+                # to gather what follows the first change, cut short by a finished message or close().
+                self._changed.wait_for(lambda: self._closed or bool(self._pending))
+                self._changed.wait_for(lambda: self._closed or self._urgent, self.interval)
+                if self._closed:
+                    return
+            with contextlib.suppress(HistoryUnavailable):  # kept for the next try, and reported
+                self.flush()
+
+    def _failed(self, error: HistoryUnavailable) -> None:
+        first = self.error is None
+        self.error = error
+        if first and self.on_error is not None:
+            try:
+                self.on_error(error)
+            except Exception:  # the callback's bug must not stop the writer
+                log.exception("history: on_error callback failed")
+
