@@ -145,7 +145,7 @@ async def test_conversation_shows_thoughts_plan_tool_and_diff(make_deck):
     assert "--- a/x" in text and "-a" in text and "+b" in text
     view.toggle_all("thoughts")
     text = canvas_text(view, 90, 60)
-    assert "∴ thought (1 lines, Ctrl-T to show)" in text and "thinking" not in text.replace("thinking (", "")
+    assert "∴ thought (1 line, Ctrl-T to show)" in text and "thinking" not in text.replace("thinking (", "")
 
 
 async def test_conversation_thought_collapses_by_click(make_deck):
@@ -417,7 +417,7 @@ async def test_app_keeps_a_question_typed_answer_while_other_asks_come_and_go(ma
         assert "Permission requested by b" in canvas_text(app.root, *size)
         app.root.keypress(size, "esc")
         screen = canvas_text(app.root, *size)
-        assert app.dialog_kind == "" and "1 permission request(s) and 1 question(s) waiting · F4 answer" in screen
+        assert app.dialog_kind == "" and "1 permission request and 1 question waiting · F4 answer" in screen
         app.root.keypress(size, "f4")
         app.root.keypress(size, "shift tab")
         assert "› An" in canvas_text(app.root, *size)
@@ -428,7 +428,7 @@ async def test_app_keeps_a_question_typed_answer_while_other_asks_come_and_go(ma
         app.refresh()
         screen = canvas_text(app.root, *size)
         assert "Permission requested by b" in screen  # the next ask
-        assert "1 permission request(s) waiting · F4 answer" in screen
+        assert "1 permission request waiting · F4 answer" in screen
         app.root.keypress(size, "1")
         await rec.wait_event("permission:resolved", agent="b")
         app.refresh()
@@ -778,7 +778,7 @@ async def test_the_permission_dialog_leaves_the_panel_and_the_request_in_view(ma
         assert "1 Allow" in "\n".join(rows[top:bottom]) and "2 Reject" in "\n".join(rows[top:bottom])
         below = "\n".join(row[18:] for row in rows[bottom + 1 :])
         assert "⚙ edit Edit file · pending" in below  # the tool call that asks
-        assert "Message to a" in rows[-5] and "1 permission request(s) waiting" in rows[-2]
+        assert "Message to a" in rows[-5] and "1 permission request waiting" in rows[-2]
         assert bottom - top + 1 <= 14
     finally:
         app.detach()
@@ -861,3 +861,19 @@ def test_usage_percentages_round_like_the_line_frontend():
     feed(model, [UsageChanged("alpha", {"used": 100, "size": 200000})])
     assert "ctx ░░░░░░░░░░ <1%" in panel_text(model)
     assert "ctx <1%" in panel_text(model, width=14)  # too narrow for the bar: the number stays
+
+
+@pytest.mark.parametrize("language", ["en", "fr"])
+def test_counts_read_as_words_never_as_one_lines_or_s_in_parentheses(language):
+    from deck.frontends.urwid.i18n import EN, Strings
+
+    strings = Strings(language)
+    for key, text in EN.items():
+        if isinstance(text, tuple):
+            one, many = strings(key, n=1, names="a"), strings(key, n=2, names="a, b")
+            assert "1 " in one and "2 " in many and one != many, key
+    for key in EN:
+        assert "(s)" not in str(strings.table.get(key, "")), key
+    assert strings("thought_hidden", n=1).split("(")[1].startswith(("1 line,", "1 ligne,"))
+    both = strings("hints_asks", perms=strings("n_perms", n=1), questions=strings("n_questions", n=3))
+    assert "1 " in both and "3 questions" in both

@@ -367,7 +367,7 @@ class ConsoleApp:
         questions = sum(len(a.questions) for a in self.model.agents.values())
         if perms or questions:
             if perms and questions:
-                hint = s("hints_asks", p=perms, q=questions)
+                hint = s("hints_asks", perms=s("n_perms", n=perms), questions=s("n_questions", n=questions))
             else:
                 hint = s("hints_perm", n=perms) if perms else s("hints_question", n=questions)
             parts += [("needs input", f" {hint} ")]

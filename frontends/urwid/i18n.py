@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-EN: dict[str, str] = {
+EN: dict[str, str | tuple[str, str]] = {
     "agents": "Agents",
     "you": "you",
     "system": "deck",
     "queued": "queued",
     "queued_count": "{n} queued",
     "thought": "thought",
-    "thought_hidden": "thought ({n} lines, Ctrl-T to show)",
+    "thought_hidden": ("thought (1 line, Ctrl-T to show)", "thought ({n} lines, Ctrl-T to show)"),
     "plan": "Plan",
     "diff_hidden": "diff {path} (+{added} −{removed}) · Ctrl-E to show",
     "diff_new": "new file",
@@ -42,18 +42,20 @@ EN: dict[str, str] = {
     "empty_conversation": "Type a message and press Enter · Tab: next agent",
     "config_banner": "{problem}{more} · the last valid config is still in use (F3)",
     "config_more": " (+{n} more)",
-    "hints_perm": "{n} permission request(s) waiting · F4 answer",
-    "hints_question": "{n} question(s) waiting · F4 answer",
-    "hints_asks": "{p} permission request(s) and {q} question(s) waiting · F4 answer",
+    "hints_perm": ("1 permission request waiting · F4 answer", "{n} permission requests waiting · F4 answer"),
+    "hints_question": ("1 question waiting · F4 answer", "{n} questions waiting · F4 answer"),
+    "hints_asks": "{perms} and {questions} waiting · F4 answer",
+    "n_perms": ("1 permission request", "{n} permission requests"),
+    "n_questions": ("1 question", "{n} questions"),
     "ctrl_c": "Ctrl-C does not quit deck: press Ctrl-Q to quit",
     "quit_title": "Quit deck?",
-    "quit_busy": "{n} agent(s) still working: {names}. Quit and stop them?",
+    "quit_busy": ("1 agent still working: {names}. Quit and stop it?", "{n} agents still working: {names}. Quit and stop them?"),
     "yes": "y  yes, quit",
     "no": "n  no",
     "permission_title": "Permission requested by {agent}",
     "permission_count": "request {i} of {n}",
     "permission_keys": "1-9 choose · Tab next request · Esc later",
-    "rejections": "{n} refusal(s) already this turn",
+    "rejections": ("1 refusal already this turn", "{n} refusals already this turn"),
     "question_title": "Question from {agent}",
     "question_keys": "Enter next field, submits on the last · Ctrl-S submit · Ctrl-D decline · Tab next request · Esc later",
     "question_submit": "Submit (Ctrl-S)",
@@ -91,14 +93,14 @@ EN: dict[str, str] = {
     "nothing_to_cancel": "{agent} is not answering",
 }
 
-FR: dict[str, str] = {
+FR: dict[str, str | tuple[str, str]] = {
     "agents": "Agents",
     "you": "vous",
     "system": "deck",
     "queued": "en attente",
     "queued_count": "{n} en attente",
     "thought": "réflexion",
-    "thought_hidden": "réflexion ({n} lignes, Ctrl-T pour afficher)",
+    "thought_hidden": ("réflexion (1 ligne, Ctrl-T pour afficher)", "réflexion ({n} lignes, Ctrl-T pour afficher)"),
     "plan": "Plan",
     "diff_hidden": "diff {path} (+{added} −{removed}) · Ctrl-E pour afficher",
     "diff_new": "nouveau fichier",
@@ -129,12 +131,14 @@ FR: dict[str, str] = {
     "empty_conversation": "Tapez un message puis Entrée · Tab : agent suivant",
     "config_banner": "{problem}{more} · la dernière configuration valide reste active (F3)",
     "config_more": " (+{n} autres)",
-    "hints_perm": "{n} demande(s) d'autorisation en attente · F4 répondre",
-    "hints_question": "{n} question(s) en attente · F4 répondre",
-    "hints_asks": "{p} demande(s) d'autorisation et {q} question(s) en attente · F4 répondre",
+    "hints_perm": ("1 demande d'autorisation en attente · F4 répondre", "{n} demandes d'autorisation en attente · F4 répondre"),
+    "hints_question": ("1 question en attente · F4 répondre", "{n} questions en attente · F4 répondre"),
+    "hints_asks": "{perms} et {questions} en attente · F4 répondre",
+    "n_perms": ("1 demande d'autorisation", "{n} demandes d'autorisation"),
+    "n_questions": ("1 question", "{n} questions"),
     "ctrl_c": "Ctrl-C ne quitte pas deck : Ctrl-Q pour quitter",
     "quit_title": "Quitter deck ?",
-    "quit_busy": "{n} agent(s) encore au travail : {names}. Quitter et les arrêter ?",
+    "quit_busy": ("1 agent encore au travail : {names}. Quitter et l'arrêter ?", "{n} agents encore au travail : {names}. Quitter et les arrêter ?"),
     "yes": "o  oui, quitter",
     "no": "n  non",
     "permission_title": "Autorisation demandée par {agent}",
@@ -204,7 +208,10 @@ class Strings:
         self.table = TABLES[self.language]
 
     def __call__(self, key: str, **values: Any) -> str:
+        """The string `key` with `values` filled in; a (singular, plural) pair is chosen by `n`."""
         text = self.table.get(key) or EN.get(key, key)
+        if isinstance(text, tuple):
+            text = text[0] if values.get("n") == 1 else text[1]
         return text.format(**values) if values else text
 
     def stop_reason(self, reason: str) -> str:
