@@ -60,7 +60,9 @@ npm_pinned() {  # prefix-dir package version
     fi
     say "installing $package@$version"
     mkdir -p "$prefix"
-    npm install --silent --no-save --prefix "$prefix" "$package@$version"
+    # One retry: a registry hiccup must not fail the whole run.
+    npm install --silent --no-save --prefix "$prefix" "$package@$version" \
+        || { say "npm install of $package failed; retrying once"; sleep 5; npm install --no-save --prefix "$prefix" "$package@$version"; }
 }
 
 npm_pinned "$PEERS/claude-agent-acp" @zed-industries/claude-agent-acp "$CLAUDE_ACP_VERSION"

@@ -8,9 +8,11 @@ Benchmarks and targets:
                 (the official ACP SDK client is measured beside them as a peer)
     version     `deck --version` ÷ `python -c "import typer"` ≤ 1.5
     latency     p99 from an agent writing a chunk to its jsonl line, 10 agents × 500 chunks/s: ≤ 5 ms
+                (with history, the default; deck -p no:history is measured beside it, as "off")
     idle        deck's own CPU with 20 idle ready agents over 20 s: < 0.5 % of a core
     stop        end of stdin → exit with 20 agents ignoring SIGTERM: ≤ 9.5 s
     memory      RSS growth of deck for a 200,000-chunk conversation: ≤ 40 MB
+                (with history; deck -p no:history beside it, as "off")
     mcp         spawn → `initialize` answered, for the `deck` MCP server each agent starts: ≤ 150 ms
                 (a bare `python -c pass` is measured beside it)
     search      history search over 1,000,000 stored messages: p95 ≤ 50 ms
@@ -45,6 +47,8 @@ PRODUCER = HERE / "producer.py"
 FAKE_AGENT = ROOT / "tests" / "agents" / "fake_agent.py"
 PY = sys.executable
 DECK = [PY, "-m", "deck.cli"]
+#: The options of the "off" runs measured beside deck's default: no history plugin.
+HISTORY_OFF = ("-p", "no:history")
 
 
 def config(agents: dict[str, list[str]], extra: str = "") -> Path:
@@ -58,9 +62,9 @@ def request(rid: int, method: str, **params: object) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}).encode() + b"\n"
 
 
-def timed(command: list[str], stdin: bytes = b"") -> float:
+def timed(command: list[str], stdin: bytes = b"", env: dict[str, str] | None = None) -> float:
     started = time.perf_counter()
-    subprocess.run(command, input=stdin, stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(command, input=stdin, stdout=subprocess.DEVNULL, check=True, env=env)
     return time.perf_counter() - started
 
 
@@ -70,10 +74,13 @@ def deck_env() -> dict[str, str]:
     return env
 
 
-def started_deck(cfg: Path, names: list[str]) -> subprocess.Popen[bytes]:
-    """`deck run --frontend=jsonl` on `cfg`, once every agent in `names` has started."""
+def started_deck(cfg: Path, names: list[str], options: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+    """`deck run --frontend=jsonl` on `cfg` (with `options`), once every agent in `names` has started."""
     proc = subprocess.Popen(
-        [*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=deck_env()
+        [*DECK, "run", "--frontend=jsonl", "--config", str(cfg), *options],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=deck_env(),
     )
     assert proc.stdin and proc.stdout
     for i, name in enumerate(names):
@@ -89,10 +96,14 @@ def started_deck(cfg: Path, names: list[str]) -> subprocess.Popen[bytes]:
 def bench_throughput(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, list[float]]:
     cfg = config({"bench": [PY, str(PRODUCER), str(count), str(size)]})
     send = request(1, "ChatService.Send", agent="bench", text="go")
-    runs: dict[str, list[float]] = {"floor": [], "sdk peer": [], "deck": []}
+    runs: dict[str, list[float]] = {"floor": [], "sdk peer": [], "deck": [], "deck off": []}
     for _ in range(rounds):
         runs["floor"].append(timed([PY, str(HERE / "floor.py"), str(count), str(size)]))
-        runs["deck"].append(timed([*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], send))
+        runs["deck"].append(timed([*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], send, deck_env()))
+        off = [*DECK, "run", "--frontend=jsonl", "--config", str(cfg), *HISTORY_OFF]
+        runs["deck off"].append(timed(off, send, deck_env()))
+        if "sdk peer" not in runs:
+            continue
         try:
             runs["sdk peer"].append(timed([PY, str(HERE / "sdk_peer.py"), str(count), str(size)]))
         except (subprocess.CalledProcessError, FileNotFoundError):
@@ -114,23 +125,24 @@ def bench_latency(rounds: int, agents: int = 10, rate: int = 500, seconds: float
         {f"a{i}": [PY, str(PRODUCER), str(count), "48", str(rate)] for i in range(agents)},
         f"[limits]\nmaxRunningAgents = {agents}\n",
     )
-    runs: dict[str, list[float]] = {"p50 ms": [], "p99 ms": []}
+    runs: dict[str, list[float]] = {"p50 ms": [], "p99 ms": [], "off p50 ms": [], "off p99 ms": []}
     for _ in range(rounds):
-        proc = started_deck(cfg, [f"a{i}" for i in range(agents)])
-        assert proc.stdin and proc.stdout
-        for i in range(agents):
-            proc.stdin.write(request(100 + i, "ChatService.Send", agent=f"a{i}", text="go"))
-        proc.stdin.close()
-        delays: list[float] = []
-        for line in proc.stdout:
-            now = time.time()
-            if b'"message:delta"' in line:
-                text = json.loads(line)["text"]
-                delays.append((now - float(text.split("|", 1)[0])) * 1000)
-        proc.wait()
-        delays.sort()
-        runs["p50 ms"].append(delays[len(delays) // 2])
-        runs["p99 ms"].append(delays[int(len(delays) * 0.99)])
+        for prefix, options in (("", ()), ("off ", HISTORY_OFF)):  # interleaved: both see the same machine
+            proc = started_deck(cfg, [f"a{i}" for i in range(agents)], options)
+            assert proc.stdin and proc.stdout
+            for i in range(agents):
+                proc.stdin.write(request(100 + i, "ChatService.Send", agent=f"a{i}", text="go"))
+            proc.stdin.close()
+            delays: list[float] = []
+            for line in proc.stdout:
+                now = time.time()
+                if b'"message:delta"' in line:
+                    text = json.loads(line)["text"]
+                    delays.append((now - float(text.split("|", 1)[0])) * 1000)
+            proc.wait()
+            delays.sort()
+            runs[f"{prefix}p50 ms"].append(delays[len(delays) // 2])
+            runs[f"{prefix}p99 ms"].append(delays[int(len(delays) * 0.99)])
     return runs
 
 
@@ -174,33 +186,39 @@ def bench_stop(rounds: int, agents: int = 20) -> dict[str, list[float]]:
 
 def bench_memory(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, list[float]]:
     cfg = config({"bench": [PY, str(PRODUCER), str(count), str(size)]})
-    runs: dict[str, list[float]] = {"RSS growth MB": []}
+    runs: dict[str, list[float]] = {"RSS growth MB": [], "off RSS growth MB": []}
     for _ in range(rounds):
-        proc = started_deck(cfg, ["bench"])
-        assert proc.stdin and proc.stdout
-        me = psutil.Process(proc.pid)
-        before = me.memory_info().rss
-        peak = [before]
-        done = threading.Event()
-
-        def sample() -> None:
-            while not done.wait(0.02):
-                peak[0] = max(peak[0], me.memory_info().rss)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        proc.stdin.write(request(2, "ChatService.Send", agent="bench", text="go"))
-        proc.stdin.flush()
-        for line in proc.stdout:
-            if b'"turn:changed"' in line and b'"busy":false' in line:
-                break
-        done.set()
-        sampler.join()
-        peak = max(peak[0], me.memory_info().rss)
-        runs["RSS growth MB"].append((peak - before) / 2**20)
-        proc.stdin.close()
-        proc.wait()
+        for prefix, options in (("", ()), ("off ", HISTORY_OFF)):
+            runs[f"{prefix}RSS growth MB"].append(_rss_growth(cfg, options))
     return runs
+
+
+def _rss_growth(cfg: Path, options: tuple[str, ...]) -> float:
+    """The peak RSS growth of deck, in MB, while agent `bench` answers one prompt."""
+    proc = started_deck(cfg, ["bench"], options)
+    assert proc.stdin and proc.stdout
+    me = psutil.Process(proc.pid)
+    before = me.memory_info().rss
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.02):
+            peak[0] = max(peak[0], me.memory_info().rss)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    proc.stdin.write(request(2, "ChatService.Send", agent="bench", text="go"))
+    proc.stdin.flush()
+    for line in proc.stdout:
+        if b'"turn:changed"' in line and b'"busy":false' in line:
+            break
+    done.set()
+    sampler.join()
+    grown = (max(peak[0], me.memory_info().rss) - before) / 2**20
+    proc.stdin.close()
+    proc.wait()
+    return grown
 
 
 def bench_mcp(rounds: int, spawns: int = 5) -> dict[str, list[float]]:
@@ -341,9 +359,11 @@ BENCHES = {
 }
 #: Ratios printed for information: (measure, peer it is compared with).
 RATIOS = {
-    "throughput": ("sdk peer", "floor"),
-    "mcp": ("initialize ms", "python -c pass ms"),
-    "search": ("search p50 ms", "floor p50 ms"),
+    "throughput": [("sdk peer", "floor"), ("deck off", "floor"), ("deck", "deck off")],
+    "latency": [("p99 ms", "off p99 ms")],
+    "memory": [("RSS growth MB", "off RSS growth MB")],
+    "mcp": [("initialize ms", "python -c pass ms")],
+    "search": [("search p50 ms", "floor p50 ms")],
 }
 SLOW = {"idle", "stop"}
 
@@ -366,9 +386,9 @@ def main() -> None:
         label = f"{measure} ÷ {baseline}" if baseline else measure
         verdict = "ok" if value <= target else "MISSED"
         print(f"{name:<12} {label:<16} {value:>10.3f} {'':>6}   target ≤ {target:g}: {verdict}")
-        top, bottom = RATIOS.get(name, ("", ""))
-        if top in medians and bottom in medians:
-            print(f"{name:<12} {f'{top} ÷ {bottom}':<16} {medians[top] / medians[bottom]:>10.3f}")
+        for top, bottom in RATIOS.get(name, []):
+            if top in medians and bottom in medians:
+                print(f"{name:<12} {f'{top} ÷ {bottom}':<16} {medians[top] / medians[bottom]:>10.3f}")
         sys.stdout.flush()
 
 
