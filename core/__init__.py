@@ -1,4 +1,9 @@
-"""deck: one terminal, many coding agents. The public API for plugins and frontends."""
+"""deck: one terminal, many coding agents. The public API for plugins and frontends.
+
+`__all__` is that API, exactly: plugins and frontends import these names (`from deck import
+Agent`) and these modules (`from deck.events import TurnChanged`), nothing else of deck's.
+What they hold is documented in docs/plugins.md; the rest of the package may change at any time.
+"""
 
 from __future__ import annotations
 
@@ -9,42 +14,78 @@ from ._version import __version__
 __all__ = [
     "__version__",
     "hookimpl",
+    # the deck, its agents and their sessions
     "Deck",
-    "Frontend",
     "Agent",
     "AgentState",
+    "Session",
+    "SessionSink",
+    "CONVERSATION",
+    # what frontends derive from and talk through
+    "Frontend",
+    "Client",
+    # errors
     "ServiceError",
+    "AcpError",
+    "ConnectionClosed",
+    # helpers shared with the core
+    "Duration",
+    "find_config",
+    "decode_line",
+    "TooDeep",
+    "now_iso",
+    # public modules
+    "client",
+    "errors",
     "events",
+    "frontend",
+    "states",
+    "tty",
 ]
 
 if TYPE_CHECKING:
-    from . import events
+    from . import client, errors, events, frontend, states, tty
+    from .acp import TooDeep, decode_line
     from .agent import Agent
     from .app import Deck
-    from .errors import ServiceError
+    from .client import Client
+    from .config import Duration, find_config
+    from .conversation import now_iso
+    from .errors import AcpError, ConnectionClosed, ServiceError
     from .frontend import Frontend
     from .hookspecs import hookimpl
+    from .session import CONVERSATION, Session, SessionSink
     from .states import AgentState
 
 _LAZY = {
     "hookimpl": ("hookspecs", "hookimpl"),
     "Deck": ("app", "Deck"),
-    "Frontend": ("frontend", "Frontend"),
     "Agent": ("agent", "Agent"),
     "AgentState": ("states", "AgentState"),
+    "Session": ("session", "Session"),
+    "SessionSink": ("session", "SessionSink"),
+    "CONVERSATION": ("session", "CONVERSATION"),
+    "Frontend": ("frontend", "Frontend"),
+    "Client": ("client", "Client"),
     "ServiceError": ("errors", "ServiceError"),
+    "AcpError": ("errors", "AcpError"),
+    "ConnectionClosed": ("errors", "ConnectionClosed"),
+    "Duration": ("config", "Duration"),
+    "find_config": ("config", "find_config"),
+    "decode_line": ("acp", "decode_line"),
+    "TooDeep": ("acp", "TooDeep"),
+    "now_iso": ("conversation", "now_iso"),
 }
+_MODULES = frozenset({"client", "errors", "events", "frontend", "states", "tty"})
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so that `deck --version` and `python -m deck.demo` import nothing heavy.
-    if name == "events":
-        from . import events
+    import importlib
 
-        return events
+    if name in _MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     if name in _LAZY:
-        import importlib
-
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

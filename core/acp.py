@@ -11,10 +11,10 @@ import inspect
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from .errors import AcpError, ConnectionClosed
+from .errors import INTERNAL_ERROR, METHOD_NOT_FOUND, REQUEST_CANCELLED, AcpError, ConnectionClosed
 
 log = logging.getLogger(__name__)
 
@@ -121,13 +121,10 @@ def encode_line(message: Any) -> bytes:
     return _encode(message).encode(errors="backslashreplace") + b"\n"
 
 
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-REQUEST_CANCELLED = -32800
-
 RequestHandler = Callable[[dict[str, Any]], Awaitable[Any]]
 NotificationHandler = Callable[[dict[str, Any]], None]
+#: Starts a request handler as a task, given a name for it.
+Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 
 
 class LineFramer:
@@ -207,15 +204,17 @@ class Connection:
         *,
         on_bad_line: Callable[[str], None],
         trace: Callable[[str, dict[str, Any]], None] | None = None,
+        spawn: Spawn | None = None,
     ) -> None:
         self._write = write
+        #: Runs each request handler as a task of the connection's owner (a plain task without one).
+        self._spawn: Spawn = spawn or _plain_task
         self._on_bad_line = on_bad_line
         self.trace = trace
         self._next_id = 0
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._requests: dict[str, RequestHandler] = {}
         self._notifications: dict[str, NotificationHandler] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
         self._incoming: dict[Any, asyncio.Task[None]] = {}
         self.closed: str | None = None
         #: The size in bytes of the line last dispatched: what a handler keeps of it costs about that.
@@ -242,15 +241,22 @@ class Connection:
 
     async def request(self, method: str, params: dict[str, Any]) -> Any:
         """Send a request and wait for its result; a JSON-RPC error raises AcpError."""
+        return await self.start_request(method, params)
+
+    def start_request(self, method: str, params: dict[str, Any]) -> asyncio.Future[Any]:
+        """Send a request now; the future of its result, which a caller may outlive (`asyncio.shield`).
+        Cancelling the future forgets the request: a late answer is logged and skipped."""
         request_id = self._next_id
         self._next_id += 1
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
+        future.add_done_callback(lambda _: self._pending.pop(request_id, None))
         try:
             self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
-            return await future
-        finally:
-            self._pending.pop(request_id, None)
+        except BaseException:
+            future.cancel()
+            raise
+        return future
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
         self.send({"jsonrpc": "2.0", "method": method, "params": params})
@@ -329,13 +335,11 @@ class Connection:
         if handler is None:
             self._reply_error(request_id, METHOD_NOT_FOUND, f"method not found: {message['method']}")
             return
-        task = asyncio.get_running_loop().create_task(self._run_request(request_id, handler, message))
-        self._tasks.add(task)
+        task = self._spawn(self._run_request(request_id, handler, message), str(message["method"]))
         key = _hashable(request_id)
         self._incoming[key] = task
 
         def done(t: asyncio.Task[None]) -> None:
-            self._tasks.discard(t)
             if self._incoming.get(key) is t:
                 del self._incoming[key]
 
@@ -391,8 +395,12 @@ class Connection:
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(ConnectionClosed(reason))
-        for task in list(self._tasks):
+        for task in list(self._incoming.values()):  # the owner's task group ends any other
             task.cancel()
+
+
+def _plain_task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    return asyncio.get_running_loop().create_task(coro, name=name)
 
 
 def _hashable(value: Any) -> Any:

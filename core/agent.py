@@ -8,8 +8,8 @@ import logging
 import os
 import shlex
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import fs, interop
 from ._version import __version__
@@ -17,13 +17,17 @@ from .acp import PROTOCOL_VERSION, Connection
 from .config import AgentConfig
 from .errors import AcpError, ConnectionClosed, ServiceError
 from .events import AgentLog, AgentStateChanged
+from .session import CONVERSATION, TOOL_UPDATES, Session, SessionSink
 from .states import AgentState, transition
 from .supervisor import Process, SpawnError
+from .tasks import TaskGroup
 
 if TYPE_CHECKING:
     from .app import Deck
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 LOG_LINES = 200
 STDERR_TAIL = 10
@@ -34,6 +38,8 @@ MAX_EARLY_UPDATES = 1000
 MAX_EARLY_SESSIONS = 16
 #: What all unknown sessions' updates may hold together, counted as the lines they came in.
 MAX_EARLY_BYTES = 4 * 1024 * 1024
+#: Config keys that only change how an agent is shown: a change to them needs no restart.
+DISPLAY_ONLY = ("title", "icon", "description")
 #: How long an agent that closed its stdout has to exit before it counts as having
 #: closed its output while running (an exiting agent closes its stdout first).
 STDOUT_CLOSED_GRACE = 1.0
@@ -48,14 +54,6 @@ class _Early:
         self.updates: list[dict[str, Any]] = []
         self.size = 0
         self.full = False  # its own share is used up: said once
-
-
-class SessionSink(Protocol):
-    """Whoever owns an ACP session: the agent's conversation, or an inter-agent ask."""
-
-    def on_update(self, update: dict[str, Any]) -> None: ...
-    def on_permission(self, params: dict[str, Any]) -> Awaitable[dict[str, Any]]: ...
-    def on_question(self, params: dict[str, Any]) -> Awaitable[dict[str, Any]]: ...
 
 
 class Agent:
@@ -73,11 +71,14 @@ class Agent:
         self.process: Process | None = None
         self.conn: Connection | None = None
         self.init_result: dict[str, Any] = {}
-        self.session_id: str | None = None
-        self.session_result: dict[str, Any] = {}
+        #: The session of its conversation (opened in the handshake; the last one once it stopped).
+        self.session: Session | None = None
+        #: Every session attached on the current connection, by id: where updates and requests go.
+        self.sessions: dict[str, Session] = {}
+        #: The current connection's tasks (its request handlers, its exit watch): closed when it ends.
+        self.tasks = TaskGroup(f"agent {name}")
         self.users = 0
         self.last_used = deck.clock()
-        self.sinks: dict[str, SessionSink] = {}
         self._early: dict[str, _Early] = {}  # oldest first
         self._early_bytes = 0
         self._early_flood = False  # the oldest sessions' updates are being dropped: said once
@@ -105,6 +106,11 @@ class Agent:
     def running(self) -> bool:
         return self.state in (AgentState.READY, AgentState.BUSY)
 
+    @property
+    def session_id(self) -> str | None:
+        """The id of its conversation's session."""
+        return self.session.id if self.session is not None else None
+
     def info(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -115,6 +121,26 @@ class Agent:
             "error": self.error,
             "outdated": self.outdated,
         }
+
+    def redefine(self, definition: AgentConfig) -> None:
+        """Take the definition the config now gives; `agent:state` says what changed, if anything.
+
+        A change to how it is shown applies at once; any other applies at once to a stopped
+        agent, and to a running one at its next start: it is `outdated` until then."""
+        if definition == (self.pending_config or self.config):
+            return
+        shown = {key: getattr(definition, key) for key in DISPLAY_ONLY}
+        if self.config.model_copy(update=shown) == definition or self.state in (AgentState.STOPPED, AgentState.ERROR):
+            self.config, self.pending_config, self.outdated = definition, None, False
+        elif definition == self.config:  # edited back to what it runs with
+            self.pending_config, self.outdated = None, False
+        else:
+            self.pending_config, self.outdated = definition, True
+        self.emit_state()
+
+    def retire(self) -> None:
+        """Removed from the config, or another config was opened: nothing may start it again."""
+        self.retired = True
 
     def emit_state(self) -> None:
         self.deck.emit(AgentStateChanged(self.name, self.state.value, self.outdated, self.error))
@@ -142,7 +168,6 @@ class Agent:
 
     def touch(self) -> None:
         self.last_used = self.deck.clock()
-        self.deck.hooks.agent_used(self)
 
     # -- start ----------------------------------------------------------------------------
 
@@ -176,7 +201,7 @@ class Agent:
         limit = self.deck.config.limits.handshake_timeout
         try:
             await self._spawn()
-            self._handshake_task = asyncio.ensure_future(self._handshake())
+            self._handshake_task = self.tasks.spawn(self._handshake(), f"handshake {self.name}", log_errors=False)
             async with asyncio.timeout(limit):
                 await self._handshake_task
         except TimeoutError:
@@ -203,12 +228,12 @@ class Agent:
             await self._end_process("stopped while starting")
             transition(self, AgentState.STOPPED)
             return
-        self.deck.chat.session_opened(self)
+        self.deck.chat.conversations.session_opened(self)
         self.last_used = self.deck.clock()  # idle time counts from the start
         if self.process is not None:
             self.process.remember_descendants()  # found again after a crash, when the agent is gone
         transition(self, AgentState.READY)
-        self._exit_watch = self.deck.spawn(self._watch_exit(), f"watch {self.name}")
+        self._exit_watch = self.tasks.spawn(self._watch_exit(), f"watch {self.name}")
 
     async def _spawn(self) -> None:
         self._run_stderr.clear()
@@ -217,12 +242,17 @@ class Agent:
         cwd = cfg.resolved_cwd()
         if not os.path.isdir(cwd):
             raise SpawnError(f"working directory does not exist: {cwd}")
-        conn = Connection(self._write, on_bad_line=lambda line: self.log(f"deck: {line}"))
+        await self.tasks.close()  # the last connection's: cancelled as it ended, done by now
+        self.tasks = tasks = self.deck.tasks.group(f"agent {self.name}")
+        conn = Connection(
+            self._write, on_bad_line=lambda line: self.log(f"deck: {line}"),
+            spawn=lambda coro, name: tasks.spawn(coro, f"{self.name}: {name}"),
+        )  # fmt: skip
         if self.deck.trace_acp:
             conn.trace = self._trace
         self._register_handlers(conn)
         self.conn = conn
-        self.sinks.clear()
+        self.sessions.clear()
         self._early.clear()
         self._early_bytes = self._early_dropped = 0
         self._early_flood = False
@@ -250,7 +280,7 @@ class Agent:
         conn = self.conn
         assert conn is not None and self.process is not None
         exited = self.process
-        init = await _unless_exited(
+        init = await self._unless_exited(
             conn.request(
                 "initialize",
                 {
@@ -275,15 +305,17 @@ class Agent:
         if method:
             self.check_auth_method(method)
             try:
-                await _unless_exited(conn.request("authenticate", {"methodId": method}), exited)
+                await self._unless_exited(conn.request("authenticate", {"methodId": method}), exited)
             except AcpError as exc:
                 raise ServiceError(f"authenticate with {method!r} failed: {exc}\n{self.auth_help(only=method)}") from exc
+        session = Session(self, CONVERSATION)
         try:
-            self.session_id, self.session_result = await self.new_session(exited)
+            await self._unless_exited(session.open(), exited)
         except AcpError as exc:
             if not exc.auth_required:
                 raise
             raise ServiceError(f"session/new: {exc}\n{self.auth_help()}") from exc
+        self.session = session
 
     # -- authentication (ACP authMethods from the initialize result) ----------------------------
 
@@ -309,15 +341,19 @@ class Agent:
         head = "To authenticate:" if only else f"{self.name} offers these authentication methods:"
         return "\n".join([head, *(f"- {_auth_hint(self, m)}" for m in methods)])
 
-    async def new_session(self, exited: Process | None = None) -> tuple[str, dict[str, Any]]:
-        """Open an ACP session in the agent's cwd with the MCP servers plugins offer."""
-        assert self.conn is not None
-        servers = self.deck.hooks.session_mcp_servers(self)
-        request = self.conn.request("session/new", {"cwd": self.config.resolved_cwd(), "mcpServers": servers})
-        result = await (_unless_exited(request, exited) if exited else request)
-        if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
-            raise ServiceError("session/new returned no sessionId")
-        return result["sessionId"], result
+    async def open_session(self, sink: SessionSink, origin: str) -> Session:
+        """A new session of the running agent, its updates to `sink`; `origin` names it for the
+        plugins that give it MCP servers (`deck_session_mcp_servers`). Close it when done."""
+        if self.conn is None or not self.running:
+            raise ConnectionClosed(self.error or "the agent is not running")
+        session = Session(self, origin)
+        await session.open()
+        session.attach(sink)
+        return session
+
+    async def _unless_exited(self, coro: Coroutine[Any, Any, T], process: Process) -> T:
+        """Await `coro`, but fail at once if the process exits, or closes its stdout, first."""
+        return await _unless_exited(self.tasks.spawn(coro, f"handshake step {self.name}", log_errors=False), process)
 
     async def _fail(self, reason: str) -> None:
         await self._end_process(reason)
@@ -325,19 +361,22 @@ class Agent:
 
     # -- sessions and requests from the agent ---------------------------------------------------
 
-    def attach(self, session_id: str, sink: SessionSink) -> None:
-        """Route `session_id`'s updates and requests to `sink`, replaying any that came early."""
-        self.sinks[session_id] = sink
-        for update in self._take_early(session_id):
-            self._deliver(sink, update)
+    def attach(self, session: Session) -> None:
+        """Route the session's updates and requests to it, replaying any that came early."""
+        assert session.id is not None
+        self.sessions[session.id] = session
+        for update in self._take_early(session.id):
+            self._deliver(session, update)
         if self._early_flood:  # a real session turned up: the flood is over
             self.log(f"deck: {self._early_dropped} update(s) for unknown sessions were dropped")
             self._early_flood, self._early_dropped = False, 0
 
-    def detach(self, session_id: str) -> None:
-        self.sinks.pop(session_id, None)
-        self._take_early(session_id)
-        self._detached.append(session_id)  # its late updates are dropped, not kept for nobody
+    def detach(self, session: Session) -> None:
+        assert session.id is not None
+        if self.sessions.get(session.id) is session:
+            del self.sessions[session.id]
+        self._take_early(session.id)
+        self._detached.append(session.id)  # its late updates are dropped, not kept for nobody
 
     def _register_handlers(self, conn: Connection) -> None:
         conn.on_notification("session/update", self._on_update)
@@ -367,9 +406,11 @@ class Agent:
             self.log(f"deck: session/update without an update object, skipped: {str(params)[:200]}")
             return
         session_id = params.get("sessionId")
-        sink = self.sinks.get(session_id)  # type: ignore[arg-type]
-        if sink is not None:
-            sink.on_update(update)
+        session = self.sessions.get(session_id)  # type: ignore[arg-type]
+        if session is not None:
+            if update.get("sessionUpdate") in TOOL_UPDATES:
+                session.track(update)
+            session.on_update(update)
             return
         if session_id in self._detached:
             return
@@ -410,29 +451,29 @@ class Agent:
         self._early_bytes -= early.size
         return early.updates
 
-    def _deliver(self, sink: SessionSink, update: dict[str, Any]) -> None:
+    def _deliver(self, session: Session, update: dict[str, Any]) -> None:
         try:
-            sink.on_update(update)
+            session.receive(update)
         except Exception as exc:  # as for a live update (acp.Connection): logged, skipped
             log.exception("%s: bad early update", self.name)
             self.log(f"deck: error while handling an update, skipped: {exc!r}: {str(update)[:200]}")
 
-    def _sink_for(self, params: dict[str, Any]) -> SessionSink:
-        sink = self.sinks.get(params.get("sessionId"))  # type: ignore[arg-type]
-        if sink is None:
+    def _session_for(self, params: dict[str, Any]) -> Session:
+        session = self.sessions.get(params.get("sessionId"))  # type: ignore[arg-type]
+        if session is None:
             raise AcpError(-32002, f"unknown session: {params.get('sessionId')}")
-        return sink
+        return session
 
     async def _on_permission(self, params: dict[str, Any]) -> dict[str, Any]:
-        return await self._sink_for(params).on_permission(params)
+        return await self.deck.chat.pending.ask_permission(self._session_for(params), params)
 
     async def _on_question(self, params: dict[str, Any]) -> dict[str, Any]:
-        return await self._sink_for(params).on_question(params)
+        return await self.deck.chat.pending.ask_question(self._session_for(params), params)
 
     # -- stop and exit --------------------------------------------------------------------------
 
     async def stop(self) -> None:
-        """Stop the agent (SPEC §3); a start in progress ends first, then the agent stops."""
+        """Stop the agent; a start in progress ends first, then the agent stops."""
         if self.state is AgentState.STARTING:
             self._stop_after_start = True
             if self._handshake_task is not None:
@@ -460,14 +501,13 @@ class Agent:
             self._exit_watch.cancel()
             self._exit_watch = None
         process, self.process = self.process, None
-        if process is not None:
-            try:
+        try:
+            if process is not None:
                 await process.stop(self.deck.timings)
-            finally:
-                if self.conn is not None:
-                    self.conn.close(reason)
-        elif self.conn is not None:
-            self.conn.close(reason)
+        finally:
+            if self.conn is not None:
+                self.conn.close(reason)
+            self.tasks.cancel()  # what the connection still runs; the next start waits for the end of it
 
     def _take_pending_config(self) -> None:
         """No process any more: a definition changed in the config applies now."""
@@ -518,8 +558,8 @@ def _auth_hint(agent: Agent, method: dict[str, Any]) -> str:
     use = f'authMethod = "{method_id}" in [agents.{agent.name}], or AgentService.Authenticate("{agent.name}", "{method_id}")'
     if kind == "terminal":
         words = [*agent.config.command, *(str(a) for a in method.get("args") or [])]
-        env = [f"{k}={shlex.quote(str(v))}" for k, v in (method.get("env") or {}).items()]
-        return f"{label}: run `{' '.join([*env, shlex.join(words)])}` once in a terminal, then restart {agent.name}"
+        assignments = [f"{k}={shlex.quote(str(v))}" for k, v in (method.get("env") or {}).items()]
+        return f"{label}: run `{' '.join([*assignments, shlex.join(words)])}` once in a terminal, then restart {agent.name}"
     if kind == "env_var":
         raw = method.get("vars") or [{"name": method.get("varName")}]
         names = [str(v["name"]) for v in raw if isinstance(v, dict) and v.get("name")]
@@ -531,16 +571,16 @@ def _auth_hint(agent: Agent, method: dict[str, Any]) -> str:
     return f"{label}: {use}"
 
 
-async def _unless_exited(awaitable: Awaitable[Any], process: Process) -> Any:
-    """Await `awaitable`, but fail at once if the process exits, or closes its stdout, first."""
-    task = asyncio.ensure_future(awaitable)
+async def _unless_exited(task: asyncio.Task[T], process: Process) -> T:
+    """Await `task`, but fail at once if the process exits, or closes its stdout, first (`task` is cancelled then)."""
+    answer: asyncio.Future[Any] = task
     try:
-        done, _ = await asyncio.wait({task, process.exited, process.stdout_closed}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({answer, process.exited, process.stdout_closed}, return_when=asyncio.FIRST_COMPLETED)
         if task not in done:
             if process.exited.done():  # the answer may be in the last bytes written before the exit
-                await asyncio.wait({task, process.stdout_closed}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({answer, process.stdout_closed}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
             else:  # nothing more can come; an exit on its way still tells its code
-                await asyncio.wait({task, process.exited}, timeout=STDOUT_CLOSED_GRACE, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait({answer, process.exited}, timeout=STDOUT_CLOSED_GRACE, return_when=asyncio.FIRST_COMPLETED)
             await asyncio.sleep(0)
         if task.done():
             return task.result()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import logging
 import signal
 import time
@@ -16,13 +18,16 @@ import pluggy
 from . import config as configmod
 from .agent import Agent
 from .config import DeckConfig
+from .deck_service import DeckService
 from .errors import ServiceError, UnknownMethod, UsageError
-from .events import Event, PluginError
+from .events import ConfigChanged, Event, PluginError, set_seq
 from .frontend import Frontend
 from .hooks import Hooks
 from .pluginmanager import make_manager
-from .services import AgentService, ChatService, ConfigService, check_params
+from .rpc import check_params, methods
+from .services import AgentService, ChatService, ConfigService
 from .supervisor import StopTimings, kill_all_now
+from .tasks import TaskGroup
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +52,30 @@ class Deck:
         self.config_path = config_path
         self.config_source = source
         self.config_created = False
-        self.text, loaded = self._read_config(config_path)
+        self.frontend: Frontend | None = None
+        self._listeners: list[Any] = []
+        #: The `seq` of the last event emitted; events are numbered from 1, in the one order they go out.
+        self.seq = 0
+        self._emitting = False
+        self._pending_events: deque[Event] = deque()
+        # The plugins `[plugins] disabled` leaves on are loaded first: the keys they add to deck's own
+        # tables (idle_stop's `limits.*`) are checked with the config; their own sections on first use.
+        self.text, unreadable = self._read_config(config_path)
+        self.disabled = (*configmod.disabled_plugins(self.text), *disabled)
+        self.pm = pm or make_manager(self.disabled)
+        self.hooks = Hooks(self, self.pm)
+        #: The root of every task the deck runs (`spawn`): each agent connection has a group inside it.
+        self.tasks = TaskGroup("deck")
+        in_tables = {k: v for k, v in self.config_sections().items() if k in configmod.CORE_TABLES}
+        loaded = configmod.Loaded(None, [unreadable]) if unreadable else configmod.parse(self.text, in_tables)
         if loaded.config is None:
             where = str(config_path) if config_path else "<embedded>"
             lines = [f"{where}:{p.line}:{p.column}: {p.message}" for p in loaded.errors]
-            raise UsageError("invalid config:\n" + "\n".join(lines))
+            raise UsageError("invalid config", lines)
         self.config: DeckConfig = loaded.config
         self.problems = loaded.problems
-        self.disabled = (*self.config.plugins.disabled, *disabled)
-        self.pm = pm or make_manager(self.disabled)
-        self.hooks = Hooks(self, self.pm)
+        #: Plugins' sections of the config in force (`section`), all checked on first use.
+        self._sections: dict[str, Any] | None = None
         self.agents: dict[str, Agent] = {name: Agent(self, name, cfg) for name, cfg in self.config.agents.items()}
         self.agent_service = AgentService(self)
         self.chat = ChatService(self)
@@ -65,25 +84,21 @@ class Deck:
             "AgentService": self.agent_service,
             "ChatService": self.chat,
             "ConfigService": self.config_service,
+            "DeckService": DeckService(self),
         }
         #: Set by a plugin (logs, for `--trace`) before agents start: every ACP line goes to `deck_acp_message`.
         self.trace_acp = False
         self.trace_path: Path | None = None
         #: Folders deck keeps for itself besides its state folder (a plugin's socket folder): agents' fs/* stay out.
         self.private_folders: list[Path] = []
-        self.frontend: Frontend | None = None
-        self._listeners: list[Any] = []
-        self._emitting = False
-        self._pending_events: deque[Event] = deque()
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._closing: asyncio.Event | None = None
+        self._methods: dict[str, Callable[..., Any]] | None = None
+        self._closing: asyncio.Future[None] | None = None
         self.exit_code: int | None = None
 
-    def _read_config(self, path: Path | None) -> tuple[str, configmod.Loaded]:
+    def _read_config(self, path: Path | None) -> tuple[str, configmod.Problem | None]:
         if path is None:
-            text = configmod.embedded_default()
-            return text, configmod.parse(text)
-        return configmod.load_file(path, pipe=True)  # `--config <(…)` too, read once
+            return configmod.embedded_default(), None
+        return configmod.read_file(path, pipe=True)  # `--config <(…)` too, read once
 
     def config_sections(self) -> dict[str, Any]:
         """Config sections contributed by plugins: `{name: pydantic model}`."""
@@ -111,8 +126,12 @@ class Deck:
         """Send `event` to the listeners and the `deck_event` hook.
 
         Every listener and plugin sees events in one order: an event emitted while
-        another is being delivered waits until that delivery is over.
+        another is being delivered waits until that delivery is over. Each event gets its
+        `seq` here, when the change it reports is already made: a snapshot taken at `self.seq`
+        holds the changes of every event up to it, whether delivered yet or not.
         """
+        seq = self.seq = self.seq + 1
+        set_seq(event, seq)  # events are frozen: stamped once, as they go out
         if self._emitting:
             self._pending_events.append(event)
             return
@@ -140,51 +159,46 @@ class Deck:
         if hook != "deck_event":
             self.emit(event)
             return
+        self.seq += 1
+        set_seq(event, self.seq)
         for listener in self._listeners:  # not through the hook that just failed
             try:
                 listener(event)
             except Exception:
                 log.exception("event listener failed")
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
-        """Run `coro` as a task owned by the deck: cancelled at shutdown, errors logged."""
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-        return task
-
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("task %s failed", task.get_name(), exc_info=task.exception())
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str, *, log_errors: bool = True) -> asyncio.Task[Any]:
+        """Run `coro` as a task of the deck's: cancelled at shutdown; an error it ends with is logged,
+        unless `log_errors` is off (whoever awaits the task handles it)."""
+        return self.tasks.spawn(coro, name, log_errors=log_errors)
 
     # -- services ---------------------------------------------------------------------------
 
     async def call(self, method: str, params: Any) -> Any:
-        """Call a service method by its wire name, e.g. "ChatService.Send"."""
-        service_name, _, method_name = method.partition(".")
-        service = self.services.get(service_name)
-        target = getattr(service, method_name, None) if service and not method_name.startswith("_") else None
-        if target is None or not hasattr(target, "rpc_params"):
+        """Call a service method by its wire name, e.g. "ChatService.Send", with `params` by name."""
+        if self._methods is None:
+            self._methods = methods(self.services.values())
+        target = self._methods.get(method)
+        if target is None:
             raise UnknownMethod(f"unknown method: {method}")
-        return await target(**check_params(target, params))
+        result = target(**check_params(target, params))
+        return await result if inspect.isawaitable(result) else result
 
     # -- running ------------------------------------------------------------------------------
 
     async def run(self, frontend_cls: type[Frontend], **options: Any) -> int:
         """Run the frontend until it returns or a signal arrives; stop every agent after."""
         loop = asyncio.get_running_loop()
-        self._closing = asyncio.Event()
+        self._closing = loop.create_future()
         for sig in SIGNALS:
             loop.add_signal_handler(sig, self._on_signal, sig)
         try:
             await self.startup()
             self.frontend = frontend_cls(self, **options)
-            front = loop.create_task(self.frontend.run(), name="frontend")
-            closing = loop.create_task(self._closing.wait(), name="closing")
-            await asyncio.wait({front, closing}, return_when=asyncio.FIRST_COMPLETED)
+            front = self.tasks.spawn(self.frontend.run(), "frontend", log_errors=False)
+            ends: set[asyncio.Future[Any]] = {front, self._closing}
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
             if front.done():
-                closing.cancel()
                 code = front.result()  # an exception in the frontend propagates after cleanup
             else:
                 front.cancel()
@@ -205,8 +219,8 @@ class Deck:
         """Ask the run loop to end (signals, a closed stdout)."""
         if self.exit_code is None:
             self.exit_code = code
-        if self._closing is not None:
-            self._closing.set()
+        if self._closing is not None and not self._closing.done():
+            self._closing.set_result(None)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         log.info("signal %s: closing", sig.name)
@@ -220,10 +234,77 @@ class Deck:
             await self.hooks.shutdown()
         finally:
             kill_all_now()  # whatever survived an error above
-            for task in list(self._tasks):
-                task.cancel()
-            if self._tasks:
-                await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self.tasks.close()
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(agent.stop() for agent in self.agents.values()), return_exceptions=True)
+
+    # -- the config in force (the file is followed by `watch.py`, which calls these) -------------
+
+    async def apply_config(self, text: str, loaded: configmod.Loaded) -> None:
+        """`text`, checked as `loaded`, is the config file now: applied if valid, reported either way.
+
+        Agents removed from it stop and go (their queued messages are abandoned first, so none
+        starts them again), new ones appear in file order, and each one kept takes its new
+        definition (`Agent.redefine`). An invalid config only changes the problems reported."""
+        self.text, self.problems = text, loaded.problems
+        new = loaded.config
+        if new is not None:
+            removed = [agent for name, agent in self.agents.items() if name not in new.agents]
+            for agent in removed:
+                if agent.name in self.chat.conversations:
+                    with contextlib.suppress(ServiceError):
+                        self.chat.cancel(agent.name)
+                agent.retire()
+            self.agents = {name: agent for name, agent in self.agents.items() if name in new.agents}
+            await asyncio.gather(*(agent.stop() for agent in removed), return_exceptions=True)
+            self.config = new
+            kept, self.agents = self.agents, {}
+            for name, definition in new.agents.items():
+                known = kept.get(name)
+                if known is None:
+                    self.agents[name] = Agent(self, name, definition)
+                    self.agents[name].emit_state()
+                else:
+                    known.redefine(definition)
+                    self.agents[name] = known
+            self._sections = loaded.sections
+        self._config_changed()
+
+    async def switch_config(self, path: Path, text: str, loaded: configmod.Loaded, *, created: bool) -> None:
+        """Another config file (`ConfigService.Open`): every agent stops, the conversations and what
+        agents asked go, and the new file's agents take their place."""
+        assert loaded.config is not None
+        self.chat.pending.cancel_all()
+        old = list(self.agents.values())
+        for agent in old:
+            agent.retire()
+        self.agents = {}
+        await asyncio.gather(*(agent.stop() for agent in old), return_exceptions=True)
+        self.chat.forget()
+        self.set_config_file(path, "open", created)
+        self.config, self.text, self.problems = loaded.config, text, loaded.problems
+        self._sections = loaded.sections
+        self.agents = {name: Agent(self, name, cfg) for name, cfg in loaded.config.agents.items()}
+        self._config_changed()
+
+    def section(self, name: str) -> Any:
+        """Plugin section `name` of the config in force, validated by the plugin's model (None when
+        absent and without defaults, or invalid)."""
+        if self._sections is None:  # read on first use: plugins load after the config
+            self._sections = configmod.parse(self.text, self.config_sections()).sections
+        return self._sections.get(name)
+
+    def sections_checked(self, loaded: configmod.Loaded) -> None:
+        """The config text in force was checked again (`loaded`): its plugin sections need no parse of their own."""
+        if self._sections is None and loaded.config is not None:
+            self._sections = loaded.sections
+
+    def set_config_file(self, path: Path, source: str, created: bool) -> None:
+        """The config file in use from now on, how it was found, and whether deck created it."""
+        self.config_path, self.config_source, self.config_created = path, source, created
+
+    def _config_changed(self) -> None:
+        valid = not any(not p.warning for p in self.problems)
+        path = str(self.config_path) if self.config_path else ""
+        self.emit(ConfigChanged(path, valid, [p.to_dict() for p in self.problems]))

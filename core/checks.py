@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from .config import AgentConfig
-from .errors import ServiceError
+from .errors import ExitCode, ServiceError
 from .supervisor import StopTimings
 
 if TYPE_CHECKING:
@@ -38,12 +38,12 @@ async def handshake(deck: Deck, name: str) -> dict[str, Any]:
     started = time.monotonic()
     agent = deck.agent(name)
     try:
-        await deck.agent_service.Start(name)
+        await deck.agent_service.start(name)
     except ServiceError:
         return {"ok": False, "error": agent.error or "could not start", "seconds": round(time.monotonic() - started, 2)}
     seconds = round(time.monotonic() - started, 2)
     info = agent.init_result.get("agentInfo") or {}
-    await deck.agent_service.Stop(name)
+    await deck.agent_service.stop(name)
     return {"ok": True, "agent": " ".join(str(info.get(k, "")) for k in ("name", "version")).strip(), "seconds": seconds}
 
 
@@ -61,14 +61,14 @@ async def check_all(deck: Deck, with_handshake: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def run_check(deck: Deck, with_handshake: bool, as_json: bool) -> int:
-    """Print the check of every agent; the exit code is 1 when any check failed."""
+def run_check(deck: Deck, with_handshake: bool, as_json: bool) -> ExitCode:
+    """Print the check of every agent; the exit code is ERROR when any check failed."""
     deck.timings = CHECK_TIMINGS
     rows = asyncio.run(check_all(deck, with_handshake))
     failed = any(not r["found"] or (with_handshake and not r["handshake"]["ok"]) for r in rows)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
-        return 1 if failed else 0
+        return ExitCode.ERROR if failed else ExitCode.OK
     for row in rows:
         program = row["command"][0]
         if not row["found"]:
@@ -83,4 +83,4 @@ def run_check(deck: Deck, with_handshake: bool, as_json: bool) -> int:
         else:
             reason = shake["error"].replace("\n", "\n    ")
             typer.echo(f"✗ {line}; handshake failed: {reason}")
-    return 1 if failed else 0
+    return ExitCode.ERROR if failed else ExitCode.OK

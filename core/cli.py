@@ -26,7 +26,7 @@ class _Command(TyperCommand):
             if param.param_type_name == "argument":
                 name = (param.metavar or param.name or "").upper()
                 shown = name if param.required else f"[{name}]"
-                param.get_usage_pieces = lambda ctx, shown=shown: [shown]  # type: ignore[method-assign]
+                param.get_usage_pieces = lambda ctx, shown=shown: [shown]  # type: ignore[method-assign, misc]
                 param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
 
 
@@ -81,8 +81,8 @@ def main_callback(
         typer.echo(ctx.get_help())
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """Print one clear line and exit with `code` (2: the user's mistake)."""
+def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
+    """Print one clear line and exit with `code` (by default the user's mistake)."""
     typer.echo(f"deck: {message}", err=True)
     raise typer.Exit(code)
 
@@ -93,7 +93,7 @@ def setup_logging() -> None:
     which a full-screen frontend takes over while it owns the screen."""
     import logging
 
-    from .config import state_dir
+    from .files import state_dir
     from .tty import LogFile, TerminalLog
 
     root = logging.getLogger()
@@ -124,12 +124,10 @@ def make_deck(config: Optional[Path], disabled: tuple[str, ...] = ()) -> Deck:
     try:
         return Deck(path, source, disabled=disabled)
     except UsageError as exc:
-        # "invalid config:\nPATH:LINE:COL: MESSAGE…" → one line per problem, compiler style.
-        head, _, problems = str(exc).partition(":\n")
-        for problem in problems.splitlines()[:-1]:
-            typer.echo(f"deck: {head}: {problem}", err=True)
-        fail(f"{head}: {problems.splitlines()[-1]}" if problems else str(exc))
-        raise
+        *first, last = exc.lines()  # "invalid config: PATH:LINE:COL: MESSAGE", one per problem, compiler style
+        for line in first:
+            typer.echo(f"deck: {line}", err=True)
+        fail(last)
 
 
 def _disabled(values: list[str]) -> tuple[str, ...]:
@@ -204,7 +202,7 @@ def run(
         fail(f"unknown frontend {name!r} (available: {', '.join(sorted(available)) or 'none'})")
     options: dict[str, Any] = {"stay": stay} if name == "jsonl" else {}
     code = run_async(deck.run(available[name], **options))
-    raise typer.Exit(code or 0)
+    raise typer.Exit(code or ExitCode.OK)
 
 
 @app.command(cls=_Command)
@@ -229,7 +227,7 @@ def send(
     deck = make_deck(config)
     deck.chat.approvals = approvals
     code = run_async(send_one(deck, agent, text, as_json))
-    raise typer.Exit(code or 0)
+    raise typer.Exit(code or ExitCode.OK)
 
 
 @app.command(cls=_Command)
@@ -294,7 +292,7 @@ def config_path(config: Optional[Path] = ConfigOption) -> None:
         typer.echo("built-in default (no config file found)")
     elif not path.is_file():
         typer.echo(f"{path} (from {how[source]}; file not found)")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.USAGE)
     else:
         typer.echo(f"{path} (from {how[source]})")
 
@@ -312,9 +310,9 @@ def config_init(
     try:
         write_new(path, starter_config())
     except FileExistsError:
-        fail(f"{path} already exists: not overwritten (move it away, or give another PATH)", 1)
+        fail(f"{path} already exists: not overwritten (move it away, or give another PATH)", ExitCode.ERROR)
     except OSError as exc:
-        fail(f"cannot write {path}: {exc.strerror or exc}", 1)
+        fail(f"cannot write {path}: {exc.strerror or exc}", ExitCode.ERROR)
     typer.echo(f"wrote {path}: the demo agent, and commented presets for real agents.")
     run = "deck run" if path.resolve() == Path("deck.toml").resolve() else f"deck run --config {path}"
     typer.echo(f"Next: edit it, check it with `deck config validate {path}`, then `{run}`.")
@@ -332,7 +330,7 @@ def config_validate(
     for problem in loaded.problems:
         typer.echo(problem.format(where))
     if loaded.errors:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.ERROR)
     warnings = len(loaded.warnings)
     typer.echo(f"{where}: valid" + (f" ({warnings} warning{'s' if warnings > 1 else ''})" if warnings else ""))
 
@@ -364,7 +362,7 @@ def config_show(
     if loaded.config is None:
         for problem in loaded.problems:
             typer.echo(problem.format(where), err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.ERROR)
     data = effective(loaded.config, loaded.sections)
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if as_json else to_toml(data), nl=as_json)
 
@@ -390,35 +388,74 @@ def _load_config(path: Optional[Path]) -> tuple[str, Any, dict[str, Any]]:
 
 def _plugin_sections(disabled: list[str]) -> dict[str, Any]:
     """Config sections the enabled plugins contribute; a plugin that fails is reported and skipped."""
+    from .hooks import PluginHooks
     from .pluginmanager import make_manager
 
-    sections: dict[str, Any] = {}
-    for impl in make_manager(disabled).hook.deck_config_sections.get_hookimpls():
-        try:
-            sections.update(impl.function() or {})
-        except Exception as exc:
-            typer.echo(f"deck: plugin {impl.plugin_name} failed in deck_config_sections: {exc!r}", err=True)
-    return sections
+    return PluginHooks(make_manager(disabled), report_plugin_failure).config_sections()
+
+
+def report_plugin_failure(plugin: str, hook: str, exc: BaseException) -> None:
+    """A plugin failed while the command line called it: one line on stderr, and the command goes on."""
+    typer.echo(f"deck: plugin {plugin} failed in {hook}: {exc!r}", err=True)
 
 
 def main() -> None:
-    first = sys.argv[1] if len(sys.argv) > 1 else ""
+    args = sys.argv[1:]
     # Built-in commands and --version need no plugin: keep them fast.
-    if first not in BUILTIN_COMMANDS and first != "--version":
-        _register_plugin_commands()
+    if (args[0] if args else "") not in BUILTIN_COMMANDS | {"--version"}:
+        register_plugin_commands(app, args)
     app()
 
 
 BUILTIN_COMMANDS = frozenset({"run", "send", "agents", "plugins", "config"})
 
 
-def _register_plugin_commands() -> None:
+def register_plugin_commands(target: typer.Typer, args: list[str]) -> None:
+    """Let each enabled plugin add its commands to `target`, through the hooks facade: one that
+    fails is reported in one line, and the others still add theirs."""
+    from .hooks import PluginHooks
     from .pluginmanager import make_manager
 
     try:
-        make_manager().hook.deck_register_commands(app=app)
+        pm = make_manager(disabled_by(args))
     except Exception as exc:  # a broken plugin must not take the CLI down
-        typer.echo(f"deck: a plugin failed to add its commands: {exc}", err=True)
+        typer.echo(f"deck: cannot load the plugins: {exc!r}", err=True)
+        return
+    PluginHooks(pm, report_plugin_failure).register_commands(target)
+
+
+def disabled_by(args: list[str]) -> list[str]:
+    """The plugins a command line disables, read before typer parses it (a plugin's command may
+    not even take these options): `-p no:NAME`, and the `[plugins] disabled` of the config it
+    names with --config/-c, else of the config in use. Only that list is read from the file; a
+    config deck cannot read disables nothing (the command says why, if it reads the config)."""
+    from .config import disabled_plugins, find_config, read_text
+
+    disabled = [v[3:] for v in _option_values(args, "--plugin", "-p") if v.startswith("no:") and len(v) > 3]
+    configs = _option_values(args, "--config", "-c")
+    try:
+        path, _source = find_config(configs[-1] if configs else None)
+        if path is not None:
+            disabled += disabled_plugins(read_text(path))  # a regular file only: a pipe stays for the command
+    except (OSError, UnicodeDecodeError):
+        pass
+    return disabled
+
+
+def _option_values(args: list[str], long: str, short: str) -> list[str]:
+    """The values `args` give option `long`/`short` (`--long V`, `--long=V`, `-s V`, `-sV`), up to a `--`."""
+    values = []
+    rest = iter(args)
+    for arg in rest:
+        if arg == "--":
+            break
+        if arg in (long, short):
+            values.append(next(rest, ""))
+        elif arg.startswith(long + "="):
+            values.append(arg[len(long) + 1 :])
+        elif arg.startswith(short) and not arg.startswith("--"):
+            values.append(arg[len(short) :])
+    return values
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ import selectors
 import shlex
 import stat
 import sys
-import tempfile
 import time
 import tomllib
 import typing
@@ -34,7 +33,8 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from .fs import UMASK
+from .files import state_dir
+from .files import write_atomic as replace_file
 
 DEFAULT_NAME = "deck.toml"
 #: How many config files `ConfigService.Recent` remembers.
@@ -48,13 +48,13 @@ MAX_NESTING = 100
 #: How long a pipe given as the config at start (`--config <(…)`) has to send all of it.
 PIPE_TIMEOUT = 10.0
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 _DURATION_HINT = 'use a number of seconds or a string like "30s", "10m", "1h"'
 
 
 def parse_duration(value: Any) -> float:
-    """"30s", "10m", "1h", "250ms" or a number of seconds → seconds."""
+    """"30s", "10m", "1h", "90d", "250ms" or a number of seconds → seconds."""
     if isinstance(value, bool):
         raise ValueError(f"bad duration {json.dumps(value)}: {_DURATION_HINT}")
     if isinstance(value, (int, float)):
@@ -70,7 +70,7 @@ def parse_duration(value: Any) -> float:
 
 def format_duration(seconds: float) -> str:
     """600 → "10m", 30 → "30s", 0.25 → "250ms": the shortest exact spelling."""
-    for unit, size in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)):
         if seconds >= size and (seconds / size).is_integer():
             return f"{int(seconds / size)}{unit}"
     if seconds < 1 and (seconds * 1000).is_integer():
@@ -87,7 +87,7 @@ Duration = Annotated[
         {
             "anyOf": [
                 {"type": "number", "minimum": 0},
-                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h)?\s*$"},
+                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*$"},
             ]
         }
     ),
@@ -123,11 +123,10 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True, strict=True)
 
 
+# The `[limits]` table. Plugins add keys of their own to it (idle_stop: `maxRunningAgents`,
+# `stopIdleAgentsAfter`) by contributing a section named "limits" (see `parse`). A comment, not a
+# docstring: pydantic would put a docstring in the JSON Schema.
 class Limits(_Model):
-    max_running_agents: int = Field(4, alias="maxRunningAgents", ge=1, description="Agents running at once.")
-    stop_idle_agents_after: Duration = Field(
-        600.0, alias="stopIdleAgentsAfter", description='Stop a ready agent unused this long ("10m"; 0 = never).'
-    )
     handshake_timeout: Duration = Field(
         30.0, alias="handshakeTimeout", gt=0, description='Longest ACP handshake ("30s"); more than 0.'
     )
@@ -160,6 +159,10 @@ class DeckConfig(_Model):
     limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     plugins: Plugins = Field(default_factory=Plugins)  # type: ignore[arg-type]
     agents: dict[str, AgentConfig] = Field(default_factory=dict, description="Agents, in the order shown.")
+
+
+#: deck's tables a plugin may add keys to, with a section of the same name.
+CORE_TABLES = frozenset({"limits"})
 
 
 @dataclass(frozen=True)
@@ -341,7 +344,11 @@ def digest(text: str) -> str:
 
 
 def parse(text: str, sections: dict[str, type[BaseModel]] | None = None) -> Loaded:
-    """Check `text`; problems carry the line and column they point at."""
+    """Check `text`; problems carry the line and column they point at.
+
+    `sections` are the plugins' (`deck_config_sections`): a top-level table of the plugin's own,
+    or, under the name of one of deck's tables (`limits`), keys the plugin adds to that table.
+    Either way its model validates what it declares; `Loaded.sections` holds the result."""
     if (unfit := _unfit(text)) is not None:
         return Loaded(None, [unfit])
     try:
@@ -349,22 +356,32 @@ def parse(text: str, sections: dict[str, type[BaseModel]] | None = None) -> Load
     except tomllib.TOMLDecodeError as exc:
         return Loaded(None, [_toml_problem(exc, text)])
     locate = _Locator(text)
+    extensions = {k: v for k, v in (sections or {}).items() if k in CORE_TABLES}
     sections = {k: v for k, v in (sections or {}).items() if k not in DeckConfig.model_fields}
+    core = {k: v for k, v in raw.items() if k not in sections}
+    given: dict[str, Any] = {name: raw.get(name, {}) for name in sections}
+    for name, model in extensions.items():  # the plugin's keys of a core table are the plugin's to check
+        table, keys = raw.get(name), _keys(model)
+        if isinstance(table, dict):
+            core[name] = {k: v for k, v in table.items() if k not in keys}
+            given[name] = {k: v for k, v in table.items() if k in keys}
+        else:
+            given[name] = {}
     problems: list[Problem] = []
     config: DeckConfig | None = None
     try:
         # by_name=False: the file spells keys as documented (maxRunningAgents), nothing else.
-        config = DeckConfig.model_validate({k: v for k, v in raw.items() if k not in sections}, by_name=False)
+        config = DeckConfig.model_validate(core, by_name=False)
     except ValidationError as exc:
         problems += _problems(exc, (), locate)
     validated: dict[str, BaseModel] = {}
-    for name, model in sections.items():
+    for name, model in {**sections, **extensions}.items():
         try:
-            validated[name] = model.model_validate(raw.get(name, {}))
+            validated[name] = model.model_validate(given[name])
         except ValidationError as exc:
             if name in raw:
                 problems += _problems(exc, (name,), locate)
-    for loc in _unknown_keys(DeckConfig, {k: v for k, v in raw.items() if k not in sections}, ()):
+    for loc in _unknown_keys(DeckConfig, core, ()):
         problems.append(Problem(*locate.key(loc), f"unknown key {_dotted(loc)}", warning=True))
     for name, model in sections.items():
         for loc in _unknown_keys(model, raw.get(name), (name,)):
@@ -372,6 +389,11 @@ def parse(text: str, sections: dict[str, type[BaseModel]] | None = None) -> Load
     if any(not p.warning for p in problems):
         config = None
     return Loaded(config, sorted(problems, key=lambda p: (p.line, p.column)), raw, validated)
+
+
+def _keys(model: type[BaseModel]) -> set[str]:
+    """The keys `model` reads, as the file spells them."""
+    return {info.alias or name for name, info in model.model_fields.items()}
 
 
 def disabled_plugins(text: str) -> list[str]:
@@ -390,13 +412,18 @@ def load_file(
     path: Path, sections: dict[str, type[BaseModel]] | None = None, *, pipe: bool = False
 ) -> tuple[str, Loaded]:
     """Read (see `read_text`) and check config file `path`; a file deck cannot read is one problem."""
+    text, unreadable = read_file(path, pipe=pipe)
+    return text, Loaded(None, [unreadable]) if unreadable is not None else parse(text, sections)
+
+
+def read_file(path: Path, *, pipe: bool = False) -> tuple[str, Problem | None]:
+    """The text of config file `path` (see `read_text`), or "" and the problem that it cannot be read."""
     try:
-        text = read_text(path, pipe=pipe)
+        return read_text(path, pipe=pipe), None
     except FileNotFoundError:
-        return "", Loaded(None, [Problem(1, 1, f"no such file: {path}")])
+        return "", Problem(1, 1, f"no such file: {path}")
     except (OSError, UnicodeDecodeError) as exc:
-        return "", Loaded(None, [Problem(1, 1, f"cannot read {path}: {exc}")])
-    return text, parse(text, sections)
+        return "", Problem(1, 1, f"cannot read {path}: {exc}")
 
 
 def _unfit(text: str) -> Problem | None:
@@ -740,8 +767,13 @@ def json_schema(sections: dict[str, type[BaseModel]] | None = None) -> dict[str,
     schema["title"] = "deck config"
     schema.setdefault("$schema", "https://json-schema.org/draft/2020-12/schema")
     for name, model in (sections or {}).items():
-        if name not in DeckConfig.model_fields:
-            schema.setdefault("properties", {})[name] = model.model_json_schema(by_alias=True)
+        own = model.model_json_schema(by_alias=True)
+        if name in CORE_TABLES:  # keys a plugin adds to a table of deck's: theirs first, as documented
+            table = schema["$defs"][schema["properties"][name]["$ref"].rsplit("/", 1)[-1]]
+            table["properties"] = {**own.get("properties", {}), **table.get("properties", {})}
+            schema["$defs"].update(own.get("$defs", {}))
+        elif name not in DeckConfig.model_fields:
+            schema.setdefault("properties", {})[name] = own
     return schema
 
 
@@ -751,7 +783,8 @@ def effective(config: DeckConfig, sections: dict[str, BaseModel] | None = None) 
     for name, agent in config.agents.items():
         data["agents"][name]["cwd"] = agent.resolved_cwd()  # the folder it runs in, not "" for "here"
     for name, model in (sections or {}).items():
-        data[name] = model.model_dump(by_alias=True, exclude_none=True, mode="json")
+        own = model.model_dump(by_alias=True, exclude_none=True, mode="json")
+        data[name] = {**own, **data[name]} if name in CORE_TABLES else own
     return data
 
 
@@ -797,7 +830,7 @@ class Changed(Exception):
 
 
 def write_atomic(path: Path, text: str, *, base: str | None = None) -> None:
-    """Replace `path` with `text` at once (temp file + rename): readers see the old or the new file, never half.
+    """Replace config file `path` with `text` at once (`files.write_atomic`): readers see the old or the new file, never half.
 
     Only a regular file is replaced. With `base` (the `digest` of the text the new one was made
     from), `Changed` is raised instead when the file holds anything else: it is hashed again just
@@ -808,24 +841,13 @@ def write_atomic(path: Path, text: str, *, base: str | None = None) -> None:
         if not stat.S_ISREG(mode := os.stat(path).st_mode):  # a pipe, a device: never replaced by a file
             raise Unreadable(f"not a regular file ({_mode_kind(mode)})")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        # An existing file keeps its mode; a new one gets what open() would give it (mkstemp's is 0600).
-        os.chmod(temp, target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~UMASK)
+
+    def unchanged() -> None:
         if base is not None and _current_digest(target) != base:
             raise Changed(str(path))
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
 
-
-def state_dir() -> Path:
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "deck"
+    # An existing file keeps its mode, a new one gets what open() would give it.
+    replace_file(target, text.encode("utf-8"), check=unchanged)
 
 
 def recent_files() -> list[str]:

@@ -7,6 +7,7 @@ import json
 import logging
 import math
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -17,6 +18,9 @@ from .events import ConversationChanged, Event, MessageDelta, MessageUpdated, Se
 log = logging.getLogger(__name__)
 
 _ids = itertools.count(1)
+#: Part of every id this process makes: messages stored in the history and continued in a later
+#: run never share an id with the new ones (a counter alone starts again at 1 in each process).
+_RUN = uuid.uuid4().hex[:8]
 
 TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"})
 TOOL_STATUSES = frozenset({"pending", "in_progress", "completed", "failed"})
@@ -25,7 +29,8 @@ PLAN_STATUSES = frozenset({"pending", "in_progress", "completed"})
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}-{next(_ids)}"
+    """`msg-1a2b3c4d-7`: unique within the process (the counter) and across runs (the run's prefix)."""
+    return f"{prefix}-{_RUN}-{next(_ids)}"
 
 
 def now_iso() -> str:
@@ -132,9 +137,13 @@ class Message:
 class Conversation:
     """Messages of one agent plus what its session reports: usage, commands, modes, options."""
 
-    def __init__(self, agent: str, emit: Callable[[Event], None]) -> None:
+    def __init__(
+        self, agent: str, emit: Callable[[Event], None], permissions: Callable[[], list[dict[str, Any]]] = list
+    ) -> None:
         self.agent = agent
         self.emit = emit
+        #: The permission requests of its session waiting for an answer (kept by the deck's pending requests).
+        self.permissions = permissions
         self.messages: list[Message] = []
         self.by_id: dict[str, Message] = {}
         self.queue: deque[Message] = deque()
@@ -144,7 +153,6 @@ class Conversation:
         self.modes: dict[str, Any] | None = None
         self.config_options: list[dict[str, Any]] = []
         self.title: str | None = None
-        self.permissions: dict[str, dict[str, Any]] = {}
         self.current: Message | None = None  # the agent message receiving updates
         self._tools: dict[str, tuple[Message, int]] = {}
         self._acp_messages: dict[str, Message] = {}  # ACP messageId → the message its chunks land in
@@ -200,7 +208,7 @@ class Conversation:
             "queued": self.queued_count,
             "usage": self.usage,
             "commands": self.commands,
-            "permissions": list(self.permissions.values()),
+            "permissions": self.permissions(),
             "modes": self.modes,
             "configOptions": self.config_options,
             "title": self.title,
@@ -292,20 +300,19 @@ class Conversation:
         self.add(message)
 
     def _tool_call(self, update: dict[str, Any]) -> None:
-        tool_id = _tool_id(update)
-        known = self._tools.get(tool_id)
+        call_id = tool_id(update)
+        known = self._tools.get(call_id)
         if known is not None and known[0] is self.current:
             self._tool_update(update)
             return
         message = self._target()  # an id reused in a later turn starts a new part there
         message.parts.append(DictPart(tool_part(update)))
         index = len(message.parts) - 1
-        self._tools[tool_id] = (message, index)
+        self._tools[call_id] = (message, index)
         self.emit(MessageDelta(self.agent, message.id, index, "tool", part=message.parts[index].to_dict()))
 
     def _tool_update(self, update: dict[str, Any]) -> None:
-        tool_id = _tool_id(update)
-        found = self._tools.get(tool_id)
+        found = self._tools.get(tool_id(update))
         if found is None:
             self._tool_call(update)
             return
@@ -313,10 +320,6 @@ class Conversation:
         part = tool_part(update, message.parts[index].to_dict())
         message.parts[index] = DictPart(part)
         self.emit(MessageDelta(self.agent, message.id, index, "tool", part=part))
-
-    def tool(self, tool_id: str) -> dict[str, Any] | None:
-        found = self._tools.get(tool_id)
-        return found[0].parts[found[1]].to_dict() if found else None
 
     def _plan(self, update: dict[str, Any]) -> None:
         message = self._target()
@@ -397,7 +400,7 @@ class Conversation:
 def tool_part(call: dict[str, Any], old: dict[str, Any] | None = None) -> dict[str, Any]:
     """ACP ToolCall / ToolCallUpdate → deck's tool part; only the fields sent (with the right type) change."""
     part: dict[str, Any] = dict(old) if old else {
-        "type": "tool", "id": _tool_id(call), "title": "", "kind": "other",
+        "type": "tool", "id": tool_id(call), "title": "", "kind": "other",
         "status": "pending", "input": "", "output": "", "locations": [], "diffs": [],
     }  # fmt: skip
     if isinstance(call.get("title"), str):
@@ -482,7 +485,7 @@ def _dicts(value: Any) -> list[dict[str, Any]]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
-def _tool_id(call: dict[str, Any]) -> str:
+def tool_id(call: dict[str, Any]) -> str:
     """A toolCallId as a string; a number is accepted as its digits, anything else is no id ("")."""
     value = call.get("toolCallId")
     if isinstance(value, str):

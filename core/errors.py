@@ -1,7 +1,7 @@
-"""deck's exceptions and exit codes.
+"""deck's exceptions, exit codes and JSON-RPC error codes.
 
     DeckError                 base of every error deck raises on purpose
-    ├── UsageError            the user's mistake (bad flag, bad config): one line, exit 2
+    ├── UsageError            the user's mistake (bad flag, bad config): one line a problem, exit 2
     ├── UnknownMethod         a service method that does not exist
     ├── ServiceError          a service call refused (unknown agent, empty text, limit reached)
     │   └── InvalidParams     a service call whose parameters are missing or of the wrong type
@@ -9,14 +9,28 @@
         │                     (`.auth_required`: ACP's -32000 "Authentication required"),
         └── ConnectionClosed  or can no longer answer at all (it exited, stdin closed)
 
+Every one carries `.code`, the JSON-RPC error code it travels as (on ACP, to a jsonl client).
 Agent failures become states and events; they are raised only to the caller
 that asked for the failed thing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import IntEnum
 from typing import Any
+
+# -- JSON-RPC 2.0 error codes, and those ACP adds --------------------------------------------
+
+PARSE_ERROR = -32700  # not JSON
+INVALID_REQUEST = -32600  # JSON, but not a request
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+SERVER_ERROR = -32000  # left to implementations: a refused service call
+AUTH_REQUIRED = -32000  # ACP's "Authentication required" (on session/new, session/prompt, …)
+RESOURCE_NOT_FOUND = -32002  # ACP's "resource not found" (fs/*, an unknown session)
+REQUEST_CANCELLED = -32800  # ACP's answer to a request the other side cancelled
 
 
 class ExitCode(IntEnum):
@@ -35,15 +49,31 @@ class ExitCode(IntEnum):
 class DeckError(Exception):
     """Base of deck's own errors."""
 
+    code: int = INTERNAL_ERROR
+
 
 class UsageError(DeckError):
-    """A mistake of the user's: printed as one line, exit code 2."""
+    """A mistake of the user's, exit code 2: the message, and the problems that make it, each one line.
+
+    The problems stay separate (`invalid config` and `PATH:LINE:COL: MESSAGE` for each) so the
+    command line prints one line a problem without taking the message apart again."""
+
+    code = INVALID_PARAMS
+
+    def __init__(self, message: str, problems: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = tuple(problems)
+
+    def lines(self) -> list[str]:
+        """`message: problem` for each problem, else the message alone."""
+        message = str(self)
+        return [f"{message}: {problem}" for problem in self.problems] or [message]
 
 
 class ServiceError(DeckError):
     """A service refused a call; the message goes back to the caller as is."""
 
-    code = -32000
+    code = SERVER_ERROR
 
     def __init__(self, message: str, data: Any = None) -> None:
         super().__init__(message)
@@ -53,17 +83,13 @@ class ServiceError(DeckError):
 class UnknownMethod(DeckError):
     """A service method that does not exist (JSON-RPC -32601)."""
 
-    code = -32601
+    code = METHOD_NOT_FOUND
 
 
 class InvalidParams(ServiceError):
     """Missing or ill-typed service parameters (JSON-RPC -32602)."""
 
-    code = -32602
-
-
-#: ACP's error code for "Authentication required" (on session/new, session/prompt, …).
-AUTH_REQUIRED = -32000
+    code = INVALID_PARAMS
 
 
 class AcpError(DeckError):
@@ -94,4 +120,4 @@ class ConnectionClosed(AcpError):
     """The agent's connection closed before it answered."""
 
     def __init__(self, message: str = "the agent's connection is closed") -> None:
-        super().__init__(-32603, message)
+        super().__init__(INTERNAL_ERROR, message)

@@ -1,13 +1,23 @@
 """Events sent by the core to frontends and plugins: small frozen dataclasses with a stable name.
 
 Every event turns into a wire payload with camelCase keys; optional fields left at
-None are omitted. The jsonl frontend writes `{"event": e.name, **e.payload()}`.
+None are omitted. `Deck.emit` stamps each event with `seq`, increasing per deck, and
+the wire form (`to_dict`, what the jsonl frontend writes) is
+`{"event": e.name, "seq": e.seq, **e.payload()}`; `from_wire` turns that back into the
+event's class, so a client that only has JSON lines handles the same objects as one
+in the same process.
+
+Whoever handles events dispatches on their class, never on a name it spells itself:
+a `Handlers` class marks its methods `@handles(MessageDelta)`, and `dispatch(event)`
+calls the one for the event's class. An unknown class is a NameError at import, and
+a mark outside a `Handlers` class, or two methods for one event, fail at class creation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, ClassVar, TypeVar
 
 
 def _camel(name: str) -> str:
@@ -16,18 +26,27 @@ def _camel(name: str) -> str:
 
 
 class Event:
-    """Base of all events: a `name` and a `payload()`."""
+    """Base of all events: a `name`, a `payload()`, and the `seq` the deck gave it when emitted."""
 
-    __slots__ = ()
+    #: Set once, by `Deck.emit` (or `from_wire`): the event's place in its deck's one order, from 1.
+    #: An event never emitted has none (`to_dict` writes 0).
+    __slots__ = ("seq",)
+    seq: int
     name: ClassVar[str]
     _keys: ClassVar[tuple[tuple[str, str], ...]]
     _optional: ClassVar[frozenset[str]] = frozenset()
 
-    def payload(self) -> dict[str, Any]:
-        keys = type(self).__dict__.get("_keys")
+    @classmethod
+    def wire_keys(cls) -> tuple[tuple[str, str], ...]:
+        """(attribute, camelCase key) of each field, in order."""
+        keys = cls.__dict__.get("_keys")
         if keys is None:
-            keys = tuple((f.name, _camel(f.name)) for f in fields(self))  # type: ignore[arg-type]
-            type(self)._keys = keys
+            keys = tuple((f.name, _camel(f.name)) for f in fields(cls))  # type: ignore[arg-type]
+            cls._keys = keys
+        return keys
+
+    def payload(self) -> dict[str, Any]:
+        keys = type(self).__dict__.get("_keys") or self.wire_keys()
         optional = self._optional
         out: dict[str, Any] = {}
         for attr, key in keys:
@@ -38,7 +57,13 @@ class Event:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"event": self.name, **self.payload()}
+        """The wire form: `{"event": name, "seq": seq, ...payload}`."""
+        return {"event": self.name, "seq": getattr(self, "seq", 0), **self.payload()}
+
+
+#: `set_seq(event, n)`: give `event` its `seq` (events are frozen: set once, as they go out). The
+#: slot's own setter, a third of the cost of `object.__setattr__` on the path of every chunk.
+set_seq: Callable[[Event, int], None] = Event.__dict__["seq"].__set__
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,3 +230,117 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     ConversationChanged,
     PluginError,
 )
+
+
+#: Every event class by its wire name.
+EVENTS: dict[str, type[Event]] = {cls.name: cls for cls in ALL_EVENTS}
+
+
+class UnknownEvent(Event):
+    """An event whose name this deck does not know (a newer deck's, a plugin's), kept as its payload."""
+
+    __slots__ = ("name", "data")
+
+    def __init__(self, name: str, data: dict[str, Any]) -> None:
+        self.name = name  # type: ignore[misc]
+        self.data = data
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self.data)
+
+    def __repr__(self) -> str:
+        return f"UnknownEvent({self.name!r}, {self.data!r})"
+
+
+def from_wire(data: dict[str, Any]) -> Event:
+    """The event that the wire form `data` (`to_dict`'s) stands for, rebuilt as its class, with its `seq`.
+
+    Keys the class does not have are ignored, missing optional ones take their default; a
+    missing required one is a ValueError.
+    """
+    name = data.get("event")
+    if not isinstance(name, str):
+        raise ValueError("an event needs a string \"event\" name")
+    cls = EVENTS.get(name)
+    event: Event
+    if cls is None:
+        event = UnknownEvent(name, {k: v for k, v in data.items() if k not in ("event", "seq")})
+    else:
+        values = {attr: data[key] for attr, key in cls.wire_keys() if key in data}
+        missing = [key for attr, key in cls.wire_keys() if attr not in values and _required(cls, attr)]
+        if missing:
+            raise ValueError(f"event {name} lacks {', '.join(missing)}")
+        event = cls(**values)
+    seq = data.get("seq", 0)
+    set_seq(event, seq if isinstance(seq, int) and not isinstance(seq, bool) else 0)
+    return event
+
+
+def _required(cls: type[Event], attr: str) -> bool:
+    field = cls.__dataclass_fields__[attr]  # type: ignore[attr-defined]
+    return field.default is MISSING and field.default_factory is MISSING
+
+
+# -- dispatch --------------------------------------------------------------------------------
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Mark:
+    """What `@handles` leaves in a class body until the class exists: it checks the class, then
+    puts the plain method back."""
+
+    def __init__(self, method: Callable[..., Any], classes: tuple[type[Event], ...]) -> None:
+        self.method = method
+        self.classes = classes
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        if not issubclass(owner, Handlers):
+            raise TypeError(f"@handles on {owner.__qualname__}.{name}: the class must derive from deck.events.Handlers")
+        self.method.__deck_handles__ = self.classes  # type: ignore[attr-defined]
+        setattr(owner, name, self.method)
+
+
+def handles(*classes: type[Event]) -> Callable[[F], F]:
+    """Mark a method of a `Handlers` class as the one `dispatch` calls for events of `classes`."""
+    for cls in classes:
+        if not (isinstance(cls, type) and issubclass(cls, Event)) or not isinstance(getattr(cls, "name", None), str):
+            raise TypeError(f"@handles takes event classes (deck.events), not {cls!r}")
+    if not classes:
+        raise TypeError("@handles needs at least one event class")
+
+    def mark(method: F) -> F:
+        return _Mark(method, classes)  # type: ignore[return-value]
+
+    return mark
+
+
+class Handlers:
+    """Something that handles events by class: `dispatch(event)` calls its `@handles` method for it.
+
+    The table is built once per class, subclasses' methods winning; events of a class without
+    a handler are ignored.
+    """
+
+    __slots__ = ()
+    _handlers: ClassVar[dict[type[Event], str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        table: dict[type[Event], str] = {}
+        for klass in reversed(cls.__mro__):
+            own: dict[type[Event], str] = {}
+            for attr, value in vars(klass).items():
+                for event_cls in getattr(value, "__deck_handles__", ()):
+                    if event_cls in own:
+                        raise TypeError(
+                            f"{klass.__qualname__}: {own[event_cls]} and {attr} both handle {event_cls.name}"
+                        )
+                    own[event_cls] = attr
+            table.update(own)
+        cls._handlers = table
+
+    def dispatch(self, event: Event) -> None:
+        attr = self._handlers.get(type(event))
+        if attr is not None:
+            getattr(self, attr)(event)

@@ -1,4 +1,5 @@
-"""The base every frontend derives from (it gets the deck, runs until done, returns an exit code), and its stdin reader."""
+"""The base every frontend derives from (it gets a client of the deck, runs until done, returns an exit code),
+and what frontends reading lines use: the stdin reader, the strict JSON line decoder."""
 
 from __future__ import annotations
 
@@ -8,20 +9,30 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .acp import LineFramer
+from .acp import LineFramer, TooDeep, decode_line
+from .client import Client, LocalClient
+from .events import Handlers
 
 if TYPE_CHECKING:
     from .app import Deck
 
+__all__ = ["Frontend", "TooDeep", "decode_line", "read_lines", "stdout_failed"]
 
-class Frontend:
-    """A way to show deck and drive it. Registered through `deck_register_frontends`."""
+
+class Frontend(Handlers):
+    """A way to show deck and drive it. Registered through `deck_register_frontends`.
+
+    It talks to deck through `self.client` only (`deck.client`), and handles events by their
+    class (`@handles`, `self.dispatch`), as a frontend attached to a deck in another process must.
+    """
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
 
-    def __init__(self, deck: Deck, **options: Any) -> None:
-        self.deck = deck
+    def __init__(self, client: Client | Deck, **options: Any) -> None:
+        """`client` is how the frontend reaches deck: `Deck.run` passes the deck itself, which gets a
+        client in this process."""
+        self.client: Client = client if isinstance(client, Client) else LocalClient(client)
         self.options = options
 
     async def run(self) -> int:

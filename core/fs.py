@@ -23,7 +23,6 @@ import ctypes
 import errno
 import os
 import platform
-import secrets
 import stat
 import sys
 from collections.abc import Callable, Iterator
@@ -32,11 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
-from .errors import AcpError
-
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-RESOURCE_NOT_FOUND = -32002  # ACP's "resource not found"
+from . import config
+from .errors import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND, AcpError
+from .files import NEW_FILE_MODE, replace_in, state_dir
 
 #: The most one fs/read_text_file returns, in bytes of the file. No model reads more at once,
 #: and even a text of control characters (6 bytes each once escaped in JSON) keeps the answer
@@ -48,16 +45,6 @@ _CHUNK = 64 * 1024
 
 _DIR_FLAGS = os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY)
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
-_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-UMASK = _umask()
 
 
 # -- openat2(2) --------------------------------------------------------------------------------
@@ -123,8 +110,6 @@ class Private:
 
     def identities(self) -> _Identities:
         """What to compare with, as device and inode numbers, looked up now."""
-        from . import config  # not at import time: config takes UMASK from here
-
         ids = _Identities(set(), set(), set())
         for path in (self.config, *config.recent_files(), config.xdg_config_file()):
             if not path:
@@ -134,7 +119,7 @@ class Private:
                 ids.files.add(_identity(os.stat(real)))
             with suppress(OSError):
                 ids.names.add((*_identity(os.stat(os.path.dirname(real))), os.path.basename(real)))
-        for folder in (config.state_dir(), *self.folders):
+        for folder in (state_dir(), *self.folders):
             real = os.path.realpath(folder)
             with suppress(OSError):
                 ids.folders.add(_identity(os.stat(real)))
@@ -483,24 +468,9 @@ def write_text_file(root: str, params: dict[str, Any], private: Private = Privat
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
             # An existing file keeps its mode; a new one gets what open() would give it.
             keep = target.st is not None and stat.S_ISREG(target.st.st_mode)
-            mode = stat.S_IMODE(target.st.st_mode) if keep and target.st else 0o666 & ~UMASK
-            _replace(target.dir, target.name, data, mode)
+            mode = stat.S_IMODE(target.st.st_mode) if keep and target.st else NEW_FILE_MODE
+            replace_in(target.dir, target.name, data, mode)
         finally:
             os.close(target.dir)
     return {}  # WriteTextFileResponse is an object, never null
 
-
-def _replace(directory: int, name: str, data: bytes, mode: int) -> None:
-    """Write a temp file in `directory` and rename it over `name` there (a symlink put at `name`
-    meanwhile is replaced, not followed)."""
-    temp = f".deck-{secrets.token_hex(6)}.tmp"
-    fd = os.open(temp, _TEMP_FLAGS, 0o600, dir_fd=directory)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            os.fchmod(out.fileno(), mode)
-        os.rename(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(temp, dir_fd=directory)
-        raise

@@ -1,9 +1,18 @@
 """The typed facade through which the core calls plugins: one method per hook.
 
-Each implementation is called on its own: one that raises is reported (a log line
-and a `plugin:error` event) and skipped, and the others still run. An awaitable
-returned by a notification hook runs in a deck task under PLUGIN_TIMEOUT, so a slow
-plugin cannot stall the event bus.
+Each implementation is called on its own, in pluggy's order (tryfirst ones first, then
+the last registered first, trylast ones last): one that raises is reported (a log line
+and a `plugin:error` event) and skipped, and the others still run. An awaitable returned
+by a notification hook runs in a deck task, cut off after `Hooks.timeout` (PLUGIN_TIMEOUT),
+so a slow plugin cannot stall the event bus.
+
+Hook wrappers (`hookwrapper=True`, `wrapper=True`) cannot wrap that: a wrapper's code after
+its `yield` would run before the awaitables it wraps, and one failing implementation would
+end the whole call. `DeckPluginManager` refuses them at registration; one that reaches the
+facade through another manager is reported and never called.
+
+`PluginHooks` is the part that needs no running deck: the command line uses it to let
+plugins add commands and config sections.
 """
 
 from __future__ import annotations
@@ -24,20 +33,32 @@ if TYPE_CHECKING:
     from .app import Deck
     from .events import Event
     from .frontend import Frontend
+    from .session import Session
 
 log = logging.getLogger(__name__)
 
-#: How long an awaitable returned by a plugin's hook may run.
+#: How long an awaitable returned by a plugin's hook may run, in seconds (`Hooks.timeout`).
 PLUGIN_TIMEOUT = 10.0
 
 Impl = tuple[Callable[..., Any], tuple[str, ...], str]
+#: Told of a plugin that failed: (plugin name, hook name, the exception).
+Report = Callable[[str, str, BaseException], None]
 
 
-class Hooks:
-    def __init__(self, deck: Deck, pm: pluggy.PluginManager) -> None:
-        self.deck = deck
+def log_failure(plugin: str, hook: str, exc: BaseException) -> None:
+    log.error("plugin %s failed in %s: %r", plugin, hook, exc)
+
+
+class PluginHooks:
+    """The hooks called before any deck runs, and the machinery: implementations in order, each isolated."""
+
+    def __init__(self, pm: pluggy.PluginManager, report: Report = log_failure) -> None:
         self.pm = pm
+        self.report = report
+        #: Arguments every implementation may name besides the hook's own (a Deck's `deck`).
+        self.context: dict[str, Any] = {}
         self._cache: dict[str, tuple[int | None, list[Impl]]] = {}
+        self._refused: set[tuple[str, str]] = set()
 
     # -- the hooks ------------------------------------------------------------------------------
 
@@ -55,6 +76,69 @@ class Hooks:
         for result in self._call("deck_config_sections"):
             sections.update(result)
         return sections
+
+    # -- machinery ------------------------------------------------------------------------------
+
+    def _impls(self, name: str) -> list[Impl]:
+        """The implementations of hook `name` in call order; cached while the plugins stay the same."""
+        generation = getattr(self.pm, "generation", None)
+        cached = self._cache.get(name)
+        if cached is not None and generation is not None and cached[0] == generation:
+            return cached[1]
+        impls: list[Impl] = []
+        wrappers: list[str] = []
+        for impl in reversed(getattr(self.pm.hook, name).get_hookimpls()):
+            if impl.hookwrapper or impl.wrapper:
+                wrappers.append(impl.plugin_name)
+            else:
+                impls.append((impl.function, tuple(impl.argnames), impl.plugin_name))
+        self._cache[name] = (generation, impls)
+        for plugin in wrappers:  # after caching: the report may call hooks itself
+            if (plugin, name) not in self._refused:
+                self._refused.add((plugin, name))
+                self.failed(plugin, name, TypeError(WRAPPER_REFUSED))
+        return impls
+
+    def _call(self, name: str, **kwargs: Any) -> list[Any]:
+        """Every implementation's result that is not None; awaitables are handed to `_later`."""
+        kwargs.update(self.context)
+        results = []
+        for function, argnames, plugin in self._impls(name):
+            try:
+                result = function(*[kwargs[arg] for arg in argnames])
+            except Exception as exc:
+                self.failed(plugin, name, exc)
+                continue
+            if result is None:
+                continue
+            if inspect.isawaitable(result):
+                self._later(plugin, name, result)
+            else:
+                results.append(result)
+        return results
+
+    def _later(self, plugin: str, hook: str, awaitable: Awaitable[Any]) -> None:
+        """No deck runs to wait for an awaitable: it is closed unrun and reported."""
+        close = getattr(awaitable, "close", None)
+        if close is not None:
+            close()
+        self.failed(plugin, hook, TypeError("returned an awaitable, but no deck is running to wait for it"))
+
+    def failed(self, plugin: str, hook: str, exc: BaseException) -> None:
+        self.report(plugin, hook, exc)
+
+
+class Hooks(PluginHooks):
+    """Every hook, called for one Deck: failures become `plugin:error` events, awaitables deck tasks."""
+
+    def __init__(self, deck: Deck, pm: pluggy.PluginManager) -> None:
+        super().__init__(pm)
+        self.deck = deck
+        self.context = {"deck": deck}
+        #: How long an awaitable returned by a hook may run before it is cancelled and reported.
+        self.timeout = PLUGIN_TIMEOUT
+
+    # -- the hooks ------------------------------------------------------------------------------
 
     async def startup(self) -> None:
         await self._call_and_wait("deck_startup")
@@ -80,57 +164,24 @@ class Hooks:
         """`deck_before_start`: a ServiceError refuses the start; an awaitable is waited for."""
         await self._call_and_wait("deck_before_start", refuse=ServiceError, agent=agent)
 
-    def session_mcp_servers(self, agent: Agent) -> list[dict[str, Any]]:
-        return [server for result in self._call("deck_session_mcp_servers", agent=agent) for server in result]
+    def session_mcp_servers(self, agent: Agent, session: Session) -> list[dict[str, Any]]:
+        return [
+            server for result in self._call("deck_session_mcp_servers", agent=agent, session=session) for server in result
+        ]
 
     def acp_message(self, agent: Agent, direction: str, message: dict[str, Any]) -> None:
         self._call("deck_acp_message", agent=agent, direction=direction, message=message)
 
-    def agent_used(self, agent: Agent) -> None:
-        self._call("deck_agent_used", agent=agent)
-
     # -- machinery ------------------------------------------------------------------------------
-
-    def _impls(self, name: str) -> list[Impl]:
-        """The implementations of hook `name`, last registered first; cached while the plugins stay the same."""
-        generation = getattr(self.pm, "generation", None)
-        cached = self._cache.get(name)
-        if cached is not None and generation is not None and cached[0] == generation:
-            return cached[1]
-        impls = [
-            (impl.function, tuple(impl.argnames), impl.plugin_name)
-            for impl in reversed(getattr(self.pm.hook, name).get_hookimpls())
-        ]
-        self._cache[name] = (generation, impls)
-        return impls
-
-    def _call(self, name: str, **kwargs: Any) -> list[Any]:
-        """Every implementation's result that is not None; awaitables run later in a deck task."""
-        kwargs["deck"] = self.deck
-        results = []
-        for function, argnames, plugin in self._impls(name):
-            try:
-                result = function(*[kwargs[arg] for arg in argnames])
-            except Exception as exc:
-                self.failed(plugin, name, exc)
-                continue
-            if result is None:
-                continue
-            if inspect.isawaitable(result):
-                self._later(plugin, name, result)
-            else:
-                results.append(result)
-        return results
 
     async def _call_and_wait(self, name: str, refuse: type[Exception] | None = None, **kwargs: Any) -> None:
         """Call each implementation in turn and wait for what it returns; `refuse` propagates."""
-        kwargs["deck"] = self.deck
+        kwargs.update(self.context)
         for function, argnames, plugin in self._impls(name):
             try:
                 result = function(*[kwargs[arg] for arg in argnames])
                 if inspect.isawaitable(result):
-                    async with asyncio.timeout(PLUGIN_TIMEOUT):
-                        await result
+                    await self._bounded(result)
             except Exception as exc:
                 if refuse is not None and isinstance(exc, refuse):
                     raise
@@ -139,16 +190,33 @@ class Hooks:
     def _later(self, plugin: str, hook: str, awaitable: Awaitable[Any]) -> None:
         async def guarded() -> None:
             try:
-                async with asyncio.timeout(PLUGIN_TIMEOUT):
-                    await awaitable
+                await self._bounded(awaitable)
             except Exception as exc:
                 self.failed(plugin, hook, exc)
 
         self.deck.spawn(guarded(), f"{plugin}.{hook}")
 
+    async def _bounded(self, awaitable: Awaitable[Any]) -> None:
+        """Wait for `awaitable`, cancelling it after `self.timeout` seconds (a TimeoutError that says so)."""
+        limit = asyncio.timeout(self.timeout)
+        try:
+            async with limit:
+                await awaitable
+        except TimeoutError:
+            if limit.expired():
+                raise TimeoutError(f"did not finish within {self.timeout:g}s") from None
+            raise
+
     def failed(self, plugin: str, hook: str, exc: BaseException) -> None:
-        log.error("plugin %s failed in %s: %r", plugin, hook, exc)
+        log_failure(plugin, hook, exc)
         self.deck.plugin_failed(plugin, hook, f"{type(exc).__name__}: {exc}")
 
 
 _DECK_EVENT = ("deck", "event")
+
+#: Why a hook wrapper is refused (at registration) or never called (by the facade).
+WRAPPER_REFUSED = (
+    "hook wrappers (hookwrapper=True, wrapper=True) are not supported: deck calls each implementation "
+    "on its own and runs the awaitables they return in their own tasks; order implementations with "
+    "tryfirst=True or trylast=True instead"
+)

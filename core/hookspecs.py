@@ -2,7 +2,8 @@
 
 Hooks are synchronous. A notification hook that must do async work returns an
 awaitable; the core runs it in its own task under a timeout, so a slow plugin
-cannot stall the event bus. docs/plugins.md documents each one with an example.
+cannot stall the event bus. Implementations may be ordered with tryfirst/trylast;
+hook wrappers are refused (see `hooks`). docs/plugins.md documents each one with an example.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ if TYPE_CHECKING:
     from .app import Deck
     from .events import Event
     from .frontend import Frontend
+    from .session import Session
 
 hookspec = pluggy.HookspecMarker("deck")
 hookimpl = pluggy.HookimplMarker("deck")
 
 
 @hookspec
-def deck_register_frontends() -> dict[str, type[Frontend]]:
+def deck_register_frontends() -> dict[str, type[Frontend]] | None:
     """Contribute frontends by name (`deck run --frontend=NAME`)."""
 
 
@@ -35,7 +37,7 @@ def deck_register_commands(app: typer.Typer) -> None:
 
 
 @hookspec
-def deck_config_sections() -> dict[str, Any]:
+def deck_config_sections() -> dict[str, Any] | None:
     """Contribute top-level config sections: `{section name: pydantic model class}`."""
 
 
@@ -51,7 +53,8 @@ def deck_shutdown(deck: Deck) -> Awaitable[None] | None:
 
 @hookspec
 def deck_event(deck: Deck, event: Event) -> Awaitable[None] | None:
-    """Every event of SPEC §4, in order, as it happens. Called on the event loop: be quick."""
+    """Every event deck emits (`agent:state`, `message:delta`…), in order, as it happens.
+    Called on the event loop: be quick."""
 
 
 @hookspec
@@ -61,16 +64,12 @@ def deck_before_start(deck: Deck, agent: Agent) -> Awaitable[None] | None:
 
 
 @hookspec
-def deck_session_mcp_servers(deck: Deck, agent: Agent) -> list[dict[str, Any]] | None:
-    """MCP servers (ACP `McpServer` dicts) to pass in the agent's `session/new`."""
+def deck_session_mcp_servers(deck: Deck, agent: Agent, session: Session) -> list[dict[str, Any]] | None:
+    """MCP servers (ACP `McpServer` dicts) to pass in the `session/new` of `session`: the agent's
+    conversation (`session.origin` is "conversation") or one a plugin opens (the origin it gave)."""
 
 
 @hookspec
 def deck_acp_message(deck: Deck, agent: Agent, direction: str, message: dict[str, Any]) -> None:
     """Every ACP message exchanged with an agent; `direction` is "in" or "out".
     Called only while a plugin asks for tracing (`Deck.trace_acp`), since it is hot."""
-
-
-@hookspec
-def deck_agent_used(deck: Deck, agent: Agent) -> None:
-    """An agent was used (a prompt, an ask): idle tracking and least-recently-used order."""

@@ -14,8 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import AcpError
-from .fs import RESOURCE_NOT_FOUND
+from .errors import RESOURCE_NOT_FOUND, AcpError
 
 
 @dataclass(frozen=True)

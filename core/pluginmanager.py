@@ -11,6 +11,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
+from .hooks import WRAPPER_REFUSED
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "deck.plugins.idle_stop",
     "deck.plugins.logs",
     "deck.plugins.announcements",
+    "deck.plugins.history",
 )
 
 ENTRY_POINT_GROUP = "deck"
@@ -37,7 +39,8 @@ def short_name(module_name: str) -> str:
 
 
 class DeckPluginManager(pluggy.PluginManager):
-    """A PluginManager that counts its changes, so the core can cache hook implementations."""
+    """A PluginManager that counts its changes, so the core can cache hook implementations,
+    and refuses hook wrappers (`hooks.WRAPPER_REFUSED` says why) before registering anything."""
 
     def __init__(self, project_name: str = "deck") -> None:
         super().__init__(project_name)
@@ -50,6 +53,12 @@ class DeckPluginManager(pluggy.PluginManager):
     def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
         self.generation += 1
         return super().unregister(plugin, name)
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is not None and (opts.get("hookwrapper") or opts.get("wrapper")):
+            raise pluggy.PluginValidationError(plugin, f"{name}: {WRAPPER_REFUSED}")
+        return opts
 
 
 def make_manager(disabled: Iterable[str] = (), *, autoload: bool | None = None) -> DeckPluginManager:
@@ -85,11 +94,10 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         if pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
             continue
         try:
-            plugin = ep.load()
+            pm.register(ep.load(), name=ep.name)
         except Exception as exc:  # a broken third-party plugin must not stop deck
             log.error("cannot load plugin %s: %s", ep.name, exc)
             continue
-        pm.register(plugin, name=ep.name)
         SOURCES[ep.name] = f"{ep.dist.name} {ep.dist.version}" if ep.dist else ep.value
 
 

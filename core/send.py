@@ -21,7 +21,7 @@ import sys
 from typing import Any, TextIO
 
 from .errors import ExitCode, ServiceError
-from .events import Event
+from .events import Event, MessageDelta, MessageUpdated, PermissionRequested, QuestionRequested, handles
 from .frontend import Frontend
 from .tty import json_printable, printable
 
@@ -44,7 +44,7 @@ class SendFrontend(Frontend):
 
     def __init__(
         self,
-        deck: Any,
+        client: Any,
         *,
         agent: str,
         text: str,
@@ -52,7 +52,7 @@ class SendFrontend(Frontend):
         out: TextIO | None = None,
         err: TextIO | None = None,
     ) -> None:
-        super().__init__(deck, agent=agent, text=text, as_json=as_json)
+        super().__init__(client, agent=agent, text=text, as_json=as_json)
         self.agent = agent
         self.text = text
         self.as_json = as_json
@@ -66,6 +66,7 @@ class SendFrontend(Frontend):
         self.reply_id: str | None = None
         self.tools: dict[str, tuple[str, str]] = {}  # tool id → (title, status) last shown
         self._done: asyncio.Future[int] | None = None
+        self._calls: set[asyncio.Future[Any]] = set()
         self._flush_scheduled = False
         self._stdout_closed = False
         self._ends_with_newline = True
@@ -76,16 +77,16 @@ class SendFrontend(Frontend):
 
     async def run(self) -> int:
         self._done = asyncio.get_running_loop().create_future()
-        self.deck.subscribe(self.on_event)
+        self.client.subscribe(self.on_event)
         try:
             try:
-                self.deck.chat.send(self.agent, self.text)
+                await self.client.call("ChatService.Send", {"agent": self.agent, "text": self.text})
             except ServiceError as exc:
                 self.note(str(exc))
                 return ExitCode.USAGE
             return await self._done
         finally:
-            self.deck.unsubscribe(self.on_event)
+            self.client.unsubscribe(self.on_event)
             if not self.as_json and not self._ends_with_newline:
                 self.write("\n")
             self.flush()
@@ -93,17 +94,25 @@ class SendFrontend(Frontend):
     # -- events -----------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
-        payload = event.payload()
         if self.as_json:
             self.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
-        if payload.get("agent") != self.agent:
-            return
-        handler = getattr(self, "_on_" + event.name.replace(":", "_"), None)
-        if handler is not None:
-            handler(payload)
+        if getattr(event, "agent", None) == self.agent:
+            self.dispatch(event)
 
-    def _on_message_updated(self, payload: dict[str, Any]) -> None:
-        message = payload["message"]
+    def _call(self, method: str, params: dict[str, Any]) -> None:
+        """A call whose answer nobody waits for; its error, if any, is a note."""
+        call = self.client.call(method, params)
+        self._calls.add(call)
+        call.add_done_callback(self._called)
+
+    def _called(self, call: asyncio.Future[Any]) -> None:
+        self._calls.discard(call)
+        if not call.cancelled() and call.exception() is not None:
+            self.note(str(call.exception()))
+
+    @handles(MessageUpdated)
+    def _message_updated(self, event: MessageUpdated) -> None:
+        message = event.message
         if self.reply_id is None and message["role"] == "agent" and not message["done"]:
             self.reply_id = message["id"]  # the reply opened by our turn (stray updates come done)
         elif message["id"] == self.reply_id and message["done"]:
@@ -122,42 +131,45 @@ class SendFrontend(Frontend):
             self.note(f"{self.agent} stopped: {stop}")
         self._finish(STOP_CODES.get(stop, ExitCode.ERROR))
 
-    def _on_message_delta(self, payload: dict[str, Any]) -> None:
-        if payload["messageId"] != self.reply_id or self.as_json:
+    @handles(MessageDelta)
+    def _message_delta(self, event: MessageDelta) -> None:
+        if event.message_id != self.reply_id or self.as_json:
             return
-        kind = payload["kind"]
+        kind = event.kind
         if kind == "text":
-            self.write(payload["text"])
+            self.write(event.text or "")
         elif kind == "thought":
-            self.to_stderr("thought", payload["text"])
-        elif kind == "tool":
-            part = payload["part"]
+            self.to_stderr("thought", event.text or "")
+        elif kind == "tool" and event.part is not None:
+            part = event.part
             shown = (part["title"], part["status"])
             if self.tools.get(part["id"]) != shown:
                 self.tools[part["id"]] = shown
                 self.to_stderr("tool", f"[tool] {part['title'] or part['id']} ({part['kind']}): {part['status']}\n")
-        elif kind == "plan":
-            entries = payload["part"]["entries"]
+        elif kind == "plan" and event.part is not None:
+            entries = event.part["entries"]
             done = sum(1 for e in entries if e["status"] == "completed")
             self.to_stderr("plan", f"[plan] {done}/{len(entries)} done\n")
 
-    def _on_permission_requested(self, payload: dict[str, Any]) -> None:
-        title = payload["toolCall"].get("title") or "a tool"
-        reject = next((o for kind in REJECT_KINDS for o in payload["options"] if o.get("kind") == kind), None)
+    @handles(PermissionRequested)
+    def _permission_requested(self, event: PermissionRequested) -> None:
+        title = event.tool_call.get("title") or "a tool"
+        reject = next((o for kind in REJECT_KINDS for o in event.options if o.get("kind") == kind), None)
         if reject is None:
             self.note(f"permission for {title} requested with no way to refuse it: the turn is cancelled")
-            self.deck.chat.cancel(self.agent)
+            self._call("ChatService.Cancel", {"agent": self.agent})
             return
-        kind = payload["toolCall"].get("kind") or "other"
+        kind = event.tool_call.get("kind") or "other"
         self.note(
             f"permission for {title} ({kind}) refused: deck send cannot ask "
             f'(--approve {kind} or the agent\'s `permissions = "allow"` approves such requests)'
         )
-        self.deck.spawn(self.deck.chat.AnswerPermission(payload["id"], reject["optionId"]), "deck send: refuse")
+        self._call("ChatService.AnswerPermission", {"id": event.id, "optionId": reject["optionId"]})
 
-    def _on_question_requested(self, payload: dict[str, Any]) -> None:
-        self.note(f"question declined: deck send cannot ask ({payload['message']})")
-        self.deck.spawn(self.deck.chat.AnswerQuestion(payload["id"], None), "deck send: decline")
+    @handles(QuestionRequested)
+    def _question_requested(self, event: QuestionRequested) -> None:
+        self.note(f"question declined: deck send cannot ask ({event.message})")
+        self._call("ChatService.AnswerQuestion", {"id": event.id, "values": None})
 
     def _finish(self, code: int) -> None:
         if self._done is not None and not self._done.done():

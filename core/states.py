@@ -19,7 +19,7 @@ class AgentState(str, Enum):
 
 S = AgentState
 
-#: SPEC §3, exactly. Any other change of state is a bug and raises.
+#: The allowed changes of state (docs/architecture.md, "Agent states"). Any other is a bug and raises.
 TRANSITIONS: frozenset[tuple[AgentState, AgentState]] = frozenset(
     {
         (S.STOPPED, S.STARTING),  # start requested
@@ -57,7 +57,7 @@ OUTDATED_LABEL = {"en": "restart to apply changes", "fr": "à redémarrer"}
 
 
 class InvalidTransition(RuntimeError):
-    """A change of state that SPEC §3 does not allow."""
+    """A change of state the transition table does not allow."""
 
 
 def label(state: AgentState, language: str = "en") -> str:

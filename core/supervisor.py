@@ -1,6 +1,6 @@
 """Agent processes: spawn in a new session, tee stderr, watch the exit, stop with escalation.
 
-The stop sequence is SPEC §3: close stdin, wait, SIGTERM the process group and the
+The stop sequence (docs/architecture.md, "Stopping an agent"): close stdin, wait, SIGTERM the process group and the
 descendants that left it, wait, SIGKILL. Descendants are snapshotted with psutil
 before anything is signalled.
 
@@ -56,7 +56,7 @@ _live: weakref.WeakSet[Process] = weakref.WeakSet()
 
 @dataclass(frozen=True)
 class StopTimings:
-    """How long a stop waits at each step (SPEC §3); tests inject short ones."""
+    """How long a stop waits at each step; tests inject short ones."""
 
     after_stdin_close: float = 5.0
     after_sigterm: float = 3.0

@@ -1,11 +1,12 @@
-"""Keeping a running deck in step with its config file: watching it, applying changes, opening another.
+"""Keeping a running deck in step with its config file: watching it, reading a change, saving, opening another.
 
-A valid change applies at once: new agents appear (in file order), removed ones
-stop and go, a changed running agent is flagged `outdated` and keeps running
-until restarted (`Agent.start` applies its `pending_config`), a changed stopped
-agent takes its new definition, and the new limits are in force. An invalid
+A valid change applies at once (`Deck.apply_config`): new agents appear (in file order),
+removed ones stop and go, a changed running agent is flagged `outdated` and keeps running
+until restarted (`Agent.redefine`; `Agent.start` applies its `pending_config`), a changed
+stopped agent takes its new definition, and the new limits are in force. An invalid
 change, or a deleted file, keeps the last valid config running. Either way
-`config:changed {path, valid, problems}` is sent.
+`config:changed {path, valid, problems}` is sent. This module reads and writes the file;
+the deck and its agents change their own state.
 
 Reading and checking a file run in a thread: a big config never stalls the event loop, and
 the lock keeps the changes in order (`config:changed` comes once the change is applied).
@@ -15,22 +16,16 @@ Only regular files are read (`config.read_text`); a pipe given at start is not f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import config as configmod
-from .agent import Agent
-from .config import DeckConfig, Loaded, Problem
+from .config import Loaded, Problem
 from .errors import ServiceError
-from .events import ConfigChanged
-from .states import AgentState
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
-
     from .app import Deck
 
 log = logging.getLogger(__name__)
@@ -52,14 +47,7 @@ class LiveConfig:
         self.lock = asyncio.Lock()
         #: Set once the file is watched: a change after this is seen.
         self.ready = asyncio.Event()
-        self._sections: dict[str, BaseModel] | None = None  # read on first use: plugins load after the config
         self._task: asyncio.Task[None] | None = None
-
-    def section(self, name: str) -> BaseModel | None:
-        """Plugin section `name` of the config in force, validated by the plugin's model."""
-        if self._sections is None:
-            self._sections = configmod.parse(self.deck.text, self.deck.config_sections()).sections
-        return self._sections.get(name)
 
     # -- watching ---------------------------------------------------------------------------
 
@@ -150,8 +138,7 @@ class LiveConfig:
                     text = await asyncio.to_thread(configmod.read_text, path)
             except FileNotFoundError:
                 if [p.message for p in deck.problems] != [DELETED]:
-                    deck.problems = [Problem(1, 1, DELETED)]
-                    self._changed()
+                    await deck.apply_config(deck.text, Loaded(None, [Problem(1, 1, DELETED)]))
                 return
             except (OSError, UnicodeDecodeError) as exc:
                 text = deck.text  # what deck last read stays its content
@@ -159,49 +146,14 @@ class LiveConfig:
             else:
                 loaded = await asyncio.to_thread(configmod.parse, text, deck.config_sections())
             if text == deck.text and loaded.problems == deck.problems:
-                if loaded.config is not None and self._sections is None:
-                    self._sections = loaded.sections  # checked here, in a thread: `section` need not
+                if loaded.config is not None:
+                    deck.sections_checked(loaded)  # checked here, in a thread: `Deck.section` need not
                 return  # our own Save, or a touch
             await self.apply(text, loaded)
 
     async def apply(self, text: str, loaded: Loaded) -> None:
         """Make `loaded` the deck's config if it is valid; report it either way. Call with the lock held."""
-        deck = self.deck
-        deck.text, deck.problems = text, loaded.problems
-        if loaded.config is not None:
-            await self._apply_config(loaded.config)
-            self._sections = loaded.sections
-        self._changed()
-
-    async def _apply_config(self, new: DeckConfig) -> None:
-        deck = self.deck
-        removed = [agent for name, agent in deck.agents.items() if name not in new.agents]
-        for agent in removed:
-            if agent.name in deck.chat.conversations:
-                with contextlib.suppress(ServiceError):
-                    deck.chat.cancel(agent.name)  # so no queued message starts it again
-            agent.retired = True  # nothing may start it again while it stops
-        deck.agents = {name: agent for name, agent in deck.agents.items() if name in new.agents}
-        await asyncio.gather(*(agent.stop() for agent in removed), return_exceptions=True)
-        deck.config = new
-        old, touched = deck.agents, []
-        deck.agents = {}
-        for name, definition in new.agents.items():
-            kept = old.get(name)
-            if kept is None:
-                kept = Agent(deck, name, definition)
-                touched.append(kept)
-            elif _redefine(kept, definition):
-                touched.append(kept)
-            deck.agents[name] = kept
-        for agent in touched:
-            agent.emit_state()
-
-    def _changed(self) -> None:
-        deck = self.deck
-        valid = not any(not p.warning for p in deck.problems)
-        path = str(deck.config_path) if deck.config_path else ""
-        deck.emit(ConfigChanged(path, valid, [p.to_dict() for p in deck.problems]))
+        await self.deck.apply_config(text, loaded)
 
     # -- saving and opening -----------------------------------------------------------------
 
@@ -223,7 +175,7 @@ class LiveConfig:
                 base = None  # no file was read: the check above is the one that counts
             await asyncio.to_thread(_write, path, text, base)
             if deck.config_path is None:
-                deck.config_path, deck.config_source, deck.config_created = path, "xdg", True
+                deck.set_config_file(path, "xdg", True)
                 self.start()
             await self.apply(text, loaded)
         return loaded
@@ -244,19 +196,8 @@ class LiveConfig:
                 first = loaded.errors[0].format(str(path))
                 raise ServiceError(f"not a valid config: {first}", {"problems": [p.to_dict() for p in loaded.problems]})
             await self.stop()
-            deck.chat.cancel_pending_asks()
-            old = list(deck.agents.values())
-            for agent in old:
-                agent.retired = True
-            deck.agents = {}
-            await asyncio.gather(*(agent.stop() for agent in old), return_exceptions=True)
-            deck.chat.forget()
-            deck.config_path, deck.config_source, deck.config_created = path, "open", created
-            deck.config, deck.text, deck.problems = loaded.config, text, loaded.problems
-            self._sections = loaded.sections
-            deck.agents = {name: Agent(deck, name, cfg) for name, cfg in loaded.config.agents.items()}
+            await deck.switch_config(path, text, loaded, created=created)
             self.start()
-            self._changed()
             await asyncio.to_thread(remember, path)
 
 
@@ -275,23 +216,3 @@ def _write(path: Path, text: str, base: str | None = None) -> None:
         raise ServiceError("the config file changed since it was read; reload it") from exc
     except OSError as exc:  # a read-only directory, a full disk, a pipe: the caller's error, not deck's
         raise ServiceError(f"cannot write {path}: {exc.strerror or exc}") from exc
-
-
-DISPLAY_ONLY = ("title", "icon", "description")
-
-
-def _redefine(agent: Agent, definition: Any) -> bool:
-    """Give `agent` its new definition, or flag it outdated while it runs. True if anything changed."""
-    if definition == (agent.pending_config or agent.config):
-        return False
-    shown = {key: getattr(definition, key) for key in DISPLAY_ONLY}
-    if agent.config.model_copy(update=shown) == definition:  # only how it is shown: no restart needed
-        agent.config, agent.pending_config, agent.outdated = definition, None, False
-        return True
-    if agent.state in (AgentState.STOPPED, AgentState.ERROR):
-        agent.config, agent.pending_config, agent.outdated = definition, None, False
-    elif definition == agent.config:  # edited back to what it runs with
-        agent.pending_config, agent.outdated = None, False
-    else:
-        agent.pending_config, agent.outdated = definition, True
-    return True

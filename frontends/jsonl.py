@@ -1,11 +1,12 @@
 """The jsonl frontend: events out as JSON lines, JSON-RPC 2.0 service calls in.
 
-stdout carries one `{"event": NAME, ...payload}` line per event and one response
-line per request. Writes are batched and flushed when the event loop goes idle,
-so a burst of events costs one system call, and latency stays low.
+stdout carries one `{"event": NAME, "seq": N, ...payload}` line per event and one
+response line per request: the wire a client of deck reads, whatever the process.
+Writes are batched and flushed when the event loop goes idle, so a burst of events
+costs one system call, and latency stays low.
 
 Every line is strict JSON (RFC 8259, what JavaScript's JSON.parse reads): input
-is decoded by `deck.acp.decode_line` (non-finite numbers read as null, nesting
+is decoded by `deck.frontend.decode_line` (non-finite numbers read as null, nesting
 bounded), the encoder refuses NaN and Infinity, and a lone surrogate goes out as
 its JSON escape (`\\ud800`), so the bytes are valid UTF-8.
 """
@@ -17,21 +18,17 @@ import json
 from json.encoder import encode_basestring
 import os
 import sys
+from collections.abc import Awaitable
 from typing import Any
 
 from deck import hookimpl
-from deck.acp import TooDeep, decode_line
-from deck.errors import ServiceError, UnknownMethod
+from deck.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, ServiceError
 from deck.events import Event, MessageDelta
-from deck.frontend import Frontend, read_lines, stdout_failed
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-INTERNAL_ERROR = -32603
+from deck.frontend import Frontend, TooDeep, decode_line, read_lines, stdout_failed
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 _str = encode_basestring  # a str as a JSON string, as _dumps writes it
-_DELTA = '{"event":"message:delta","agent":%s,"messageId":%s,"index":%d,"kind":%s,"text":%s}'
+_DELTA = '{"event":"message:delta","seq":%d,"agent":%s,"messageId":%s,"index":%d,"kind":%s,"text":%s}'
 
 
 def _null(name: str) -> None:
@@ -43,9 +40,9 @@ class JsonlFrontend(Frontend):
     description = "JSON lines on stdin/stdout, for programs"
 
     def __init__(
-        self, deck: Any, *, stay: bool = False, stdin_fd: int | None = None, stdout_fd: int | None = None, **options: Any
+        self, client: Any, *, stay: bool = False, stdin_fd: int | None = None, stdout_fd: int | None = None, **options: Any
     ) -> None:
-        super().__init__(deck, **options)
+        super().__init__(client, **options)
         self.stay = stay
         self._stdin_fd = stdin_fd if stdin_fd is not None else sys.stdin.fileno()
         self._fd = stdout_fd if stdout_fd is not None else sys.stdout.fileno()
@@ -63,11 +60,10 @@ class JsonlFrontend(Frontend):
             # The hot path (one event per streamed chunk): the same line as the generic
             # encoding below, without building a dict per chunk.
             if not self._closed:
-                self._append(
-                    _DELTA % (_str(event.agent), _str(event.message_id), event.index, _str(event.kind), _str(event.text))
-                )
+                agent, message_id, kind = _str(event.agent), _str(event.message_id), _str(event.kind)
+                self._append(_DELTA % (event.seq, agent, message_id, event.index, kind, _str(event.text)))
             return
-        self.write({"event": event.name, **event.payload()})
+        self.write({"event": event.name, "seq": event.seq, **event.payload()})
 
     def write(self, obj: dict[str, Any]) -> None:
         if self._closed:
@@ -100,7 +96,7 @@ class JsonlFrontend(Frontend):
         except OSError as exc:
             self._closed = True
             self._silence_stdout()
-            self.deck.request_exit(stdout_failed(exc))
+            self.client.request_exit(stdout_failed(exc))
 
     def _silence_stdout(self) -> None:
         try:
@@ -114,7 +110,7 @@ class JsonlFrontend(Frontend):
 
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
-        self.deck.subscribe(self.on_event)
+        self.client.subscribe(self.on_event)
         lines = read_lines(
             self._stdin_fd, lambda size: self._error(None, INVALID_REQUEST, f"line of {size} bytes skipped: too long")
         )
@@ -126,9 +122,8 @@ class JsonlFrontend(Frontend):
             if self.stay:
                 await asyncio.Event().wait()
             # End of input: finish the work in hand; nobody is left to answer questions.
-            self.deck.chat.end_of_input()
-            await self.deck.chat.drain()
-            await self.deck.stop_all()
+            await self.client.end_of_input(drain=True)
+            await self.client.close()
             return 0
         finally:
             # Still subscribed: after a signal the deck stops the agents once this
@@ -158,15 +153,15 @@ class JsonlFrontend(Frontend):
         if request_id is not None and not isinstance(request_id, (int, str)) or isinstance(request_id, bool):
             self._error(None, INVALID_REQUEST, "id must be a string or a number")
             return
-        task = asyncio.get_running_loop().create_task(self._call(request_id, request["method"], request.get("params")))
+        # Made at once, in the order of the lines; answered when done, in any order.
+        call = self.client.call(request["method"], request.get("params"))
+        task = asyncio.get_running_loop().create_task(self._answer(request_id, call))
         self._requests.add(task)
         task.add_done_callback(self._requests.discard)
 
-    async def _call(self, request_id: Any, method: str, params: Any) -> None:
+    async def _answer(self, request_id: Any, call: Awaitable[Any]) -> None:
         try:
-            result = await self.deck.call(method, params)
-        except UnknownMethod as exc:
-            self._error(request_id, exc.code, str(exc))
+            result = await call
         except ServiceError as exc:
             self._error(request_id, exc.code, str(exc))
         except Exception as exc:  # a bug must not end the bridge

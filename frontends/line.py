@@ -18,7 +18,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Coroutine
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +29,21 @@ from rich.text import Text
 
 from deck import hookimpl
 from deck.errors import ServiceError
-from deck.events import Event
+from deck.events import (
+    AgentAnnouncement,
+    AgentStateChanged,
+    ConfigChanged,
+    MessageDelta,
+    MessageUpdated,
+    PermissionRequested,
+    PermissionResolved,
+    PluginError,
+    QuestionRequested,
+    QuestionResolved,
+    TurnChanged,
+    UsageChanged,
+    handles,
+)
 from deck.frontend import Frontend, read_lines, stdout_failed
 from deck.states import OUTDATED_LABEL, AgentState, label
 from deck.tty import printable
@@ -100,9 +114,9 @@ class LineFrontend(Frontend):
     description = "plain scrolling lines for a terminal, a log or a pipe"
 
     def __init__(
-        self, deck: Any, *, stdin_fd: int | None = None, stdout_fd: int | None = None, **options: Any
+        self, client: Any, *, stdin_fd: int | None = None, stdout_fd: int | None = None, **options: Any
     ) -> None:
-        super().__init__(deck, **options)
+        super().__init__(client, **options)
         self._stdin_fd = stdin_fd if stdin_fd is not None else sys.stdin.fileno()
         self._fd = stdout_fd if stdout_fd is not None else sys.stdout.fileno()
         self.tty = os.isatty(self._fd)
@@ -120,7 +134,13 @@ class LineFrontend(Frontend):
             emoji=False,
             legacy_windows=False,
         )
-        self.current: str | None = next(iter(deck.agents), None)
+        #: The config's agents in order, its theme and language: from the snapshot, then each config change.
+        self.agents: list[str] = []
+        self.theme = "dark"
+        self.language = "en"
+        self.current: str | None = None
+        #: The permission requests and questions waiting, oldest first: id → (kind, payload).
+        self._asks: dict[str, tuple[str, dict[str, Any]]] = {}
         self._streams: dict[str, _Stream] = {}
         self._seen: dict[tuple[str, str], Any] = {}  # what was last shown per thing, to skip repeats
         self._permission_options: dict[str, list[dict[str, Any]]] = {}
@@ -145,7 +165,7 @@ class LineFrontend(Frontend):
         return int(columns) if columns.isdigit() and int(columns) > 0 else None
 
     def colour(self, agent: str) -> str:
-        names = list(self.deck.agents)
+        names = self.agents
         index = names.index(agent) if agent in names else sum(map(ord, agent))
         return "bold" if agent == DECK else PALETTE[index % len(PALETTE)]
 
@@ -160,7 +180,7 @@ class LineFrontend(Frontend):
             return
         renderable: RenderableType
         if isinstance(body, str) and markdown:
-            code_theme = "friendly" if self.deck.config.theme == "light" else "monokai"
+            code_theme = "friendly" if self.theme == "light" else "monokai"
             renderable = Markdown(printable(body), code_theme=code_theme)
         elif isinstance(body, str):
             renderable = Text(printable(body), style=style)
@@ -208,14 +228,24 @@ class LineFrontend(Frontend):
                 view = view[written:]
         except OSError as exc:
             self._closed = True
-            self.deck.request_exit(stdout_failed(exc))
+            self.client.request_exit(stdout_failed(exc))
 
     # -- events ------------------------------------------------------------------------------
 
-    def on_event(self, event: Event) -> None:
-        handler = getattr(self, "_on_" + event.name.replace(":", "_"), None)
-        if handler is not None:
-            handler(event.payload())
+    def _load(self, snapshot: dict[str, Any]) -> None:
+        """Where deck is as this frontend starts: its agents, its config, what waits for an answer."""
+        self.agents = [info["name"] for info in snapshot["agents"]]
+        self._settings(snapshot["config"])
+        self.current = self.agents[0] if self.agents else None
+        self._asks = {p["id"]: (p["kind"], p) for p in snapshot["pending"]}
+
+    def _settings(self, config: dict[str, Any]) -> None:
+        self.theme, self.language = config.get("theme") or "dark", config.get("language") or "en"
+
+    async def _reload_config(self) -> None:
+        """The config changed: its agents and settings, as the services now say."""
+        self.agents = [info["name"] for info in await self.client.call("AgentService.List")]
+        self._settings(await self.client.call("ConfigService.Current"))
 
     def _changed(self, key: tuple[str, str], value: Any) -> bool:
         """True when `value` differs from what was last shown for `key` (and remember it)."""
@@ -224,21 +254,23 @@ class LineFrontend(Frontend):
         self._seen[key] = value
         return True
 
-    def _on_agent_state(self, p: dict[str, Any]) -> None:
-        agent, state, error = p["agent"], p["state"], p.get("error")
-        if not self._changed((agent, "state"), (state, p["outdated"], error)):
+    @handles(AgentStateChanged)
+    def _agent_state(self, e: AgentStateChanged) -> None:
+        agent, state, error = e.agent, e.state, e.error
+        if not self._changed((agent, "state"), (state, e.outdated, error)):
             return
-        language = self.deck.config.language
+        language = self.language
         shown = label(AgentState(state), language)
-        if p["outdated"]:
+        if e.outdated:
             shown += f" · {OUTDATED_LABEL.get(language, OUTDATED_LABEL['en'])}"
         if state == AgentState.ERROR.value:
             self.error(agent, f"{shown}: {error}" if error else shown)
         else:
             self.emit(agent, shown, "dim" if state in ("busy", "starting") else "")
 
-    def _on_message_updated(self, p: dict[str, Any]) -> None:
-        agent, message = p["agent"], p["message"]
+    @handles(MessageUpdated)
+    def _message_updated(self, e: MessageUpdated) -> None:
+        agent, message = e.agent, e.message
         role = message.get("role")
         if role == "user":
             self._user_message(agent, message)
@@ -274,21 +306,22 @@ class LineFrontend(Frontend):
             if counts:
                 self.emit(agent, "tokens: " + " · ".join(counts), "dim")
 
-    def _on_message_delta(self, p: dict[str, Any]) -> None:
-        agent, kind = p["agent"], p["kind"]
+    @handles(MessageDelta)
+    def _message_delta(self, e: MessageDelta) -> None:
+        agent, kind = e.agent, e.kind
         if kind in ("text", "thought"):
             stream = self._streams.get(agent)
-            if stream is None or (stream.message_id, stream.index) != (p["messageId"], p["index"]):
+            if stream is None or (stream.message_id, stream.index) != (e.message_id, e.index):
                 self._end_stream(agent)
-                stream = self._streams[agent] = _Stream(p["messageId"], p["index"], kind)
-            self._feed(agent, stream, p.get("text") or "")
+                stream = self._streams[agent] = _Stream(e.message_id, e.index, kind)
+            self._feed(agent, stream, e.text or "")
             return
         self._end_stream(agent)
-        part = p.get("part") or {}
+        part = e.part or {}
         if kind == "tool":
             self._tool(agent, part)
         elif kind == "plan":
-            self._plan(agent, p["messageId"], part)
+            self._plan(agent, e.message_id, part)
 
     def _tool(self, agent: str, part: dict[str, Any]) -> None:
         title = part.get("title") or part.get("kind") or "tool"
@@ -310,22 +343,27 @@ class LineFrontend(Frontend):
             status = entry.get("status", "pending")
             self.emit(agent, f"  {PLAN_MARKS.get(status, '[ ]')} {entry.get('content', '')}", STATUS_STYLES.get(status, ""))
 
-    def _on_usage_changed(self, p: dict[str, Any]) -> None:
-        usage = p.get("usage") or {}
+    @handles(UsageChanged)
+    def _usage_changed(self, e: UsageChanged) -> None:
+        usage = e.usage or {}
         used, size = int(usage.get("used") or 0), int(usage.get("size") or 0)
-        if not self._changed((p["agent"], "usage"), (used, size)):
+        if not self._changed((e.agent, "usage"), (used, size)):
             return
         shown = f"context: {used:,} tokens"
         if size:
             shown = f"context: {used:,} / {size:,} tokens ({context_share(used, size)})"
-        self.emit(p["agent"], shown, "dim")
+        self.emit(e.agent, shown, "dim")
 
-    def _on_turn_changed(self, p: dict[str, Any]) -> None:
-        if self._changed((p["agent"], "queued"), p["queued"]) and p["queued"]:
-            self.emit(p["agent"], f"{p['queued']} message{'' if p['queued'] == 1 else 's'} queued", "dim")
+    @handles(TurnChanged)
+    def _turn_changed(self, e: TurnChanged) -> None:
+        if self._changed((e.agent, "queued"), e.queued) and e.queued:
+            self.emit(e.agent, f"{e.queued} message{'' if e.queued == 1 else 's'} queued", "dim")
 
-    def _on_permission_requested(self, p: dict[str, Any]) -> None:
-        agent, call = p["agent"], p.get("toolCall") or {}
+    @handles(PermissionRequested)
+    def _permission_requested(self, e: PermissionRequested) -> None:
+        p = e.payload()
+        agent, call = e.agent, e.tool_call or {}
+        self._asks[e.id] = ("permission", p)
         self._end_stream(agent)
         self._permission_options[p["id"]] = p["options"]
         line = [("permission? ", "bold yellow"), (str(call.get("title") or call.get("kind") or "a tool"), "")]
@@ -347,12 +385,17 @@ class LineFrontend(Frontend):
                 answer.timer.cancel()
             self._give(agent, p["id"], p["options"], answer.number, answer.deny)
 
-    def _on_permission_resolved(self, p: dict[str, Any]) -> None:
-        options = self._permission_options.pop(p["id"], [])
-        chosen = next((o.get("name") or o["optionId"] for o in options if o["optionId"] == p.get("optionId")), None)
-        self.emit(p["agent"], f"permission: {chosen or 'cancelled'}", "dim")
+    @handles(PermissionResolved)
+    def _permission_resolved(self, e: PermissionResolved) -> None:
+        self._asks.pop(e.id, None)
+        options = self._permission_options.pop(e.id, [])
+        chosen = next((o.get("name") or o["optionId"] for o in options if o["optionId"] == e.option_id), None)
+        self.emit(e.agent, f"permission: {chosen or 'cancelled'}", "dim")
 
-    def _on_question_requested(self, p: dict[str, Any]) -> None:
+    @handles(QuestionRequested)
+    def _question_requested(self, e: QuestionRequested) -> None:
+        p = e.payload()
+        self._asks[e.id] = ("question", p)
         self.emit(p["agent"], f"question: {p['message']}", "bold yellow")
         schema = p.get("schema") or {}
         required = set(schema.get("required") or [])
@@ -363,19 +406,27 @@ class LineFrontend(Frontend):
             self.emit(p["agent"], f"  {key}: {kind}{mark}{' — ' + title if title else ''}", "yellow")
         self.emit(p["agent"], "→ /answer KEY=VALUE ..., /decline", "yellow")
 
-    def _on_agent_announcement(self, p: dict[str, Any]) -> None:
-        self.emit(f"{p['target']} → {p['requester']}", p["text"], "italic")
+    @handles(QuestionResolved)
+    def _question_resolved(self, e: QuestionResolved) -> None:
+        self._asks.pop(e.id, None)
 
-    def _on_config_changed(self, p: dict[str, Any]) -> None:
-        if p["valid"]:
-            self.emit(DECK, f"config reloaded: {p['path']}", "dim")
+    @handles(AgentAnnouncement)
+    def _agent_announcement(self, e: AgentAnnouncement) -> None:
+        self.emit(f"{e.target} → {e.requester}", e.text, "italic")
+
+    @handles(ConfigChanged)
+    def _config_changed(self, e: ConfigChanged) -> None:
+        self._spawn(self._reload_config(), DECK)
+        if e.valid:
+            self.emit(DECK, f"config reloaded: {e.path}", "dim")
             return
-        self.error(DECK, f"config {p['path']} is invalid; the last valid one stays in use:")
-        for problem in p["problems"]:
+        self.error(DECK, f"config {e.path} is invalid; the last valid one stays in use:")
+        for problem in e.problems:
             self.error(DECK, f"  {problem.get('line')}:{problem.get('column')}: {problem.get('message')}")
 
-    def _on_plugin_error(self, p: dict[str, Any]) -> None:
-        self.error(DECK, f"plugin {p['plugin']} failed in {p['hook']}: {p['error']}")
+    @handles(PluginError)
+    def _plugin_error(self, e: PluginError) -> None:
+        self.error(DECK, f"plugin {e.plugin} failed in {e.hook}: {e.error}")
 
     # -- streamed text ---------------------------------------------------------------------------
 
@@ -457,7 +508,7 @@ class LineFrontend(Frontend):
 
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
-        self.deck.subscribe(self.on_event)
+        await self.client.follow(self.dispatch, self._load)
         lines = read_lines(self._stdin_fd)
         try:
             if self.current is not None:
@@ -469,18 +520,16 @@ class LineFrontend(Frontend):
             # End of input: finish the work in hand; nobody is left to answer questions, and a
             # permission request is cancelled unless an /allow or /deny typed earlier waits for it.
             # /quit: leave now, the agents' answers are cut short when they stop.
-            self.deck.chat.end_of_input()
-            if not self._quit:
-                await self.deck.chat.drain()
+            await self.client.end_of_input(drain=not self._quit)
             self._drop_early(None, "unused: no permission request came from {agent}")
-            await self.deck.stop_all()
+            await self.client.close()
             return 0
         finally:
             self._drop_early(None, None)
             for agent in list(self._streams):
                 self._end_stream(agent)
             self.flush()
-            self.deck.unsubscribe(self.on_event)
+            self.client.unsubscribe(self.dispatch)
 
 
     def handle_line(self, line: str) -> None:
@@ -503,32 +552,28 @@ class LineFrontend(Frontend):
             self._send(self.current, line)
 
     def _send(self, agent: str, text: str) -> None:
-        if agent not in self.deck.agents:
-            self.error(DECK, f"unknown agent {agent!r} (agents: {', '.join(self.deck.agents) or 'none'})")
+        if agent not in self.agents:
+            self.error(DECK, f"unknown agent {agent!r} (agents: {', '.join(self.agents) or 'none'})")
             return
         self.current = agent
         if not text.strip():
             self.emit(DECK, f"talking to {agent}", "dim")
             return
-        try:
-            self.deck.chat.send(agent, text)
-        except ServiceError as exc:
-            self.error(agent, str(exc))
+        self._spawn(self.client.call("ChatService.Send", {"agent": agent, "text": text}), agent)
 
     def _command(self, line: str) -> None:
         name, *args = line[1:].split() or [""]
         if name in ("start", "stop", "restart", "logs", "cancel"):
             agent = args[0] if args else self.current
-            if agent is None or agent not in self.deck.agents:
-                self.error(DECK, f"unknown agent {agent!r} (agents: {', '.join(self.deck.agents) or 'none'})")
+            if agent is None or agent not in self.agents:
+                self.error(DECK, f"unknown agent {agent!r} (agents: {', '.join(self.agents) or 'none'})")
                 return
             if name == "cancel":
                 self._cancel(agent)
             elif name == "logs":
                 self._spawn(self._logs(agent), agent)
             else:
-                method = getattr(self.deck.agent_service, name.title())
-                self._spawn(method(agent), agent)
+                self._spawn(self.client.call(f"AgentService.{name.title()}", {"name": agent}), agent)
         elif name == "allow":
             self._answer(args[0] if args else None)
         elif name == "deny":
@@ -547,31 +592,34 @@ class LineFrontend(Frontend):
 
     def _answer_question(self, text: str | None) -> None:
         """/answer K=V ... or /answer {json}: the oldest pending question; /decline (text None) declines it."""
-        pending = next(iter(self.deck.chat.questions.values()), None)
-        if pending is None:
+        question = next((p for kind, p in self._asks.values() if kind == "question"), None)
+        if question is None:
             self.error(DECK, "no question is waiting for an answer")
             return
         values = None
         if text is not None:
             try:
-                values = question_values(text, pending.payload.get("schema") or {})
+                values = question_values(text, question.get("schema") or {})
             except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested too deep
-                self.error(pending.agent, f"cannot read that answer: {exc}")
+                self.error(question["agent"], f"cannot read that answer: {exc}")
                 return
-        self._spawn(self.deck.chat.AnswerQuestion(pending.id, values), pending.agent)
+        del self._asks[question["id"]]  # answered: the next /answer is for the next question
+        answering = self.client.call("ChatService.AnswerQuestion", {"id": question["id"], "values": values})
+        self._spawn(answering, question["agent"])
 
     def _help(self) -> None:
         for line in HELP.splitlines():
             self.emit(DECK, line)
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any], agent: str) -> None:
-        task = asyncio.get_running_loop().create_task(self._report(coro, agent))
+    def _spawn(self, work: Awaitable[Any], agent: str) -> None:
+        """Await `work` (a call, or a coroutine of calls); an error it raises is shown under `agent`."""
+        task = asyncio.get_running_loop().create_task(self._report(work, agent))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _report(self, coro: Coroutine[Any, Any, Any], agent: str) -> None:
+    async def _report(self, work: Awaitable[Any], agent: str) -> None:
         try:
-            await coro
+            await work
         except ServiceError as exc:
             self.error(agent, str(exc))
         except Exception as exc:  # a bug must not end the frontend
@@ -579,20 +627,23 @@ class LineFrontend(Frontend):
 
     def _cancel(self, agent: str) -> None:
         dropped = self._drop_early(agent, "dropped: it waited for a permission request")
-        result = self.deck.chat.cancel(agent)
+        self._spawn(self._cancelled(agent, self.client.call("ChatService.Cancel", {"agent": agent}), dropped), agent)
+
+    async def _cancelled(self, agent: str, call: Awaitable[dict[str, Any]], dropped: int) -> None:
+        result = await call
         if not result["cancelled"] and not result["abandoned"] and not dropped:
             self.emit(agent, "nothing to cancel", "dim")
 
     async def _logs(self, agent: str) -> None:
-        lines = await self.deck.agent_service.Logs(agent)
+        lines = await self.client.call("AgentService.Logs", {"name": agent})
         if not lines:
             self.emit(agent, "no log lines", "dim")
         for line in lines:
             self.emit(agent, f"| {line}", "dim")
 
     async def _agents(self) -> None:
-        language = self.deck.config.language
-        for info in await self.deck.agent_service.List():
+        language = self.language
+        for info in await self.client.call("AgentService.List"):
             shown = f"{info['title']} · {label(AgentState(info['state']), language)}"
             if info["outdated"]:
                 shown += f" · {OUTDATED_LABEL.get(language, OUTDATED_LABEL['en'])}"
@@ -613,14 +664,14 @@ class LineFrontend(Frontend):
         if agent is None:
             self.error(DECK, "there is no agent in the config")
             return
-        waiting = [p for p in self.deck.chat.permissions.values() if not p.future.done()]
-        ask = next((p for p in waiting if p.agent == agent), None)
+        waiting = [p for kind, p in self._asks.values() if kind == "permission"]
+        ask = next((p for p in waiting if p["agent"] == agent), None)
         chosen = _option_number(number) if number is not None else None
         if number is not None and chosen is None:
-            self.error(agent, "/allow N: N is an option number" + (f", 1 to {len(ask.options)}" if ask else ""))
+            self.error(agent, "/allow N: N is an option number" + (f", 1 to {len(ask['options'])}" if ask else ""))
             return
         if ask is not None:
-            self._give(agent, ask.id, ask.options, chosen, deny)
+            self._give(agent, ask["id"], ask["options"], chosen, deny)
             return
         command = "/deny" if deny else f"/allow {number}" if number is not None else "/allow"
         if len(self._early.get(agent, [])) >= ANSWERS_MAX:
@@ -630,7 +681,7 @@ class LineFrontend(Frontend):
         early.timer = asyncio.get_running_loop().call_later(ANSWER_WAIT, self._expire, early)
         self._early.setdefault(agent, []).append(early)
         shown = f"waiting up to {ANSWER_WAIT:g} s for a permission request from {agent}: {command} answers it"
-        others = sorted({p.agent for p in waiting})
+        others = sorted({p["agent"] for p in waiting})
         if others:
             shown += f" ({others[0]} has one waiting: @{others[0]}, then {command})"
         self.emit(agent, shown, "dim")
@@ -652,10 +703,9 @@ class LineFrontend(Frontend):
         else:
             self.error(agent, f"/allow N: N is an option number, 1 to {len(options)}")
             return
-        try:
-            self.deck.chat.answer_permission(pending_id, str(option["optionId"]))
-        except ServiceError as exc:
-            self.error(agent, str(exc))
+        self._asks.pop(pending_id, None)  # answered: the next /allow or /deny is for the next request
+        params = {"id": pending_id, "optionId": str(option["optionId"])}
+        self._spawn(self.client.call("ChatService.AnswerPermission", params), agent)
 
     def _expire(self, early: _EarlyAnswer) -> None:
         waiting = self._early.get(early.agent, [])

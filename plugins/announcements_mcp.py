@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from deck._version import __version__
+from deck import __version__
 
 if TYPE_CHECKING:
     import socket  # imported by the first tool call: it is a tenth of the start-up, and `initialize` needs none

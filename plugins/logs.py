@@ -15,10 +15,14 @@ import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from deck import hookimpl
 from deck.events import AgentLog
+
+if TYPE_CHECKING:
+    from deck import Agent, Deck
+    from deck.events import Event
 
 MAX_BYTES = 1024 * 1024
 BACKUPS = 3
@@ -87,36 +91,35 @@ class Trace:
         self.file.close()
 
 
-_logs: dict[int, AgentLogs] = {}
-_traces: dict[int, Trace] = {}
+class Logs:
+    """One deck's log files and trace: a plugin of its own, registered with that deck's plugin manager at start."""
+
+    def __init__(self, deck: Deck) -> None:
+        self.deck = deck
+        self.files = AgentLogs(state_dir() / "logs")
+        self.trace = Trace(Path(deck.trace_path)) if deck.trace_path is not None else None
+
+    @hookimpl
+    def deck_event(self, event: Event) -> None:
+        if type(event) is AgentLog:
+            self.files.write(event.agent, event.line)
+
+    @hookimpl
+    def deck_acp_message(self, agent: Agent, direction: str, message: dict[str, Any]) -> None:
+        if self.trace is not None:
+            self.trace.write(agent.name, direction, message)
+
+    @hookimpl
+    def deck_shutdown(self) -> None:
+        self.deck.pm.unregister(self)
+        self.files.close()
+        if self.trace is not None:
+            self.trace.close()
 
 
 @hookimpl
-def deck_startup(deck: Any) -> None:
-    _logs[id(deck)] = AgentLogs(state_dir() / "logs")
-    if deck.trace_path is not None:
-        _traces[id(deck)] = Trace(Path(deck.trace_path))
+def deck_startup(deck: Deck) -> None:
+    logs = Logs(deck)
+    deck.pm.register(logs, name="logs.deck")
+    if logs.trace is not None:
         deck.trace_acp = True
-
-
-@hookimpl
-def deck_event(deck: Any, event: Any) -> None:
-    if type(event) is AgentLog:
-        logs = _logs.get(id(deck))
-        if logs is not None:
-            logs.write(event.agent, event.line)
-
-
-@hookimpl
-def deck_acp_message(deck: Any, agent: Any, direction: str, message: dict[str, Any]) -> None:
-    trace = _traces.get(id(deck))
-    if trace is not None:
-        trace.write(agent.name, direction, message)
-
-
-@hookimpl
-def deck_shutdown(deck: Any) -> None:
-    if (logs := _logs.pop(id(deck), None)) is not None:
-        logs.close()
-    if (trace := _traces.pop(id(deck), None)) is not None:
-        trace.close()

@@ -55,7 +55,7 @@ test -f "$PEERS/chuk-acp/share/chuk-acp/examples/echo_agent.py"
 npm_pinned() {  # prefix-dir package version
     local prefix=$1 package=$2 version=$3
     local manifest="$prefix/node_modules/$package/package.json"
-    if [ -f "$manifest" ] && grep -q "\"version\": \"$version\"" "$manifest"; then
+    if [ -f "$manifest" ] && grep -q "\"version\": \"$version\"" "$manifest" && [ -d "$prefix/node_modules/.bin" ]; then
         say "$package@$version already installed"; return 0
     fi
     say "installing $package@$version"

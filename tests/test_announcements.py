@@ -1,4 +1,4 @@
-"""Inter-agent asks (SPEC §9): a requester calls the real `deck` MCP server; the target answers in its own session."""
+"""Inter-agent asks: a requester calls the real `deck` MCP server; the target answers in its own session."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from deck import CONVERSATION, Session, hookimpl
 from deck.plugins import announcements, announcements_mcp
 from deck.plugins.announcements import bridge
 
@@ -171,7 +172,7 @@ async def test_the_targets_permission_requests_go_to_the_user(make_deck):
     deck.chat.send("a", "ask b perm")
     request = await rec.wait_event("permission:requested", agent="b")
     assert request["toolCall"]["title"] == "Edit file"
-    await deck.chat.AnswerPermission(request["id"], "yes")
+    deck.chat.answer_permission(request["id"], "yes")
     await turn_done(rec, "a")
     assert answers(deck, "a") == ["answer: permission: yes"]
     assert deck.chat.conversation("b").snapshot()["messages"] == []
@@ -222,7 +223,7 @@ async def request(method: str, params, env: dict) -> dict:
 
 
 def server_entry(deck, agent: str) -> dict:
-    (entry,) = deck.hooks.session_mcp_servers(deck.agents[agent])
+    (entry,) = deck.hooks.session_mcp_servers(deck.agents[agent], Session(deck.agents[agent]))
     return entry
 
 
@@ -321,7 +322,7 @@ async def test_fast_agent_asks_through_the_deck_mcp_server(peer_deck, home, work
     request = await rec.wait_event("permission:requested", agent="fast", timeout=60)
     assert json.loads(request["toolCall"]["input"]) == {"agent": "b", "question": "multi"}
     allow = next(o["optionId"] for o in request["options"] if o["kind"] == "allow_once")
-    await deck.chat.AnswerPermission(request["id"], allow)
+    deck.chat.answer_permission(request["id"], allow)
     await turn_done(rec, "fast")
     reply = deck.chat.conversation("fast").snapshot()["messages"][-1]
     (tool,) = [p for p in reply["parts"] if p["type"] == "tool"]
@@ -414,3 +415,46 @@ async def test_cancelling_an_agents_own_turn_ends_only_the_asks_of_that_turn(mak
     assert [(c["requester"], c["target"]) for c in active()] == [("x", "a"), ("a", "b")]
     deck.chat.cancel("x")
     await rec.wait(lambda r: not active(), timeout=15)
+
+
+# -- the plugin API it is written with -----------------------------------------------------------------
+
+
+class Sessions:
+    """A plugin that notes which session each `session/new` it gives servers to is for."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    @hookimpl
+    def deck_session_mcp_servers(self, agent, session):
+        assert session.id is None  # asked as the session/new is being made
+        self.seen.append((agent.name, session.origin))
+
+
+async def test_the_mcp_servers_hook_knows_which_session_it_serves(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    sessions = Sessions()
+    deck.pm.register(sessions)
+    deck.chat.send("a", "ask b multi")
+    await turn_done(rec, "a")
+    (ticket,) = {p["ticketId"] for p in rec.named("ask:changed")}
+    assert sessions.seen == [("a", CONVERSATION), ("b", CONVERSATION), ("b", ticket)]
+
+
+async def test_each_deck_keeps_its_own_announcements_on_its_own_plugin_manager(make_deck):
+    one, rec_one = make_deck(agent_block("a") + agent_block("b"))
+    other, rec_other = make_deck(agent_block("a") + agent_block("b"))
+    for deck in (one, other):
+        assert deck.pm.get_plugin(announcements.PER_DECK) is None  # made on first use
+    one.chat.send("a", "ask b multi 1")
+    other.chat.send("a", "ask b multi 1")
+    await turn_done(rec_one, "a")
+    await turn_done(rec_other, "a")
+    ours, theirs = one.pm.get_plugin(announcements.PER_DECK), other.pm.get_plugin(announcements.PER_DECK)
+    assert ours.deck is one and theirs.deck is other and ours.bridge.path != theirs.bridge.path
+    await one.shutdown()
+    assert one.pm.get_plugin(announcements.PER_DECK) is None and not os.path.exists(ours.bridge.path)
+    other.chat.send("a", "ask b multi 1")  # the other deck's socket still serves it
+    await turn_done(rec_other, "a", 2)
+    assert answers(other, "a")[-1] == f"answer: {CONCLUSION}"

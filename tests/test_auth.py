@@ -66,7 +66,7 @@ async def test_session_new_refused_fails_the_start_with_every_method_explained(m
     deck, rec = make_deck(needs_auth())
     trace = traced(deck)
     with pytest.raises(ServiceError, match="Authentication required") as raised:
-        await deck.agent_service.Start("a")
+        await deck.agent_service.start("a")
     agent = deck.agents["a"]
     assert rec.states("a") == ["starting", "error"] and agent.process is None
     assert trace.sent == ["initialize", "session/new"]  # no method configured: no authenticate
@@ -80,14 +80,14 @@ async def test_session_new_refused_fails_the_start_with_every_method_explained(m
     assert lines[3].endswith("""then authMethod = "env-key" in [agents.a], or AgentService.Authenticate("a", "env-key")""")
     assert lines[4].startswith("- 'login' (Log in): run `LOGIN_MODE=1 ") and "fake_agent.py --require-auth" in lines[4]
     assert "--login` once in a terminal, then restart a" in lines[4]
-    assert (await deck.agent_service.List())[0]["error"] == error
+    assert (await deck.agent_service.list_agents())[0]["error"] == error
     assert not descendants_of_self()
 
 
 async def test_env_var_already_set_only_needs_the_method(make_deck):
     deck, _ = make_deck(needs_auth(env={KEY_VAR: "sk-fake"}))
     with pytest.raises(ServiceError):
-        await deck.agent_service.Start("a")
+        await deck.agent_service.start("a")
     (line,) = [x for x in deck.agents["a"].error.splitlines() if "'env-key'" in x]
     assert line == f"""- 'env-key' (Use {KEY_VAR}): authMethod = "env-key" in [agents.a], or AgentService.Authenticate("a", "env-key")"""
 
@@ -95,8 +95,8 @@ async def test_env_var_already_set_only_needs_the_method(make_deck):
 async def test_config_auth_method_authenticates_on_every_start(make_deck):
     deck, rec = make_deck(needs_auth(authMethod="key"))
     trace = traced(deck)
-    assert (await deck.agent_service.Start("a"))["state"] == "ready"
-    assert (await deck.agent_service.Restart("a"))["state"] == "ready"
+    assert (await deck.agent_service.start("a"))["state"] == "ready"
+    assert (await deck.agent_service.restart("a"))["state"] == "ready"
     assert trace.sent == ["initialize", "authenticate", "session/new"] * 2
     assert rec.states("a") == ["starting", "ready", "stopped", "starting", "ready"]
     assert (await ask(deck, rec, "hi")).text == "You said: hi"
@@ -104,14 +104,14 @@ async def test_config_auth_method_authenticates_on_every_start(make_deck):
 
 async def test_env_var_method_with_the_key_in_env(make_deck):
     deck, _ = make_deck(needs_auth(authMethod="env-key", env={KEY_VAR: "sk-fake"}))
-    assert (await deck.agent_service.Start("a"))["state"] == "ready"
-    assert "authenticated with env-key" in await deck.agent_service.Logs("a")
+    assert (await deck.agent_service.start("a"))["state"] == "ready"
+    assert "authenticated with env-key" in await deck.agent_service.logs("a")
 
 
 async def test_env_var_method_without_the_key_says_which_variable(make_deck):
     deck, _ = make_deck(needs_auth(authMethod="env-key"))
     with pytest.raises(ServiceError):
-        await deck.agent_service.Start("a")
+        await deck.agent_service.start("a")
     lines = deck.agents["a"].error.splitlines()
     assert lines[0] == f"authenticate with 'env-key' failed: Internal error (-32603): {KEY_VAR} is not set"
     assert lines[1] == "To authenticate:"
@@ -123,7 +123,7 @@ async def test_config_auth_method_the_agent_does_not_offer(make_deck):
     deck, rec = make_deck(needs_auth(authMethod="nope"))
     trace = traced(deck)
     with pytest.raises(ServiceError, match="unknown authentication method 'nope' for a: it offers 'key', 'env-key', 'login'"):
-        await deck.agent_service.Start("a")
+        await deck.agent_service.start("a")
     assert trace.sent == ["initialize"] and rec.states("a") == ["starting", "error"]
 
 
@@ -131,7 +131,7 @@ async def test_a_terminal_method_is_never_passed_to_authenticate(make_deck):
     deck, _ = make_deck(needs_auth(authMethod="login"))
     trace = traced(deck)
     with pytest.raises(ServiceError, match="'login' is a terminal login, not for authenticate: .*run `LOGIN_MODE=1 "):
-        await deck.agent_service.Start("a")
+        await deck.agent_service.start("a")
     assert "authenticate" not in trace.sent
 
 
@@ -139,22 +139,22 @@ async def test_authenticate_service_starts_once_with_the_method(make_deck):
     deck, rec = make_deck(needs_auth())
     trace = traced(deck)
     with pytest.raises(ServiceError):
-        await deck.agent_service.Start("a")
-    info = await deck.agent_service.Authenticate("a", "key")
+        await deck.agent_service.start("a")
+    info = await deck.agent_service.authenticate("a", "key")
     assert info["state"] == "ready" and info["error"] is None
     assert trace.sent == ["initialize", "session/new", "initialize", "authenticate", "session/new"]
     assert (await ask(deck, rec, "hi")).text == "You said: hi"
     # Once: the next start has no method again, and the agent refuses it.
     with pytest.raises(ServiceError, match="Authentication required"):
-        await deck.agent_service.Restart("a")
+        await deck.agent_service.restart("a")
     assert trace.sent[-2:] == ["initialize", "session/new"]
 
 
 async def test_authenticate_restarts_a_running_agent(make_deck):
     deck, rec = make_deck(agent_block("a"))  # needs no authentication, accepts it anyway
     trace = traced(deck)
-    await deck.agent_service.Start("a")
-    assert (await deck.agent_service.Authenticate("a", "key"))["state"] == "ready"
+    await deck.agent_service.start("a")
+    assert (await deck.agent_service.authenticate("a", "key"))["state"] == "ready"
     assert rec.states("a") == ["starting", "ready", "stopped", "starting", "ready"]
     assert trace.sent == ["initialize", "session/new", "initialize", "authenticate", "session/new"]
 
@@ -164,13 +164,13 @@ async def test_authenticate_with_an_unknown_method_is_a_clear_error(make_deck):
     trace = traced(deck)
     # Never started: the agent's methods are learnt from initialize, then the start fails.
     with pytest.raises(ServiceError, match="unknown authentication method 'nope' for a: it offers 'key', 'env-key', 'login'"):
-        await deck.agent_service.Authenticate("a", "nope")
+        await deck.agent_service.authenticate("a", "nope")
     assert trace.sent == ["initialize"] and rec.states("a") == ["starting", "error"]
     # Now they are known: refused at once, without a restart.
     with pytest.raises(ServiceError, match="unknown authentication method 'other' for a"):
-        await deck.agent_service.Authenticate("a", "other")
+        await deck.agent_service.authenticate("a", "other")
     with pytest.raises(ServiceError, match="empty methodId"):
-        await deck.agent_service.Authenticate("a", " ")
+        await deck.agent_service.authenticate("a", " ")
     assert trace.sent == ["initialize"] and rec.states("a") == ["starting", "error"]
     assert not descendants_of_self()
 

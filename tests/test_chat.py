@@ -23,16 +23,16 @@ pytestmark = pytest.mark.anyio
 async def test_send_errors(make_deck):
     deck, rec = make_deck(agent_block("a"))
     with pytest.raises(ServiceError, match="empty message"):
-        await deck.chat.Send("a", "  \n ")
+        deck.chat.send("a", "  \n ")
     with pytest.raises(ServiceError, match="unknown agent 'nope'"):
-        await deck.chat.Send("nope", "hi")
+        deck.chat.send("nope", "hi")
     assert deck.chat.conversation("a").messages == []
     assert deck.agents["a"].state.value == "stopped"  # nothing was started
 
 
 async def test_send_starts_the_agent_and_returns_the_message_id(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    message_id = await deck.chat.Send("a", "hello")
+    message_id = deck.chat.send("a", "hello")
     conv = deck.chat.conversation("a")
     assert conv.messages[0].id == message_id and conv.messages[0].role == "user"
     reply = await wait_reply(deck, rec, conv.messages[0])
@@ -42,13 +42,13 @@ async def test_send_starts_the_agent_and_returns_the_message_id(make_deck):
 
 async def test_messages_sent_during_a_turn_are_queued_then_sent_in_order(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    first = deck.chat.send("a", "sleep 0.5")
+    first = deck.chat.turns.send("a", "sleep 0.5")
     await rec.wait_event("turn:changed", agent="a", busy=True)
-    q1 = deck.chat.send("a", "one")
-    q2 = deck.chat.send("a", "two")
+    q1 = deck.chat.turns.send("a", "one")
+    q2 = deck.chat.turns.send("a", "two")
     assert (q1.queued, q2.queued) == (True, True)
     assert [t["queued"] for t in rec.named("turn:changed", "a")] == [0, 1, 2]
-    snap = await deck.chat.Conversation("a")
+    snap = await deck.chat.conversation_snapshot("a")
     assert snap["busy"] is True and snap["queued"] == 2
     assert [m["queued"] for m in snap["messages"] if m["role"] == "user"] == [False, True, True]
     r1 = await wait_reply(deck, rec, q1)
@@ -69,7 +69,7 @@ async def test_messages_sent_during_a_turn_are_queued_then_sent_in_order(make_de
 async def test_a_message_sent_while_the_agent_starts_is_counted_by_the_turn(make_deck):
     deck, rec = make_deck(agent_block("a"))
     deck.chat.send("a", "one")
-    second = deck.chat.send("a", "two")  # the agent is still starting for "one"
+    second = deck.chat.turns.send("a", "two")  # the agent is still starting for "one"
     assert second.queued
     await wait_reply(deck, rec, second)
     changes = [(t["busy"], t["queued"]) for t in rec.named("turn:changed", "a")]
@@ -82,10 +82,10 @@ async def test_a_message_sent_while_the_agent_starts_is_counted_by_the_turn(make
 
 async def test_cancel_keeps_the_partial_answer_and_abandons_the_queue(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    user = deck.chat.send("a", "slow")
+    user = deck.chat.turns.send("a", "slow")
     await rec.wait_event("message:delta", agent="a")
-    queued = deck.chat.send("a", "never sent")
-    result = await deck.chat.Cancel("a")
+    queued = deck.chat.turns.send("a", "never sent")
+    result = deck.chat.cancel("a")
     assert result == {"cancelled": True, "abandoned": 1}
     assert queued.error == "cancelled" and not queued.queued
     reply = await wait_reply(deck, rec, user)
@@ -102,23 +102,23 @@ async def test_cancel_keeps_the_partial_answer_and_abandons_the_queue(make_deck)
 
 async def test_cancel_answers_a_pending_permission_cancelled(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    user = deck.chat.send("a", "perm")
+    user = deck.chat.turns.send("a", "perm")
     request = await rec.wait_event("permission:requested", agent="a")
-    await deck.chat.Cancel("a")
+    deck.chat.cancel("a")
     assert await rec.wait_event("permission:resolved", id=request["id"]) == {"id": request["id"], "agent": "a"}
     reply = await wait_reply(deck, rec, user)
     assert "permission: cancelled" in reply.text and reply.stop_reason == "cancelled"
-    assert (await deck.chat.Conversation("a"))["permissions"] == []
+    assert (await deck.chat.conversation_snapshot("a"))["permissions"] == []
     with pytest.raises(ServiceError, match="no pending permission"):
-        await deck.chat.AnswerPermission(request["id"], "yes")
+        deck.chat.answer_permission(request["id"], "yes")
 
 
 async def test_late_updates_after_a_cancel_never_reach_the_next_turn(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    user = deck.chat.send("a", "cancel-late")
+    user = deck.chat.turns.send("a", "cancel-late")
     await rec.wait_event("message:delta", agent="a")
-    await deck.chat.Cancel("a")
-    following = deck.chat.send("a", "sleep 2")  # queued behind the turn still ending
+    deck.chat.cancel("a")
+    following = deck.chat.turns.send("a", "sleep 2")  # queued behind the turn still ending
     cancelled = await wait_reply(deck, rec, user)
     assert cancelled.stop_reason == "cancelled"
     nxt = await wait_reply(deck, rec, following)
@@ -137,16 +137,16 @@ async def test_late_updates_after_a_cancel_never_reach_the_next_turn(make_deck):
 
 async def test_cancel_while_the_agent_starts_sends_nothing(make_deck, caplog):
     deck, rec = make_deck(agent_block("a", "--handshake-delay", "0.5"))
-    user = deck.chat.send("a", "hello")
+    user = deck.chat.turns.send("a", "hello")
     await rec.wait_event("agent:state", agent="a", state="starting")
-    assert await deck.chat.Cancel("a") == {"cancelled": False, "abandoned": 1}
+    assert deck.chat.cancel("a") == {"cancelled": False, "abandoned": 1}
     assert user.error == "cancelled"
     with caplog.at_level(logging.ERROR):
         await rec.wait_event("agent:state", agent="a", state="ready")
         await asyncio.sleep(0.2)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert [m.role for m in deck.chat.conversation("a").messages] == ["user"]
-    assert deck.chat._turns == {}
+    await asyncio.wait_for(deck.chat.drain(), 1)  # no turn is left running
     reply = await ask(deck, rec, "again")
     assert reply.text == "You said: again"
 
@@ -156,7 +156,7 @@ async def test_cancel_while_the_agent_starts_sends_nothing(make_deck, caplog):
 
 async def test_permission_round_trip(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    user = deck.chat.send("a", "perm")
+    user = deck.chat.turns.send("a", "perm")
     request = await rec.wait_event("permission:requested", agent="a")
     conv = deck.chat.conversation("a")
     reply = conv.messages[-1]
@@ -166,36 +166,36 @@ async def test_permission_round_trip(make_deck):
     assert request["toolCall"]["kind"] == "edit"  # merged with the tool call sent before
     assert request["toolCall"]["diffs"] == [{"path": "/x", "oldText": "a", "newText": "b", "newFile": False}]
     assert [o["optionId"] for o in request["options"]] == ["yes", "no"]
-    assert (await deck.chat.Conversation("a"))["permissions"] == [request]
+    assert (await deck.chat.conversation_snapshot("a"))["permissions"] == [request]
     with pytest.raises(ServiceError, match="no pending permission request 'perm-0'"):
-        await deck.chat.AnswerPermission("perm-0", "yes")
+        deck.chat.answer_permission("perm-0", "yes")
     with pytest.raises(ServiceError, match="unknown option 'maybe'"):
-        await deck.chat.AnswerPermission(request["id"], "maybe")
-    assert await deck.chat.AnswerPermission(request["id"], "yes") == {"id": request["id"], "optionId": "yes"}
+        deck.chat.answer_permission(request["id"], "maybe")
+    assert deck.chat.answer_permission(request["id"], "yes") == {"id": request["id"], "optionId": "yes"}
     resolved = await rec.wait_event("permission:resolved", id=request["id"])
     assert resolved == {"id": request["id"], "agent": "a", "optionId": "yes"}
     reply = await wait_reply(deck, rec, user)
     assert reply.text == "permission: yes" and reply.stop_reason == "end_turn"
     assert reply.parts[0].to_dict()["status"] == "completed"
     with pytest.raises(ServiceError, match="no pending permission"):
-        await deck.chat.AnswerPermission(request["id"], "yes")
+        deck.chat.answer_permission(request["id"], "yes")
 
 
 async def test_rejections_count_refusals_of_the_turn(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    user = deck.chat.send("a", "perms 2 edit")
+    user = deck.chat.turns.send("a", "perms 2 edit")
     first = await rec.wait_event("permission:requested", agent="a")
     assert first["rejections"] == 0
-    await deck.chat.AnswerPermission(first["id"], "no")
+    deck.chat.answer_permission(first["id"], "no")
     second = await rec.wait(lambda r: r.named("permission:requested")[1:] and r.named("permission:requested")[1])
     assert second["rejections"] == 1
-    await deck.chat.AnswerPermission(second["id"], "yes")
+    deck.chat.answer_permission(second["id"], "yes")
     reply = await wait_reply(deck, rec, user)
     assert reply.text == "p0: no; p1: yes; "
-    user = deck.chat.send("a", "perms 1 edit")
+    user = deck.chat.turns.send("a", "perms 1 edit")
     third = await rec.wait(lambda r: r.named("permission:requested")[2:] and r.named("permission:requested")[2])
     assert third["rejections"] == 0  # a new turn starts from zero
-    await deck.chat.AnswerPermission(third["id"], "no")
+    deck.chat.answer_permission(third["id"], "no")
     await wait_reply(deck, rec, user)
 
 
@@ -204,7 +204,7 @@ async def test_policy_allow_approves_every_request(make_deck):
     reply = await ask(deck, rec, "perms 2 execute")
     assert reply.text == "p0: yes; p1: yes; "
     assert rec.named("permission:requested") == []
-    assert any("granted by the config" in line for line in await deck.agent_service.Logs("a"))
+    assert any("granted by the config" in line for line in await deck.agent_service.logs("a"))
 
 
 async def test_policy_allow_reads_approves_reads_only(make_deck):
@@ -212,17 +212,17 @@ async def test_policy_allow_reads_approves_reads_only(make_deck):
     assert (await ask(deck, rec, "perms 1 read")).text == "p0: yes; "
     assert (await ask(deck, rec, "perms 1 search")).text == "p0: yes; "
     assert rec.named("permission:requested") == []
-    user = deck.chat.send("a", "perms 1 edit")
+    user = deck.chat.turns.send("a", "perms 1 edit")
     request = await rec.wait_event("permission:requested", agent="a")
-    await deck.chat.AnswerPermission(request["id"], "no")
+    deck.chat.answer_permission(request["id"], "no")
     assert (await wait_reply(deck, rec, user)).text == "p0: no; "
 
 
 async def test_default_policy_asks(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    user = deck.chat.send("a", "perms 1 read")
+    user = deck.chat.turns.send("a", "perms 1 read")
     request = await rec.wait_event("permission:requested", agent="a")
-    await deck.chat.AnswerPermission(request["id"], "always")
+    deck.chat.answer_permission(request["id"], "always")
     assert (await wait_reply(deck, rec, user)).text == "p0: always; "
 
 
@@ -302,26 +302,26 @@ async def test_relative_paths_are_refused(make_deck, workdir):
 
 async def test_modes_and_config_options_from_session_new_and_set(make_deck):
     deck, rec = make_deck(agent_block("a", "--modes"))
-    await deck.agent_service.Start("a")
-    snap = await deck.chat.Conversation("a")
+    await deck.agent_service.start("a")
+    snap = await deck.chat.conversation_snapshot("a")
     assert snap["modes"]["currentModeId"] == "a"
     assert [m["id"] for m in snap["modes"]["availableModes"]] == ["a", "b"]
     assert [(o["id"], o["currentValue"]) for o in snap["configOptions"]] == [("model", "m1")]
-    result = await deck.chat.SetMode("a", "b")
+    result = await deck.chat.set_mode("a", "b")
     assert result["modes"]["currentModeId"] == "b" and len(result["modes"]["availableModes"]) == 2
-    result = await deck.chat.SetConfigOption("a", "model", "m2")
+    result = await deck.chat.set_config_option("a", "model", "m2")
     assert result["configOptions"][0]["currentValue"] == "m2"  # the agent's answer
-    snap = await deck.chat.Conversation("a")
+    snap = await deck.chat.conversation_snapshot("a")
     assert snap["modes"]["currentModeId"] == "b" and snap["configOptions"][0]["currentValue"] == "m2"
     fields = [(c["field"], c["value"]) for c in rec.named("conversation:changed", "a")]
     assert ("configOptions", result["configOptions"]) in fields
     with pytest.raises(ServiceError, match="unknown agent"):
-        await deck.chat.SetMode("nope", "b")
+        await deck.chat.set_mode("nope", "b")
 
 
 async def test_question_answered(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    user = deck.chat.send("a", "question")
+    user = deck.chat.turns.send("a", "question")
     question = await rec.wait_event("question:requested", agent="a")
     reply = deck.chat.conversation("a").messages[-1]
     assert question == {
@@ -329,8 +329,8 @@ async def test_question_answered(make_deck):
         "schema": {"type": "object", "properties": {"name": {"type": "string"}}},
     }  # fmt: skip
     with pytest.raises(ServiceError, match="no pending question"):
-        await deck.chat.AnswerQuestion("question-0", {"name": "x"})
-    await deck.chat.AnswerQuestion(question["id"], {"name": "Ann"})
+        deck.chat.answer_question("question-0", {"name": "x"})
+    deck.chat.answer_question(question["id"], {"name": "Ann"})
     assert await rec.wait_event("question:resolved", id=question["id"]) == {"id": question["id"], "agent": "a"}
     reply = await wait_reply(deck, rec, user)
     assert json.loads(reply.text) == {"action": "accept", "content": {"name": "Ann"}}
@@ -338,20 +338,43 @@ async def test_question_answered(make_deck):
 
 async def test_question_declined(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    user = deck.chat.send("a", "question")
+    user = deck.chat.turns.send("a", "question")
     question = await rec.wait_event("question:requested", agent="a")
-    await deck.chat.AnswerQuestion(question["id"], None)
+    deck.chat.answer_question(question["id"], None)
     assert json.loads((await wait_reply(deck, rec, user)).text) == {"action": "decline"}
 
 
 async def test_cancel_declines_a_pending_question(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    user = deck.chat.send("a", "slow-question")
+    user = deck.chat.turns.send("a", "slow-question")
     question = await rec.wait_event("question:requested", agent="a")
-    await deck.chat.Cancel("a")
+    deck.chat.cancel("a")
     await rec.wait_event("question:resolved", id=question["id"])
     reply = await wait_reply(deck, rec, user)
     assert reply.text == 'asking {"action": "decline"}' and reply.stop_reason == "cancelled"
+
+
+# -- what waits for the user: one registry -------------------------------------------------------
+
+
+async def test_pending_lists_permissions_and_questions_in_the_order_asked(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    deck.chat.send("a", "perm")
+    permission = await rec.wait_event("permission:requested", agent="a")
+    deck.chat.send("b", "question")
+    question = await rec.wait_event("question:requested", agent="b")
+    assert await deck.call("ChatService.Pending", None) == [
+        {**permission, "kind": "permission"}, {**question, "kind": "question"}]  # fmt: skip
+    # Each kind is answered by its own method only.
+    with pytest.raises(ServiceError, match="no pending question"):
+        deck.chat.answer_question(permission["id"], None)
+    with pytest.raises(ServiceError, match="no pending permission request"):
+        deck.chat.answer_permission(question["id"], "yes")
+    deck.chat.answer_permission(permission["id"], "yes")
+    assert deck.chat.list_pending() == [{**question, "kind": "question"}]  # answered: gone at once
+    deck.chat.answer_question(question["id"], {"name": "Ann"})
+    await rec.wait_event("question:resolved", id=question["id"])
+    assert deck.chat.list_pending() == []
 
 
 # -- system messages and crashes -----------------------------------------------------------------
@@ -359,14 +382,14 @@ async def test_cancel_declines_a_pending_question(make_deck):
 
 async def test_agent_unavailable_when_it_cannot_start(make_deck):
     deck, rec = make_deck(agent_block("a", command=["/no/such/agent-binary"]))
-    user = deck.chat.send("a", "hello")
+    user = deck.chat.turns.send("a", "hello")
     await rec.wait_event("turn:changed", agent="a", busy=False)
     messages = deck.chat.conversation("a").messages
     assert [m.role for m in messages] == ["user", "system"]
     system = messages[1].to_dict()
     assert system["code"] == "agent-unavailable" and "command not found: /no/such/agent-binary" in system["error"]
     assert messages[0] is user and user.error is None
-    assert deck.chat._turns == {}
+    await asyncio.wait_for(deck.chat.drain(), 1)  # no turn is left running
 
 
 async def test_crash_ends_the_message_with_an_error_then_a_new_session_is_noted(make_deck):

@@ -19,10 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from typer.testing import CliRunner
 
 from deck.cli import app
-from deck.config import DeckConfig, Problem, effective, json_schema, parse, to_toml
+from deck.config import DeckConfig, Problem, effective, json_schema, to_toml
+from deck.config import parse as parse_alone
 from deck.errors import ServiceError
 from deck.frontend import Frontend
 from deck.hookspecs import hookimpl
+from deck.plugins.history import HistorySettings
+from deck.plugins.idle_stop import IdleStopLimits
 
 from .conftest import agent_block, alive
 from .deck_process import DECK
@@ -30,6 +33,13 @@ from .deck_process import DECK
 pytestmark = pytest.mark.anyio
 
 README = Path(__file__).parent.parent / "README.md"
+#: The sections deck's built-in plugins add to the config (and to its schema): idle_stop's keys of [limits] too.
+BUILT_IN_SECTIONS = {"history": HistorySettings, "limits": IdleStopLimits}
+
+
+def parse(text: str, sections: dict | None = None):
+    """`text` checked as deck checks a file: with its built-in plugins' sections, unless told others."""
+    return parse_alone(text, BUILT_IN_SECTIONS if sections is None else sections)
 
 
 def problems(text: str, **kwargs) -> list[tuple[int, int, str, bool]]:
@@ -101,7 +111,7 @@ def test_unknown_keys_are_warnings_and_the_config_stays_valid():
         (4, 1, "unknown key agents.a.colour"),
         (6, 1, "unknown key limits.max_running_agents"),  # only the documented spelling counts
     ]
-    assert loaded.config.limits.max_running_agents == 4
+    assert loaded.sections["limits"].max_running_agents == 4
 
 
 def test_unknown_keys_are_reported_beside_errors():
@@ -121,13 +131,14 @@ def test_dotted_and_quoted_keys_are_located():
 
 
 def test_values_and_defaults():
-    config = parse('[limits]\nstopIdleAgentsAfter = 90\nhandshakeTimeout = "250ms"\n[agents.a]\ncommand = "npx -y \'an agent\'"\n').config
+    loaded = parse('[limits]\nstopIdleAgentsAfter = 90\nhandshakeTimeout = "250ms"\n[agents.a]\ncommand = "npx -y \'an agent\'"\n')
+    config, limits = loaded.config, loaded.sections["limits"]
     assert config is not None
-    assert config.limits.stop_idle_agents_after == 90.0 and config.limits.handshake_timeout == 0.25
+    assert limits.stop_idle_agents_after == 90.0 and config.limits.handshake_timeout == 0.25
     assert config.agents["a"].command == ["npx", "-y", "an agent"]
-    assert (config.language, config.theme, config.frontend, config.limits.max_running_agents) == ("en", "dark", None, 4)
+    assert (config.language, config.theme, config.frontend, limits.max_running_agents) == ("en", "dark", None, 4)
     assert config.agents["a"].permissions == "ask" and config.agents["a"].auth_method is None
-    assert DeckConfig().limits.stop_idle_agents_after == 600.0 and DeckConfig().limits.handshake_timeout == 30.0
+    assert IdleStopLimits().stop_idle_agents_after == 600.0 and DeckConfig().limits.handshake_timeout == 30.0
 
 
 def test_readme_example_is_valid_and_documents_the_defaults():
@@ -135,10 +146,9 @@ def test_readme_example_is_valid_and_documents_the_defaults():
     example = re.search(r"## Config\n.*?```toml\n(.*?)```", text, re.S).group(1)
     loaded = parse(example)
     assert loaded.problems == [] and loaded.config is not None
-    defaults = DeckConfig()
     section = text[text.index("## Config") :]
     section = section[: section.index("\n## ", 3)]
-    for spelled in (f"default {defaults.limits.max_running_agents}", "default 10m", "default 30s", 'default "dark"', 'default "en"'):
+    for spelled in (f"default {IdleStopLimits().max_running_agents}", "default 10m", "default 30s", 'default "dark"', 'default "en"'):
         assert spelled in section, spelled
 
 
@@ -176,12 +186,12 @@ async def test_services_see_plugin_sections(make_deck):
     deck, rec = make_deck("[notify]\nvolume = 2\n" + agent_block("a"))
     deck.pm.register(NotifyPlugin(), name="notify")
     assert deck.config_service.section("notify") == NotifySection(volume=2)
-    result = await deck.config_service.Validate("[notify]\nvolume = -1\n")
+    result = await deck.config_service.validate("[notify]\nvolume = -1\n")
     assert result["problems"] == [
         {"line": 2, "column": 10, "message": "notify.volume: must be at least 0, got -1", "warning": False}
     ]
-    assert "notify" in (await deck.config_service.Schema())["properties"]
-    saved = await deck.config_service.Save("[notify]\nvolume = 7\n" + agent_block("a"))
+    assert "notify" in (await deck.config_service.schema())["properties"]
+    saved = await deck.config_service.save("[notify]\nvolume = 7\n" + agent_block("a"))
     assert saved["saved"] and saved["warnings"] == []
     assert deck.config_service.section("notify") == NotifySection(volume=7)
 
@@ -190,7 +200,7 @@ async def test_services_see_plugin_sections(make_deck):
 
 
 def test_json_schema_accepts_good_configs_and_rejects_bad_ones():
-    schema = json_schema()
+    schema = json_schema(BUILT_IN_SECTIONS)
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
     example = re.search(r"## Config\n.*?```toml\n(.*?)```", README.read_text(), re.S).group(1)
@@ -212,8 +222,9 @@ def test_json_schema_accepts_good_configs_and_rejects_bad_ones():
 
 def test_effective_config_round_trips_through_toml():
     text = '[limits]\nstopIdleAgentsAfter = 90\n[agents.b]\ncommand = "b --x"\nenv = { K = "v" }\n[agents.a]\ncommand = ["a"]\n'
-    config = parse(text).config
-    shown = to_toml(effective(config))
+    loaded = parse(text)
+    config = loaded.config
+    shown = to_toml(effective(config, loaded.sections))
     again = parse(shown)
     assert again.problems == []
     # The folder each agent runs in is spelled out ("" means the folder deck runs in).
@@ -278,7 +289,7 @@ def test_config_path_says_how_the_file_was_found(cli, tmp_path, monkeypatch):
 def test_config_schema_prints_the_json_schema(cli):
     result = cli("config", "schema")
     assert result.exit_code == 0
-    assert json.loads(result.stdout) == json_schema()
+    assert json.loads(result.stdout) == json_schema(BUILT_IN_SECTIONS)
 
 
 def test_config_show_prints_the_effective_config(cli, tmp_path):
@@ -323,7 +334,7 @@ async def test_current_content_validate_and_schema(make_deck):
         "problems": [{"line": 2, "column": 11, "message": "agents.x.command: command must not be empty", "warning": False}],
         "warnings": [],
     }
-    assert await deck.call("ConfigService.Schema", {}) == json_schema()
+    assert await deck.call("ConfigService.Schema", {}) == json_schema(BUILT_IN_SECTIONS)
 
 
 async def test_save_of_invalid_text_leaves_the_file_byte_identical(make_deck):
@@ -331,7 +342,7 @@ async def test_save_of_invalid_text_leaves_the_file_byte_identical(make_deck):
     deck, rec = make_deck("")
     deck.config_path.write_bytes(original.encode())
     before = deck.config_path.stat()
-    result = await deck.config_service.Save('[agents.a]\ncommand = ""\n')
+    result = await deck.config_service.save('[agents.a]\ncommand = ""\n')
     assert result["saved"] is False and result["valid"] is False
     assert result["problems"][0]["message"] == "agents.a.command: command must not be empty"
     assert deck.config_path.read_bytes() == original.encode()
@@ -346,17 +357,17 @@ async def test_save_writes_atomically_and_applies(make_deck):
     os.chmod(deck.config_path, 0o640)
     before = deck.config_path.stat()
     text = agent_block("b") + agent_block("a", title="Agent A")
-    result = await deck.config_service.Save(text)
+    result = await deck.config_service.save(text)
     assert result == {"saved": True, "path": str(deck.config_path), "valid": True, "problems": [], "warnings": []}
     after = deck.config_path.stat()
     assert deck.config_path.read_text() == text
     assert after.st_ino != before.st_ino  # a new file renamed over the old one: never half-written
     assert after.st_mode & 0o777 == 0o640  # with the old file's permissions
     assert sorted(p.name for p in deck.config_path.parent.iterdir()) == ["deck.toml"]  # no temp file left
-    assert [a["name"] for a in await deck.agent_service.List()] == ["b", "a"]
+    assert [a["name"] for a in await deck.agent_service.list_agents()] == ["b", "a"]
     assert deck.agents["a"].title == "Agent A"
     assert rec.named("config:changed") == [{"path": str(deck.config_path), "valid": True, "problems": []}]
-    assert await deck.config_service.Content() == text
+    assert await deck.config_service.content() == text
 
 
 async def test_save_through_a_symlink_keeps_the_link(make_deck, tmp_path):
@@ -366,7 +377,7 @@ async def test_save_through_a_symlink_keeps_the_link(make_deck, tmp_path):
     real.write_text(agent_block("a"))
     deck.config_path.unlink()
     deck.config_path.symlink_to(real)
-    await deck.config_service.Save(agent_block("z"))
+    await deck.config_service.save(agent_block("z"))
     assert deck.config_path.is_symlink() and real.read_text() == agent_block("z")
 
 
@@ -376,10 +387,10 @@ async def test_save_of_the_built_in_config_creates_the_users_file(tmp_path, monk
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     deck = Deck(None, "embedded")
     try:
-        result = await deck.config_service.Save(agent_block("mine"))
+        result = await deck.config_service.save(agent_block("mine"))
         target = tmp_path / "xdg" / "deck" / "deck.toml"
         assert result["saved"] and result["path"] == str(target) and target.read_text() == agent_block("mine")
-        current = await deck.config_service.Current()
+        current = await deck.config_service.current()
         assert (current["path"], current["source"], current["created"]) == (str(target), "xdg", True)
         assert list(deck.agents) == ["mine"]
     finally:
@@ -407,10 +418,10 @@ async def test_open_stops_agents_forgets_conversations_and_follows_the_new_file(
     assert current["path"] == str(other) and current["source"] == "open" and current["valid"]
     assert not alive(pid) and rec.states("a")[-1] == "stopped"
     assert deck.chat.conversations == {}
-    assert [a["name"] for a in await deck.agent_service.List()] == ["x", "y"]
-    assert await deck.config_service.Content() == other.read_text()
+    assert [a["name"] for a in await deck.agent_service.list_agents()] == ["x", "y"]
+    assert await deck.config_service.content() == other.read_text()
     started_with = str(tmp_path / "deck.toml")  # the file deck was started with is listed too
-    assert await deck.config_service.Recent() == [str(other), started_with]
+    assert await deck.config_service.recent() == [str(other), started_with]
     assert json.loads((state_home / "deck" / "recent.json").read_text()) == [str(other), started_with]
     assert rec.named("config:changed")[-1] == {"path": str(other), "valid": True, "problems": []}
 
@@ -424,24 +435,24 @@ async def test_open_stops_agents_forgets_conversations_and_follows_the_new_file(
 
 async def test_open_refuses_an_invalid_file_and_changes_nothing(make_deck, tmp_path, state_home):
     deck, rec = make_deck(agent_block("a"))
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     bad = tmp_path / "bad.toml"
     bad.write_text("[agents.b]\ncommand = []\n")
     with pytest.raises(ServiceError, match=r"not a valid config: .*bad.toml:2:11: agents.b.command") as caught:
-        await deck.config_service.Open(str(bad))
+        await deck.config_service.open(str(bad))
     assert caught.value.data["problems"][0]["line"] == 2
     assert deck.agents["a"].state.value == "ready" and deck.config_path == tmp_path / "deck.toml"
-    assert await deck.config_service.Recent() == []
+    assert await deck.config_service.recent() == []
 
 
 async def test_open_of_a_missing_file_creates_it(make_deck, tmp_path, state_home):
     deck, rec = make_deck(agent_block("a"))
     new = tmp_path / "new.toml"
-    current = await deck.config_service.Open(str(new))
+    current = await deck.config_service.open(str(new))
     assert current["created"] is True and new.is_file()
     assert list(deck.agents) == ["demo"]
     with pytest.raises(ServiceError, match="no such directory"):
-        await deck.config_service.Open(str(tmp_path / "no" / "dir" / "deck.toml"))
+        await deck.config_service.open(str(tmp_path / "no" / "dir" / "deck.toml"))
 
 
 async def test_recent_keeps_the_8_latest_most_recent_first_across_decks(make_deck, tmp_path, state_home):
@@ -451,12 +462,12 @@ async def test_recent_keeps_the_8_latest_most_recent_first_across_decks(make_dec
         path = tmp_path / f"c{n}.toml"
         path.write_text(agent_block(f"a{n}"))
         files.append(str(path))
-        await deck.config_service.Open(str(path))
-    await deck.config_service.Open(files[5])  # opened again: moves to the front, once
+        await deck.config_service.open(str(path))
+    await deck.config_service.open(files[5])  # opened again: moves to the front, once
     expected = [files[5], files[9], files[8], files[7], files[6], files[4], files[3], files[2]]
-    assert await deck.config_service.Recent() == expected
+    assert await deck.config_service.recent() == expected
     other, _ = make_deck(agent_block("b"))
-    assert await other.config_service.Recent() == expected
+    assert await other.config_service.recent() == expected
 
 
 class Picker(Frontend):
@@ -470,7 +481,7 @@ class Picker(Frontend):
         return self.answer
 
     async def run(self) -> int:
-        self.result = await self.deck.call("ConfigService.Choose", {})
+        self.result = await self.client.call("ConfigService.Choose", {})
         return 0
 
 
@@ -479,7 +490,7 @@ class NoPicker(Frontend):
 
     async def run(self) -> int:
         try:
-            await self.deck.call("ConfigService.Choose", {})
+            await self.client.call("ConfigService.Choose", {})
         except ServiceError as exc:
             self.error = str(exc)
         return 0
@@ -493,7 +504,7 @@ async def test_choose_opens_the_picked_file(make_deck, tmp_path, state_home):
     assert await deck.run(Picker) == 0
     assert deck.frontend.result == str(chosen)
     assert deck.config_path == chosen
-    assert await deck.config_service.Recent() == [str(chosen), str(tmp_path / "deck.toml")]
+    assert await deck.config_service.recent() == [str(chosen), str(tmp_path / "deck.toml")]
 
 
 async def test_choose_cancelled_changes_nothing(make_deck, state_home):
@@ -662,7 +673,7 @@ async def test_open_reads_only_regular_files(make_deck, tmp_path, state_home):
     from deck.config import MAX_SIZE
 
     deck, rec = make_deck(agent_block("a"))
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     fifo = tmp_path / "fifo.toml"
     os.mkfifo(fifo)  # nobody writes to it: reading it would wait forever
     huge = tmp_path / "huge.toml"
@@ -676,10 +687,10 @@ async def test_open_reads_only_regular_files(make_deck, tmp_path, state_home):
     }
     for path, why in refused.items():
         with pytest.raises(ServiceError) as caught:
-            await asyncio.wait_for(deck.config_service.Open(path), 5)
+            await asyncio.wait_for(deck.config_service.open(path), 5)
         assert f"{path}:1:1: cannot read {path}: {why}" in str(caught.value)
     assert deck.agents["a"].state.value == "ready" and deck.config_path == tmp_path / "deck.toml"
-    assert await deck.config_service.Recent() == []
+    assert await deck.config_service.recent() == []
 
 
 # -- Save against a base: no lost update ------------------------------------------------------------
@@ -694,30 +705,30 @@ async def test_the_base_hash_is_the_sha256_of_the_file_as_read(make_deck):
     crlf = ("# my config\r\n" + agent_block("a").replace("\n", "\r\n")).encode()
     deck.config_path.write_bytes(crlf)
     await deck.config_service.live.reload()
-    assert (await deck.config_service.Current())["baseHash"] == sha256(crlf)
-    assert (await deck.config_service.Content()).encode() == crlf  # exactly the file: its hash is the base hash
+    assert (await deck.config_service.current())["baseHash"] == sha256(crlf)
+    assert (await deck.config_service.content()).encode() == crlf  # exactly the file: its hash is the base hash
 
 
 async def test_save_with_a_stale_base_hash_is_refused_and_writes_nothing(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    base = (await deck.config_service.Current())["baseHash"]
+    base = (await deck.config_service.current())["baseHash"]
     assert base == sha256(deck.config_path.read_bytes())
     theirs = agent_block("a") + agent_block("theirs")
     deck.config_path.write_text(theirs)  # an editor saves while a client edits its copy
     with pytest.raises(ServiceError, match=r"^the config file changed since it was read; reload it$"):
-        await deck.config_service.Save(agent_block("a") + agent_block("mine"), baseHash=base)
+        await deck.config_service.save(agent_block("a") + agent_block("mine"), baseHash=base)
     assert deck.config_path.read_text() == theirs and list(deck.agents) == ["a"]
     assert sorted(p.name for p in deck.config_path.parent.iterdir()) == ["deck.toml"]  # no temp file left
     assert rec.named("config:changed") == []
 
-    result = await deck.config_service.Save(theirs + agent_block("mine"), baseHash=sha256(theirs.encode()))
+    result = await deck.config_service.save(theirs + agent_block("mine"), baseHash=sha256(theirs.encode()))
     assert result["saved"] and list(deck.agents) == ["a", "theirs", "mine"]
-    base = (await deck.config_service.Current())["baseHash"]
+    base = (await deck.config_service.current())["baseHash"]
     assert base == sha256(deck.config_path.read_bytes())
     deck.config_path.unlink()  # a deleted file changed too
     with pytest.raises(ServiceError, match="changed since it was read"):
-        await deck.config_service.Save(agent_block("z"), baseHash=base)
-    assert (await deck.config_service.Save(agent_block("z")))["saved"]  # without a base: written as before
+        await deck.config_service.save(agent_block("z"), baseHash=base)
+    assert (await deck.config_service.save(agent_block("z")))["saved"]  # without a base: written as before
     assert deck.config_path.read_text() == agent_block("z")
 
 
@@ -748,7 +759,7 @@ def test_save_with_a_stale_base_hash_is_refused_over_jsonl(tmp_path):
 # -- the event loop stays free while a config is checked ---------------------------------------------
 
 
-@pytest.mark.parametrize("operation", ["Validate", "Save", "reload"])
+@pytest.mark.parametrize("operation", ["validate", "save", "reload"])
 async def test_checking_a_big_config_leaves_the_event_loop_free(make_deck, operation):
     deck, rec = make_deck(agent_block("a"))
     big = missing_commands(5_000)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 from pathlib import Path
 
 import pytest
 
+from deck import watch
+from deck.config import parse
 from deck.errors import ServiceError
 from deck.frontend import Frontend
 
@@ -30,7 +33,7 @@ async def next_change(rec, seen: int, timeout: float = 15.0) -> dict:
 
 
 async def names(deck) -> list[str]:
-    return [a["name"] for a in await deck.agent_service.List()]
+    return [a["name"] for a in await deck.agent_service.list_agents()]
 
 
 async def test_new_agents_appear_in_file_order(make_deck):
@@ -41,22 +44,22 @@ async def test_new_agents_appear_in_file_order(make_deck):
     assert change == {"path": str(deck.config_path), "valid": True, "problems": []}
     assert await names(deck) == ["a", "b", "c"]
     assert rec.named("agent:state", "c") == [{"agent": "c", "state": "stopped", "outdated": False}]
-    await deck.agent_service.Start("c")  # a new agent is a real one
-    assert (await deck.agent_service.List())[2]["title"] == "Agent C"
+    await deck.agent_service.start("c")  # a new agent is a real one
+    assert (await deck.agent_service.list_agents())[2]["title"] == "Agent C"
     assert deck.agents["c"].state.value == "ready"
 
 
 async def test_removed_agents_stop_and_vanish(make_deck):
     deck, rec = make_deck(agent_block("a") + agent_block("b"))
     await watching(deck)
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     pid = deck.agents["a"].process.pid
     deck.config_path.write_text(agent_block("b"))
     await next_change(rec, 0)
     assert await names(deck) == ["b"]
     assert rec.states("a")[-1] == "stopped" and not alive(pid)
     with pytest.raises(ServiceError, match="unknown agent 'a'"):
-        await deck.agent_service.Start("a")
+        await deck.agent_service.start("a")
 
 
 async def test_removing_a_busy_agent_abandons_its_queue(make_deck):
@@ -77,16 +80,16 @@ async def test_removing_a_busy_agent_abandons_its_queue(make_deck):
 async def test_a_changed_running_agent_is_outdated_until_restarted(make_deck):
     deck, rec = make_deck(agent_block("a", title="Old"))
     await watching(deck)
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     pid = deck.agents["a"].process.pid
     deck.config_path.write_text(agent_block("a", "--modes", title="New"))
     await next_change(rec, 0)
     assert rec.named("agent:state", "a")[-1] == {"agent": "a", "state": "ready", "outdated": True}
-    info = (await deck.agent_service.List())[0]
+    info = (await deck.agent_service.list_agents())[0]
     assert info["outdated"] is True and info["title"] == "Old"  # still the running definition
     assert alive(pid) and deck.agents["a"].process.pid == pid  # it keeps running
-    await deck.agent_service.Restart("a")
-    info = (await deck.agent_service.List())[0]
+    await deck.agent_service.restart("a")
+    info = (await deck.agent_service.list_agents())[0]
     assert (info["outdated"], info["title"], info["state"]) == (False, "New", "ready")
     assert "--modes" in deck.agents["a"].config.command and deck.agents["a"].process.pid != pid
     assert deck.chat.conversation("a").modes  # the restarted process got the new flags
@@ -96,7 +99,7 @@ async def test_an_edit_back_clears_outdated(make_deck):
     original = agent_block("a", permissions="ask")
     deck, rec = make_deck(original)
     await watching(deck)
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     deck.config_path.write_text(agent_block("a", permissions="allow"))
     await next_change(rec, 0)
     assert deck.agents["a"].outdated
@@ -108,11 +111,11 @@ async def test_an_edit_back_clears_outdated(make_deck):
 async def test_a_new_title_shows_at_once_without_a_restart(make_deck):
     deck, rec = make_deck(agent_block("a", title="Old"))
     await watching(deck)
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     pid = deck.agents["a"].process.pid
     deck.config_path.write_text(agent_block("a", title="New", icon="N", description="shown only"))
     await next_change(rec, 0)
-    info = (await deck.agent_service.List())[0]
+    info = (await deck.agent_service.list_agents())[0]
     assert (info["title"], info["icon"], info["description"], info["outdated"]) == ("New", "N", "shown only", False)
     assert deck.agents["a"].process.pid == pid and info["state"] == "ready"
     assert rec.named("agent:state", "a")[-1] == {"agent": "a", "state": "ready", "outdated": False}
@@ -121,11 +124,11 @@ async def test_a_new_title_shows_at_once_without_a_restart(make_deck):
 async def test_outdated_is_cleared_when_the_agent_stops(make_deck):
     deck, rec = make_deck(agent_block("a", permissions="ask"))
     await watching(deck)
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     deck.config_path.write_text(agent_block("a", permissions="allow"))
     await next_change(rec, 0)
     assert deck.agents["a"].outdated
-    await deck.agent_service.Stop("a")
+    await deck.agent_service.stop("a")
     assert rec.named("agent:state", "a")[-1] == {"agent": "a", "state": "stopped", "outdated": False}
     assert deck.agents["a"].config.permissions == "allow" and deck.agents["a"].pending_config is None
 
@@ -135,7 +138,7 @@ async def test_a_changed_stopped_agent_takes_the_new_definition(make_deck):
     await watching(deck)
     deck.config_path.write_text(agent_block("a", title="New", icon="N"))
     await next_change(rec, 0)
-    info = (await deck.agent_service.List())[0]
+    info = (await deck.agent_service.list_agents())[0]
     assert (info["title"], info["icon"], info["outdated"], info["state"]) == ("New", "N", False, "stopped")
     assert rec.named("agent:state", "a") == [{"agent": "a", "state": "stopped", "outdated": False}]
 
@@ -147,13 +150,13 @@ async def test_changed_limits_apply(make_deck):
     await next_change(rec, 0)
     assert deck.config.limits.handshake_timeout == 0.3
     with pytest.raises(ServiceError, match=r"handshake timed out after 0.3s"):
-        await deck.agent_service.Start("slow")
+        await deck.agent_service.start("slow")
 
 
 async def test_an_invalid_edit_keeps_the_last_valid_config(make_deck):
     deck, rec = make_deck(agent_block("a"))
     await watching(deck)
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     pid = deck.agents["a"].process.pid
     deck.config_path.write_text(agent_block("b") + '[agents.a]\ncommand = []\n')
     change = await next_change(rec, 0)
@@ -163,12 +166,12 @@ async def test_an_invalid_edit_keeps_the_last_valid_config(make_deck):
         "problems": [{"line": 4, "column": 11, "message": "agents.a.command: command must not be empty", "warning": False}],
     }
     assert await names(deck) == ["a"] and deck.agents["a"].process.pid == pid and alive(pid)
-    current = await deck.config_service.Current()
+    current = await deck.config_service.current()
     assert current["valid"] is False and current["problems"] == change["problems"]
     # Fixing it applies it.
     deck.config_path.write_text(agent_block("a") + agent_block("b"))
     assert (await next_change(rec, 1))["valid"] is True
-    assert await names(deck) == ["a", "b"] and (await deck.config_service.Current())["valid"] is True
+    assert await names(deck) == ["a", "b"] and (await deck.config_service.current())["valid"] is True
 
 
 async def test_a_syntax_error_is_reported_with_its_position(make_deck):
@@ -183,7 +186,7 @@ async def test_a_syntax_error_is_reported_with_its_position(make_deck):
 async def test_a_deleted_file_is_reported_and_a_recreated_one_applies(make_deck):
     deck, rec = make_deck(agent_block("a"))
     await watching(deck)
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     deck.config_path.unlink()
     change = await next_change(rec, 0)
     assert change["valid"] is False and change["problems"][0]["message"].startswith("file deleted")
@@ -237,23 +240,24 @@ async def test_an_edit_made_before_the_watch_began_is_caught_up(make_deck):
     assert await names(deck) == ["early"]
 
 
-class EditingFrontend(Frontend):
-    """A frontend that edits the config file while deck runs and waits to see the change."""
-
-    name = "editing"
-
-    async def run(self) -> int:
-        seen = asyncio.Event()
-        self.deck.subscribe(lambda e: seen.set() if e.name == "config:changed" else None)
-        await asyncio.wait_for(self.deck.config_service.live.ready.wait(), 10)
-        Path(self.deck.config_path).write_text(agent_block("a") + agent_block("added"))
-        await asyncio.wait_for(seen.wait(), 15)
-        self.names = list(self.deck.agents)
-        return 0
-
-
 async def test_deck_run_watches_the_config(make_deck):
     deck, rec = make_deck(agent_block("a"))
+
+    class EditingFrontend(Frontend):
+        """A frontend that edits the config file while deck runs and waits to see the change."""
+
+        name = "editing"
+
+        async def run(self) -> int:
+            seen = asyncio.Event()
+            self.client.subscribe(lambda e: seen.set() if e.name == "config:changed" else None)
+            await asyncio.wait_for(deck.config_service.live.ready.wait(), 10)
+            path = (await self.client.call("ConfigService.Current"))["path"]
+            Path(path).write_text(agent_block("a") + agent_block("added"))
+            await asyncio.wait_for(seen.wait(), 15)
+            self.names = [info["name"] for info in await self.client.call("AgentService.List")]
+            return 0
+
     assert await deck.run(EditingFrontend) == 0
     assert deck.frontend.names == ["a", "added"]
 
@@ -264,17 +268,17 @@ async def test_an_undecodable_file_is_reported_and_the_last_config_kept(make_dec
     deck.config_path.write_bytes(b'[agents.a]\ntitle = "\xff"\n')
     change = await next_change(rec, 0)
     assert change["valid"] is False and "cannot read" in change["problems"][0]["message"]
-    assert await names(deck) == ["a"] and "command" in await deck.config_service.Content()
+    assert await names(deck) == ["a"] and "command" in await deck.config_service.content()
 
 
 async def test_a_removed_agent_cannot_be_started_while_it_stops(make_deck):
     deck, rec = make_deck(agent_block("a") + agent_block("b", "--ignore-eof"))
     await watching(deck)
-    await deck.agent_service.Start("b")
+    await deck.agent_service.start("b")
     deck.config_path.write_text(agent_block("a"))
     await rec.wait(lambda r: deck.agents["a"] is not None and "b" not in deck.agents, timeout=10)
     with pytest.raises(ServiceError):
-        await deck.agent_service.Start("b")
+        await deck.agent_service.start("b")
     await next_change(rec, 0)
     assert await names(deck) == ["a"] and rec.states("b")[-1] == "stopped"
 
@@ -313,7 +317,7 @@ async def test_open_still_works_when_recent_files_cannot_be_saved(make_deck, tmp
     deck, rec = make_deck(agent_block("a"))
     other = tmp_path / "other.toml"
     other.write_text(agent_block("b"))
-    await deck.config_service.Open(str(other))
+    await deck.config_service.open(str(other))
     assert await names(deck) == ["b"] and deck.config_path == other
     other.write_text(agent_block("b") + agent_block("c"))  # followed
     await rec.wait(lambda r: "c" in deck.agents, timeout=15)
@@ -325,17 +329,17 @@ async def test_save_where_it_cannot_write_is_a_clear_error(make_deck, tmp_path):
     blocker.write_text("")
     other = tmp_path / "other.toml"
     other.write_text(agent_block("a"))
-    await deck.config_service.Open(str(other))
+    await deck.config_service.open(str(other))
     other.unlink()
     other.symlink_to(blocker / "deck.toml")  # its folder is a file: nothing can be written there
     with pytest.raises(ServiceError, match="cannot write"):
-        await deck.config_service.Save(agent_block("a") + agent_block("b"))
+        await deck.config_service.save(agent_block("a") + agent_block("b"))
 
 
 async def test_a_save_caught_between_truncate_and_write_stops_nothing(make_deck):
     deck, rec = make_deck(agent_block("a"))
     await watching(deck)
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     with open(deck.config_path, "w") as f:  # an in-place save: truncated first…
         f.flush()
         os.fsync(f.fileno())
@@ -349,7 +353,7 @@ async def test_a_save_caught_between_truncate_and_write_stops_nothing(make_deck)
 async def test_the_config_deck_runs_with_is_among_the_recent_files(make_deck):
     deck, rec = make_deck(agent_block("a"))
     await deck.startup()
-    assert await deck.config_service.Recent() == [str(deck.config_path.absolute())]
+    assert await deck.config_service.recent() == [str(deck.config_path.absolute())]
 
 
 async def test_a_too_deeply_nested_file_keeps_the_last_valid_config(make_deck):
@@ -362,7 +366,7 @@ async def test_a_too_deeply_nested_file_keeps_the_last_valid_config(make_deck):
     message = f"nested more than {MAX_NESTING} levels deep"
     assert change["valid"] is False and change["problems"] == [
         {"line": 1, "column": 5 + MAX_NESTING, "message": message, "warning": False}]  # fmt: skip
-    assert await names(deck) == ["a"] and (await deck.config_service.Current())["problems"] == change["problems"]
+    assert await names(deck) == ["a"] and (await deck.config_service.current())["problems"] == change["problems"]
 
 
 async def test_a_file_over_the_size_cap_is_not_read_and_the_last_config_kept(make_deck):
@@ -376,7 +380,7 @@ async def test_a_file_over_the_size_cap_is_not_read_and_the_last_config_kept(mak
     assert change["valid"] is False
     too_big = f"{8 * MAX_SIZE} bytes: a config file has {MAX_SIZE} (1 MiB) at most"
     assert change["problems"][0]["message"].endswith(too_big)
-    assert await names(deck) == ["a"] and await deck.config_service.Content() == agent_block("a")
+    assert await names(deck) == ["a"] and await deck.config_service.content() == agent_block("a")
 
 
 def test_the_config_replaced_by_a_fifo_is_refused_and_deck_goes_on(run_deck, tmp_path):
@@ -395,3 +399,48 @@ def test_the_config_replaced_by_a_fifo_is_refused_and_deck_goes_on(run_deck, tmp
     assert [a["name"] for a in proc.call("AgentService.List")] == ["a", "b"]
     proc.close_stdin()
     assert proc.wait(15) == 0 and b"Traceback" not in proc.stderr
+
+
+# -- who owns what: the watcher reads and writes the file, the deck and its agents change themselves ------
+
+
+def test_the_watcher_assigns_no_attribute_of_the_deck_or_its_agents():
+    tree = ast.parse((Path(watch.__file__)).read_text())
+    written = [
+        f"{ast.unparse(target)} (line {node.lineno})"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        for part in (target.elts if isinstance(target, ast.Tuple) else [target])
+        if isinstance(part, ast.Attribute) and not (isinstance(part.value, ast.Name) and part.value.id == "self")
+    ]
+    assert written == []
+
+
+async def test_deck_apply_config_is_the_one_way_a_config_comes_in(make_deck):
+    deck, rec = make_deck(agent_block("a") + agent_block("b"))
+    await deck.agent_service.start("a")
+    text = agent_block("a", "--modes") + agent_block("c")
+    await deck.apply_config(text, parse(text))
+    assert list(deck.agents) == ["a", "c"] and deck.text == text
+    assert deck.agents["a"].outdated and deck.agents["a"].pending_config is not None
+    changed = rec.named("config:changed")[-1]
+    assert changed["valid"] is True and changed["path"] == str(deck.config_path)
+    # An invalid config changes only what is reported.
+    await deck.apply_config("[agents.x]\n", parse("[agents.x]\n"))
+    assert list(deck.agents) == ["a", "c"] and rec.named("config:changed")[-1]["valid"] is False
+
+
+async def test_an_agent_takes_its_new_definition_itself_and_says_so_once(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    agent = deck.agents["a"]
+    await agent.start()
+    first, changed = agent.config, parse(agent_block("a", "--modes")).config.agents["a"]
+    before = len(rec.named("agent:state", "a"))
+    agent.redefine(changed)  # running: applies at its next start
+    assert agent.config is first and agent.pending_config is changed and agent.outdated
+    agent.redefine(changed)  # the same again: nothing to say
+    agent.redefine(first)  # edited back to what it runs with
+    assert agent.pending_config is None and not agent.outdated
+    states = rec.named("agent:state", "a")[before:]
+    assert [s["outdated"] for s in states] == [True, False]

@@ -95,7 +95,7 @@ async def test_plan_replaces_the_plan_part(make_deck):
 async def test_session_level_updates(make_deck):
     deck, rec = make_deck(agent_block("a", "--modes"))
     await ask(deck, rec, "session")
-    snap = await deck.chat.Conversation("a")
+    snap = await deck.chat.conversation_snapshot("a")
     assert snap["modes"] == {"currentModeId": "b", "availableModes": [{"id": "a", "name": "A"}, {"id": "b", "name": "B"}]}
     assert snap["configOptions"][0]["currentValue"] == "m2"
     assert snap["title"] == "A title"
@@ -108,7 +108,7 @@ async def test_usage_update_and_turn_stats(make_deck):
     deck, rec = make_deck(agent_block("a"))
     reply = await ask(deck, rec, "usage")
     assert rec.named("usage:changed") == [{"agent": "a", "usage": {"used": 1000, "size": 200000}}]
-    assert (await deck.chat.Conversation("a"))["usage"] == {"used": 1000, "size": 200000}
+    assert (await deck.chat.conversation_snapshot("a"))["usage"] == {"used": 1000, "size": 200000}
     wire = reply.to_dict()
     assert wire["usage"] == {"totalTokens": 30, "inputTokens": 10, "outputTokens": 20}
     assert isinstance(wire["durationMs"], int) and wire["durationMs"] >= 0
@@ -130,8 +130,8 @@ async def test_unknown_variant_is_passed_on_raw_and_not_fatal(make_deck, caplog)
 
 async def test_updates_before_the_session_new_reply_are_kept(make_deck):
     deck, rec = make_deck(agent_block("a", "--early-update"))
-    await deck.agent_service.Start("a")
-    snap = await deck.chat.Conversation("a")
+    await deck.agent_service.start("a")
+    snap = await deck.chat.conversation_snapshot("a")
     assert snap["commands"] == [{"name": "early", "description": "sent before the reply"}]
 
 
@@ -146,7 +146,7 @@ async def test_updates_after_the_prompt_response_are_kept(make_deck):
 
 async def test_turn_events_in_order_with_their_exact_payloads(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    user = deck.chat.send("a", "stream 2")
+    user = deck.chat.turns.send("a", "stream 2")
     await rec.wait_event("turn:changed", agent="a", busy=False)
     reply = deck.chat.conversation("a").messages[-1]
     updated = [u for u in rec.named("message:updated", "a")]
@@ -183,7 +183,7 @@ def mode_option(snap: dict[str, Any]) -> Any:
 async def test_a_mode_update_alone_moves_the_mode_option_too(make_deck):
     deck, rec = make_deck(agent_block("a", "--mode-option"))
     await ask(deck, rec, "mode auto-edit")
-    snap = await deck.chat.Conversation("a")
+    snap = await deck.chat.conversation_snapshot("a")
     assert snap["modes"]["currentModeId"] == "auto-edit" and mode_option(snap) == "auto-edit"
     assert [o["currentValue"] for o in snap["configOptions"]] == ["auto-edit", "m1"]  # the model is left alone
     assert rec.named("conversation:changed", "a")[-1]["value"] == snap["configOptions"]
@@ -192,22 +192,22 @@ async def test_a_mode_update_alone_moves_the_mode_option_too(make_deck):
 async def test_a_mode_option_update_alone_moves_the_mode_too(make_deck):
     deck, rec = make_deck(agent_block("a", "--mode-option"))
     await ask(deck, rec, "mode-option plan")
-    snap = await deck.chat.Conversation("a")
+    snap = await deck.chat.conversation_snapshot("a")
     assert mode_option(snap) == "plan" and snap["modes"]["currentModeId"] == "plan"
     assert [m["id"] for m in snap["modes"]["availableModes"]] == ["default", "auto-edit", "plan"]
 
 
 async def test_set_mode_and_set_config_option_keep_both_forms_in_step(make_deck):
     deck, rec = make_deck(agent_block("a", "--mode-option"))
-    await deck.agent_service.Start("a")
-    await deck.chat.SetMode("a", "plan")
-    snap = await deck.chat.Conversation("a")
+    await deck.agent_service.start("a")
+    await deck.chat.set_mode("a", "plan")
+    snap = await deck.chat.conversation_snapshot("a")
     assert snap["modes"]["currentModeId"] == "plan" and mode_option(snap) == "plan"
-    await deck.chat.SetConfigOption("a", "mode", "auto-edit")
-    snap = await deck.chat.Conversation("a")
+    await deck.chat.set_config_option("a", "mode", "auto-edit")
+    snap = await deck.chat.conversation_snapshot("a")
     assert mode_option(snap) == "auto-edit" and snap["modes"]["currentModeId"] == "auto-edit"
-    await deck.chat.SetConfigOption("a", "model", "m2")  # another option: the mode stays
-    snap = await deck.chat.Conversation("a")
+    await deck.chat.set_config_option("a", "model", "m2")  # another option: the mode stays
+    snap = await deck.chat.conversation_snapshot("a")
     assert snap["modes"]["currentModeId"] == "auto-edit" and mode_option(snap) == "auto-edit"
 
 

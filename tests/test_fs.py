@@ -285,7 +285,7 @@ async def test_deck_files_are_off_limits_however_they_are_spelled(make_deck, tmp
     (tmp_path / "st").symlink_to("state/deck")
     (tmp_path / "dir").mkdir()
     deck, rec = make_deck(hostile(cwd=str(tmp_path)))
-    await deck.agent_service.Start("a")  # its session/new opened deck's socket folder
+    await deck.agent_service.start("a")  # its session/new opened deck's socket folder
     (runtime,) = (tmp_path / "run").iterdir()
     config = deck.config_path
     before = config.read_text()

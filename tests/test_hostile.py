@@ -20,11 +20,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from deck import Session
 from deck import agent as agent_module
 from deck.acp import MAX_DEPTH, Connection, LineFramer, decode_line
 from deck.errors import ServiceError, UnknownMethod
 from deck.frontends.jsonl import JsonlFrontend
 from deck.plugins.announcements import bridge
+from deck.tasks import TaskGroup
 
 from .conftest import agent_block, alive
 from .deck_process import DECK, run_deck  # noqa: F401 - run_deck is a fixture
@@ -61,7 +63,8 @@ class Peer:
         self.raw: list[bytes] = []
         self.bad: list[str] = []
         self.got: list[Any] = []
-        self.conn = Connection(self._write, on_bad_line=self.bad.append)
+        self.tasks = TaskGroup("peer")  # owns the request handlers, as an agent's connection group does
+        self.conn = Connection(self._write, on_bad_line=self.bad.append, spawn=self.tasks.spawn)
         self.conn.on_notification("n", lambda params: self.got.append(params.get("i")))
 
     def _write(self, data: bytes) -> None:
@@ -151,7 +154,7 @@ def test_a_nesting_bomb_on_stdin_gets_a_parse_error_and_both_neighbours_are_answ
 
 async def test_the_ask_socket_answers_a_nesting_bomb_and_non_finite_numbers(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    (entry,) = deck.hooks.session_mcp_servers(deck.agents["a"])
+    (entry,) = deck.hooks.session_mcp_servers(deck.agents["a"], Session(deck.agents["a"]))
     env = {e["name"]: e["value"] for e in entry["env"]}
 
     async def exchange(line: bytes) -> bytes:
@@ -256,7 +259,7 @@ async def test_big_updates_for_unknown_session_ids_are_bounded_by_their_bytes(ma
 
 async def test_early_updates_within_the_bounds_are_still_replayed(make_deck):
     deck, rec = make_deck(agent_block("a", "--early-update"))
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     assert deck.chat.conversation("a").commands[0]["name"] == "early"
     assert deck.agents["a"]._early == {} and deck.agents["a"]._early_bytes == 0
 
@@ -266,7 +269,7 @@ async def test_early_updates_within_the_bounds_are_still_replayed(make_deck):
 
 async def test_an_agent_that_closes_its_output_mid_turn_ends_the_turn_and_is_stopped(make_deck):
     deck, rec = make_deck(unruly("u", "--ignore-eof"))  # it even ignores the end of its stdin: SIGTERM ends it
-    await deck.agent_service.Start("u")
+    await deck.agent_service.start("u")
     pid = deck.agents["u"].process.pid
     deck.chat.send("u", "close-stdout")
     await rec.wait_event("turn:changed", agent="u", busy=False, timeout=10)
@@ -283,7 +286,7 @@ async def test_an_agent_that_closes_its_output_during_the_handshake_fails_at_onc
     deck, rec = make_deck(unruly("u", "--close-stdout"))
     async with asyncio.timeout(10):  # not the 30 s handshake timeout
         with pytest.raises(ServiceError, match="closed its output"):
-            await deck.agent_service.Start("u")
+            await deck.agent_service.start("u")
     assert rec.states("u") == ["starting", "error"]
 
 
@@ -363,8 +366,7 @@ def test_the_acp_decoder_never_raises_and_accounts_for_every_line(texts, data):
         for a, b in zip([0, *cuts], [*cuts, len(stream)]):
             peer.conn.feed(stream[a:b])
         peer.conn.framer.close()
-        if peer.conn._tasks:
-            await asyncio.gather(*peer.conn._tasks)
+        await peer.tasks.wait()  # every handler has answered
         return peer, seen
 
     peer, seen = asyncio.run(run())

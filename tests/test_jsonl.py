@@ -40,6 +40,21 @@ def test_a_prompt_turn_streams_events(run_deck):
     assert deck.wait(15) == 0
 
 
+def test_every_event_line_carries_its_seq_right_after_its_name(run_deck):
+    deck = run_deck(agent_block("a"))
+    deck.call("ChatService.Send", {"agent": "a", "text": "stream 5"})
+    deck.event("turn:changed", agent="a", busy=False, queued=0)
+    snapshot = deck.call("DeckService.Snapshot")
+    answered = next(i for i, line in enumerate(deck.lines) if line.get("result") is snapshot)
+    events = [line for line in deck.lines[:answered] if "event" in line]
+    assert all(list(line)[:2] == ["event", "seq"] for line in events)
+    seqs = [line["seq"] for line in events]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))  # one order, none left out
+    assert snapshot["seq"] == seqs[-1] and snapshot["conversations"]["a"]["busy"] is False
+    deck.close_stdin()
+    assert deck.wait(15) == 0
+
+
 def _error(deck, raw: str, request_id=None) -> dict:
     """Send `raw`; return the error of the reply with `request_id` that arrives next."""
     seen = len(deck.lines)

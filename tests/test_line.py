@@ -571,7 +571,7 @@ async def test_an_early_answer_expires(make_deck, monkeypatch):
         await line_matching(r"\[a\] /allow expired: no permission request came from a within 0.2 s")
         os.write(stdin_write, b"@a perm\n")
         asked = await rec.wait_event("permission:requested", agent="a")
-        assert not deck.chat.permissions[asked["id"]].future.done()  # nobody answered it
+        assert [p["id"] for p in await deck.call("ChatService.Pending", None)] == [asked["id"]]  # nobody answered it
         os.close(open_ends.pop(0))  # end of stdin: the request is cancelled
         await line_matching(r"\[a\] permission: cancelled")
         assert await asyncio.wait_for(running, 20) == 0

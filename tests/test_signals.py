@@ -79,9 +79,9 @@ class RaisingFrontend(Frontend):
     name = "raising"
 
     async def run(self) -> int:
-        for name in self.deck.agents:
-            await self.deck.agent_service.Start(name)
-        self.deck.chat.send("busy", "slow")
+        for info in await self.client.call("AgentService.List"):
+            await self.client.call("AgentService.Start", {"name": info["name"]})
+        await self.client.call("ChatService.Send", {"agent": "busy", "text": "slow"})
         await self.options["recorder"].wait_event("message:delta", agent="busy")
         # Not zombies: this process is a subreaper, what other decks left when they died comes back to it.
         self.options["pids"].extend(p.pid for p in descendants_of_self())

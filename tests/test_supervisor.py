@@ -60,11 +60,11 @@ def _kill(pids: list[int]) -> None:
 async def test_stop_ends_the_daemon_an_agent_left(make_deck, tmp_path):
     pidfile = tmp_path / "daemon.pid"
     deck, rec = make_deck(daemon_agent("a", pidfile))
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     daemon = int(pidfile.read_text())
     try:
         assert alive(daemon) and os.getsid(daemon) != deck.agents["a"].process.pid  # left the agent's session
-        await deck.agent_service.Stop("a")
+        await deck.agent_service.stop("a")
         assert await vanished([daemon]) == []
     finally:
         _kill([daemon])
@@ -74,7 +74,7 @@ async def test_stop_ends_the_daemon_an_agent_left(make_deck, tmp_path):
 async def test_a_crashed_agents_daemon_is_ended(make_deck, tmp_path):
     pidfile = tmp_path / "daemon.pid"
     deck, rec = make_deck(daemon_agent("a", pidfile))
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     daemon = int(pidfile.read_text())
     try:
         deck.chat.send("a", "crash")
@@ -87,14 +87,14 @@ async def test_a_crashed_agents_daemon_is_ended(make_deck, tmp_path):
 @pytest.mark.anyio
 async def test_each_orphan_is_ended_with_its_own_agent(make_deck, tmp_path):
     deck, rec = make_deck(daemon_agent("a", tmp_path / "a.pid") + daemon_agent("b", tmp_path / "b.pid"))
-    await asyncio.gather(deck.agent_service.Start("a"), deck.agent_service.Start("b"))
+    await asyncio.gather(deck.agent_service.start("a"), deck.agent_service.start("b"))
     daemons = [int((tmp_path / f"{name}.pid").read_text()) for name in "ab"]
     try:
         assert all(psutil.Process(pid).ppid() == os.getpid() for pid in daemons)  # both re-parented to deck
-        await deck.agent_service.Stop("a")
+        await deck.agent_service.stop("a")
         assert await vanished(daemons[:1]) == []
         assert alive(daemons[1]) and deck.agents["b"].state.value == "ready"
-        await deck.agent_service.Stop("b")
+        await deck.agent_service.stop("b")
         assert await vanished(daemons[1:]) == []
     finally:
         _kill(daemons)
@@ -105,7 +105,7 @@ async def test_each_orphan_is_ended_with_its_own_agent(make_deck, tmp_path):
 async def test_an_orphan_that_exits_is_reaped_not_left_a_zombie(make_deck, tmp_path, own_session):
     pidfile, end = tmp_path / "daemon.pid", tmp_path / "end"
     deck, rec = make_deck(daemon_agent("a", pidfile, until=end, own_session=own_session))
-    await deck.agent_service.Start("a")
+    await deck.agent_service.start("a")
     daemon = int(pidfile.read_text())
     try:
         assert psutil.Process(daemon).ppid() == os.getpid()  # deck is its reaper, not init

@@ -323,7 +323,7 @@ def test_console_shows_a_broken_config_until_it_is_fixed(console, tmp_path: Path
 
     c = console(agent_block("alpha"), cols=80, rows=24)
     c.wait("Message to alpha")
-    broken = agent_block("alpha") + "[limits]\nmaxRunningAgents = 'many'\n"
+    broken = agent_block("alpha") + "[limits]\nhandshakeTimeout = 'many'\n"
     first = parse(broken).errors[0]
     (tmp_path / "deck.toml").write_text(broken)
     screen = c.wait("deck.toml:")  # on the conversation's screen, not only in the config view (F3)

@@ -12,6 +12,7 @@ import pytest
 import urwid
 
 from deck.agent import LOG_LINES
+from deck.client import LocalClient
 from deck.events import (
     AgentAnnouncement,
     AgentLog,
@@ -19,10 +20,12 @@ from deck.events import (
     AskChanged,
     MessageDelta,
     MessageUpdated,
+    PermissionRequested,
     QuestionRequested,
     TurnChanged,
     UsageChanged,
 )
+from deck.frontends.urwid.model import LOG_LINES as CONSOLE_LOG_LINES
 from deck.frontends.urwid import markdown
 from deck.frontends.urwid.agents import AgentsPanel
 from deck.frontends.urwid.app import FPS, HINTS, ConsoleApp
@@ -40,7 +43,15 @@ pytestmark = pytest.mark.anyio
 
 def feed(model: Model, events: list) -> None:
     for event in events:
-        model.apply(event.name, event.payload())
+        model.apply(event)
+
+
+async def console(deck) -> ConsoleApp:
+    """The console of `deck`, following its events (the caller detaches it)."""
+    client = LocalClient(deck)
+    app = ConsoleApp(client, await client.call("ConfigService.Current"))
+    await app.attach(asyncio.get_running_loop())
+    return app
 
 
 def roster(*names: str) -> Model:
@@ -93,7 +104,7 @@ def test_agents_panel_states_marks_and_gauge_in_english():
         UsageChanged("beta", {"used": 50000, "size": 200000}),
         AgentStateChanged("gamma", "error", False, "start failed: exit 3\nfatal: missing API key"),
     ])  # fmt: skip
-    model.apply("permission:requested", {"id": "perm-1", "agent": "beta", "toolCall": {}, "options": []})
+    model.apply(PermissionRequested("perm-1", "beta", "", {}, [], 0))
     text = panel_text(model, frame=0)
     assert "1 A Alpha" in text and "⠋ starting…" in text
     assert "│   busy ⠋" in text and "│   ! needs input" in text
@@ -107,7 +118,7 @@ def test_agents_panel_in_french():
     model = roster("alpha", "beta")
     feed(model, [AgentStateChanged("alpha", "ready", True), AgentStateChanged("beta", "stopped", False),
                  UsageChanged("alpha", {"used": 1500, "size": 0})])  # fmt: skip
-    model.apply("permission:requested", {"id": "perm-1", "agent": "alpha", "toolCall": {}, "options": []})
+    model.apply(PermissionRequested("perm-1", "alpha", "", {}, [], 0))
     text = panel_text(model, "fr")
     assert "prêt" in text and "arrêté" in text and "à redémarrer" in text and "attend une réponse" in text
     assert "ctx 1.5k" in text
@@ -120,13 +131,13 @@ def test_agents_panel_in_french():
 async def run_prompts(make_deck, prompts: list[str], flags: tuple[str, ...] = ()) -> tuple[object, Model, list]:
     deck, rec = make_deck(agent_block("a", *flags))
     model = roster("a")
-    deck.subscribe(lambda e: model.apply(e.name, e.payload()))
+    deck.subscribe(model.apply)
     for prompt in prompts:
         deck.chat.send("a", prompt)
         count = len(rec.named("turn:changed", "a"))
         if prompt == "perm":
             request = await rec.wait_event("permission:requested", agent="a")
-            await deck.chat.AnswerPermission(request["id"], "yes")
+            deck.chat.answer_permission(request["id"], "yes")
         await rec.wait(lambda r, c=count: any(not p["busy"] for p in r.named("turn:changed", "a")[c:]))
     return deck, model, rec.events
 
@@ -171,7 +182,7 @@ async def test_streamed_deltas_equal_the_final_message(make_deck):
 async def test_queued_messages_and_system_messages(make_deck):
     deck, rec = make_deck(agent_block("a") + agent_block("down", "--fail-start"))
     model = roster("a", "down")
-    deck.subscribe(lambda e: model.apply(e.name, e.payload()))
+    deck.subscribe(model.apply)
     deck.chat.send("a", "slow")
     await rec.wait_event("turn:changed", agent="a", busy=True)
     deck.chat.send("a", "after the slow one")
@@ -248,7 +259,7 @@ def test_incremental_rebuilds_match_a_fresh_view():
 def test_logs_view_keeps_the_last_lines_like_the_core():
     model = roster("a")
     feed(model, [AgentLog("a", f"line {i}") for i in range(LOG_LINES + 50)])
-    assert len(model.agents["a"].logs) == LOG_LINES == 200
+    assert len(model.agents["a"].logs) == CONSOLE_LOG_LINES == LOG_LINES == 200
     view = LogsView(Strings("en"))
     view.show("a", "A", [])
     assert "(no log lines yet)" in canvas_text(view, 40, 5)
@@ -267,7 +278,7 @@ def test_logs_view_keeps_the_last_lines_like_the_core():
 async def test_permission_dialog_from_real_requests_of_two_agents(make_deck):
     deck, rec = make_deck(agent_block("a") + agent_block("b"))
     model = roster("a", "b")
-    deck.subscribe(lambda e: model.apply(e.name, e.payload()))
+    deck.subscribe(model.apply)
     deck.chat.send("a", "perm")
     deck.chat.send("b", "perm")
     await rec.wait(lambda r: len(r.named("permission:requested")) == 2)
@@ -285,8 +296,8 @@ async def test_permission_dialog_from_real_requests_of_two_agents(make_deck):
     assert moves == [1, "closed"]
     dialog.keypress((80, 30), "2")
     assert answers == [(requests[1]["id"], "no")]
-    await deck.chat.AnswerPermission(*answers[0])
-    await deck.chat.AnswerPermission(requests[0]["id"], "yes")
+    deck.chat.answer_permission(*answers[0])
+    deck.chat.answer_permission(requests[0]["id"], "yes")
     await rec.wait(lambda r: len(r.named("permission:resolved")) == 2)
     assert model.pending() == []
     fr = canvas_text(PermissionDialog(Strings("fr"), requests, 0, {}, print, print, print), 80, 30)
@@ -304,7 +315,7 @@ def type_keys(widget, size, text: str) -> None:
 async def test_question_dialog_from_a_real_question(make_deck):
     deck, rec = make_deck(agent_block("a"))
     model = roster("a")
-    deck.subscribe(lambda e: model.apply(e.name, e.payload()))
+    deck.subscribe(model.apply)
     deck.chat.send("a", "question")
     await rec.wait_event("question:requested", agent="a")
     assert [kind for kind, _ in model.pending()] == ["question"] and model.agents["a"].needs_input
@@ -327,7 +338,7 @@ async def test_question_dialog_from_a_real_question(make_deck):
     assert answers == [(question["id"], None)]
     dialog.keypress(size, "enter")  # Enter on the last (only) field submits
     assert answers[1] == (question["id"], {"name": "Ann"})
-    await deck.chat.AnswerQuestion(*answers[1])
+    deck.chat.answer_question(*answers[1])
     await rec.wait_event("question:resolved", id=question["id"])
     await rec.wait_event("turn:changed", agent="a", busy=False)
     assert model.pending() == [] and not model.agents["a"].needs_input
@@ -399,8 +410,7 @@ def test_question_dialog_converts_answers_by_type():
 
 async def test_app_keeps_a_question_typed_answer_while_other_asks_come_and_go(make_deck):
     deck, rec = make_deck(agent_block("a") + agent_block("b"))
-    app = ConsoleApp(deck)
-    app.attach(asyncio.get_running_loop())
+    app = await console(deck)
     size = (120, 40)
     try:
         deck.chat.send("a", "question")
@@ -465,8 +475,7 @@ def test_announcements_beside_the_requester_and_overlay_on_the_target():
 
 async def test_app_coalesces_redraws_and_handles_keys(make_deck):
     deck, rec = make_deck(agent_block("a") + agent_block("b"))
-    app = ConsoleApp(deck)
-    app.attach(asyncio.get_running_loop())
+    app = await console(deck)
     try:
         await check_app_coalesces_redraws_and_handles_keys(app, deck, rec)
     finally:
@@ -520,8 +529,7 @@ async def check_app_coalesces_redraws_and_handles_keys(app, deck, rec) -> None:
 
 async def test_opening_the_same_config_again_starts_the_console_afresh(make_deck):
     deck, rec = make_deck(agent_block("a"))
-    app = ConsoleApp(deck)
-    app.attach(asyncio.get_running_loop())
+    app = await console(deck)
     try:
         deck.chat.send("a", "hello")
         await rec.wait_event("turn:changed", agent="a", busy=False)
@@ -559,7 +567,8 @@ async def test_the_console_takes_the_configs_theme(make_deck):
     from deck.frontends.urwid.common import palette
 
     deck, rec = make_deck('theme = "light"\n' + agent_block("a"))
-    assert ConsoleApp(deck).palette == palette("light")
+    client = LocalClient(deck)
+    assert ConsoleApp(client, await client.call("ConfigService.Current")).palette == palette("light")
 
 
 # -- untrusted text --------------------------------------------------------------------------------
@@ -570,8 +579,7 @@ async def test_controls_from_an_agent_are_shown_in_every_widget_never_sent_raw(m
     from .test_terminal_safety import escapes_block
 
     deck, rec = make_deck(escapes_block("h", title="T\x1b[2J"))
-    app = ConsoleApp(deck)
-    app.attach(asyncio.get_running_loop())
+    app = await console(deck)
     try:
         deck.chat.send("h", "hostile")
         await rec.wait_event("turn:changed", agent="h", busy=False)
@@ -614,8 +622,7 @@ async def test_user_messages_are_shown_as_typed(make_deck):
 async def test_a_broken_config_shows_its_first_problem_until_it_is_fixed(make_deck, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # where deck.toml is: the banner names it relative to here
     deck, rec = make_deck(agent_block("a"))
-    app = ConsoleApp(deck)
-    app.attach(asyncio.get_running_loop())
+    app = await console(deck)
     size = (100, 30)
     try:
         assert "deck.toml:" not in canvas_text(app.root, *size)
@@ -628,8 +635,7 @@ async def test_a_broken_config_shows_its_first_problem_until_it_is_fixed(make_de
         assert banner.lstrip().startswith(f"deck.toml:{problem['line']}:{problem['column']}: {problem['message'][:20]}")
         assert "last valid config" in banner
         assert screen.index(banner) < screen.index("Message to a")  # just above the input
-        late = ConsoleApp(deck)  # a console that starts with the file broken knows it too
-        late.attach(asyncio.get_running_loop())
+        late = await console(deck)  # a console that starts with the file broken knows it too
         late.detach()
         assert banner in canvas_text(late.root, *size)
         deck.config_path.write_text(agent_block("a"))
@@ -660,7 +666,7 @@ def test_the_config_banner_names_the_file_as_given_and_counts_the_other_problems
 
 async def test_a_restart_note_is_shown_once(make_deck):
     deck, model, _ = await run_prompts(make_deck, ["hello"])
-    await deck.agent_service.Restart("a")
+    await deck.agent_service.restart("a")
     await asyncio.sleep(0)
     assert [m.code for m in model.agents["a"].messages if m.role == "system"] == ["agent-restarted"]
     _, text = conversation_text(model, "a")
@@ -695,7 +701,7 @@ def test_a_selected_row_and_a_dialog_keep_their_background(theme):
     model = roster("alpha")
     feed(model, [AgentStateChanged("alpha", "error", True, "start failed: exit 3"), TurnChanged("alpha", True, 0),
                  UsageChanged("alpha", {"used": 50, "size": 100})])  # fmt: skip
-    model.apply("permission:requested", {"id": "perm-1", "agent": "alpha", "toolCall": {}, "options": []})
+    model.apply(PermissionRequested("perm-1", "alpha", "", {}, [], 0))
     row = AgentRow("alpha", lambda name: None)
     row.update(model.agents["alpha"], 1, Strings("en"), True, 0)
     cells = _cells(row.render((30,)), theme)
@@ -731,8 +737,7 @@ def test_long_state_and_error_lines_stay_under_the_name():
 @pytest.mark.parametrize(("cols", "panel"), [(60, 18), (80, 18), (120, 26), (160, 35), (250, 40)])
 async def test_the_panel_takes_a_share_of_the_width_and_the_hints_one_line(make_deck, cols, panel):
     deck, rec = make_deck(agent_block("a"))
-    app = ConsoleApp(deck)
-    app.attach(asyncio.get_running_loop())
+    app = await console(deck)
     try:
         rows = canvas_text(app.root, cols, 24).split("\n")
         assert rows[0].index("┐") == panel - 1 and rows[1][:panel].endswith("│") and rows[1][panel:panel + 1] in ("", " ")
@@ -762,8 +767,7 @@ def test_the_hints_keep_the_most_important_keys_as_the_width_shrinks():
 
 async def test_the_permission_dialog_leaves_the_panel_and_the_request_in_view(make_deck):
     deck, rec = make_deck(agent_block("a") + agent_block("b"))
-    app = ConsoleApp(deck)
-    app.attach(asyncio.get_running_loop())
+    app = await console(deck)
     try:
         deck.chat.send("a", "perm")
         await rec.wait_event("permission:requested", agent="a")

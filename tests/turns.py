@@ -33,7 +33,7 @@ async def wait_reply(deck: Deck, rec: Recorder, user: Message, timeout: float = 
 
 async def ask(deck: Deck, rec: Recorder, text: str, agent: str = "a") -> Message:
     """Send `text` and return the finished reply."""
-    return await wait_reply(deck, rec, deck.chat.send(agent, text))
+    return await wait_reply(deck, rec, deck.chat.turns.send(agent, text))
 
 
 def deltas(rec: Recorder, message_id: str) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The urwid frontend: deck's full-screen console (SPEC §8).
+"""The urwid frontend: deck's full-screen console.
 
 urwid is imported only when the console runs, so `deck --version` stays fast.
 The pieces: model.py (events → what to show), markdown.py, agents.py (the agents
@@ -18,14 +18,14 @@ class UrwidFrontend(Frontend):
     name = "urwid"
     description = "full-screen console"
 
-    def __init__(self, deck: Any, **options: Any) -> None:
-        super().__init__(deck, **options)
+    def __init__(self, client: Any, **options: Any) -> None:
+        super().__init__(client, **options)
         self.app: Any = None
 
     async def run(self) -> int:
         from .app import ConsoleApp
 
-        self.app = ConsoleApp(self.deck)
+        self.app = ConsoleApp(self.client, await self.client.call("ConfigService.Current"))
         return await self.app.run()
 
     def choose_file(self) -> Any:

@@ -18,8 +18,9 @@ from typing import Any
 
 import urwid
 
+from deck.client import Client, start
 from deck.errors import ServiceError
-from deck.events import Event
+from deck.events import AgentLog, ConfigChanged, Event, Handlers, PermissionRequested, QuestionRequested, handles
 from deck.tty import TerminalLog
 
 from .agents import AgentsPanel
@@ -102,11 +103,14 @@ class Root(urwid.WidgetPlaceholder):
         return handled
 
 
-class ConsoleApp:
-    def __init__(self, deck: Any, screen: Any = None) -> None:
-        self.deck = deck
-        self.strings = Strings(getattr(deck.config, "language", "en"))
-        self.palette = palette(deck.config.theme)
+class ConsoleApp(Handlers):
+    """The console of the deck that `client` reaches; `config` is what `ConfigService.Current()` said
+    as it started (its language and theme stay for the console's life)."""
+
+    def __init__(self, client: Client, config: dict[str, Any], screen: Any = None) -> None:
+        self.client = client
+        self.strings = Strings(str(config.get("language") or "en"))
+        self.palette = palette(str(config.get("theme") or "dark"))
         self.model = Model()
         self.selected = ""
         self.view = "chat"
@@ -126,12 +130,13 @@ class ConsoleApp:
         self.frames = 0
         self._screen = screen
         self.loop: CountingLoop | None = None
-        self._config_path = deck.config_path
+        self._config_path = str(config.get("path") or "")
+        self._reloading = asyncio.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._frame_handle: asyncio.TimerHandle | None = None
         self._spin_handle: asyncio.TimerHandle | None = None
         self._last_frame = 0.0
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()  # the service calls in flight
         self._done: asyncio.Future[int] | None = None
         self._attached = False
         self._build()
@@ -170,37 +175,57 @@ class ConsoleApp:
         left = panel_width(cols)
         return left, cols - left, max(1, rows - self.footer.rows((cols,)))
 
-    def widget(self) -> urwid.Widget:
-        return self.root
-
     # -- running ---------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Agents and conversations as the core has them now (start, another config opened)."""
-        self.model = Model()
-        self.model.set_roster([agent.info() for agent in self.deck.agents.values()])
-        for name, conv in list(self.deck.chat.conversations.items()):
-            if name in self.model.agents:
-                self.model.load_conversation(name, conv.snapshot())
-        for pending in list(self.deck.chat.questions.values()):  # not part of a conversation snapshot
-            self.model.apply("question:requested", pending.payload)
+    def load(self, snapshot: dict[str, Any], fresh: bool = False) -> None:
+        """Agents, conversations and pending asks as a snapshot of the deck has them. `fresh` (or
+        another config file): start afresh, else agents already shown keep their logs and announcements."""
+        config = snapshot["config"]
+        path = str(config.get("path") or "")
+        if fresh or path != self._config_path:
+            self.model = Model()
+            self._config_path = path
+        self.model.load(snapshot)
         if self.selected not in self.model.agents:
             self.selected = next(iter(self.model.agents), "")
-        problems = [p.to_dict() for p in self.deck.problems]  # what ConfigService.Current says
-        self.config_problem = config_problem(str(self.deck.config_path or ""), problems, self.strings)
+        self.config_problem = config_problem(path, list(config.get("problems") or []), self.strings)
         self.refresh()
 
-    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Show the core's state and follow its events, on `loop`."""
+    async def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Show the deck as it is and follow its events, on `loop`."""
         self._loop = loop
-        self.load()
-        self.deck.subscribe(self.on_event)
+        await self.client.follow(self.on_event, self.load)
         self._attached = True
+
+    def reload(self, fresh: bool = False) -> None:
+        """Take the deck's state again (its config changed, or was opened again) and follow on from there.
+
+        In a task of its own, never at once: it is asked while an event is delivered, and it
+        changes who listens."""
+        assert self._loop is not None
+        task = self._loop.create_task(self._reload(fresh))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _reload(self, fresh: bool) -> None:
+        async with self._reloading:
+            if not self._attached:
+                return
+            self.client.unsubscribe(self.on_event)
+            self._attached = False
+            try:
+                await self.client.follow(self.on_event, lambda snapshot: self.load(snapshot, fresh))
+            except Exception as exc:  # the console follows what comes, at least
+                if not isinstance(exc, ServiceError):
+                    log.exception("reload failed")
+                self.client.subscribe(self.on_event)
+                self.say(str(exc))
+            self._attached = True
 
     def detach(self) -> None:
         """Stop following events; cancel the timers and the service calls in flight."""
         if self._attached:
-            self.deck.unsubscribe(self.on_event)
+            self.client.unsubscribe(self.on_event)
             self._attached = False
         for handle in (self._frame_handle, self._spin_handle):
             if handle is not None:
@@ -213,7 +238,7 @@ class ConsoleApp:
         loop = asyncio.get_running_loop()
         self._done = loop.create_future()
         started = time.monotonic()
-        self.attach(loop)
+        await self.attach(loop)
         screen = self._screen or urwid.display.raw.Screen(bracketed_paste_mode=True)
         self.loop = CountingLoop(
             self.root, self.palette, screen=screen, event_loop=urwid.AsyncioEventLoop(loop=loop), handle_mouse=True,
@@ -243,7 +268,10 @@ class ConsoleApp:
             self._done.set_result(code)
 
     def spawn(self, awaitable: Awaitable[Any], then: Any = None) -> None:
-        """Run a service call; its ServiceError becomes a notice, its result goes to `then`."""
+        """Run a service call; its ServiceError becomes a notice, its result goes to `then`.
+
+        Started at once: a call already answered (most are, on a deck in this process) is shown
+        at once, in the frame being drawn."""
 
         async def call() -> None:
             try:
@@ -258,40 +286,36 @@ class ConsoleApp:
                     then(result)
             self.schedule()
 
-        assert self._loop is not None
-        task = self._loop.create_task(call())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task = start(call())
+        if not task.done():
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     # -- events and frames -------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
-        payload = event.payload()
-        self.model.apply(event.name, payload)
-        if event.name == "config:changed":
-            problems = [] if payload.get("valid") else list(payload.get("problems") or [])
-            self.config_problem = config_problem(str(payload.get("path") or ""), problems, self.strings)
-            self._config_changed()
-        elif event.name in ("permission:requested", "question:requested") and payload.get("agent") == self.selected \
-                and not self.dialog_kind:  # fmt: skip
-            self.ask_id = str(payload.get("id"))
-            self.open_asks()
-        elif event.name == "agent:log" and self.view == "logs" and payload.get("agent") == self.logs_view.agent:
-            self._live_logs.append(str(payload.get("line", "")))
+        self.model.apply(event)
+        self.dispatch(event)
         self.schedule()
 
-    def _config_changed(self) -> None:
-        if self.deck.config_path != self._config_path:  # another config was opened: start afresh
-            self._config_path = self.deck.config_path
-            self.load()
-        else:
-            self.model.set_roster([agent.info() for agent in self.deck.agents.values()])
-            for name in self.model.agents:
-                conv = self.deck.chat.conversations.get(name)
-                if conv is not None and not self.model.agents[name].messages and conv.messages:
-                    self.model.load_conversation(name, conv.snapshot())
+    @handles(ConfigChanged)
+    def _config_changed(self, e: ConfigChanged) -> None:
+        problems = [] if e.valid else list(e.problems or [])
+        self.config_problem = config_problem(str(e.path or ""), problems, self.strings)
+        self.reload()  # the agents may have changed; another file starts afresh
         if self.view == "config":
             self.show_config()
+
+    @handles(PermissionRequested, QuestionRequested)
+    def _asked(self, e: PermissionRequested | QuestionRequested) -> None:
+        if e.agent == self.selected and not self.dialog_kind:
+            self.ask_id = str(e.id)
+            self.open_asks()
+
+    @handles(AgentLog)
+    def _agent_log(self, e: AgentLog) -> None:
+        if self.view == "logs" and e.agent == self.logs_view.agent:
+            self._live_logs.append(str(e.line))
 
     def schedule(self) -> None:
         """Draw soon: at the next frame, at most FPS frames a second."""
@@ -315,7 +339,7 @@ class ConsoleApp:
         self._spin_handle = None
         self.spin_frame += 1
         for agent in self.model.agents.values():
-            if agent.state == "starting" or agent.busy:
+            if agent.working:
                 self.model.changes.agents.add(agent.name)
         self.schedule()
 
@@ -346,9 +370,7 @@ class ConsoleApp:
         if changes.asks and self.dialog_kind == "ask":
             self.open_asks()
         self._update_footer(current)
-        if self._spin_handle is None and self._loop is not None and any(
-            a.state == "starting" or a.busy for a in agents.values()
-        ):
+        if self._spin_handle is None and self._loop is not None and any(a.working for a in agents.values()):
             self._spin_handle = self._loop.call_later(SPIN_EVERY, self._spin)
 
     def _update_footer(self, current: Any) -> None:
@@ -363,8 +385,8 @@ class ConsoleApp:
             parts += [("notice", f" {self.notice} "), " "]
         else:
             self.notice = ""
-        perms = sum(len(a.permissions) for a in self.model.agents.values())
-        questions = sum(len(a.questions) for a in self.model.agents.values())
+        perms = sum(a.waiting("permission") for a in self.model.agents.values())
+        questions = sum(a.waiting("question") for a in self.model.agents.values())
         if perms or questions:
             if perms and questions:
                 hint = s("hints_asks", perms=s("n_perms", n=perms), questions=s("n_questions", n=questions))
@@ -486,32 +508,38 @@ class ConsoleApp:
     def agent_action(self, action: str) -> None:
         if not self.selected:
             return
-        service = self.deck.agent_service
-        method = {"start": service.Start, "stop": service.Stop, "restart": service.Restart}[action]
-        self.spawn(method(self.selected))
+        method = {"start": "AgentService.Start", "stop": "AgentService.Stop", "restart": "AgentService.Restart"}[action]
+        self.spawn(self.client.call(method, {"name": self.selected}))
 
     def send(self) -> None:
+        """Send what was typed; the input is cleared at once, and given back if the message is refused."""
         text = self.edit.edit_text
         if not text.strip() or not self.selected:
             return
-        try:
-            self.deck.chat.send(self.selected, text)
-        except ServiceError as exc:
-            self.say(str(exc))
-            return
         self.edit.set_edit_text("")
+        call = self.client.call("ChatService.Send", {"agent": self.selected, "text": text})
+
+        async def sending() -> None:
+            try:
+                await call
+            except ServiceError:
+                if not self.edit.edit_text:
+                    self.edit.set_edit_text(text)
+                    self.edit.set_edit_pos(len(text))
+                raise
+
+        self.spawn(sending())
 
     def cancel_turn(self) -> None:
         if not self.selected:
             return
         title = self.model.agents[self.selected].title
-        try:
-            result = self.deck.chat.cancel(self.selected)
-        except ServiceError as exc:
-            self.say(str(exc))
-            return
-        busy = result.get("cancelled") or result.get("abandoned")
-        self.say(self.strings("cancelled_turn" if busy else "nothing_to_cancel", agent=title))
+
+        def cancelled(result: dict[str, Any]) -> None:
+            busy = result.get("cancelled") or result.get("abandoned")
+            self.say(self.strings("cancelled_turn" if busy else "nothing_to_cancel", agent=title))
+
+        self.spawn(self.client.call("ChatService.Cancel", {"agent": self.selected}), cancelled)
 
     # -- views -------------------------------------------------------------------------------
 
@@ -534,7 +562,10 @@ class ConsoleApp:
             return
         self._live_logs = []
         self.logs_view.show(agent.name, agent.title, agent.logs)
-        self.spawn(self.deck.agent_service.Logs(agent.name), lambda lines: self._logs_loaded(agent.name, agent.title, lines))
+        self.spawn(
+            self.client.call("AgentService.Logs", {"name": agent.name}),
+            lambda lines: self._logs_loaded(agent.name, agent.title, lines),
+        )
 
     def _logs_loaded(self, name: str, title: str, lines: list[str]) -> None:
         if self.view == "logs" and self.logs_view.agent == name:
@@ -542,24 +573,23 @@ class ConsoleApp:
             self.logs_view.show(name, title, lines)
 
     def show_config(self) -> None:
-        service = self.deck.config_service
-
         async def fetch() -> tuple[dict[str, Any], list[str]]:
-            return await service.Current(), await service.Recent()
+            return await self.client.call("ConfigService.Current"), await self.client.call("ConfigService.Recent")
 
         self.spawn(fetch(), lambda result: self.config_view.show(*result))
 
     # Opening a config emits config:changed, which reloads the console (_config_changed).
 
     def choose_config(self) -> None:
-        self.spawn(self.deck.config_service.Choose(), self._opened)  # "" when the picker was cancelled
+        self.spawn(self.client.call("ConfigService.Choose"), self._opened)  # "" when the picker was cancelled
 
     def open_config(self, path: str) -> None:
-        self.spawn(self.deck.config_service.Open(path), lambda current: self._opened(current["path"]))
+        opening = self.client.call("ConfigService.Open", {"path": path})
+        self.spawn(opening, lambda current: self._opened(current["path"]))
 
     def _opened(self, path: str) -> None:
         if path:
-            self.load()  # Open forgot every conversation, even when the same file was opened again
+            self.reload(fresh=True)  # Open forgot every conversation, even when the same file was opened again
             self.say(self.strings("opened", path=path))
             if self.view == "config":  # once Open is done, the recent files have the file opened first
                 self.show_config()
@@ -626,14 +656,14 @@ class ConsoleApp:
         self.open_asks()
 
     def answer(self, request_id: str, option_id: str) -> None:
-        self.spawn(self.deck.chat.AnswerPermission(request_id, option_id))
+        self.spawn(self.client.call("ChatService.AnswerPermission", {"id": request_id, "optionId": option_id}))
 
     def answer_question(self, question_id: str, values: dict[str, Any] | None) -> None:
         """Answer with `values`, or decline with None."""
-        self.spawn(self.deck.chat.AnswerQuestion(question_id, values))
+        self.spawn(self.client.call("ChatService.AnswerQuestion", {"id": question_id, "values": values}))
 
     def ask_quit(self) -> None:
-        busy = [a.title for a in self.model.agents.values() if a.busy or a.state in ("busy", "starting")]
+        busy = [a.title for a in self.model.agents.values() if a.working]
         if not busy:
             self.finish(0)
             return
@@ -650,7 +680,7 @@ class ConsoleApp:
         """The file picker; a future of the chosen path ("" if cancelled)."""
         assert self._loop is not None
         future: asyncio.Future[str] = self._loop.create_future()
-        start = Path(self.deck.config_path).parent if self.deck.config_path else Path.cwd()
+        start = Path(self._config_path).parent if self._config_path else Path.cwd()
 
         def done(path: str) -> None:
             self.close_dialog()

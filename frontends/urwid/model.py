@@ -1,5 +1,5 @@
-"""What the console shows, folded from event payloads (no urwid here): agents, messages, asks
-(permission requests and questions).
+"""What the console shows (no urwid here): agents, messages, asks (permission requests and
+questions), loaded from a deck's snapshot, then folded from the events after it.
 
 Every `apply(event)` updates the model and records what changed, so the screen rebuilds
 only those pieces at its next frame, however many events arrived in between.
@@ -11,21 +11,51 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from deck.agent import LOG_LINES  # the core keeps as many stderr lines per agent (Logs)
-from deck.conversation import TextPart
+from deck.events import (
+    AgentAnnouncement,
+    AgentLog,
+    AgentStateChanged,
+    AskChanged,
+    Event,
+    Handlers,
+    MessageDelta,
+    MessageUpdated,
+    PermissionRequested,
+    PermissionResolved,
+    QuestionRequested,
+    QuestionResolved,
+    TurnChanged,
+    UsageChanged,
+    handles,
+)
+from deck.states import AgentState
 
 ANNOUNCEMENTS = 20
+#: Stderr lines kept per agent: as many as `AgentService.Logs` returns.
+LOG_LINES = 200
+#: The states in which an agent is at work: the panel's spinner turns, quitting asks first.
+WORKING = frozenset({AgentState.STARTING.value, AgentState.BUSY.value})
 
 
-class Part(TextPart):
-    """One part of a message as the wire shows it (`data`); streamed text joins like the core's parts."""
+class Part:
+    """One part of a message as the wire shows it (`data`); streamed text is kept in chunks, joined when read."""
 
-    __slots__ = ("data",)
+    __slots__ = ("type", "data", "_chunks")
 
     def __init__(self, data: dict[str, Any]) -> None:
         text = data.get("text")
-        super().__init__(str(data.get("type", "text")), text if isinstance(text, str) else "")
+        self.type = str(data.get("type", "text"))
         self.data = data
+        self._chunks = [text] if isinstance(text, str) and text else []
+
+    def append(self, text: str) -> None:
+        self._chunks.append(text)
+
+    @property
+    def text(self) -> str:
+        if len(self._chunks) > 1:
+            self._chunks[:] = ["".join(self._chunks)]
+        return self._chunks[0] if self._chunks else ""
 
 
 class MessageModel:
@@ -66,25 +96,18 @@ class AgentModel:
     state: str = "stopped"
     error: str | None = None
     outdated: bool = False
-    busy: bool = False
     queued: int = 0
     usage: dict[str, Any] = field(default_factory=lambda: {"used": 0, "size": 0})
     messages: list[MessageModel] = field(default_factory=list)
     by_id: dict[str, MessageModel] = field(default_factory=dict)
-    permissions: dict[str, dict[str, Any]] = field(default_factory=dict)
-    #: Pending `question:requested` payloads, by question id.
-    questions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: The permission requests and questions waiting for an answer, in the order asked:
+    #: id → ("permission" | "question", payload of its `…:requested` event).
+    pending: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     logs: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
     #: Announcements this agent received as the requester of an ask (newest last).
     announcements: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=ANNOUNCEMENTS))
     #: Requesters currently talking to this agent, by ticket id.
     asks: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_info(cls, info: dict[str, Any]) -> AgentModel:
-        agent = cls(str(info["name"]))
-        agent.set_info(info)
-        return agent
 
     def set_info(self, info: dict[str, Any]) -> None:
         self.title = str(info.get("title") or self.name)
@@ -105,8 +128,22 @@ class AgentModel:
         return message
 
     @property
+    def busy(self) -> bool:
+        """In use (a turn, or another agent's ask): what its state says, the one source of it."""
+        return self.state == AgentState.BUSY.value
+
+    @property
+    def working(self) -> bool:
+        """Busy or starting: the spinner turns, and quitting asks first."""
+        return self.state in WORKING
+
+    @property
     def needs_input(self) -> bool:
-        return bool(self.permissions or self.questions)
+        return bool(self.pending)
+
+    def waiting(self, kind: str) -> int:
+        """How many requests of `kind` ("permission" or "question") wait for an answer."""
+        return sum(1 for k, _ in self.pending.values() if k == kind)
 
 
 @dataclass
@@ -123,7 +160,7 @@ class Changes:
         self.messages.setdefault(agent, set()).add(message_id)
 
 
-class Model:
+class Model(Handlers):
     """Every agent the console knows, in config order, and the changes not yet drawn."""
 
     def __init__(self) -> None:
@@ -144,121 +181,124 @@ class Model:
             self.agents[agent.name] = agent
         self.changes.roster = True
 
+    def load(self, snapshot: dict[str, Any]) -> None:
+        """Everything as a `DeckService.Snapshot()` has it: the roster, each conversation, what waits
+        for an answer. Agents already known keep what no snapshot holds (their log lines, announcements)."""
+        self.set_roster(snapshot["agents"])
+        conversations = snapshot.get("conversations") or {}
+        for name in self.agents:
+            self.load_conversation(name, conversations.get(name) or {})
+        for known in self.agents.values():
+            known.pending.clear()
+        for ask in snapshot.get("pending") or []:
+            agent = self.agents.get(str(ask.get("agent")))
+            if agent is not None and "id" in ask:
+                agent.pending[str(ask["id"])] = (str(ask.get("kind")), {k: v for k, v in ask.items() if k != "kind"})
+        self.changes.asks = True
+
     def load_conversation(self, name: str, snapshot: dict[str, Any]) -> None:
         agent = self.agents[name]
         agent.messages.clear()
         agent.by_id.clear()
         for data in snapshot.get("messages") or []:
             agent.add_message(data)
-        agent.busy = bool(snapshot.get("busy"))
         agent.queued = int(snapshot.get("queued") or 0)
-        agent.usage = dict(snapshot.get("usage") or agent.usage)
-        agent.permissions = {p["id"]: p for p in snapshot.get("permissions") or [] if "id" in p}
+        agent.usage = dict(snapshot.get("usage") or {"used": 0, "size": 0})
         self.changes.roster = True
 
     def pending(self) -> list[tuple[str, dict[str, Any]]]:
         """Every pending ask as ("permission" | "question", payload): agents in config order,
-        each agent's permission requests then its questions, oldest first."""
-        out: list[tuple[str, dict[str, Any]]] = []
-        for agent in self.agents.values():
-            out += [("permission", p) for p in agent.permissions.values()]
-            out += [("question", q) for q in agent.questions.values()]
-        return out
+        each agent's in the order asked."""
+        return [ask for agent in self.agents.values() for ask in agent.pending.values()]
 
     # -- events ---------------------------------------------------------------------------
 
-    def apply(self, name: str, payload: dict[str, Any]) -> None:
-        handler = getattr(self, "_on_" + name.replace(":", "_"), None)
-        if handler is not None:
-            handler(payload)
+    def apply(self, event: Event) -> None:
+        self.dispatch(event)
 
-    def _agent(self, payload: dict[str, Any], key: str = "agent") -> AgentModel | None:
-        return self.agents.get(str(payload.get(key)))
+    def _agent(self, name: str) -> AgentModel | None:
+        return self.agents.get(name)
 
-    def _on_agent_state(self, p: dict[str, Any]) -> None:
-        agent = self._agent(p)
+    @handles(AgentStateChanged)
+    def _agent_state(self, e: AgentStateChanged) -> None:
+        agent = self._agent(e.agent)
         if agent is None:
             return
-        agent.state = p.get("state", agent.state)
-        agent.error = p.get("error")
-        agent.outdated = bool(p.get("outdated"))
+        agent.state = e.state
+        agent.error = e.error
+        agent.outdated = bool(e.outdated)
         self.changes.agents.add(agent.name)
 
-    def _on_agent_log(self, p: dict[str, Any]) -> None:
-        agent = self._agent(p)
+    @handles(AgentLog)
+    def _agent_log(self, e: AgentLog) -> None:
+        agent = self._agent(e.agent)
         if agent is not None:
-            agent.logs.append(str(p.get("line", "")))
+            agent.logs.append(str(e.line))
 
-    def _on_message_updated(self, p: dict[str, Any]) -> None:
-        agent = self._agent(p)
-        message = p.get("message")
+    @handles(MessageUpdated)
+    def _message_updated(self, e: MessageUpdated) -> None:
+        agent = self._agent(e.agent)
+        message = e.message
         if agent is not None and isinstance(message, dict) and "id" in message:
             agent.add_message(message)
             self.changes.message(agent.name, str(message["id"]))
 
-    def _on_message_delta(self, p: dict[str, Any]) -> None:
-        agent = self._agent(p)
+    @handles(MessageDelta)
+    def _message_delta(self, e: MessageDelta) -> None:
+        agent = self._agent(e.agent)
         if agent is None:
             return
-        message = agent.by_id.get(str(p.get("messageId")))
+        message = agent.by_id.get(str(e.message_id))
         if message is None:
-            message = agent.add_message({"id": p.get("messageId"), "role": "agent", "done": False})
-        message.delta(int(p.get("index", 0)), str(p.get("kind", "text")), p.get("text"), p.get("part"))
+            message = agent.add_message({"id": e.message_id, "role": "agent", "done": False})
+        message.delta(int(e.index), str(e.kind), e.text, e.part)
         self.changes.message(agent.name, message.id)
 
-    def _on_turn_changed(self, p: dict[str, Any]) -> None:
-        agent = self._agent(p)
+    @handles(TurnChanged)
+    def _turn_changed(self, e: TurnChanged) -> None:
+        agent = self._agent(e.agent)
         if agent is not None:
-            agent.busy = bool(p.get("busy"))
-            agent.queued = int(p.get("queued") or 0)
+            agent.queued = int(e.queued or 0)
             self.changes.agents.add(agent.name)
 
-    def _on_usage_changed(self, p: dict[str, Any]) -> None:
-        agent = self._agent(p)
-        if agent is not None and isinstance(p.get("usage"), dict):
-            agent.usage = p["usage"]
+    @handles(UsageChanged)
+    def _usage_changed(self, e: UsageChanged) -> None:
+        agent = self._agent(e.agent)
+        if agent is not None and isinstance(e.usage, dict):
+            agent.usage = e.usage
             self.changes.agents.add(agent.name)
 
-    def _on_permission_requested(self, p: dict[str, Any]) -> None:
-        agent = self._agent(p)
+    @handles(PermissionRequested, QuestionRequested)
+    def _requested(self, e: PermissionRequested | QuestionRequested) -> None:
+        agent = self._agent(e.agent)
         if agent is not None:
-            agent.permissions[str(p["id"])] = p
+            agent.pending[str(e.id)] = ("permission" if isinstance(e, PermissionRequested) else "question", e.payload())
             self.changes.agents.add(agent.name)
             self.changes.asks = True
 
-    def _on_permission_resolved(self, p: dict[str, Any]) -> None:
-        agent = self._agent(p)
-        if agent is not None and agent.permissions.pop(str(p.get("id")), None) is not None:
+    @handles(PermissionResolved, QuestionResolved)
+    def _resolved(self, e: PermissionResolved | QuestionResolved) -> None:
+        agent = self._agent(e.agent)
+        if agent is not None and agent.pending.pop(str(e.id), None) is not None:
             self.changes.agents.add(agent.name)
             self.changes.asks = True
 
-    def _on_question_requested(self, p: dict[str, Any]) -> None:
-        agent = self._agent(p)
-        if agent is not None and "id" in p:
-            agent.questions[str(p["id"])] = p
-            self.changes.agents.add(agent.name)
-            self.changes.asks = True
-
-    def _on_question_resolved(self, p: dict[str, Any]) -> None:
-        agent = self._agent(p)
-        if agent is not None and agent.questions.pop(str(p.get("id")), None) is not None:
-            self.changes.agents.add(agent.name)
-            self.changes.asks = True
-
-    def _on_agent_announcement(self, p: dict[str, Any]) -> None:
-        requester = self._agent(p, "requester")
+    @handles(AgentAnnouncement)
+    def _agent_announcement(self, e: AgentAnnouncement) -> None:
+        requester = self._agent(e.requester)
         if requester is not None:
-            requester.announcements.append(p)
+            requester.announcements.append(e.payload())
             self.changes.announcements.add(requester.name)
 
-    def _on_ask_changed(self, p: dict[str, Any]) -> None:
+    @handles(AskChanged)
+    def _ask_changed(self, e: AskChanged) -> None:
         """The overlay on the target lasts from the ask's start to its final."""
-        target = self._agent(p, "target")
+        target = self._agent(e.target)
         if target is None:
             return
-        if p.get("active"):
-            target.asks[str(p.get("ticketId"))] = str(p.get("requester"))
+        if e.active:
+            target.asks[str(e.ticket_id)] = str(e.requester)
         else:
-            target.asks.pop(str(p.get("ticketId")), None)
+            target.asks.pop(str(e.ticket_id), None)
         self.changes.agents.add(target.name)
         self.changes.announcements.add(target.name)

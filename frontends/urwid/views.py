@@ -7,15 +7,14 @@ from typing import Any
 
 import urwid
 
-from deck.agent import LOG_LINES
-
 from .common import Clickable, LineBox, Text
 from .i18n import Strings
+from .model import LOG_LINES
 
 
 class LogsView(urwid.WidgetWrap):
     """The selected agent's stderr lines (Logs), then the live `agent:log` lines as they come;
-    the last LOG_LINES of them, like the core keeps."""
+    the last LOG_LINES of them, as many as Logs returns."""
 
     def __init__(self, strings: Strings) -> None:
         self.strings = strings

@@ -1,10 +1,12 @@
-"""announcements: one agent asks another (SPEC §9, seed 002).
+"""announcements: one agent asks another.
 
-Every agent gets an MCP server named `deck` in its `session/new` (`server.py`), with the
+Every agent gets an MCP server named `deck` in each `session/new` (`announcements_mcp.py`), with the
 tools `ask_agent {agent, question}` and `list_agents {}`. The server reaches this deck
 over a private Unix socket (`bridge.py`); the ask itself runs here (`asks.py`): the
-target answers in an ACP session of its own, its intermediate messages become
-`agent:announcement` events and only its final message goes back to the requester.
+target answers in an ACP session of its own (`Agent.open_session`), its intermediate
+messages become `agent:announcement` events and only its final message goes back to the
+requester. The server's entry names the session it was given to (`Session.origin`), so an
+ask knows which turn or ask of the requester it serves, and ends with it.
 
 Refused, with the tool's error as the reason: asking oneself, an unknown agent, a
 target that cannot start (limits), and a cycle — an agent asking one that is itself
@@ -13,48 +15,57 @@ waiting, directly or through others, for the asker's answer (it would wait forev
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deck import hookimpl
+from deck.events import TurnChanged
 
-from .asks import CONVERSATION, Asks
+from .asks import Asks
 from .bridge import Bridge
 
-#: One ask registry and one socket per running deck.
-_decks: dict[int, tuple[Asks, Bridge]] = {}
+if TYPE_CHECKING:
+    from deck import Agent, Deck, Session
+    from deck.events import Event
+
+#: The name this deck's `Announcements` is registered under in its plugin manager.
+PER_DECK = "announcements.deck"
 
 
-def _for(deck: Any) -> tuple[Asks, Bridge]:
-    pair = _decks.get(id(deck))
-    if pair is None or pair[0].deck is not deck:
-        asks = Asks(deck)
-        pair = _decks[id(deck)] = (asks, Bridge(asks))
-    return pair
+class Announcements:
+    """One deck's asks and socket: a plugin of its own, registered with that deck's plugin manager."""
+
+    def __init__(self, deck: Deck) -> None:
+        self.deck = deck
+        self.asks = Asks(deck)
+        self.bridge = Bridge(self.asks)
+
+    @hookimpl
+    def deck_event(self, event: Event) -> None:
+        if type(event) is TurnChanged and not event.busy:
+            self.asks.turn_ended(event.agent)
+
+    @hookimpl
+    async def deck_shutdown(self) -> None:
+        self.deck.pm.unregister(self)
+        self.asks.cancel_all()
+        await self.bridge.close()
+
+
+def of(deck: Deck) -> Announcements:
+    """`deck`'s announcements, made on first use: a deck driven without `startup()` (tests, `deck send`)
+    opens its socket as its first session is opened."""
+    plugin = deck.pm.get_plugin(PER_DECK)
+    if plugin is None:
+        plugin = Announcements(deck)
+        deck.pm.register(plugin, name=PER_DECK)
+    return plugin  # type: ignore[no-any-return]
 
 
 @hookimpl
-async def deck_startup(deck: Any) -> None:
-    await _for(deck)[1].start()
+async def deck_startup(deck: Deck) -> None:
+    await of(deck).bridge.start()
 
 
 @hookimpl
-def deck_session_mcp_servers(deck: Any, agent: Any) -> Any:
-    # Decks driven without `startup()` (tests, `deck send`) open the socket on first use.
-    asks, bridge = _for(deck)
-    return [bridge.mcp_server(agent.name, asks.opening.get(agent.name, CONVERSATION))]
-
-
-@hookimpl
-def deck_event(deck: Any, event: Any) -> None:
-    if event.name == "turn:changed" and not event.busy:
-        pair = _decks.get(id(deck))
-        if pair is not None:
-            pair[0].turn_ended(event.agent)
-
-
-@hookimpl
-async def deck_shutdown(deck: Any) -> None:
-    pair = _decks.pop(id(deck), None)
-    if pair is not None:
-        pair[0].cancel_all()
-        await pair[1].close()
+def deck_session_mcp_servers(deck: Deck, agent: Agent, session: Session) -> Any:
+    return [of(deck).bridge.mcp_server(agent.name, session.origin)]

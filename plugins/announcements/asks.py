@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from deck.conversation import Conversation, now_iso
-from deck.errors import AcpError, ConnectionClosed, ServiceError
+from deck import CONVERSATION, AcpError, ConnectionClosed, ServiceError, now_iso
 from deck.events import AgentAnnouncement, AskChanged
 
+if TYPE_CHECKING:
+    from deck import Agent, Deck
+
 NO_REPLY = "target returned no reply"
-#: The origin of an ask made from the requester's own conversation (else: the ticket it answers).
-CONVERSATION = "conversation"
 #: Session updates that end the message being streamed: a new tool call (not a late
 #: status update of an earlier one, which may arrive in the middle of the text).
 BOUNDARIES = frozenset({"tool_call"})
-
-#: After cancelling, how long the target may take to end its answer before the ask lets go of it.
-CANCEL_GRACE = 2.0
-CANCELLED_PERMISSION = {"outcome": {"outcome": "cancelled"}}
-CANCELLED_QUESTION = {"action": "cancel"}
 
 _tickets = itertools.count(1)
 
@@ -67,14 +61,10 @@ class Messages:
 
 
 class AskSink:
-    """The target's ask session: text → messages, thoughts dropped, tools kept only to describe permissions."""
+    """The target's ask session: its text becomes messages; thoughts and tool calls are not the requester's."""
 
     def __init__(self, ask: Ask) -> None:
-        self.ask = ask
         self.messages = Messages(ask.announce)
-        # Tool calls only (never text), so that a permission request can show what it is for.
-        self.tools = Conversation(ask.target.name, lambda _event: None)
-        self.requests: set[asyncio.Future[dict[str, Any]]] = set()
 
     def on_update(self, update: dict[str, Any]) -> None:
         kind = update.get("sessionUpdate")
@@ -84,42 +74,16 @@ class AskSink:
                 self.messages.text(content["text"], update.get("messageId"))
         elif kind in BOUNDARIES:
             self.messages.boundary()
-            self.tools.apply_update(update)
-        elif kind == "tool_call_update":
-            self.tools.apply_update(update)
-
-    def on_permission(self, params: dict[str, Any]) -> Any:
-        # The user answers for the target, under the target's own `permissions` policy.
-        chat = self.ask.deck.chat
-        return self._until_done(chat.ask_permission(self.ask.target, self.tools, params), CANCELLED_PERMISSION)
-
-    def on_question(self, params: dict[str, Any]) -> Any:
-        chat = self.ask.deck.chat
-        return self._until_done(chat.ask_question(self.ask.target, self.tools, params), CANCELLED_QUESTION)
-
-    async def _until_done(self, asking: Any, cancelled: dict[str, Any]) -> dict[str, Any]:
-        """The user's answer; `cancelled` when the ask ends first (the request then leaves the frontends)."""
-        task = asyncio.ensure_future(asking)
-        self.requests.add(task)
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if not task.cancelled():
-                task.cancel()
-                raise
-            return cancelled
-        finally:
-            self.requests.discard(task)
-
-    def close(self) -> None:
-        for task in self.requests:
-            task.cancel()
 
 
 class Ask:
-    """One question from `requester` to `target`, identified by its ticket."""
+    """One question from `requester` to `target`, identified by its ticket.
 
-    def __init__(self, asks: Asks, requester: str, target: Any, question: str, origin: str = "") -> None:
+    The target answers in a session of its own (`Agent.open_session`): what it asks the user
+    meanwhile goes to the user under the target's own `permissions` policy, and is cancelled
+    when the ask ends."""
+
+    def __init__(self, asks: Asks, requester: str, target: Agent, question: str, origin: str = "") -> None:
         self.asks = asks
         self.deck = asks.deck
         self.requester = requester
@@ -127,13 +91,19 @@ class Ask:
         self.target = target
         self.question = question
         self.ticket_id = f"ticket-{next(_tickets)}"
-        self.session_id: str | None = None
         self.given_up = False
+        self.task: asyncio.Task[str] | None = None
 
     def announce(self, text: str) -> None:
         if self.given_up:  # the requester stopped waiting: what the target still says is nobody's
             return
         self.deck.emit(AgentAnnouncement(self.requester, self.target.name, self.ticket_id, text, now_iso()))
+
+    def give_up(self) -> None:
+        """Nobody waits for the answer any more: the target's session is cancelled, and it goes quiet."""
+        self.given_up = True
+        if self.task is not None:
+            self.task.cancel()
 
     async def run(self) -> str:
         target = self.target
@@ -149,61 +119,29 @@ class Ask:
         except AcpError as exc:
             raise AskError(f"{target.name} answered with an error: {exc.args[0] or exc.code}") from exc
         finally:
-            if self.session_id is not None:
-                target.detach(self.session_id)
             target.release()
 
     async def _prompt(self) -> str:
-        target = self.target
-        if target.conn is None:
-            raise ConnectionClosed(target.error or "the agent is not running")
-        self.asks.opening[target.name] = self.ticket_id  # read by the hook, as session/new is sent
-        try:
-            self.session_id, _ = await target.new_session()
-        finally:
-            self.asks.opening.pop(target.name, None)
         sink = AskSink(self)
-        target.attach(self.session_id, sink)
-        prompt = asyncio.ensure_future(
-            target.conn.request(
-                "session/prompt", {"sessionId": self.session_id, "prompt": [{"type": "text", "text": self.question}]}
-            )
-        )
+        session = await self.target.open_session(sink, origin=self.ticket_id)
         try:
-            result = await asyncio.shield(prompt)
-        except asyncio.CancelledError:
-            self.given_up = True
-            sink.close()  # pending permission requests are answered "cancelled" first
-            await self._cancel(prompt)
-            raise
+            result = await session.prompt(self.question)
         finally:
-            sink.close()
-        stop = result.get("stopReason") if isinstance(result, dict) else None
+            session.close()
         final = sink.messages.final()
-        if stop == "cancelled":
-            raise AskError(f"{target.name} cancelled its answer")
+        if result.get("stopReason") == "cancelled":
+            raise AskError(f"{self.target.name} cancelled its answer")
         if final is None:
             raise AskError(NO_REPLY)
         return final
-
-    async def _cancel(self, prompt: asyncio.Future[Any]) -> None:
-        """The requester gave up: cancel the target's answer and let it end (busy until then)."""
-        conn = self.target.conn
-        if conn is not None and self.session_id is not None:
-            with contextlib.suppress(ConnectionClosed):
-                conn.notify("session/cancel", {"sessionId": self.session_id})
-        with contextlib.suppress(Exception, TimeoutError):
-            await asyncio.wait_for(prompt, CANCEL_GRACE)
 
 
 class Asks:
     """Every ask in progress in one deck: the refusals, and cancelling what nobody waits for."""
 
-    def __init__(self, deck: Any) -> None:
+    def __init__(self, deck: Deck) -> None:
         self.deck = deck
-        self.active: dict[str, tuple[Ask, asyncio.Task[str]]] = {}
-        #: target name → the ticket whose session it is opening (the MCP server entry names it).
-        self.opening: dict[str, str] = {}
+        self.active: dict[str, Ask] = {}
 
     def list_agents(self, requester: str) -> list[dict[str, Any]]:
         return [
@@ -234,13 +172,13 @@ class Asks:
                 "would wait forever"
             )
         ask = Ask(self, requester, target, question, origin or CONVERSATION)
-        task = asyncio.get_running_loop().create_task(ask.run(), name=f"ask {ask.ticket_id}")
-        self.active[ask.ticket_id] = (ask, task)
+        task = ask.task = self.deck.spawn(ask.run(), f"ask {ask.ticket_id}", log_errors=False)  # AskError: the tool's
+        self.active[ask.ticket_id] = ask
         self.deck.emit(AskChanged(requester, target.name, ask.ticket_id, True))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            task.cancel()  # the requester no longer waits: the target's session is cancelled
+            ask.give_up()  # the requester no longer waits: the target's session is cancelled
             raise
         finally:
             self.active.pop(ask.ticket_id, None)
@@ -253,7 +191,7 @@ class Asks:
         paths = [[start]]
         while paths:
             path = paths.pop()
-            for ask, _task in self.active.values():
+            for ask in self.active.values():
                 if ask.requester != path[-1]:
                     continue
                 nxt = ask.target.name
@@ -266,15 +204,15 @@ class Asks:
 
     def turn_ended(self, agent: str) -> None:
         """`agent`'s own conversation turn ended (answered or cancelled): the asks it made from it end."""
-        for ask, task in list(self.active.values()):
+        for ask in list(self.active.values()):
             if ask.requester == agent and ask.origin == CONVERSATION:
-                task.cancel()
+                ask.give_up()
 
     def _end_asks_from(self, ticket_id: str) -> None:
-        for ask, task in list(self.active.values()):
+        for ask in list(self.active.values()):
             if ask.origin == ticket_id:
-                task.cancel()
+                ask.give_up()
 
     def cancel_all(self) -> None:
-        for _ask, task in self.active.values():
-            task.cancel()
+        for ask in list(self.active.values()):
+            ask.give_up()

@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from deck.acp import TooDeep, decode_line
+from deck import TooDeep, decode_line
 
 from .asks import AskError, Asks
 

@@ -1,5 +1,104 @@
 """history: conversations kept on disk, so that they outlive deck.
 
-`store.py` holds the SQLite database (schema migrations, full-text search) and the
-batching writer that keeps streamed messages off the hot path.
+Every agent's conversation is recorded in one SQLite file, `$XDG_STATE_HOME/deck/history.db`,
+under the config file's path and the agent's name (`recorder.py`); `deck history`, `deck search`
+and `deck export` read it with no deck running (`cli.py`). `store.py` holds the database
+(schema migrations, full-text search) and the batching writer that keeps streamed messages off
+the hot path.
+
+A database that cannot be used (corrupt, unwritable, locked, from a newer deck) is never
+touched: deck runs without history and says why once, as a `plugin:error` event and a log line.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from deck import Duration, hookimpl
+
+if TYPE_CHECKING:
+    import typer
+
+    from deck import Deck
+    from deck.events import Event
+
+    from .recorder import Recorder
+
+DAY = 86_400.0
+
+
+class HistorySettings(BaseModel):
+    """The `[history]` section of the config file."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+    enabled: bool = Field(True, description="Keep every conversation in the history database (read at start).")
+    keep: Duration = Field(
+        90 * DAY, description='Delete, at start, the conversations not updated for this long ("90d"; 0 = keep all).'
+    )
+
+
+#: id(deck) → its recorder, while the deck runs with history on.
+_recorders: dict[int, Recorder] = {}
+
+
+def recorder_of(deck: Deck) -> Recorder | None:
+    """The deck's recorder: None before start, after shutdown, or while history is off."""
+    recorder = _recorders.get(id(deck))
+    return recorder if recorder is not None and recorder.deck is deck else None
+
+
+@hookimpl
+def deck_config_sections() -> dict[str, type[BaseModel]]:
+    return {"history": HistorySettings}
+
+
+@hookimpl
+async def deck_startup(deck: Deck) -> None:
+    import asyncio
+
+    from .recorder import Recorder, report_when_shown
+    from .store import HistoryStore, HistoryUnavailable
+
+    settings = deck.config_service.section("history")
+    if settings is None:  # never record against a section the user wrote, nor prune with a wrong `keep`
+        reason = "history is off: the [history] section of the config is invalid (`deck config validate` says why)"
+        deck.spawn(report_when_shown(deck, "deck_startup", reason), "history: invalid section")
+        return
+    if not settings.enabled:
+        return
+    current = await deck.call("ConfigService.Current", {})
+    try:
+        store = await asyncio.to_thread(HistoryStore)  # in a thread: a locked file makes it wait a little
+    except HistoryUnavailable as e:
+        deck.spawn(report_when_shown(deck, "deck_startup", f"history is off: {e.reason}"), "history: unavailable")
+        return
+    recorder = Recorder(deck, store, current["path"])
+    _recorders[id(deck)] = recorder
+    recorder.prune(settings.keep)
+
+
+@hookimpl
+def deck_event(deck: Deck, event: Event) -> None:
+    recorder = _recorders.get(id(deck))
+    if recorder is not None and recorder.deck is deck:
+        recorder.on_event(event)
+
+
+@hookimpl
+async def deck_shutdown(deck: Deck) -> None:
+    recorder = recorder_of(deck)
+    if recorder is not None:
+        try:
+            await recorder.close()
+        finally:
+            del _recorders[id(deck)]
+
+
+@hookimpl
+def deck_register_commands(app: typer.Typer) -> None:
+    from .cli import register
+
+    register(app)

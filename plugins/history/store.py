@@ -8,10 +8,14 @@ before anything is written: such a file is never changed.
 
 Messages are kept whole in their wire form (the dicts of `message:updated`), so that a stored
 conversation reads back exactly as it was shown; a few fields are copied into columns for
-queries, and their text (text and thought parts, tool titles) into an FTS5 index.
+queries, and the text of finished messages (text and thought parts, tool titles; the first
+SEARCH_MAX characters) into an FTS5 index. A streamed message is a row plus the text appended
+to its parts since (`message_chunks`): each flush writes only the new text, never the whole
+message again; when it finishes, its row takes the finished version without the streamed
+text, which stays in its chunks, and its text is indexed, once.
 
 Everything here is synchronous and thread-safe: deck calls it from a worker thread, and the
-`Writer` turns a stream of message versions into one transaction a second.
+`Writer` turns a stream of message versions and chunks into one transaction a second.
 """
 
 from __future__ import annotations
@@ -59,6 +63,9 @@ FLUSH_INTERVAL = 1.0
 SNIPPET_WORDS = 16
 #: The shortest prefix a search may end with `*` (the index holds 3-letter prefixes).
 MIN_PREFIX = 3
+#: How much of a message's text search finds: its first 1 Mi characters. Indexing a message
+#: costs about six times its size in memory at once; a longer one is kept whole all the same.
+SEARCH_MAX = 1 << 20
 
 Conversation = dict[str, Any]
 Message = dict[str, Any]
@@ -158,8 +165,27 @@ def _v2(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
+_V3 = (
+    """CREATE TABLE message_chunks (
+        pk INTEGER PRIMARY KEY,  -- the order they were written in
+        message_pk INTEGER NOT NULL REFERENCES messages (pk) ON DELETE CASCADE,
+        part INTEGER NOT NULL,  -- the index of the part in the message
+        kind TEXT NOT NULL,  -- text, thought: the text is appended to the part; tool, plan: the part is replaced
+        body TEXT NOT NULL  -- JSON of that text, or of that part
+    )""",
+    "CREATE INDEX message_chunks_by_message ON message_chunks (message_pk, pk)",
+    "UPDATE messages SET text = '' WHERE done = 0",  # the triggers take them out of the index
+)
+
+
+def _v3(db: sqlite3.Connection) -> None:
+    """Streaming messages: chunks appended instead of whole rewrites, and only finished messages searched."""
+    for statement in _V3:
+        db.execute(statement)
+
+
 #: Migration n (from 1) takes a database from version n - 1 to n, inside the opening transaction.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -198,15 +224,36 @@ _SEARCH = """
 
 #: config_path, agent, session_id, title, created_at (ms)
 _NewConversation = tuple[str, str, str | None, str | None, int]
+#: One change to a streaming message's part: (index, kind, text appended, or the tool/plan part that replaces it).
+Chunk = tuple[int, str, str | dict[str, Any]]
+#: The kinds of part whose chunks are text appended to them (the others replace the part).
+TEXT_KINDS = frozenset({"text", "thought"})
+
+
+#: A writer's change to one message: ("whole", message), ("chunks", [chunk, …]) or ("finish", (message, streamed)).
+_Op = tuple[str, Any]
+
+
+@dataclass
+class _Changes:
+    """What the writer holds of one message: its changes in order (a whole version makes the older ones moot)."""
+
+    ops: list[_Op] = field(default_factory=list)
+
+    def then(self, newer: _Changes) -> _Changes:
+        """These changes followed by `newer`'s."""
+        if newer.ops and newer.ops[0][0] == "whole":
+            return newer
+        return _Changes(self.ops + newer.ops)
 
 
 @dataclass
 class _Pending:
-    """Changes the writer holds: new conversations, their latest title/session, each message's latest version."""
+    """Changes the writer holds: new conversations, their latest title/session, each message's changes."""
 
     created: dict[str, _NewConversation] = field(default_factory=dict)
     meta: dict[str, dict[str, str | None]] = field(default_factory=dict)
-    messages: dict[str, dict[str, Message]] = field(default_factory=dict)
+    messages: dict[str, dict[str, _Changes]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.created or self.meta or self.messages)
@@ -219,7 +266,10 @@ class _Pending:
             merged.meta.setdefault(cid, {}).update(fields)
         for source in (self.messages, newer.messages):  # first-seen order is the messages' order
             for cid, messages in source.items():
-                merged.messages.setdefault(cid, {}).update(messages)
+                into = merged.messages.setdefault(cid, {})
+                for mid, changes in messages.items():
+                    older = into.get(mid)
+                    into[mid] = changes if older is None else older.then(changes)
         return merged
 
 
@@ -337,7 +387,7 @@ class HistoryStore:
         A new id is appended to the conversation; a known one (a streaming message that grew,
         then finished) is rewritten in place. KeyError for an unknown conversation.
         """
-        rows = [_message_row(m) for m in messages]
+        rows: list[_Step] = [("whole", _message_row(m)) for m in messages]
         with self._write() as db:
             if not _put(db, conversation_id, rows, self._now()):
                 raise KeyError(conversation_id)
@@ -398,14 +448,14 @@ class HistoryStore:
 
     def _apply(self, pending: _Pending) -> None:
         """The writer's batch in one transaction; messages of a conversation deleted meanwhile are dropped."""
-        rows: dict[str, builtins.list[dict[str, Any]]] = {}
+        rows: dict[str, builtins.list[_Step]] = {}
         for cid, messages in pending.messages.items():
             rows[cid] = []
-            for message in messages.values():
+            for mid, changes in messages.items():
                 try:
-                    rows[cid].append(_message_row(message))
+                    rows[cid].extend(_steps(mid, changes.ops))
                 except (ValueError, TypeError, RecursionError) as e:  # one bad message must not block the rest
-                    log.warning("history: message %r not stored: %s", message.get("id"), e)
+                    log.warning("history: message %r not stored: %s", mid, e)
         with self._write() as db:
             for cid, created in pending.created.items():
                 _insert_conversation(db, cid, created)
@@ -457,15 +507,62 @@ def _insert_conversation(db: sqlite3.Connection, cid: str, created: _NewConversa
     )
 
 
-def _put(db: sqlite3.Connection, conversation_id: str, rows: list[dict[str, Any]], now: int) -> bool:
-    """Upsert message rows; False (and nothing written) when the conversation does not exist."""
+#: One write to a message, ready for the database (built outside the write lock):
+#: ("whole", row) replaces it and its chunks; ("chunks", (id, [(part, kind, body), …])) appends to it;
+#: ("finish", (row, [part, …], message)) writes its finished row and keeps the text chunks of those parts.
+_Step = tuple[str, Any]
+
+
+def _steps(message_id: str, ops: Iterable[_Op]) -> Iterator[_Step]:
+    """A writer's changes to one message → the writes they make (ValueError, TypeError for a bad one)."""
+    for kind, value in ops:
+        if kind == "whole":
+            yield "whole", _message_row(value)
+        elif kind == "chunks":
+            yield "chunks", (_clean(message_id), [_chunk_row(chunk) for chunk in value])
+        else:
+            message, streamed = value
+            yield "finish", (_message_row(message, streamed), sorted(streamed), message)
+
+
+def _put(db: sqlite3.Connection, conversation_id: str, steps: Iterable[_Step], now: int) -> bool:
+    """Write to messages in order; False (and nothing written) for an unknown conversation.
+
+    A whole version replaces the chunks stored before it. Chunks for a message that is not
+    stored (its conversation was forgotten and made again, say) have nothing to extend: dropped.
+    """
     found = db.execute("SELECT agent, config_path FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
     if found is None:
         return False
     db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now, conversation_id))
     scope = _scope(*found)
-    db.executemany(_UPSERT, ({"conversation": conversation_id, "scope": scope, **row} for row in rows))
+    for kind, value in steps:
+        if kind == "whole":
+            db.execute(_UPSERT, {"conversation": conversation_id, "scope": scope, **value})
+            db.execute(_DROP_CHUNKS, {"conversation": conversation_id, "id": value["id"]})
+            continue
+        row = value[0] if kind == "finish" else {"id": value[0]}
+        stored = db.execute(_MESSAGE_PK, {"conversation": conversation_id, "id": row["id"]}).fetchone()
+        if kind == "chunks":
+            if stored is None:
+                log.warning("history: chunks of message %r dropped: it is not stored", row["id"])
+            else:
+                db.executemany(_APPEND_CHUNK, ((stored[0], *chunk) for chunk in value[1]))
+        elif stored is None:  # its streamed text was never stored: the message goes whole
+            db.execute(_UPSERT, {"conversation": conversation_id, "scope": scope, **_message_row(value[2])})
+        else:
+            db.execute(_UPSERT, {"conversation": conversation_id, "scope": scope, **row})
+            db.execute(_DROP_OTHER_CHUNKS, (stored[0], json.dumps(value[1])))
     return True
+
+
+_MESSAGE_PK = "SELECT pk FROM messages WHERE conversation_id = :conversation AND id = :id"
+_DROP_CHUNKS = f"DELETE FROM message_chunks WHERE message_pk = ({_MESSAGE_PK})"
+_DROP_OTHER_CHUNKS = (  # of a finished message: all but the text of its streamed parts
+    "DELETE FROM message_chunks WHERE message_pk = ?1"
+    " AND NOT (kind IN ('text', 'thought') AND part IN (SELECT value FROM json_each(?2)))"
+)
+_APPEND_CHUNK = "INSERT INTO message_chunks (message_pk, part, kind, body) VALUES (?, ?, ?, ?)"
 
 
 def _scope(agent: str, config_path: str) -> str:
@@ -482,10 +579,51 @@ def _config_token(config_path: str) -> str:
 
 
 def _with_messages(db: sqlite3.Connection, row: tuple[Any, ...]) -> Conversation:
-    messages = db.execute(
-        "SELECT parts, data FROM messages WHERE conversation_id = ? ORDER BY seq", (row[0],)
+    rows = db.execute(
+        "SELECT pk, parts, data FROM messages WHERE conversation_id = ? ORDER BY seq", (row[0],)
     ).fetchall()
-    return {**_conversation(row), "messages": [_message(parts, data) for parts, data in messages]}
+    messages = {pk: _message(parts, data) for pk, parts, data in rows}
+    chunks: dict[int, list[tuple[int, str, str]]] = {}
+    for pk, index, kind, body in db.execute(
+        "SELECT k.message_pk, k.part, k.kind, k.body FROM messages AS m"
+        " JOIN message_chunks AS k ON k.message_pk = m.pk WHERE m.conversation_id = ? ORDER BY k.pk",
+        (row[0],),
+    ):
+        chunks.setdefault(pk, []).append((index, kind, body))
+    for pk, found in chunks.items():
+        _extend(messages[pk], found)
+    return {**_conversation(row), "messages": list(messages.values())}
+
+
+def _extend(message: Message, chunks: Iterable[tuple[int, str, str]]) -> None:
+    """Apply a message's stored chunks, in order: text appended to part `index`, or the part replaced.
+
+    Each part's text is joined once at the end, however many chunks it took.
+    """
+    parts = message.get("parts")
+    if not isinstance(parts, list):
+        parts = message["parts"] = []
+    texts: dict[int, list[str]] = {}  # position → the pieces of its text
+    for index, kind, body in chunks:
+        at = index if 0 <= index < len(parts) else len(parts)  # past the end: a part that started since
+        value = json.loads(body)
+        old = parts[at] if at < len(parts) else None
+        if kind not in TEXT_KINDS:
+            part = value
+            texts.pop(at, None)
+        elif at in texts and isinstance(old, dict) and old.get("type") == kind:
+            texts[at].append(value)
+            continue
+        elif isinstance(old, dict) and old.get("type") == kind and isinstance(old.get("text"), str):
+            part, texts[at] = dict(old), [old["text"], value]
+        else:
+            part, texts[at] = {"type": kind, "text": ""}, [value]
+        if at < len(parts):
+            parts[at] = part
+        else:
+            parts.append(part)
+    for at, pieces in texts.items():
+        parts[at]["text"] = "".join(pieces)
 
 
 def _conversation(row: tuple[Any, ...]) -> Conversation:
@@ -537,24 +675,37 @@ def _clean(value: Any) -> str | None:
     return value.encode("utf-8", "replace").decode("utf-8") if _SURROGATE.search(value) else value
 
 
-def _searchable(parts: Any) -> str:
-    """What search finds in a message: its text and thought parts and its tools' titles."""
+def _searchable(parts: Any, limit: int = SEARCH_MAX) -> str:
+    """What search finds in a message: its text and thought parts and its tools' titles, `limit` characters at most."""
     found: list[str] = []
+    room = limit
     for part in parts if isinstance(parts, list) else ():
         if not isinstance(part, dict):
             continue
         kind = part.get("type")
-        value = part.get("text") if kind in ("text", "thought") else part.get("title") if kind == "tool" else None
+        value = part.get("text") if kind in TEXT_KINDS else part.get("title") if kind == "tool" else None
         if isinstance(value, str) and value:
-            found.append(value)
+            found.append(value[:room])  # a slice, never a copy of the whole text
+            room -= len(found[-1]) + 1
+            if room <= 0:
+                break
     return _clean("\n".join(found)) or ""
 
 
-def _message_row(message: Message) -> dict[str, Any]:
-    """A wire message → the messages row that gives it back exactly (ValueError without a string id)."""
+def _message_row(message: Message, streamed: dict[int, int] | None = None) -> dict[str, Any]:
+    """A wire message → the messages row that gives it back exactly (ValueError without a string id).
+
+    `streamed` (a finished message whose text is in chunks) maps a part's index to how much of
+    its text the row keeps: the rest is in the part's chunks, so the row leaves it out.
+    """
     if not isinstance(message, dict) or not isinstance(message.get("id"), str) or not message["id"]:
         raise ValueError("a message must be a dict with a non-empty string id")
     has_parts = "parts" in message
+    parts = message.get("parts")
+    if streamed and isinstance(parts, list):
+        parts = list(parts)
+        for index, kept in streamed.items():
+            parts[index] = {**parts[index], "text": parts[index]["text"][:kept]}
     return {
         "id": _clean(message["id"]),
         "role": _clean(message.get("role")) or "",
@@ -563,11 +714,22 @@ def _message_row(message: Message) -> dict[str, Any]:
         "stop_reason": _clean(message.get("stopReason")),
         "error": _clean(message.get("error")),
         "code": _clean(message.get("code")),
-        "parts": _dumps(message["parts"]) if has_parts else None,
+        "parts": _dumps(parts) if has_parts else None,
         # The placeholder keeps `parts` at its place among the keys when the message is read back.
         "data": _dumps({**message, "parts": None} if has_parts else message),
-        "text": _searchable(message.get("parts")),
+        # Only a finished message is searched: one still streaming is indexed once, when it ends.
+        "text": _searchable(message.get("parts")) if message.get("done", True) else "",
     }
+
+
+def _chunk_row(chunk: Chunk) -> tuple[int, str, str]:
+    """A chunk → its message_chunks columns (part, kind, body); ValueError when it is not one."""
+    index, kind, value = chunk
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0 or not isinstance(kind, str):
+        raise ValueError(f"not a chunk: {str(chunk)[:80]}")
+    if not isinstance(value, str if kind in TEXT_KINDS else dict):
+        raise ValueError(f"a {kind} chunk must be {'text' if kind in TEXT_KINDS else 'a part'}")
+    return index, _clean(kind) or "", _dumps(value)  # JSON: a lone surrogate stays as the agent sent it
 
 
 def _message(parts: str | None, data: str) -> Message:
@@ -736,12 +898,14 @@ def _unavailable(path: Path, error: sqlite3.Error) -> HistoryUnavailable:
 class Writer:
     """Batches changes for a store: one transaction per interval, however fast messages stream.
 
-    `update()` only keeps the latest version of each message in memory (the dict must not be
-    changed afterwards: `Message.to_dict()` makes a fresh one). A background thread writes what
-    is pending at most `interval` seconds after it changed, and at once when a message is
-    finished (`done`), so a killed deck loses at most the last interval of streamed text.
-    A failed write keeps the changes for the next try and reports the error to `on_error`
-    (from the writer's thread) when the store goes from working to failing.
+    `update()` only keeps the latest whole version of each message in memory (the dict must not
+    be changed afterwards: `Message.to_dict()` makes a fresh one); `append()` adds what streamed
+    into a message since, which is written as it is, never with the rest of the message. A
+    background thread writes what is pending at most `interval` seconds after it changed, at
+    once when a message is finished (`done`) or `write_soon()` asks, so a killed deck loses at
+    most the last interval of streamed text. A failed write keeps the changes for the next try
+    and reports the error to `on_error` (from the writer's thread) when the store goes from
+    working to failing.
     """
 
     def __init__(
@@ -776,9 +940,57 @@ class Writer:
         if not isinstance(message, dict) or not isinstance(message.get("id"), str):
             raise ValueError("a message must be a dict with a string id")
         with self._pending_changes() as pending:
-            pending.messages.setdefault(conversation_id, {})[message["id"]] = message
+            pending.messages.setdefault(conversation_id, {})[message["id"]] = _Changes([("whole", message)])
             if message.get("done", True):
                 self._urgent = True
+
+    def finish(self, conversation_id: str, message: Message, streamed: dict[int, int]) -> None:
+        """The finished version of a message whose streamed text went in with `append()`.
+
+        `streamed` maps each part that text was appended to, to the length of its text in the
+        whole version written before: the row keeps that much and the appended text stays as
+        it is, so the finished message costs the store its other fields and its search text,
+        never its streamed text again. The caller vouches that the text appended makes the
+        rest of each of those parts.
+        """
+        if not isinstance(message, dict) or not isinstance(message.get("id"), str):
+            raise ValueError("a message must be a dict with a string id")
+        parts = message.get("parts")
+        for index, kept in streamed.items():
+            part = parts[index] if isinstance(parts, list) and 0 <= index < len(parts) else None
+            if not isinstance(part, dict) or part.get("type") not in TEXT_KINDS or not isinstance(part.get("text"), str):
+                raise ValueError(f"part {index} of the message is not a streamed text part")
+            if not 0 <= kept <= len(part["text"]):
+                raise ValueError(f"part {index} keeps {kept} characters of {len(part['text'])}")
+        with self._pending_changes() as pending:
+            messages = pending.messages.setdefault(conversation_id, {})
+            messages.setdefault(message["id"], _Changes()).ops.append(("finish", (message, dict(streamed))))
+            self._urgent = True
+
+    def append(self, conversation_id: str, message_id: str, chunks: Iterable[Chunk]) -> None:
+        """What streamed into a stored message since its last whole version or chunks, in order.
+
+        Each chunk is `(index, kind, value)` as in `message:delta`: the text appended to part
+        `index` (text, thought), or the part that replaces it (tool, plan; the dict must not be
+        changed afterwards). Only these are written: a streaming message costs the store its
+        new text, whatever its length.
+        """
+        chunks = list(chunks)
+        if not chunks:
+            return
+        with self._pending_changes() as pending:
+            ops = pending.messages.setdefault(conversation_id, {}).setdefault(message_id, _Changes()).ops
+            if ops and ops[-1][0] == "chunks":
+                ops[-1][1].extend(chunks)
+            else:
+                ops.append(("chunks", chunks))
+
+    def write_soon(self) -> None:
+        """Write what is pending now rather than an interval later (the caller has gathered it already)."""
+        with self._changed:
+            if self._pending:
+                self._urgent = True
+                self._changed.notify()
 
     def set_session(self, conversation_id: str, session_id: str | None) -> None:
         with self._pending_changes() as pending:

@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 async def test_plain_turn(peer_deck, workdir):
     pd = peer_deck(agent_toml("echo", chuk_command(), workdir))
     deck, rec = pd.deck, pd.rec
-    sent = deck.chat.send("echo", "hello chuk")
+    sent = deck.chat.turns.send("echo", "hello chuk")
     await rec.wait(lambda r: (m := deck.chat.conversation("echo").messages)[-1].role == "agent" and m[-1].done)
     user, reply = deck.chat.conversation("echo").messages
     assert user.id == sent.id

@@ -32,7 +32,7 @@ def last_reply(pd):
 
 async def test_handshake_and_session_new(peer_deck, workdir):
     pd = peer_deck(claude(workdir))
-    info = await pd.deck.agent_service.Start("claude")
+    info = await pd.deck.agent_service.start("claude")
     assert info["state"] == "ready" and info["error"] is None
     agent = pd.deck.agents["claude"]
     assert agent.init_result["protocolVersion"] == 1
@@ -41,16 +41,16 @@ async def test_handshake_and_session_new(peer_deck, workdir):
     assert new["params"]["cwd"] == str(workdir)
     assert isinstance(new["params"]["mcpServers"], list)  # what plugins offer (announcements: a `deck` server)
     # session/new returns modes and config options; deck's conversation shows them.
-    snapshot = await pd.deck.chat.Conversation("claude")
+    snapshot = await pd.deck.chat.conversation_snapshot("claude")
     assert snapshot["modes"]["currentModeId"] == "default"
     assert {"default", "acceptEdits", "plan"} <= {m["id"] for m in snapshot["modes"]["availableModes"]}
     assert "mode" in {o["id"] for o in snapshot["configOptions"]}
     changed = {e["field"] for e in pd.rec.named("conversation:changed", "claude")}
     assert {"modes", "configOptions"} <= changed
     # It does not exit when its stdin closes: the stop escalation ends it.
-    await pd.deck.agent_service.Stop("claude")
+    await pd.deck.agent_service.stop("claude")
     assert pd.rec.states("claude") == ["starting", "ready", "stopped"]
-    assert any("SIGTERM" in line for line in await pd.deck.agent_service.Logs("claude"))
+    assert any("SIGTERM" in line for line in await pd.deck.agent_service.logs("claude"))
     await pd.close()
 
 
@@ -92,7 +92,7 @@ async def test_whole_turn_with_tool_call_diff_permission_and_usage(peer_deck, wo
         allow_once = next(o["optionId"] for o in request["options"] if o["kind"] == "allow_once")
         assert allow_once == "allow"
         assert not target.exists()  # nothing written before the answer
-        await pd.deck.chat.AnswerPermission(request["id"], allow_once)
+        pd.deck.chat.answer_permission(request["id"], allow_once)
         first = await pd.rec.wait(lambda r: last_reply(pd), timeout=60)
         assert len(fake.turns) == 2  # one POST /v1/messages per model turn
         assert "please write the greeting" in last_user_text(fake.turns[0])
@@ -106,7 +106,7 @@ async def test_whole_turn_with_tool_call_diff_permission_and_usage(peer_deck, wo
         assert target.read_text() == "hello from claude\n"  # Claude Code writes files itself
         usage = pd.rec.named("usage:changed", "claude")
         assert usage and usage[-1]["usage"]["size"] == 200000 and usage[-1]["usage"]["used"] > 0
-        assert (await pd.deck.chat.Conversation("claude"))["usage"] == usage[-1]["usage"]
+        assert (await pd.deck.chat.conversation_snapshot("claude"))["usage"] == usage[-1]["usage"]
         assert first.usage and first.usage["inputTokens"] > 0  # the prompt response's usage is kept
 
         # A second prompt in the same session: a read (no permission needed), then an edit with its diff.
@@ -115,7 +115,7 @@ async def test_whole_turn_with_tool_call_diff_permission_and_usage(peer_deck, wo
         assert edit[0]["toolCall"]["title"] == "Edit greeting.txt"
         (asked,) = edit[0]["toolCall"]["diffs"]
         assert (asked["path"], asked["oldText"], asked["newText"], asked["newFile"]) == (str(target), "claude", "deck", False)
-        await pd.deck.chat.AnswerPermission(edit[0]["id"], "allow")
+        pd.deck.chat.answer_permission(edit[0]["id"], "allow")
         second = await pd.rec.wait(lambda r: (m := last_reply(pd)) is not None and m is not first and m, timeout=60)
         assert len(fake.turns) == 5
 
@@ -135,15 +135,15 @@ async def test_whole_turn_with_tool_call_diff_permission_and_usage(peer_deck, wo
 async def test_cancel_while_it_waits_on_the_model(peer_deck, workdir):
     with StalledAnthropic() as stalled:  # never answers: the turn would wait for minutes
         pd = peer_deck(claude(workdir, ANTHROPIC_BASE_URL=stalled.url, ANTHROPIC_API_KEY="sk-ant-fake-key"))
-        await pd.deck.agent_service.Start("claude")
+        await pd.deck.agent_service.start("claude")
         pd.deck.chat.send("claude", "hello?")
         await pd.rec.wait_event("turn:changed", agent="claude", busy=True)
         assert await asyncio.to_thread(stalled.requested.wait, 60), f"no model request; seen: {stalled.requests}"
         assert last_reply(pd) is None and pd.deck.agents["claude"].state.value == "busy"
         # deck stays responsive meanwhile.
-        assert [a["state"] for a in await pd.deck.agent_service.List()] == ["busy"]
+        assert [a["state"] for a in await pd.deck.agent_service.list_agents()] == ["busy"]
         started = time.monotonic()
-        assert (await pd.deck.chat.Cancel("claude"))["cancelled"] is True
+        assert (pd.deck.chat.cancel("claude"))["cancelled"] is True
         reply = await pd.rec.wait(lambda r: last_reply(pd), timeout=30)
         elapsed = time.monotonic() - started
         print(f"cancelled turn ended {elapsed:.2f}s after the cancel")

@@ -21,7 +21,7 @@ def fast(home: Path, cwd: Path, model: str = "passthrough", **keys) -> str:
 async def test_plain_turn(peer_deck, home, workdir):
     pd = peer_deck(fast(home, workdir))
     deck, rec = pd.deck, pd.rec
-    message = deck.chat.send("fast", "hello from deck")
+    message = deck.chat.turns.send("fast", "hello from deck")
     await rec.wait_event("turn:changed", agent="fast", busy=False, timeout=60)
     conv = deck.chat.conversation("fast")
     user, reply = conv.messages
@@ -48,7 +48,7 @@ async def answer_next_permission(pd, option_kind: str, after: int = 0) -> dict:
     assert [o["kind"] for o in request["options"]] == ["allow_once", "allow_always", "reject_once", "reject_always"]
     assert pd.deck.chat.conversation("fast").snapshot()["permissions"] == [request]  # pending, visible in Conversation
     option = next(o["optionId"] for o in request["options"] if o["kind"] == option_kind)
-    await pd.deck.chat.AnswerPermission(request["id"], option)
+    pd.deck.chat.answer_permission(request["id"], option)
     resolved = await rec.wait_event("permission:resolved", id=request["id"])
     assert resolved == {"id": request["id"], "agent": "fast", "optionId": option}
     return request
@@ -192,13 +192,13 @@ async def test_slow_model_cancelled_mid_turn(peer_deck, home, workdir, tmp_path)
     trace = tmp_path / "fast-agent-trace.jsonl"
     env = {"FAST_AGENT_INTERACTIVE_DEBUG_TRACE": str(trace)}
     pd = peer_deck(fast(home, workdir, model="slow", env=env))
-    await pd.deck.agent_service.Start("fast")
+    await pd.deck.agent_service.start("fast")
     pd.deck.chat.send("fast", call_tool("read_text_file", path=str(workdir / "a.txt")))
-    queued = pd.deck.chat.send("fast", "and then this")  # waits behind the first; Cancel abandons it
+    queued = pd.deck.chat.turns.send("fast", "and then this")  # waits behind the first; Cancel abandons it
     await pd.rec.wait_event("turn:changed", agent="fast", busy=True, timeout=30)
     await agent_traced(trace, "acp.prompt.start")  # fast-agent is in the turn, waiting on the slow model
     started = time.monotonic()
-    result = await pd.deck.chat.Cancel("fast")
+    result = pd.deck.chat.cancel("fast")
     assert result == {"cancelled": True, "abandoned": 1}
     reply = await finished_reply(pd, timeout=10)
     elapsed = time.monotonic() - started
@@ -224,7 +224,7 @@ async def test_cancel_while_a_permission_is_pending(peer_deck, home, workdir):
     pd = peer_deck(fast(home, workdir))
     pd.deck.chat.send("fast", call_tool("read_text_file", path=str(workdir / "a.txt")))
     request = await pd.rec.wait_event("permission:requested", agent="fast", timeout=30)
-    await pd.deck.chat.Cancel("fast")
+    pd.deck.chat.cancel("fast")
     assert await pd.rec.wait_event("permission:resolved", id=request["id"]) == {"id": request["id"], "agent": "fast"}
     reply = await finished_reply(pd, timeout=15)
     assert reply.stop_reason == "cancelled"
@@ -240,7 +240,7 @@ async def test_stop_during_a_turn_ends_it_with_an_error(peer_deck, home, workdir
     pd.deck.chat.send("fast", "a long answer")
     await pd.rec.wait_event("turn:changed", agent="fast", busy=True, timeout=30)
     started = time.monotonic()
-    await pd.deck.agent_service.Stop("fast")
+    await pd.deck.agent_service.stop("fast")
     reply = await finished_reply(pd, timeout=15)
     assert time.monotonic() - started < 5
     assert reply.stop_reason is None and reply.error == "agent stopped", reply.error

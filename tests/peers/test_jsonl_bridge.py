@@ -184,7 +184,8 @@ def test_sigterm_while_claude_is_busy_leaves_no_process(home: Path, workdir: Pat
     assert code == 128 + signal.SIGTERM
     assert elapsed < 15, f"deck took {elapsed:.1f}s to exit"  # stdin close 5 s + SIGTERM 3 s at most, with slack
     rest = bridge.drain()
-    assert {"event": "agent:state", "agent": "claude", "state": "stopped", "outdated": False} in rest
+    states = [{k: v for k, v in e.items() if k != "seq"} for e in rest if e.get("event") == "agent:state"]
+    assert {"event": "agent:state", "agent": "claude", "state": "stopped", "outdated": False} in states, rest
     left = bridge.left_behind(workdir)
     assert not left, f"processes left behind by deck: {left}"
     conformant(trace)

@@ -46,5 +46,5 @@ async def test_a_permission_request_asks_for_input(make_deck, tmp_path):
     deck.chat.send("demo", "show me around")
     request = await rec.wait_event("permission:requested", agent="demo")
     assert await written(out) == ["demo needs your input"]
-    await deck.chat.AnswerPermission(request["id"], "allow")
+    deck.chat.answer_permission(request["id"], "allow")
     await rec.wait_event("turn:changed", agent="demo", busy=False)

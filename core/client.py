@@ -1,0 +1,202 @@
+"""The one interface a frontend talks to deck through: service calls by wire name, events in order, a snapshot.
+
+    result = await client.call("ChatService.Send", {"agent": "a", "text": "hi"})
+    client.subscribe(listener)        # listener(event) for every event, in order, each with its `seq`
+    state = await client.snapshot()   # {seq, agents, conversations, pending, config}
+
+Everything a frontend shows or does goes through these, in the wire's terms: parameters and
+results are JSON values, a refused call raises `ServiceError` with the wire error's `code` and
+message, and events are `deck.events` objects — the deck's own in this process, rebuilt by
+`deck.events.from_wire` from their JSON lines at the other end of a socket. A frontend that
+(re)joins subscribes first, then takes a snapshot, then applies only the events with a greater
+`seq`. `LocalClient` is the client of a deck in the same process; a client of a deck behind a
+socket implements the same methods on the jsonl bridge's lines.
+
+A call is made when `call` is called, not when its result is awaited: calls take effect in the
+order they are made, and a call made while an event is being delivered takes effect before the
+next event (in this process the service method runs at once up to its first wait; on a socket
+the request line is written at once). That is how a frontend answers a permission request as it
+is announced, before the end of input would cancel it for want of anyone to answer.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Generator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .errors import INTERNAL_ERROR, ServiceError, UnknownMethod
+from .events import Event
+
+if TYPE_CHECKING:
+    from .app import Deck
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Listener = Callable[[Event], None]
+
+
+def service_error(code: int, message: str) -> ServiceError:
+    """The `ServiceError` a call raises for the wire error `{code, message}`."""
+    error = ServiceError(message)
+    error.code = code
+    return error
+
+
+class Client(abc.ABC):
+    """How a frontend reaches a deck, wherever the deck runs."""
+
+    @abc.abstractmethod
+    def call(self, method: str, params: Any = None) -> asyncio.Future[Any]:
+        """Call `method` ("Service.Method") with `params` by name (a JSON object; anything else is
+        refused as invalid params): made at once, awaited for its result."""
+
+    @abc.abstractmethod
+    def subscribe(self, listener: Listener) -> None:
+        """Call `listener(event)` for every event from now on, in the deck's order."""
+
+    @abc.abstractmethod
+    def unsubscribe(self, listener: Listener) -> None: ...
+
+    async def snapshot(self) -> dict[str, Any]:
+        """`DeckService.Snapshot()`: agents, conversations, pending requests and config, consistent at its `seq`."""
+        return await self.call("DeckService.Snapshot")  # type: ignore[no-any-return]
+
+    async def follow(self, listener: Listener, load: Callable[[dict[str, Any]], None]) -> None:
+        """Join the deck where it is: `load(snapshot)`, then `listener(event)` for every event after it.
+
+        Events that come while the snapshot is on its way are held, and those it already holds
+        (`seq` not greater than its own) dropped: nothing is missed, nothing is applied twice. To
+        start afresh (another config opened), unsubscribe `listener` and follow again — from a
+        task, never from inside a listener: it changes who listens.
+        """
+        held: list[Event] = []
+        hold = held.append
+        self.subscribe(hold)
+        try:
+            snapshot = await self.snapshot()
+        finally:
+            self.unsubscribe(hold)
+        load(snapshot)
+        self.subscribe(listener)
+        seq = snapshot["seq"]
+        for event in held:
+            if event.seq > seq:
+                listener(event)
+
+    # -- the end of a frontend's session ---------------------------------------------------
+    # Not service methods: what they do depends on whether the frontend owns the deck
+    # (`deck run`) or is one of its clients (attached to a server, which goes on).
+
+    @abc.abstractmethod
+    async def end_of_input(self, *, drain: bool = True) -> None:
+        """The user is gone (end of stdin). A deck of its own: nobody is left to answer, so what is
+        pending, and what agents ask from now on, is cancelled unless a listener answers it as it is
+        announced; with `drain`, return once every turn and queued message is done."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """The frontend is done. A deck of its own stops every agent (they end with it)."""
+
+    @abc.abstractmethod
+    def request_exit(self, code: int) -> None:
+        """End now with exit code `code` (the frontend's stdout is gone), whatever the frontend awaits."""
+
+
+class LocalClient(Client):
+    """The client of a deck in this process: calls go to `Deck.call`, listeners to `Deck.subscribe`.
+
+    Listeners get the deck's event objects themselves: nothing is copied or encoded on the way,
+    so the stream of chunks costs what it cost before there were clients.
+    """
+
+    def __init__(self, deck: Deck) -> None:
+        self._deck = deck
+
+    def call(self, method: str, params: Any = None) -> asyncio.Future[Any]:
+        return start(self._call(method, params))
+
+    async def _call(self, method: str, params: Any) -> Any:
+        try:
+            return await self._deck.call(method, params)
+        except ServiceError:
+            raise
+        except UnknownMethod as exc:
+            raise service_error(exc.code, str(exc)) from None
+        except Exception as exc:  # a bug: the caller gets what a client at the end of a socket would
+            log.exception("%s failed", method)
+            raise service_error(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}") from exc
+
+    def subscribe(self, listener: Listener) -> None:
+        self._deck.subscribe(listener)
+
+    def unsubscribe(self, listener: Listener) -> None:
+        self._deck.unsubscribe(listener)
+
+    async def end_of_input(self, *, drain: bool = True) -> None:
+        self._deck.chat.end_of_input()
+        if drain:
+            await self._deck.chat.drain()
+
+    async def close(self) -> None:
+        await self._deck.stop_all()
+
+    def request_exit(self, code: int) -> None:
+        self._deck.request_exit(code)
+
+
+# -- calls made at once ------------------------------------------------------------------------
+
+
+def start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+    """Run `coro` now, up to its first wait, and the rest as a task: the future of its result.
+
+    What `asyncio.Task(coro, eager_start=True)` does from Python 3.12 on. A call that never
+    waits (most service methods) is done when this returns.
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        waiting = coro.send(None)
+    except StopIteration as done:
+        future: asyncio.Future[T] = loop.create_future()
+        future.set_result(done.value)
+        return future
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
+        future = loop.create_future()
+        future.set_exception(exc)
+        return future
+    return loop.create_task(_resume(coro, waiting))
+
+
+async def _resume(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
+    return await _Resumed(coro, waiting)
+
+
+class _Resumed(Generic[T]):
+    """`await` on a coroutine already started: hands the task what it waits for, then passes on
+    every result, error and cancellation, as `yield from` does for one not yet started."""
+
+    __slots__ = ("coro", "waiting")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], waiting: Any) -> None:
+        self.coro = coro
+        self.waiting = waiting
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        coro, waiting = self.coro, self.waiting
+        while True:
+            try:
+                try:
+                    sent = yield waiting
+                except BaseException as exc:  # a cancellation thrown into the task
+                    waiting = coro.throw(exc)
+                else:
+                    waiting = coro.send(sent)
+            except StopIteration as done:
+                result: T = done.value
+                return result

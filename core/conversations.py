@@ -1,0 +1,79 @@
+"""The agents' conversations: one per agent, fed by the agent's conversation session.
+
+A conversation outlives its agent's process: after a restart (or a crash) the new session
+serves the same conversation, and a note says the agent does not remember what came before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .conversation import Conversation
+from .session import CONVERSATION
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .app import Deck
+    from .pending import PendingRequests
+
+
+class ConversationSink:
+    """The conversation session's sink: its updates land in the conversation."""
+
+    __slots__ = ("conv", "on_update")
+
+    def __init__(self, conv: Conversation) -> None:
+        self.conv = conv
+        self.on_update = conv.apply_update  # the hot path: one call less per streamed chunk
+
+    def message_id(self) -> str:
+        """The message receiving updates: a permission request or a question shows beside it."""
+        current = self.conv.current
+        return current.id if current is not None else ""
+
+
+class Conversations(Mapping[str, Conversation]):
+    """Agent name → its conversation, made on first use."""
+
+    def __init__(self, deck: Deck, pending: PendingRequests) -> None:
+        self._deck = deck
+        self._pending = pending
+        self._conversations: dict[str, Conversation] = {}
+
+    def __getitem__(self, agent: str) -> Conversation:
+        return self._conversations[agent]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._conversations)
+
+    def __len__(self) -> int:
+        return len(self._conversations)
+
+    def of(self, agent: str) -> Conversation:
+        """`agent`'s conversation, empty the first time."""
+        conv = self._conversations.get(agent)
+        if conv is None:
+            pending = self._pending
+
+            def permissions() -> list[dict[str, Any]]:
+                return pending.permissions_of(agent, CONVERSATION)
+
+            conv = self._conversations[agent] = Conversation(agent, self._deck.emit, permissions)
+        return conv
+
+    def forget(self) -> None:
+        """Drop every conversation (another config was opened)."""
+        self._conversations.clear()
+
+    def session_opened(self, agent: Agent) -> None:
+        """The agent's new conversation session now serves its conversation."""
+        session = agent.session
+        assert session is not None and session.id is not None
+        conv = self.of(agent.name)
+        if conv.sessions_used and conv.messages:
+            conv.add_system(
+                "agent-restarted", text="The agent restarted in a new session: it does not remember what came before."
+            )
+        conv.session_started(session.id, session.result)
+        session.attach(ConversationSink(conv))

@@ -1,0 +1,224 @@
+"""Requests from agents that wait for the user: permission requests and questions, in one registry.
+
+An agent's `session/request_permission` or `elicitation/create` becomes one `Pending`,
+announced by `permission:requested` / `question:requested` and listed by
+`ChatService.Pending()` in the order asked. Only the services answer it
+(`ChatService.AnswerPermission` / `AnswerQuestion`); `ChatService.Cancel`, the end of the
+session that asked, or the end of input (nobody is left to answer) cancel it. A permission
+the `--approve` patterns or the agent's `permissions` policy grant is answered at once and
+never becomes pending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from .approve import Approval, approval
+from .conversation import tool_part
+from .errors import ServiceError
+from .events import Event, PermissionRequested, PermissionResolved, QuestionRequested, QuestionResolved
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .app import Deck
+
+Kind = Literal["permission", "question"]
+PERMISSION: Kind = "permission"
+QUESTION: Kind = "question"
+ALLOW_KINDS = ("allow_once", "allow_always")
+READ_KINDS = frozenset({"read", "search"})
+#: What the agent is told when nobody answers: the request was cancelled.
+CANCELLED_PERMISSION: dict[str, Any] = {"outcome": {"outcome": "cancelled"}}
+CANCELLED_QUESTION: dict[str, Any] = {"action": "cancel"}
+#: A question declined (by Cancel, or by answering `null` values).
+DECLINED = False
+
+_ids = itertools.count(1)
+
+
+class Asker(Protocol):
+    """The session a request comes from: its agent, what it knows of its tool calls, where it shows."""
+
+    @property
+    def agent(self) -> Agent: ...
+    @property
+    def origin(self) -> str: ...
+    def tool(self, tool_call_id: str) -> dict[str, Any] | None: ...
+    def message_id(self) -> str: ...
+
+
+class Pending:
+    """One request waiting for the user's answer: the payload of its `…:requested` event and a future."""
+
+    __slots__ = ("id", "kind", "agent", "origin", "asker", "options", "payload", "future")
+
+    def __init__(self, kind: Kind, asker: Asker, event: PermissionRequested | QuestionRequested) -> None:
+        self.id = event.id
+        self.kind = kind
+        self.agent = event.agent
+        self.origin = asker.origin
+        self.asker = asker
+        self.options: list[dict[str, Any]] = event.options if isinstance(event, PermissionRequested) else []
+        self.payload = event.payload()
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    @property
+    def open(self) -> bool:
+        return not self.future.done()
+
+    def wire(self) -> dict[str, Any]:
+        """As `ChatService.Pending()` lists it: the event's payload and its kind."""
+        return {**self.payload, "kind": self.kind}
+
+
+class PendingRequests:
+    """Every request waiting for an answer in one deck, oldest first."""
+
+    def __init__(self, deck: Deck) -> None:
+        self.deck = deck
+        self._requests: dict[str, Pending] = {}
+        #: Permission requests the user rejected in the agent's current turn (shown with the next one).
+        self.rejections: dict[str, int] = {}
+        #: Nobody is left to answer (end of input): requests are cancelled as soon as they are announced.
+        self.unattended = False
+        #: `--approve` patterns: a permission request they name is approved without asking.
+        self.approvals: tuple[Approval, ...] = ()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Pending]:
+        """The requests still open, in the order asked."""
+        return iter([p for p in self._requests.values() if p.open])
+
+    def get(self, pending_id: str, kind: Kind) -> Pending:
+        pending = self._requests.get(pending_id)
+        if pending is None or pending.kind != kind or not pending.open:
+            what = "permission request" if kind == PERMISSION else "question"
+            raise ServiceError(f"no pending {what} {pending_id!r}")
+        return pending
+
+    def wire(self) -> list[dict[str, Any]]:
+        return [p.wire() for p in self]
+
+    def permissions_of(self, agent: str, origin: str) -> list[dict[str, Any]]:
+        """The open permission requests `agent` made from session `origin` (its conversation's snapshot lists them)."""
+        return [p.payload for p in self if p.kind == PERMISSION and p.agent == agent and p.origin == origin]
+
+    # -- asking -------------------------------------------------------------------------------
+
+    async def ask_permission(self, asker: Asker, params: dict[str, Any]) -> dict[str, Any]:
+        """An ACP `session/request_permission` → its answer: granted by a rule, or by the user."""
+        agent = asker.agent
+        options = [o for o in params.get("options") or [] if isinstance(o, dict) and "optionId" in o]
+        raw_call = params.get("toolCall") or {}
+        tool_call = asker.tool(str(raw_call.get("toolCallId", ""))) or {}
+        if raw_call:
+            tool_call = tool_part(raw_call, tool_call or None)
+        auto, granter = approval(self.approvals, tool_call, options), "--approve"
+        if auto is None:
+            auto, granter = _by_policy(agent, tool_call, options), "the config"
+        if auto is not None:
+            agent.log(f"deck: permission for {tool_call.get('title') or 'a tool'} granted by {granter} ({auto})")
+            return {"outcome": {"outcome": "selected", "optionId": auto}}
+        event = PermissionRequested(
+            f"perm-{next(_ids)}", agent.name, asker.message_id(), tool_call, options, self.rejections.get(agent.name, 0)
+        )
+        option_id = await self._wait(Pending(PERMISSION, asker, event), event)
+        if option_id is None:
+            return CANCELLED_PERMISSION
+        kind = next((o.get("kind") for o in options if o["optionId"] == option_id), "")
+        if str(kind).startswith("reject"):
+            self.rejections[agent.name] = self.rejections.get(agent.name, 0) + 1
+        return {"outcome": {"outcome": "selected", "optionId": option_id}}
+
+    async def ask_question(self, asker: Asker, params: dict[str, Any]) -> dict[str, Any]:
+        """An ACP `elicitation/create` (form mode) → the user's answer, a decline or a cancel."""
+        if params.get("mode", "form") != "form":
+            return {"action": "decline"}
+        agent = asker.agent
+        event = QuestionRequested(
+            f"question-{next(_ids)}", agent.name, asker.message_id(), str(params.get("message", "")),
+            params.get("requestedSchema") or {},
+        )  # fmt: skip
+        answer = await self._wait(Pending(QUESTION, asker, event), event)
+        if answer is None:
+            return CANCELLED_QUESTION
+        if answer is DECLINED:
+            return {"action": "decline"}
+        return {"action": "accept", "content": answer}
+
+    async def _wait(self, pending: Pending, event: Event) -> Any:
+        """Announce `pending` and wait for its answer (None: cancelled); it leaves the registry either way."""
+        self._requests[pending.id] = pending
+        answer = None
+        try:
+            self.deck.emit(event)
+            if self.unattended and pending.open:  # a listener may answer it as it is announced
+                pending.future.set_result(None)
+            answer = await pending.future
+        finally:
+            del self._requests[pending.id]
+            resolved: Event
+            if pending.kind == PERMISSION:
+                resolved = PermissionResolved(pending.id, pending.agent, answer)
+            else:
+                resolved = QuestionResolved(pending.id, pending.agent)
+            self.deck.emit(resolved)
+        return answer
+
+    # -- answering ----------------------------------------------------------------------------
+
+    def answer_permission(self, pending_id: str, option_id: str) -> dict[str, Any]:
+        """Answer at once: a listener of `permission:requested` may answer there, before the request
+        would be cancelled for want of anyone to answer it (`unattended`)."""
+        pending = self.get(pending_id, PERMISSION)
+        if option_id not in {o["optionId"] for o in pending.options}:
+            valid = ", ".join(str(o["optionId"]) for o in pending.options)
+            raise ServiceError(f"unknown option {option_id!r} for {pending_id}: choose one of {valid}")
+        pending.future.set_result(option_id)
+        return {"id": pending_id, "optionId": option_id}
+
+    def answer_question(self, pending_id: str, values: dict[str, Any] | None) -> dict[str, Any]:
+        """Answer with `values`; None declines the question."""
+        self.get(pending_id, QUESTION).future.set_result(values if values is not None else DECLINED)
+        return {"id": pending_id}
+
+    # -- cancelling ---------------------------------------------------------------------------
+
+    def cancel_agent(self, agent: str) -> None:
+        """`ChatService.Cancel`: the agent's permission requests are cancelled, its questions declined."""
+        for pending in self:
+            if pending.agent == agent:
+                pending.future.set_result(None if pending.kind == PERMISSION else DECLINED)
+
+    def cancel_from(self, asker: Asker) -> None:
+        """The session that asked is closed: what it asked is cancelled."""
+        for pending in self:
+            if pending.asker is asker:
+                pending.future.set_result(None)
+
+    def cancel_all(self) -> None:
+        """Nobody is left to answer: every request is cancelled."""
+        for pending in self:
+            pending.future.set_result(None)
+
+    def end_of_input(self) -> None:
+        """The user is gone (end of stdin): what is pending, and what agents ask from now on, is cancelled,
+        unless a listener answers it when it is announced (an answer the user typed in advance)."""
+        self.unattended = True
+        self.cancel_all()
+
+
+def _by_policy(agent: Agent, tool_call: dict[str, Any], options: list[dict[str, Any]]) -> str | None:
+    """The option the agent's `permissions` policy picks without asking (None: ask the user)."""
+    policy = agent.config.permissions
+    if policy == "ask" or (policy == "allow-reads" and tool_call.get("kind") not in READ_KINDS):
+        return None
+    for kind in ALLOW_KINDS:
+        for option in options:
+            if option.get("kind") == kind:
+                return str(option["optionId"])
+    return None

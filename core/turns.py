@@ -1,0 +1,164 @@
+"""The turn queue: what the user sends waits its turn, then one task per agent prompts it, one after another.
+
+A message sent while the agent answers (or starts) is queued; `cancel` ends the turn in
+progress and abandons the queue. A stopped or crashed agent is never started again behind
+the user's back to send what waits: those messages stay unsent, with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+from .conversation import Conversation, Message
+from .errors import AcpError, ConnectionClosed, ServiceError
+from .events import TurnChanged
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .app import Deck
+    from .conversations import Conversations
+    from .pending import PendingRequests
+
+#: After a cancelled turn the next prompt waits until the agent has sent no update for
+#: QUIET_AFTER_CANCEL seconds (at most QUIET_MAX): its late updates land in the cancelled
+#: message, never in the next turn (ACP has no turn id to tell them apart).
+QUIET_AFTER_CANCEL = 0.25
+QUIET_MAX = 2.0
+
+
+class Turns:
+    """Each agent's queue of messages to send and the task that sends them."""
+
+    def __init__(self, deck: Deck, conversations: Conversations, pending: PendingRequests) -> None:
+        self._deck = deck
+        self._conversations = conversations
+        self._pending = pending
+        self._tasks = deck.tasks.group("turns")
+        self._runners: dict[str, asyncio.Task[None]] = {}
+
+    def send(self, agent_name: str, text: str) -> Message:
+        """Add the user's message to the conversation and queue it; the agent starts if it must."""
+        agent = self._deck.agent(agent_name)
+        if not text.strip():
+            raise ServiceError("empty message: there is nothing to send")
+        conv = self._conversations.of(agent.name)
+        agent.touch()  # a use from now on: idle_stop must not stop it before its turn starts
+        waiting = conv.busy or bool(conv.queue) or agent.name in self._runners
+        message = conv.add_user(text, queued=waiting)
+        conv.queue.append(message)
+        if conv.busy:  # while the agent starts, the turn's own turn:changed will count it
+            self._changed(conv)
+        if agent.name not in self._runners:
+            self._runners[agent.name] = self._tasks.spawn(self._run(agent, conv), f"turns {agent.name}")
+        return message
+
+    def cancel(self, agent_name: str) -> dict[str, Any]:
+        """End the turn in progress and abandon the queue; what the agent asked the user is cancelled."""
+        agent = self._deck.agent(agent_name)
+        conv = self._conversations.of(agent.name)
+        abandoned = _abandon_queue(conv, "cancelled")
+        cancelled = conv.busy
+        if conv.busy and agent.session is not None:
+            agent.session.cancel()
+        self._pending.cancel_agent(agent.name)
+        self._changed(conv)
+        return {"cancelled": cancelled, "abandoned": abandoned}
+
+    async def drain(self) -> None:
+        """Wait until every turn and queued message is done."""
+        while self._runners:
+            await asyncio.gather(*self._runners.values(), return_exceptions=True)
+
+    def forget(self) -> None:
+        """Stop sending (another config was opened: the conversations go)."""
+        for task in self._runners.values():
+            task.cancel()
+        self._runners.clear()
+
+    # -- the runner ---------------------------------------------------------------------------
+
+    async def _run(self, agent: Agent, conv: Conversation) -> None:
+        after_cancel = False
+        try:
+            while conv.queue:
+                try:
+                    await agent.start()
+                except ServiceError as exc:
+                    self._unavailable(conv, str(exc))
+                    return
+                if after_cancel:
+                    await _quiet(conv)
+                if not conv.queue:  # Cancel abandoned it while the agent started
+                    break
+                message = conv.queue.popleft()
+                if message.queued:
+                    message.queued = False
+                    conv.updated(message)
+                after_cancel = await self._turn(agent, conv, message) == "cancelled"
+                if not agent.running and conv.queue:
+                    # Stopped or crashed during the turn: what waits is not sent, and the agent
+                    # is not started again behind the user's back.
+                    why = f"failed: {(agent.error or '').splitlines()[0]}" if agent.error else "stopped"
+                    _abandon_queue(conv, f"not sent: {agent.name} {why}")
+                    self._changed(conv)
+        finally:
+            if self._runners.get(agent.name) is asyncio.current_task():
+                del self._runners[agent.name]
+
+    async def _turn(self, agent: Agent, conv: Conversation, message: Message) -> str | None:
+        """One prompt turn; returns the stop reason (None when it ended with an error)."""
+        agent.acquire()
+        conv.busy = True
+        self._pending.rejections[agent.name] = 0
+        reply = conv.begin_reply()
+        self._changed(conv)
+        try:
+            if agent.session is None:
+                raise ConnectionClosed(agent.error or "the agent is not running")
+            result = await agent.session.prompt(message.text_for_prompt)
+        except ConnectionClosed as exc:
+            conv.finish(reply, None, agent.error or exc.args[0])
+        except AcpError as exc:
+            error = exc.args[0] or f"the agent answered error {exc.code}"
+            conv.finish(reply, None, f"{error}\n{agent.auth_help()}" if exc.auth_required else error)
+        else:
+            if isinstance(result.get("usage"), dict):
+                reply.usage = result["usage"]
+            stop = result.get("stopReason")
+            if isinstance(stop, str):
+                conv.finish(reply, stop)
+            else:
+                conv.finish(reply, None, f"the agent's answer has no stopReason: {str(result)[:200]}")
+        finally:
+            conv.busy = False
+            agent.release()
+            self._changed(conv)
+        return reply.stop_reason
+
+    def _unavailable(self, conv: Conversation, error: str) -> None:
+        _abandon_queue(conv, None)
+        conv.add_system("agent-unavailable", error=error)
+        self._changed(conv)
+
+    def _changed(self, conv: Conversation) -> None:
+        self._deck.emit(TurnChanged(conv.agent, conv.busy, conv.queued_count))
+
+
+def _abandon_queue(conv: Conversation, error: str | None) -> int:
+    """Drop the messages waiting to be sent; each keeps `error` as the reason."""
+    abandoned = list(conv.queue)
+    conv.queue.clear()
+    for message in abandoned:
+        if message.queued or error is not None:
+            message.queued = False
+            message.error = error
+            conv.updated(message)
+    return len(abandoned)
+
+
+async def _quiet(conv: Conversation) -> None:
+    deadline = time.monotonic() + QUIET_MAX
+    while (wait := conv.last_update + QUIET_AFTER_CANCEL - time.monotonic()) > 0 and time.monotonic() < deadline:
+        await asyncio.sleep(min(wait, deadline - time.monotonic()))

@@ -1,0 +1,341 @@
+"""`deck history`, `deck search`, `deck export`: the history read (and pruned by hand) with no deck running.
+
+They open the database file directly. A missing file is no history yet; one that cannot be
+used (corrupt, locked, another program's) is one line on stderr and exit 1, the file untouched.
+By default they show the conversations of the config in use (found as `deck run` finds it, or
+`--config PATH`); `--all` shows every config's.
+
+What an agent wrote may carry control characters: on a terminal it is shown through
+`deck.tty.printable`; written to a pipe or a file it is data and stays as stored (JSON escapes
+what a terminal could run either way).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import sys
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+import typer
+from typer.core import TyperCommand
+
+from deck.errors import ExitCode
+from deck.tty import json_printable, printable
+
+from .recorder import config_key
+from .store import HistoryStore, HistoryUnavailable, default_path
+
+__all__ = ["register", "to_markdown"]
+
+#: Marks around the matches of a snippet: bold on a terminal; `**` in JSON (Markdown, like the text).
+BOLD = ("\x1b[1m", "\x1b[22m")
+JSON_MARKS = ("**", "**")
+# Placeholders the database puts around matches, turned into BOLD once the text is made printable.
+_OPEN, _CLOSE = "\ue000", "\ue001"
+
+
+class Command(TyperCommand):
+    """Help that names arguments plainly, as deck's own commands do: `deck export [OPTIONS] ID`, not `ID <str>`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.param_type_name == "argument":
+                name = (param.metavar or param.name or "").upper()
+                shown = name if param.required else f"[{name}]"
+                param.get_usage_pieces = lambda ctx, shown=shown: [shown]  # type: ignore[method-assign, misc]
+                param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
+
+
+class Format(str, Enum):
+    markdown = "markdown"
+    json = "json"
+
+
+ConfigOption = typer.Option(
+    None, "--config", "-c", metavar="PATH", help="Conversations of this config file (else the one in use)."
+)
+AllOption = typer.Option(False, "--all", help="Conversations of every config file.")
+JsonOption = typer.Option(False, "--json", help="JSON output.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("history", cls=Command)(history)
+    app.command("search", cls=Command)(search)
+    app.command("export", cls=Command)(export)
+
+
+# -- the commands ---------------------------------------------------------------------------------
+
+
+def history(
+    agent: Optional[str] = typer.Argument(None, metavar="AGENT", help="Only this agent's conversations."),
+    config: Optional[Path] = ConfigOption,
+    every: bool = AllOption,
+    as_json: bool = JsonOption,
+    limit: int = typer.Option(50, "--limit", "-n", metavar="N", help="At most N conversations."),
+    forget: Optional[str] = typer.Option(None, "--forget", metavar="ID", help="Delete conversation ID from the history."),
+) -> None:
+    """List the stored conversations, newest first.
+
+    Each with its id, agent, last update, message count and title; those of the
+    config in use unless --all. --forget ID deletes one conversation.
+    """
+    if forget is not None:
+        _forget(forget)
+        return
+    _check_limit(limit)
+    store = _open()
+    rows = [] if store is None else _closing(store, lambda: store.list(_scope(config, every), agent, limit))
+    if as_json:
+        keys = ("id", "agent", "title", "createdAt", "updatedAt", "messages", "configPath")
+        _echo_json([{key: row[key] for key in keys} for row in rows])
+        return
+    if not rows:
+        typer.echo(_nothing(store, "no conversations", agent, every))
+        return
+    tty = _is_terminal()
+    width = max(len(row["agent"]) for row in rows)
+    for row in rows:
+        count = f"{row['messages']} message{'' if row['messages'] == 1 else 's'}"
+        fields = [row["id"], row["agent"].ljust(width), _local(row["updatedAt"]), count.rjust(12)]
+        if every:
+            fields.append(row["configPath"] or "(built-in config)")
+        fields.append(_one_line(row["title"] or ""))
+        typer.echo(_shown("  ".join(fields), tty))
+
+
+def search(
+    query: str = typer.Argument(..., metavar="QUERY", help="Words that must all appear; word* for a prefix."),
+    agent: Optional[str] = typer.Option(None, "--agent", "-a", metavar="AGENT", help="Only this agent's messages."),
+    config: Optional[Path] = ConfigOption,
+    every: bool = AllOption,
+    as_json: bool = JsonOption,
+    limit: int = typer.Option(20, "--limit", "-n", metavar="N", help="At most N messages."),
+) -> None:
+    """Find messages in the history, newest first.
+
+    Each with its conversation, agent, role, time, and a snippet around the
+    words found (in bold on a terminal).
+    """
+    if not query.strip():
+        _fail("the search query is empty: give the words to find", ExitCode.USAGE)
+    _check_limit(limit)
+    store = _open()
+    tty = _is_terminal() and not as_json
+    marks = JSON_MARKS if as_json else (_OPEN, _CLOSE) if tty and not os.environ.get("NO_COLOR") else ("", "")
+    found = [] if store is None else _closing(store, lambda: store.search(query, agent, _scope(config, every), limit, marks))
+    if as_json:
+        _echo_json(found)
+        return
+    if not found:
+        typer.echo(_nothing(store, "nothing found", agent, every))
+        return
+    for hit in found:
+        head = f"{hit['conversationId']}  {hit['agent']}  {hit['role']}  {_local(hit['at'] or '')}"
+        snippet = _shown("  " + _one_line(hit["snippet"]), tty).replace(_OPEN, BOLD[0]).replace(_CLOSE, BOLD[1])
+        typer.echo(_shown(head, tty))
+        typer.echo(snippet)
+
+
+def export(
+    conversation_id: str = typer.Argument(..., metavar="ID", help="The conversation (an id from `deck history`)."),
+    output: Format = typer.Option(Format.markdown, "--format", "-f", help="markdown: a readable transcript; json: as stored."),
+) -> None:
+    """Print one conversation as Markdown or JSON.
+
+    As a Markdown transcript (messages, thoughts, tool calls and their diffs),
+    or as JSON with its messages as stored.
+    """
+    store = _open()
+    conversation = None if store is None else _closing(store, lambda: store.get(conversation_id))
+    if conversation is None:
+        _fail(f"no conversation {conversation_id!r} in the history" + ("" if store else " (no history yet)"))
+    if output is Format.json:
+        _echo_json(conversation)
+        return
+    text = to_markdown(conversation)
+    typer.echo(printable(text) if _is_terminal() else text, nl=False)
+
+
+def _forget(conversation_id: str) -> None:
+    store = _open()
+    if store is None or not _closing(store, lambda: store.forget(conversation_id)):
+        _fail(f"no conversation {conversation_id!r} in the history" + ("" if store else " (no history yet)"))
+    typer.echo(f"forgot conversation {conversation_id}")
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _open() -> HistoryStore | None:
+    """The history database; None when there is none yet (nothing is created); an unusable one exits 1."""
+    path = default_path()
+    if not path.exists():
+        return None
+    try:
+        return HistoryStore(path)
+    except HistoryUnavailable as e:
+        _fail(f"cannot read the history: {e.reason}")
+
+
+def _closing(store: HistoryStore, read: Any) -> Any:
+    try:
+        return read()
+    except HistoryUnavailable as e:
+        _fail(f"cannot read the history: {e.reason}")
+    finally:
+        store.close()
+
+
+def _scope(config: Optional[Path], every: bool) -> str | None:
+    """The config key to filter by: the one `--config` names or the one in use; None with --all."""
+    if every:
+        return None
+    from deck import find_config
+
+    path, _source = find_config(str(config) if config else None)
+    return config_key(path)
+
+
+def _nothing(store: HistoryStore | None, what: str, agent: str | None, every: bool) -> str:
+    if store is None:
+        return "no history yet"
+    scope = ("" if agent is None else f" for {agent}") + ("" if every else " in this config (--all: every config)")
+    return what + scope
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 1:
+        _fail(f"--limit must be 1 or more, not {limit}", ExitCode.USAGE)
+
+
+def _fail(message: str, code: ExitCode = ExitCode.ERROR) -> NoReturn:
+    typer.echo(f"deck: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _echo_json(value: Any) -> None:
+    typer.echo(json_printable(json.dumps(value, ensure_ascii=False, indent=2)))
+
+
+def _is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def _shown(text: str, tty: bool) -> str:
+    return printable(text) if tty else text
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _local(iso: str) -> str:
+    """A wire time (UTC ISO 8601) in local time, to the minute; as given if it is not one."""
+    try:
+        return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return iso
+
+
+# -- Markdown -------------------------------------------------------------------------------------
+
+_ROLES = {"user": "User", "agent": "Agent", "system": "System"}
+_PLAN_BOXES = {"completed": "[x]", "in_progress": "[-]", "pending": "[ ]"}
+
+
+def to_markdown(conversation: dict[str, Any]) -> str:
+    """A stored conversation as a readable Markdown transcript."""
+    agent = conversation.get("agent") or ""
+    lines = [f"# {_one_line(conversation.get('title') or '') or f'Conversation with {agent}'}", ""]
+    lines += [f"- Agent: {agent}", f"- Config: {conversation.get('configPath') or '(built-in config)'}"]
+    lines += [f"- Started: {_local(conversation.get('createdAt') or '')}", f"- Updated: {_local(conversation.get('updatedAt') or '')}"]
+    lines += [f"- Conversation: {conversation.get('id')}"]
+    if conversation.get("sessionId"):
+        lines.append(f"- Agent session: {conversation['sessionId']}")
+    lines.append("")
+    for message in conversation.get("messages") or []:
+        if isinstance(message, dict):
+            lines += _message(message)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _message(message: dict[str, Any]) -> list[str]:
+    role = str(message.get("role") or "")
+    head = _ROLES.get(role, role.title() or "Message")
+    if message.get("code"):
+        head += f": {message['code']}"
+    lines = [f"## {head} · {_local(str(message.get('createdAt') or ''))}", ""]
+    for part in message.get("parts") or []:
+        if isinstance(part, dict):
+            lines += _part(part)
+    notes = []
+    if message.get("queued"):
+        notes.append("queued, not sent yet")
+    if not message.get("done", True):
+        notes.append("unfinished")
+    if message.get("stopReason") not in (None, "end_turn"):
+        notes.append(f"stopped: {message['stopReason']}")
+    if message.get("error"):
+        notes.append(f"error: {_one_line(str(message['error']))}")
+    if notes:
+        lines += [f"*({'; '.join(notes)})*", ""]
+    return lines
+
+
+def _part(part: dict[str, Any]) -> list[str]:
+    kind = part.get("type")
+    if kind == "text":
+        text = str(part.get("text") or "")
+        return [text, ""] if text else []
+    if kind == "thought":
+        text = str(part.get("text") or "")
+        return ["> **Thought**", ">", *(f"> {line}".rstrip() for line in text.splitlines()), ""] if text else []
+    if kind == "tool":
+        return _tool(part)
+    if kind == "plan":
+        entries = [e for e in part.get("entries") or [] if isinstance(e, dict)]
+        return ["**Plan**", "", *(f"- {_PLAN_BOXES.get(str(e.get('status')), '[ ]')} {e.get('content', '')}" for e in entries), ""]
+    return []
+
+
+def _tool(part: dict[str, Any]) -> list[str]:
+    title = _one_line(str(part.get("title") or "")) or "(untitled)"
+    lines = [f"### Tool: {title}", "", f"{part.get('kind') or 'other'} · {part.get('status') or 'pending'}", ""]
+    for location in part.get("locations") or []:
+        if isinstance(location, dict) and location.get("path"):
+            line = f":{location['line']}" if location.get("line") is not None else ""
+            lines += [f"- `{location['path']}{line}`"]
+    if part.get("locations"):
+        lines.append("")
+    if part.get("input"):
+        lines += ["Input:", "", *_fenced(str(part["input"]), "json"), ""]
+    if part.get("output"):
+        lines += ["Output:", "", *_fenced(str(part["output"]), ""), ""]
+    for diff in part.get("diffs") or []:
+        if isinstance(diff, dict):
+            lines += [*_fenced(_unified(diff), "diff"), ""]
+    return lines
+
+
+def _unified(diff: dict[str, Any]) -> str:
+    path = str(diff.get("path") or "")
+    old = "" if diff.get("newFile") else str(diff.get("oldText") or "")
+    new = str(diff.get("newText") or "")
+    before = "/dev/null" if diff.get("newFile") else path
+    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), before, path, lineterm="")
+    return "\n".join(lines) or f"--- {before}\n+++ {path}"
+
+
+def _fenced(text: str, language: str) -> list[str]:
+    """`text` in a code fence longer than any run of backticks in it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + language, *text.splitlines(), fence]
