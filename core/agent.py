@@ -43,6 +43,8 @@ DISPLAY_ONLY = ("title", "icon", "description")
 #: How long an agent that closed its stdout has to exit before it counts as having
 #: closed its output while running (an exiting agent closes its stdout first).
 STDOUT_CLOSED_GRACE = 1.0
+#: What the note says when a new session serves a conversation that had one, after why.
+FORGETS = "it starts a new one and does not remember what came before."
 
 
 class _Early:
@@ -91,6 +93,7 @@ class Agent:
         self._run_stderr: deque[str] = deque(maxlen=STDERR_TAIL)  # this run's last stderr lines
         self._auth_method: str | None = None
         self._exit_watch: asyncio.Task[None] | None = None
+        self._why_new = ""  # why the last start could not continue the conversation's earlier session
 
     # -- what the outside sees -------------------------------------------------------------
 
@@ -308,14 +311,44 @@ class Agent:
                 await self._unless_exited(conn.request("authenticate", {"methodId": method}), exited)
             except AcpError as exc:
                 raise ServiceError(f"authenticate with {method!r} failed: {exc}\n{self.auth_help(only=method)}") from exc
+        earlier = self.deck.chat.conversations.of(self.name).session_id
+        session = await self._continue_session(earlier, exited) if earlier else None
+        if session is None:
+            session = Session(self, CONVERSATION)
+            try:
+                await self._unless_exited(session.open(), exited)
+            except AcpError as exc:
+                if not exc.auth_required:
+                    raise
+                raise ServiceError(f"session/new: {exc}\n{self.auth_help()}") from exc
+            if earlier:
+                session.restarted = self._why_new
+        self.session = session
+
+    async def _continue_session(self, session_id: str, exited: Process) -> Session | None:
+        """The conversation's earlier session again, where the agent can: `session/resume` if its
+        `sessionCapabilities` list `resume`, else `session/load` if it has `loadSession`.
+
+        None when it cannot or refuses (an error answer): `_why_new` then says why, for the note
+        the conversation shows, and the caller opens a new session."""
+        caps = self.init_result.get("agentCapabilities")
+        caps = caps if isinstance(caps, dict) else {}
+        session_caps = caps.get("sessionCapabilities")
+        if isinstance(session_caps, dict) and isinstance(session_caps.get("resume"), dict):
+            method, how = "session/resume", Session.resume
+        elif caps.get("loadSession") is True:
+            method, how = "session/load", Session.load
+        else:
+            self._why_new = f"The agent cannot resume sessions: {FORGETS}"
+            return None
         session = Session(self, CONVERSATION)
         try:
-            await self._unless_exited(session.open(), exited)
+            await self._unless_exited(how(session, session_id), exited)
         except AcpError as exc:
-            if not exc.auth_required:
-                raise
-            raise ServiceError(f"session/new: {exc}\n{self.auth_help()}") from exc
-        self.session = session
+            self.log(f"deck: {method} {session_id} failed: {exc}")
+            self._why_new = f"{method} failed: {str(exc)[:300]}: {FORGETS}"  # the agent's words: kept short
+            return None
+        return session
 
     # -- authentication (ACP authMethods from the initialize result) ----------------------------
 

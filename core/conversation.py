@@ -86,6 +86,13 @@ class DictPart:
 Part = TextPart | DictPart
 
 
+def part_from_dict(data: dict[str, Any]) -> Part:
+    """A part from its `to_dict` form (as the history keeps it)."""
+    if data.get("type") in ("text", "thought"):
+        return TextPart(data["type"], _string(data.get("text")))
+    return DictPart(dict(data))
+
+
 class Message:
     __slots__ = (
         "id", "agent", "created_at", "role", "parts", "done", "queued", "stop_reason",
@@ -128,6 +135,21 @@ class Message:
             if value is not None:
                 out[key] = value
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        """A message from its `to_dict` form: its id, time and parts as they were."""
+        message = cls(_string(data.get("agent")), _string(data.get("role")), done=bool(data.get("done", True)))
+        message.id = _string(data.get("id")) or message.id
+        message.created_at = _string(data.get("createdAt")) or message.created_at
+        message.parts = [part_from_dict(p) for p in _dicts(data.get("parts")) if isinstance(p.get("type"), str)]
+        message.queued = bool(data.get("queued", False))
+        message.stop_reason = data.get("stopReason")
+        message.error = data.get("error")
+        message.code = data.get("code")
+        message.duration_ms = data.get("durationMs")
+        message.usage = data.get("usage")
+        return message
 
     @property
     def text(self) -> str:
@@ -213,6 +235,26 @@ class Conversation:
             "configOptions": self.config_options,
             "title": self.title,
         }
+
+    def restore(self, messages: list[dict[str, Any]], session_id: str | None, title: str | None) -> list[Message]:
+        """Take a conversation kept from an earlier run (messages in their `to_dict` form), before
+        the agent runs: `session_id` is the session its next start resumes, or loads.
+
+        Nothing is emitted for the messages (a frontend reads them with the snapshot), except one
+        `message:updated` for each message the earlier run left unfinished: it is finished now,
+        as no answer can come to it any more. Those are returned."""
+        self.messages = [Message.from_dict(m) for m in messages]
+        self.by_id = {m.id: m for m in self.messages}
+        self.session_id, self.title = session_id, title
+        self.queue.clear()
+        self.current = None
+        unfinished = [m for m in self.messages if not m.done or m.queued]
+        for message in unfinished:
+            message.done, message.queued = True, False
+            if message.role == "agent" and message.stop_reason is None:
+                message.error = message.error or "deck stopped before this answer ended"
+            self.updated(message)
+        return unfinished
 
     def session_started(self, session_id: str, result: dict[str, Any]) -> None:
         """A new ACP session serves this conversation (first start, restart, after a crash)."""

@@ -1,7 +1,9 @@
 """The agents' conversations: one per agent, fed by the agent's conversation session.
 
-A conversation outlives its agent's process: after a restart (or a crash) the new session
-serves the same conversation, and a note says the agent does not remember what came before.
+A conversation outlives its agent's process, and deck too (the history restores it at start):
+the agent's next start resumes or loads the conversation's session where the agent can, else
+a new session serves the same conversation and a note says the agent does not remember what
+came before, and why.
 """
 
 from __future__ import annotations
@@ -66,14 +68,24 @@ class Conversations(Mapping[str, Conversation]):
         """Drop every conversation (another config was opened)."""
         self._conversations.clear()
 
+    def restore(self, agent: str, stored: dict[str, Any]) -> None:
+        """Make a conversation kept from an earlier run `agent`'s conversation, before the agent
+        runs: `stored` as the history gives it (`messages` as wire dicts, `sessionId`, `title`);
+        the agent's next start continues its session (`Agent._continue_session`)."""
+        messages = stored.get("messages")
+        session_id, title = stored.get("sessionId"), stored.get("title")
+        self.of(agent).restore(
+            [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else [],
+            session_id if isinstance(session_id, str) and session_id else None,
+            title if isinstance(title, str) else None,
+        )
+
     def session_opened(self, agent: Agent) -> None:
         """The agent's new conversation session now serves its conversation."""
         session = agent.session
         assert session is not None and session.id is not None
         conv = self.of(agent.name)
-        if conv.sessions_used and conv.messages:
-            conv.add_system(
-                "agent-restarted", text="The agent restarted in a new session: it does not remember what came before."
-            )
+        if session.restarted and conv.messages:
+            conv.add_system("agent-restarted", text=session.restarted)
         conv.session_started(session.id, session.result)
         session.attach(ConversationSink(conv))

@@ -58,8 +58,11 @@ def read_lines(fd: int, on_overflow: Callable[[int], None] | None = None) -> asy
         if on_overflow is not None:
             loop.call_soon_threadsafe(on_overflow, size)
 
+    def put(line: bytes) -> None:
+        loop.call_soon_threadsafe(lines.put_nowait, line)
+
     def read() -> None:
-        framer = LineFramer(lambda line: loop.call_soon_threadsafe(lines.put_nowait, line), overflow)
+        framer = LineFramer(put, overflow)
         try:
             while data := os.read(fd, 1 << 16):
                 framer.feed(data)

@@ -18,12 +18,15 @@ import asyncio
 import json
 import os
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .errors import ExitCode, ServiceError
 from .events import Event, MessageDelta, MessageUpdated, PermissionRequested, QuestionRequested, handles
 from .frontend import Frontend
 from .tty import json_printable, printable
+
+if TYPE_CHECKING:
+    from .app import Deck
 
 #: The exit code of each stop reason; an agent message that ended with an error exits 1.
 STOP_CODES: dict[str, int] = {
@@ -239,6 +242,6 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-async def send(deck: Any, agent: str, text: str, as_json: bool = False) -> int:
+async def send(deck: Deck, agent: str, text: str, as_json: bool = False) -> int:
     """Run `deck` for one prompt to `agent`; the exit code follows the stop reason."""
     return await deck.run(SendFrontend, agent=agent, text=text, as_json=as_json)

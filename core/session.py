@@ -49,6 +49,8 @@ class Session:
         #: The `session/new` result (modes, config options).
         self.result: dict[str, Any] = {}
         self.closed = False
+        #: Why this conversation session is a new one, when the earlier one could not go on ("" else).
+        self.restarted = ""
         self._conn: Connection | None = agent.conn  # the connection it lives on: a restart opens new sessions
         #: The sink's `on_update`, once attached.
         self.on_update: Callable[[dict[str, Any]], None] = _ignore
@@ -66,6 +68,33 @@ class Session:
         if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
             raise ServiceError("session/new returned no sessionId")
         self.id, self.result = result["sessionId"], result
+
+    async def resume(self, session_id: str) -> None:
+        """`session/resume`: the agent serves `session_id` again, remembering it, and replays nothing."""
+        result = await self._connection().request("session/resume", self._continued(session_id))
+        self.id, self.result = session_id, {**(result if isinstance(result, dict) else {}), "sessionId": session_id}
+
+    async def load(self, session_id: str) -> None:
+        """`session/load`: the agent serves `session_id` again and replays its history as updates.
+
+        The owner already holds that history, so the replay goes nowhere: until the answer the
+        session is routed to the agent with no sink (its updates are dropped; tool calls are
+        still tracked, as a permission request may name one). On an error answer it is detached,
+        so that the rest of a replay is dropped too."""
+        conn = self._connection()
+        self.id = session_id
+        self.agent.attach(self)  # before the request: the replay comes before its answer
+        try:
+            result = await conn.request("session/load", self._continued(session_id))
+        except BaseException:
+            self.agent.detach(self)
+            self.id = None
+            raise
+        self.result = {**(result if isinstance(result, dict) else {}), "sessionId": session_id}
+
+    def _continued(self, session_id: str) -> dict[str, Any]:
+        servers = self.agent.deck.hooks.session_mcp_servers(self.agent, self)
+        return {"sessionId": session_id, "cwd": self.agent.config.resolved_cwd(), "mcpServers": servers}
 
     def attach(self, sink: SessionSink) -> None:
         """Send the session's updates to `sink` from now on, those that came before the reply first."""

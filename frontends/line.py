@@ -779,10 +779,10 @@ def deck_register_frontends() -> dict[str, type[Frontend]]:
 def question_values(text: str, schema: dict[str, Any]) -> dict[str, Any]:
     """`{"k": 1}` or `k=v k2="two words"` → the answer object, typed by the question's schema."""
     if text.startswith("{"):
-        values = json.loads(text)
-        if not isinstance(values, dict):
+        answer = json.loads(text)
+        if not isinstance(answer, dict):
             raise ValueError("the answer must be an object")
-        return values
+        return answer
     properties = schema.get("properties") or {}
     values: dict[str, Any] = {}
     for item in shlex.split(text):

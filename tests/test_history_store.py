@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from deck.plugins.history import store as history
 from deck.plugins.history.store import (
     SCHEMA_VERSION,
+    SEARCH_MAX,
     HistoryStore,
     HistoryUnavailable,
     Writer,
@@ -290,6 +291,27 @@ def test_a_version_1_database_is_migrated_forward(tmp_path: Path) -> None:
         assert [r["messageId"] for r in s.search("pelican")] == ["m2", "m1"]
 
 
+def test_a_version_2_database_stops_searching_its_unfinished_messages(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    db = sqlite3.connect(path, isolation_level=None)
+    for migration in history.MIGRATIONS[:2]:
+        migration(db)
+    db.execute("PRAGMA user_version = 2")
+    db.execute("INSERT INTO conversations VALUES ('c1', ?, 'claude', NULL, NULL, 1000, 2000)", (CONFIG,))
+    for mid, text, done in (("m1", "finished walrus", True), ("m2", "streaming walrus", False)):
+        old = message(mid, text, done=done)
+        db.execute(
+            "INSERT INTO messages (conversation_id, id, seq, role, done, parts, data, text, scope)"
+            " VALUES ('c1', ?, ?, 'agent', ?, ?, ?, ?, ?)",
+            (mid, int(mid[1]), done, json.dumps(old["parts"]), json.dumps({**old, "parts": None}), text,
+             history._scope("claude", CONFIG)),
+        )  # fmt: skip
+    db.close()
+    with HistoryStore(path) as s:
+        assert [r["messageId"] for r in s.search("walrus")] == ["m1"]  # the one still streaming left the index
+        assert [m["parts"][0]["text"] for m in s.get("c1")["messages"]] == ["finished walrus", "streaming walrus"]  # type: ignore[index]
+
+
 @pytest.mark.parametrize("journal", ["wal", "delete"])
 def test_a_database_from_a_newer_deck_is_refused_untouched(tmp_path: Path, journal: str) -> None:
     path = closed_store(tmp_path / "h.db")
@@ -544,6 +566,92 @@ def test_the_writer_keeps_only_the_latest_version_and_writes_one_transaction(sto
     assert got["messages"] == [message(m, f"{m} has 1999 chunks", done=False) for m in ("a1", "a2")]
 
 
+def chunk_bodies(s: HistoryStore) -> list[Any]:
+    """What each chunk stored holds, in the order written: text, or a part."""
+    return [json.loads(body) for (body,) in s._db.execute("SELECT body FROM message_chunks ORDER BY pk")]
+
+
+def test_streamed_chunks_are_written_once_and_kept_when_the_message_finishes(store: HistoryStore) -> None:
+    cid = store.new_conversation(CONFIG, "claude")
+    tool = {"type": "tool", "id": "t1", "title": "Read x.py", "kind": "read", "status": "pending",
+            "input": "", "output": "", "locations": [], "diffs": []}  # fmt: skip
+    done_tool = {**tool, "status": "completed", "output": "42"}
+    plan = {"type": "plan", "entries": [{"content": "look", "priority": "high", "status": "pending"}]}
+    with Writer(store, interval=60) as writer:
+        writer.update(cid, message("a1", done=False))  # the reply begins, no parts yet
+        writer.append(cid, "a1", [(0, "thought", "pondering ")])
+        writer.flush()
+        writer.append(cid, "a1", [(0, "thought", "more \ud800"), (1, "tool", tool), (2, "text", "Hello ")])
+        writer.append(cid, "a1", [(3, "plan", plan)])
+        writer.flush()
+        writer.append(cid, "a1", [(1, "tool", done_tool), (2, "text", "zebra world")])
+        writer.flush()
+        parts = [{"type": "thought", "text": "pondering more \ud800"}, done_tool,
+                 {"type": "text", "text": "Hello zebra world"}, plan]  # fmt: skip
+        assert store.get(cid)["messages"] == [{**message("a1", done=False), "parts": parts}]  # type: ignore[index]
+        assert store.search("zebra") == []  # not searchable while it streams
+        # Each flush wrote what came since, never the message again.
+        assert chunk_bodies(store) == ["pondering ", "more \ud800", tool, "Hello ", plan, done_tool, "zebra world"]
+        finished = {**message("a1", done=True, stopReason="end_turn"), "parts": parts}
+        writer.finish(cid, finished, {0: 0, 2: 0})  # both text parts were streamed from nothing
+        writer.flush()
+    assert store.get(cid)["messages"] == [finished]  # type: ignore[index]
+    assert [r["messageId"] for r in store.search("zebra pondering")] == ["a1"]
+    assert chunk_bodies(store) == ["pondering ", "more \ud800", "Hello ", "zebra world"]  # the text stays where it is
+    (row_parts,) = store._db.execute("SELECT parts FROM messages").fetchone()
+    assert "pondering" not in row_parts and "zebra" not in row_parts and '"status":"completed"' in row_parts
+    store.put_messages(cid, [message("a1", "rewritten whole")])  # a whole version replaces it all
+    assert store.get(cid)["messages"] == [message("a1", "rewritten whole")]  # type: ignore[index]
+    assert chunk_bodies(store) == []
+
+
+def test_a_finished_version_must_end_with_the_streamed_text(store: HistoryStore) -> None:
+    cid = store.new_conversation(CONFIG, "claude")
+    with Writer(store, interval=60) as writer:
+        for streamed in ({1: 0}, {0: 4}, {0: -1}):
+            with pytest.raises(ValueError):
+                writer.finish(cid, message("a1", "abc"), streamed)
+    assert store.get(cid)["messages"] == []  # type: ignore[index]
+
+
+def test_chunks_held_through_a_lock_are_written_in_order_once(tmp_path: Path) -> None:
+    with HistoryStore(tmp_path / "h.db", busy_timeout=0.05) as s:
+        cid = s.new_conversation(CONFIG, "claude")
+        writer = Writer(s, interval=60)
+        writer.update(cid, message("a1", done=False))
+        writer.append(cid, "a1", [(0, "text", "one ")])
+        holder = sqlite3.connect(s.path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        for more in ("two ", "three"):
+            with pytest.raises(HistoryUnavailable, match="locked"):
+                writer.flush()
+            writer.append(cid, "a1", [(0, "text", more)])
+        holder.rollback()
+        writer.flush()
+        assert s.get(cid)["messages"] == [message("a1", "one two three", done=False)]  # type: ignore[index]
+        assert chunk_bodies(s) == ["one ", "two ", "three"]
+        writer.append(cid, "a1", [(0, "text", "!")])
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(HistoryUnavailable, match="locked"):
+            writer.flush()
+        writer.finish(cid, message("a1", "one two three!"), {0: 0})
+        holder.rollback()
+        writer.flush()
+        assert s.get(cid)["messages"] == [message("a1", "one two three!")]  # type: ignore[index]
+        assert [r["messageId"] for r in s.search("three")] == ["a1"]
+        writer.close()
+        holder.close()
+
+
+def test_search_finds_the_first_search_max_characters_of_a_message(store: HistoryStore) -> None:
+    cid = store.new_conversation(CONFIG, "claude")
+    text = "early " + "x" * SEARCH_MAX + " lateword"
+    store.put_messages(cid, [message("m1", text)])
+    assert [r["messageId"] for r in store.search("early")] == ["m1"]
+    assert store.search("lateword") == []
+    assert store.get(cid)["messages"][0]["parts"][0]["text"] == text  # type: ignore[index]
+
+
 def test_the_writer_flushes_a_streaming_message_within_the_interval(store: HistoryStore) -> None:
     cid = store.new_conversation(CONFIG, "claude")
     _, written, event = commits_of(store)
@@ -599,20 +707,26 @@ for turn in range(4):
     writer.update(cid, {**reply(f"r{turn}", chunks, True), "stopReason": "end_turn"})
 print("conversation", cid, flush=True)
 chunks = []
+appended = sys.argv[3] == "chunks"
+writer.update(cid, reply("live", chunks, False))
 while True:  # an agent streaming an answer, one timestamped chunk every 2 ms
     chunks.append(f"{time.time():.3f} ")
-    writer.update(cid, reply("live", chunks, False))
+    if appended:
+        writer.append(cid, "live", [(0, "text", chunks[-1])])
+    else:
+        writer.update(cid, reply("live", chunks, False))
     if len(chunks) % 50 == 0:
         print("tick", time.time(), flush=True)
     time.sleep(0.002)
 """
 
 
-def test_kill_9_mid_answer_loses_at_most_the_last_interval(tmp_path: Path) -> None:
+@pytest.mark.parametrize("live", ["whole", "chunks"])
+def test_kill_9_mid_answer_loses_at_most_the_last_interval(tmp_path: Path, live: str) -> None:
     path = tmp_path / "h.db"
     interval = 0.25
     child = subprocess.Popen(
-        [sys.executable, "-c", STREAM_THEN_DIE, str(path), str(interval)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", STREAM_THEN_DIE, str(path), str(interval), live], stdout=subprocess.PIPE, text=True
     )
     try:
         assert child.stdout

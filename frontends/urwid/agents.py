@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import urwid
 
@@ -13,6 +14,9 @@ from .common import SPINNER, Clickable, ClippedLayout, LineBox, Text, gauge, on_
 from .i18n import Strings
 from .model import AgentModel
 
+if TYPE_CHECKING:
+    from urwid.widget import AbstractFlowWidget
+
 
 #: Columns the lines under an agent's name are indented by.
 INDENT = 3
@@ -20,7 +24,7 @@ INDENT = 3
 ERROR_LINES = 2
 
 
-def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) -> list[urwid.Widget]:
+def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) -> list[AbstractFlowWidget]:
     """The lines of one agent's row: its name, then under it its state and marks, each cut to one
     line (an error to ERROR_LINES), so a narrow panel never wraps them back under the number."""
     try:
@@ -33,7 +37,7 @@ def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) 
         [(f"state {agent.state}", state_text)]  # fmt: skip
     if agent.busy:
         state += [("state busy", f" {spin}")]
-    lines: list[urwid.Widget] = [Text(name, wrap="ellipsis"), _under(Text(state, wrap="ellipsis"))]
+    lines: list[AbstractFlowWidget] = [Text(name, wrap="ellipsis"), _under(Text(state, wrap="ellipsis"))]
     if agent.needs_input or agent.asks:
         marks: list[Any] = [("needs input", f"! {strings('needs_input')}")] if agent.needs_input else []
         if agent.asks:
@@ -50,7 +54,7 @@ def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) 
     return lines
 
 
-def _under(widget: urwid.Widget) -> urwid.Widget:
+def _under(widget: urwid.Widget) -> AbstractFlowWidget:
     return urwid.Padding(widget, left=INDENT)
 
 
@@ -110,17 +114,17 @@ class AgentsPanel(urwid.WidgetWrap):
         self.strings = strings
         self.on_select = on_select
         self.agent_rows: dict[str, AgentRow] = {}
-        self.walker = urwid.SimpleFocusListWalker([])
+        self.walker: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
         self.listbox = urwid.ListBox(self.walker)
         buttons = urwid.Pile(
-            [Clickable(("button", f" {strings(k)} "), lambda k=k: on_action(k)) for k in ("start", "stop", "restart")]
+            [Clickable(("button", f" {strings(k)} "), partial(on_action, k)) for k in ("start", "stop", "restart")]
         )
         body = urwid.Pile([self.listbox, ("pack", urwid.Divider("─")), ("pack", buttons)])
         super().__init__(LineBox(body, title=strings("agents"), title_align="left"))
 
     def set_roster(self, names: list[str]) -> None:
         self.agent_rows = {name: self.agent_rows.get(name) or AgentRow(name, self.on_select) for name in names}
-        items: list[urwid.Widget] = []
+        items: list[AbstractFlowWidget] = []
         for row in self.agent_rows.values():
             items += [row, urwid.Divider()]
         self.walker[:] = items

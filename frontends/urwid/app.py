@@ -150,6 +150,8 @@ class ConsoleApp(Handlers):
         self.conversation.on_toggled = self.schedule
         self.logs_view = LogsView(s)
         self.config_view = ConfigView(s, self.choose_config, self.open_config)
+        #: The conversation, or the view shown in its place.
+        self.main: urwid.WidgetPlaceholder[ConversationView | LogsView | ConfigView]
         self.main = urwid.WidgetPlaceholder(self.conversation)
         self.lowered = Lowered(self.main)  # below an ask's dialog while one is open
         self.columns = urwid.Columns([(panel_width(80), self.panel), self.lowered], focus_column=1)
@@ -161,6 +163,7 @@ class ConsoleApp(Handlers):
         self.status_bar = urwid.Pile([self.hint_bar])
         self.status_line = urwid.AttrMap(self.status_bar, "status bar")
         self.footer = urwid.Pile([self.input_box, self.status_line], focus_item=0)
+        self.frame: urwid.Frame[urwid.Columns, None, urwid.Pile]
         self.frame = urwid.Frame(self.columns, footer=self.footer, focus_part="footer")
         self.root = Root(self, self.frame)
 
@@ -693,7 +696,7 @@ class ConsoleApp(Handlers):
 
 def _show(pile: urwid.Pile, first: list[urwid.Widget], *rest: urwid.Widget) -> None:
     """Make `pile` hold `first` (a line shown only at times), then `rest`; nothing changes when it already does."""
-    widgets = [*first, *rest]
+    widgets: list[urwid.AbstractWidget] = [*first, *rest]
     if [w for w, _options in pile.contents] != widgets:
         focus = pile.focus
         pile.contents[:] = [(w, pile.options()) for w in widgets]

@@ -123,13 +123,13 @@ FOCUS_MAP: dict[str | None, str] = {None: "focus", **{name: "focus" for name in 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
-def _ascii_width(text: Any, start: int, end: int) -> int:
-    return end - start
+def _ascii_width(text: str | bytes, start_offs: int, end_offs: int) -> int:
+    return end_offs - start_offs
 
 
-def _ascii_pos(text: Any, start: int, end: int, pref_col: int) -> tuple[int, int]:
-    cols = min(end - start, max(pref_col, 0))
-    return start + cols, cols
+def _ascii_pos(text: str | bytes, start_offs: int, end_offs: int, pref_col: int) -> tuple[int, int]:
+    cols = min(end_offs - start_offs, max(pref_col, 0))
+    return start_offs + cols, cols
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import urwid
 
@@ -18,6 +18,9 @@ from . import markdown
 from .common import Clickable, LineBox, Text
 from .i18n import Strings
 from .model import AgentModel, MessageModel, Part
+
+if TYPE_CHECKING:
+    from urwid.widget import AbstractFlowWidget
 
 INDENT = 2
 OUTPUT_LINES = 8
@@ -54,13 +57,15 @@ def diff_counts(diff: dict[str, Any]) -> tuple[int, int]:
     return added, removed
 
 
-def tool_widgets(part: dict[str, Any], strings: Strings, show_diff: bool, on_toggle: Callable[[], None] | None) -> list[urwid.Widget]:
+def tool_widgets(
+    part: dict[str, Any], strings: Strings, show_diff: bool, on_toggle: Callable[[], None] | None
+) -> list[AbstractFlowWidget]:
     """A tool call: header with kind, title and status; input; output; diffs (summary or full)."""
     status = str(part.get("status") or "pending")
     kind = str(part.get("kind") or "other")
     header = [("tool", f"⚙ {strings.tool_word(kind)}"), " ", ("strong", str(part.get("title") or "")),
               " · ", (f"status {status}", strings.tool_word(status))]  # fmt: skip
-    out: list[urwid.Widget] = [_pad(Clickable(header, on_toggle))]
+    out: list[AbstractFlowWidget] = [_pad(Clickable(header, on_toggle))]
     if part.get("input"):
         out.append(_pad(Text(("dim", "  " + _clip(str(part["input"]), 300))), INDENT + 2))
     for location in part.get("locations") or []:
@@ -73,11 +78,11 @@ def tool_widgets(part: dict[str, Any], strings: Strings, show_diff: bool, on_tog
         out.append(_pad(Text(("code", shown)), INDENT + 2))
     for diff in part.get("diffs") or []:
         if show_diff:
-            lines = diff_lines(diff)
+            rows = diff_lines(diff)
             if diff.get("newFile"):
                 out.append(_pad(Text(("dim", f"{strings('diff_new')}: {diff.get('path', '')}")), INDENT + 2))
             markup: list[Any] = []
-            for i, (attr, line) in enumerate(lines):
+            for i, (attr, line) in enumerate(rows):
                 markup.append((attr, ("\n" if i else "") + line))
             out.append(_pad(Clickable(markup or "", on_toggle), INDENT + 2))
         else:
@@ -87,7 +92,7 @@ def tool_widgets(part: dict[str, Any], strings: Strings, show_diff: bool, on_tog
     return out
 
 
-def plan_widgets(part: dict[str, Any], strings: Strings) -> list[urwid.Widget]:
+def plan_widgets(part: dict[str, Any], strings: Strings) -> list[AbstractFlowWidget]:
     markup: list[Any] = [("strong", strings("plan"))]
     for entry in part.get("entries") or []:
         attr, mark = PLAN_MARKS.get(str(entry.get("status")), PLAN_MARKS["pending"])
@@ -95,7 +100,7 @@ def plan_widgets(part: dict[str, Any], strings: Strings) -> list[urwid.Widget]:
     return [_pad(Text(markup))]
 
 
-def _pad(widget: urwid.Widget, left: int = INDENT) -> urwid.Widget:
+def _pad(widget: urwid.Widget, left: int = INDENT) -> AbstractFlowWidget:
     return urwid.Padding(widget, left=left)
 
 
@@ -112,14 +117,14 @@ class MessageRenderer:
         self.show_thoughts = True
         self.show_diffs = False
         self.flipped: set[tuple[str, int]] = set()  # parts shown opposite to the global setting
-        self._blocks: dict[tuple[str, int], dict[tuple[str, bool, str, bool], urwid.Widget]] = {}
+        self._blocks: dict[tuple[str, int], dict[tuple[str, bool, str, bool], AbstractFlowWidget]] = {}
 
     def forget(self) -> None:
         self._blocks.clear()
 
-    def widgets(self, message: MessageModel, agent_title: str) -> list[urwid.Widget]:
+    def widgets(self, message: MessageModel, agent_title: str) -> list[AbstractFlowWidget]:
         s = self.strings
-        out: list[urwid.Widget] = []
+        out: list[AbstractFlowWidget] = []
         if message.role == "user":
             head: list[Any] = [("user", f"▸ {s('you')}")]
             if message.queued:
@@ -129,13 +134,13 @@ class MessageRenderer:
             out.append(Text(head))
         elif message.role == "system":
             out.append(Text(("system", f"! {s('system')}")))
-            if message.code in WORDED_CODES:
+            if self._worded(message):
                 out.append(_pad(Text(("warning", s(message.code, error=message.error or "")))))
             elif message.error:
                 out.append(_pad(Text(("error", message.error))))
         else:
             out.append(Text(("agent", f"◆ {agent_title}")))
-        if not (message.role == "system" and message.code in WORDED_CODES):
+        if not (message.role == "system" and self._worded(message)):
             for index, part in enumerate(message.parts):
                 out += self._part(message, index, part)
         if message.role == "agent" and message.done:
@@ -146,7 +151,14 @@ class MessageRenderer:
         out.append(urwid.Divider())
         return out
 
-    def _part(self, message: MessageModel, index: int, part: Part) -> list[urwid.Widget]:
+    def _worded(self, message: MessageModel) -> bool:
+        """Shown in the console's own words: in English the core's note says more (why the agent
+        could not resume its session), so it is shown as it is."""
+        if message.code == "agent-restarted":
+            return self.strings.language != "en"
+        return message.code in WORDED_CODES
+
+    def _part(self, message: MessageModel, index: int, part: Part) -> list[AbstractFlowWidget]:
         key = (message.id, index)
         toggle = lambda: self.on_toggle(key)  # noqa: E731
         if part.type == "tool":
@@ -167,9 +179,9 @@ class MessageRenderer:
             return self._text_blocks(key, text, "text")
         return []
 
-    def _text_blocks(self, key: tuple[str, int], text: str, base: str) -> list[urwid.Widget]:
+    def _text_blocks(self, key: tuple[str, int], text: str, base: str) -> list[AbstractFlowWidget]:
         old = self._blocks.get(key, {})
-        new: dict[tuple[str, bool, str, bool], urwid.Widget] = {}
+        new: dict[tuple[str, bool, str, bool], AbstractFlowWidget] = {}
         out = []
         for block, is_code, paragraph in markdown.blocks(text):
             cache_key = (block, is_code, base, paragraph)
@@ -190,19 +202,19 @@ class ConversationView(urwid.WidgetWrap):
     def __init__(self, strings: Strings) -> None:
         self.strings = strings
         self.renderer = MessageRenderer(strings, self._toggle)
-        self.walker = urwid.SimpleFocusListWalker([])
+        self.walker: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
         self.listbox = urwid.ListBox(self.walker)
-        self.segments: dict[str, list[urwid.Widget]] = {}
+        self.segments: dict[str, list[AbstractFlowWidget]] = {}
         self.order: list[str] = []
         self.agent: AgentModel | None = None
         self.following = True
         #: Shown while the conversation is empty: how to begin.
         self.empty = _pad(Text(("dim", strings("empty_conversation"))))
-        self.announcements = urwid.SimpleFocusListWalker([])
+        self.announcements: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
         self.side = LineBox(urwid.ListBox(self.announcements), title=strings("announcements"), title_align="left")
         self.banner = Text("", align="center")
         self.columns = urwid.Columns([self.listbox])
-        self.frame = urwid.Frame(self.columns)
+        self.frame: urwid.Frame[urwid.Columns, Text, None] = urwid.Frame(self.columns)
         self.on_toggled: Callable[[], None] = lambda: None
         super().__init__(self.frame)
 

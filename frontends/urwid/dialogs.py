@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import urwid
 
@@ -17,6 +18,9 @@ from deck.tty import printable
 from .common import Clickable, LineBox, Text, on_background
 from .conversation import tool_widgets
 from .i18n import Strings
+
+if TYPE_CHECKING:
+    from urwid.widget import AbstractFlowWidget
 
 
 DIALOG = on_background("dialog")
@@ -64,7 +68,7 @@ class PermissionDialog(AskDialog):
         self.position = Text("")
         self.set_position(index, len(requests))
         # Compact: the tool call, its options, one line of position and keys; no blank line but one.
-        items: list[urwid.Widget] = [*tool_widgets(request.get("toolCall") or {}, strings, True, None)]
+        items: list[AbstractFlowWidget] = [*tool_widgets(request.get("toolCall") or {}, strings, True, None)]
         if request.get("rejections"):
             items.append(Text(("warning", strings("rejections", n=request["rejections"]))))
         items.append(urwid.Divider())
@@ -73,7 +77,7 @@ class PermissionDialog(AskDialog):
         for number, option in enumerate(self.options, 1):
             attr = "error" if str(option.get("kind", "")).startswith("reject") else "ok"
             label = [("strong", f"{number} "), (attr, str(option.get("name") or option["optionId"]))]
-            button = Clickable(label, lambda o=option: self.answer(o), focusable=True)
+            button = Clickable(label, partial(self.answer, option), focusable=True)
             self.buttons.append(button)
             items.append(button)
         items.append(self.position)
@@ -137,13 +141,13 @@ class QuestionDialog(AskDialog):
         self.on_move = on_move
         question = self.request
         agent = titles.get(question.get("agent", ""), question.get("agent", ""))
-        schema = question.get("schema") if isinstance(question.get("schema"), dict) else {}
-        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        schema: dict[str, Any] = question["schema"] if isinstance(question.get("schema"), dict) else {}
+        properties: dict[str, Any] = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
         self.required = {str(name) for name in schema.get("required") or []}
         self.position = Text("")
         self.set_position(index, len(asks))
         message = Text(str(question.get("message") or ""))
-        items: list[urwid.Widget] = [self.position, urwid.Divider(), message, urwid.Divider()]
+        items: list[AbstractFlowWidget] = [self.position, urwid.Divider(), message, urwid.Divider()]
         #: (name, property, edit field, its position in the list)
         self.fields: list[tuple[str, dict[str, Any], urwid.Edit, int]] = []
         for name, prop in properties.items():
@@ -308,7 +312,7 @@ class FilePicker(urwid.WidgetWrap):
         self.strings = strings
         self.on_done = on_done
         self.edit = urwid.Edit(("dim", strings("picker_path")))
-        self.walker = urwid.SimpleFocusListWalker([])
+        self.walker: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
         self.listbox = urwid.ListBox(self.walker)
         self.pile = urwid.Pile([("pack", self.edit), ("pack", urwid.Divider("─")), self.listbox])
         self.directory = start
@@ -323,15 +327,15 @@ class FilePicker(urwid.WidgetWrap):
             entries = sorted(self.directory.iterdir(), key=lambda p: (not p.is_dir(), p.suffix != ".toml", p.name.lower()))
         except OSError:
             entries = []
-        items: list[urwid.Widget] = [Clickable("../", lambda: self.chdir(self.directory.parent), focusable=True)]
+        items: list[AbstractFlowWidget] = [Clickable("../", lambda: self.chdir(self.directory.parent), focusable=True)]
         for entry in entries:
             if entry.name.startswith("."):
                 continue
             if entry.is_dir():
-                items.append(Clickable(("strong", entry.name + "/"), lambda e=entry: self.chdir(e), focusable=True))
+                items.append(Clickable(("strong", entry.name + "/"), partial(self.chdir, entry), focusable=True))
             else:
                 attr = "text" if entry.suffix == ".toml" else "dim"
-                items.append(Clickable((attr, entry.name), lambda e=entry: self.on_done(str(e)), focusable=True))
+                items.append(Clickable((attr, entry.name), partial(self.on_done, str(entry)), focusable=True))
         self.walker[:] = items
         self.pile.focus_position = 2
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import urwid
 
 from .common import Clickable, LineBox, Text
 from .i18n import Strings
 from .model import LOG_LINES
+
+if TYPE_CHECKING:
+    from urwid.widget import AbstractFlowWidget
 
 
 class LogsView(urwid.WidgetWrap):
@@ -18,7 +22,7 @@ class LogsView(urwid.WidgetWrap):
 
     def __init__(self, strings: Strings) -> None:
         self.strings = strings
-        self.walker = urwid.SimpleFocusListWalker([])
+        self.walker: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
         self.listbox = urwid.ListBox(self.walker)
         self.box = LineBox(self.listbox, title="", title_align="left")
         self.agent = ""
@@ -50,12 +54,12 @@ class ConfigView(urwid.WidgetWrap):
         self.strings = strings
         self.on_choose = on_choose
         self.on_open = on_open
-        self.walker = urwid.SimpleFocusListWalker([])
+        self.walker: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
         super().__init__(LineBox(urwid.ListBox(self.walker), title=strings("config_title"), title_align="left"))
 
     def show(self, current: dict[str, Any], recent: list[str]) -> None:
         s = self.strings
-        items: list[urwid.Widget] = [
+        items: list[AbstractFlowWidget] = [
             Text(("strong", s("config_path", path=current.get("path") or s("config_builtin")))),
             Text(("dim", s("config_source", source=current.get("source", "")))),
             Text(("ok", s("config_valid")) if current.get("valid", True) else ("error", s("config_invalid"))),
@@ -72,7 +76,7 @@ class ConfigView(urwid.WidgetWrap):
         choose = Clickable(("button", f" {s('choose')} "), self.on_choose, focusable=True)
         items += [choose, urwid.Divider(), Text(("strong", s("recent")))]
         for path in recent:
-            items.append(Clickable("  " + path, lambda p=path: self.on_open(p), focusable=True))
+            items.append(Clickable("  " + path, partial(self.on_open, path), focusable=True))
         if not recent:
             items.append(Text(("dim", "  " + s("no_recent"))))
         self.walker[:] = items

@@ -12,7 +12,8 @@ touched: deck runs without history and says why once, as a `plugin:error` event 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from deck.events import Event
 
     from .recorder import Recorder
+
+log = logging.getLogger(__name__)
 
 DAY = 86_400.0
 
@@ -77,7 +80,39 @@ async def deck_startup(deck: Deck) -> None:
         return
     recorder = Recorder(deck, store, current["path"])
     _recorders[id(deck)] = recorder
+    await restore_latest(deck, recorder, settings.keep)
     recorder.prune(settings.keep)
+
+
+async def restore_latest(deck: Deck, recorder: Recorder, keep: float) -> None:
+    """Each agent's current conversation is its latest stored one, before any agent runs.
+
+    Its new messages go on in the stored conversation; one that the pruning about to run
+    deletes (not updated for `keep` seconds) is not restored."""
+    import asyncio
+    import time
+    from datetime import datetime
+
+    from .store import HistoryUnavailable
+
+    agents = list(deck.agents)
+
+    def read() -> list[dict[str, Any] | None]:
+        return [recorder.store.latest(recorder.config, name) for name in agents]
+
+    try:
+        found = await asyncio.to_thread(read)
+    except HistoryUnavailable as e:
+        log.warning("history: the last conversations are not restored: %s", e.reason)
+        return
+    cutoff = time.time() - keep if keep > 0 else None
+    for name, stored in zip(agents, found, strict=True):
+        if stored is None:
+            continue
+        if cutoff is not None and datetime.fromisoformat(stored["updatedAt"]).timestamp() < cutoff:
+            continue
+        recorder.continue_conversation(name, stored)  # first: a message the restore finishes goes there
+        deck.chat.conversations.restore(name, stored)
 
 
 @hookimpl

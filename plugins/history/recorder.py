@@ -82,13 +82,18 @@ class _Streaming:
     `changes` maps a part's index to its kind and either the text chunks to append (text,
     thought) or the latest version of the part (tool, plan). `lengths` maps each text part to
     its kind, its length in the whole version the writer has, and the length appended since.
+    `tail` is the list of the text part that streamed last (`tail_index`, `tail_kind`): the
+    next chunk of the same part, the usual case, is one list append (`Recorder.on_event`).
     """
 
-    __slots__ = ("conversation", "changes", "lengths")
+    __slots__ = ("conversation", "changes", "lengths", "tail", "tail_index", "tail_kind")
 
     def __init__(self, conversation: str, message: dict[str, Any]) -> None:
         self.conversation = conversation
         self.changes: dict[int, tuple[str, list[str] | dict[str, Any]]] = {}
+        self.tail: list[str] = []
+        self.tail_index = -1
+        self.tail_kind = ""
         parts = message.get("parts")
         self.lengths: dict[int, list[Any]] = {
             index: [part["type"], len(part["text"]), 0]
@@ -102,15 +107,21 @@ class _Streaming:
         if kind in TEXT_KINDS and text is not None:
             pending = self.changes.get(index)
             if pending is not None and pending[0] == kind and isinstance(pending[1], list):
-                pending[1].append(text)
+                chunks = pending[1]
             else:
-                self.changes[index] = (kind, [text])
+                chunks = []
+                self.changes[index] = (kind, chunks)
+            chunks.append(text)
+            self.tail, self.tail_index, self.tail_kind = chunks, index, kind
         elif event.part is not None:
             self.changes[index] = (kind, event.part)
+            if index == self.tail_index:
+                self.tail_index = -1
 
     def take(self) -> list[Chunk]:
         """The changes since the last call, each part's text joined, in part order; none are kept."""
         changes, self.changes = self.changes, {}
+        self.tail, self.tail_index = [], -1
         taken: list[Chunk] = []
         for index, (kind, value) in sorted(changes.items()):
             if isinstance(value, list):
@@ -193,6 +204,17 @@ class Recorder:
 
     def on_event(self, event: Event) -> None:
         """Called for every event, on the event loop (a chunk costs a dict look-up and a list append)."""
+        if type(event) is MessageDelta:  # the hot path: one more chunk of the part that streamed last
+            streaming = self._streaming.get(event.message_id)
+            text = event.text
+            if (
+                streaming is not None
+                and event.index == streaming.tail_index
+                and event.kind == streaming.tail_kind
+                and text is not None
+            ):
+                streaming.tail.append(text)  # its message is dirty already, and the timer set
+                return
         if self.closed:
             return
         if isinstance(event, MessageDelta):
@@ -263,6 +285,16 @@ class Recorder:
             stored.user_title = title_of(message)
             if stored.title != old:
                 self.writer.set_title(cid, stored.title)
+
+    def continue_conversation(self, agent: str, stored: dict[str, Any]) -> None:
+        """The agent's conversation is `stored` again (restored at start): its new messages go on in it.
+
+        Its title stays as stored until the agent names the session; message ids are unique
+        across runs, so the new messages are added to it and none replaces a stored one."""
+        cid = stored["id"]
+        self.current[agent] = cid
+        session_id, title = stored.get("sessionId"), stored.get("title")
+        self._stored[cid] = _Stored(session_id if isinstance(session_id, str) else None, user_title=title or None)
 
     def _agent_title(self, agent: str, title: Any) -> None:
         title = title.strip() or None if isinstance(title, str) else None
@@ -368,6 +400,7 @@ class Recorder:
         await self._read_unknown()
         self._hand_off()
         self.closed = True
+        self._streaming.clear()  # nothing more is followed
         try:
             await asyncio.to_thread(self.writer.close)
         except HistoryUnavailable as e:

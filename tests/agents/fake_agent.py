@@ -10,7 +10,12 @@ succeeded; then an unknown method id is refused, and an `env_var` method needs i
 --trap-child FILE (a child in the agent's group that writes FILE 0.3 s after SIGTERM, then ends),
 --mcp-no-cancel (a cancelled turn leaves its `ask` tool call open: no MCP cancel, the server stays),
 --mode-option (modes default, auto-edit, plan offered twice: as `modes` and as the config option
-`mode` of category "mode"; session/set_config_option answers the whole set, as it now stands).
+`mode` of category "mode"; session/set_config_option answers the whole set, as it now stands),
+--sessions FILE (each session's prompts kept in FILE, so that a later process knows them; session
+ids then name the process), --requests FILE (each request deck sends appended to FILE, a JSON line),
+--resume (lists sessionCapabilities.resume; session/resume of a session in FILE answers {}),
+--refuse-resume (lists it too, and answers session/resume with an error),
+--load (lists loadSession; session/load replays each prompt of the session and its echo as updates).
 
 Prompt commands (first word): `stream N` (N chunks), `slow` (a chunk every 50 ms
 until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7),
@@ -28,7 +33,8 @@ after the cancelled response: one at once, one 1 s later with the messageId),
 `ask AGENT QUESTION` / `list-agents` (start the session's `deck` MCP server from
 session/new `mcpServers`, call its tool ask_agent / list_agents over stdio, report
 the call as a tool call and chunk "answer: RESULT" or "tool error: TEXT"; a cancel
-meanwhile sends MCP notifications/cancelled), `multi N` (the last N of MULTI's
+meanwhile sends MCP notifications/cancelled), `recall` (the session's earlier prompts, under
+--sessions), `multi N` (the last N of MULTI's
 messages, all 3 by default, separated by tool calls with a thought between), `silent` (a thought and a tool call,
 no text); anything else is echoed.
 """
@@ -64,6 +70,11 @@ parser.add_argument("--bad-early-update", action="store_true")
 parser.add_argument("--trap-child")
 parser.add_argument("--mcp-no-cancel", action="store_true")
 parser.add_argument("--mode-option", action="store_true")
+parser.add_argument("--sessions")
+parser.add_argument("--requests")
+parser.add_argument("--resume", action="store_true")
+parser.add_argument("--refuse-resume", action="store_true")
+parser.add_argument("--load", action="store_true")
 args = parser.parse_args()
 
 lock = threading.Lock()
@@ -105,8 +116,29 @@ def ask(method: str, params: dict) -> dict:
     return box[0]
 
 
+def remembered() -> dict:
+    """--sessions: session id → its prompts, as every process of this agent kept them."""
+    try:
+        with open(args.sessions) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {}
+
+
+def remember(sid: str, text: str) -> list:
+    """--sessions: keep `text` as a prompt of `sid`; the prompts before it."""
+    with lock:
+        sessions = remembered()
+        before = sessions.get(sid, [])
+        sessions[sid] = [*before, text]
+        with open(args.sessions, "w") as f:
+            json.dump(sessions, f)
+    return before
+
+
 def turn(rid, sid: str, text: str) -> None:
     cancelled.discard(sid)
+    earlier = remember(sid, text) if args.sessions else []
     word, _, rest = text.partition(" ")
     result: dict = {"stopReason": "end_turn"}
     if word == "stream":
@@ -265,6 +297,8 @@ def turn(rid, sid: str, text: str) -> None:
                 update(sid, {"sessionUpdate": "tool_call", "toolCallId": f"m{i}", "title": f"Step {i}", "kind": "read",
                              "status": "pending"})
                 update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": f"m{i}", "status": "completed"})
+    elif word == "recall":
+        chunk(sid, "I remember: " + " | ".join(earlier))
     elif word == "silent":
         chunk(sid, "only thinking", "agent_thought_chunk")
         update(sid, {"sessionUpdate": "tool_call", "toolCallId": "s1", "title": "Look", "kind": "read", "status": "completed"})
@@ -365,6 +399,9 @@ def auth_refusal(method_id) -> dict | None:
 
 def handle(msg: dict) -> None:
     method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+    if args.requests and method is not None and rid is not None:
+        with lock, open(args.requests, "a") as f:
+            f.write(json.dumps({"method": method, "params": params}) + "\n")
     if method is None:
         ev, box = waiting.pop(rid, (None, None))
         if ev:
@@ -377,7 +414,12 @@ def handle(msg: dict) -> None:
         if args.garbage:
             out.write(b"this is not json\n{\"also\": broken\n[1,2,3]\n")
             out.flush()
-        send({"id": rid, "result": {"protocolVersion": args.protocol, "agentCapabilities": {},
+        caps: dict = {}
+        if args.resume or args.refuse_resume:
+            caps["sessionCapabilities"] = {"resume": {}}
+        if args.load:
+            caps["loadSession"] = True
+        send({"id": rid, "result": {"protocolVersion": args.protocol, "agentCapabilities": caps,
                                     "authMethods": args.auth_methods}})
     elif method == "authenticate":
         if args.require_auth:
@@ -390,8 +432,19 @@ def handle(msg: dict) -> None:
         print(f"authenticated with {params.get('methodId')}", file=sys.stderr, flush=True)
     elif method == "session/new" and args.require_auth and not authenticated:
         send({"id": rid, "error": {"code": -32000, "message": "Authentication required"}})
+    elif method == "session/resume" and (args.resume or args.refuse_resume):
+        if args.refuse_resume or (args.sessions and params.get("sessionId") not in remembered()):
+            send({"id": rid, "error": {"code": -32002, "message": "Resource not found", "data": "no such session"}})
+        else:
+            send({"id": rid, "result": {}})
+    elif method == "session/load" and args.load:
+        sid = params.get("sessionId")
+        for text in remembered().get(sid, []) if args.sessions else []:
+            update(sid, {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": text}})
+            chunk(sid, f"You said: {text}")
+        send({"id": rid, "result": {}})
     elif method == "session/new":
-        sid = f"s{next(ids)}"
+        sid = f"s{os.getpid()}-{next(ids)}" if args.sessions else f"s{next(ids)}"
         mcp_servers[sid] = params.get("mcpServers") or []
         if args.early_update:
             update(sid, {"sessionUpdate": "available_commands_update",
