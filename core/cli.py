@@ -221,12 +221,12 @@ def send(
     Exit code: 0 end_turn, 3 max_tokens, 4 max_turn_requests, 5 refusal, 6 cancelled,
     1 when the agent failed, 2 for a usage error.
     """
-    from .send import send as send_one
+    from .send import SendFrontend
 
     approvals = _approvals(approve)
     deck = make_deck(config)
     deck.chat.approvals = approvals
-    code = run_async(send_one(deck, agent, text, as_json))
+    code = run_async(deck.run(SendFrontend, agent=agent, text=text, as_json=as_json))
     raise typer.Exit(code or ExitCode.OK)
 
 

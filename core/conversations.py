@@ -80,6 +80,11 @@ class Conversations(Mapping[str, Conversation]):
             title if isinstance(title, str) else None,
         )
 
+    def reset(self, agent: str) -> None:
+        """Empty `agent`'s conversation for a new one, its session forgotten: the agent's next start
+        opens a plain `session/new`. The caller stopped the agent and tells the frontends."""
+        self.of(agent).restore([], None, None)
+
     def session_opened(self, agent: Agent) -> None:
         """The agent's new conversation session now serves its conversation."""
         session = agent.session

@@ -203,6 +203,18 @@ class ConversationChanged(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ConversationReset(Event):
+    """An agent's conversation was replaced as a whole: emptied for a new one (`ChatService.NewConversation`),
+    or a stored one made current (`conversationId`, `ChatService.OpenConversation`). A frontend reads it
+    again with `ChatService.Conversation`: no `message:*` event says what went or came back."""
+
+    name: ClassVar[str] = "conversation:reset"
+    _optional: ClassVar[frozenset[str]] = frozenset({"conversation_id"})
+    agent: str
+    conversation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class PluginError(Event):
     """A plugin raised in a hook; it is isolated and deck goes on."""
 
@@ -228,6 +240,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     AskChanged,
     SessionUpdate,
     ConversationChanged,
+    ConversationReset,
     PluginError,
 )
 

@@ -18,15 +18,12 @@ import asyncio
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from .errors import ExitCode, ServiceError
 from .events import Event, MessageDelta, MessageUpdated, PermissionRequested, QuestionRequested, handles
 from .frontend import Frontend
 from .tty import json_printable, printable
-
-if TYPE_CHECKING:
-    from .app import Deck
 
 #: The exit code of each stop reason; an agent message that ended with an error exits 1.
 STOP_CODES: dict[str, int] = {
@@ -240,8 +237,3 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):  # a closed or file-like stream
         return False
-
-
-async def send(deck: Deck, agent: str, text: str, as_json: bool = False) -> int:
-    """Run `deck` for one prompt to `agent`; the exit code follows the stop reason."""
-    return await deck.run(SendFrontend, agent=agent, text=text, as_json=as_json)

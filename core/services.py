@@ -10,12 +10,13 @@ config file (`watch.py`).
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .approve import Approval
 from .conversation import Conversation
 from .conversations import Conversations
 from .errors import ServiceError
+from .events import ConversationReset
 from .pending import PendingRequests
 from .rpc import rpc
 from .settings import SessionSettings
@@ -71,6 +72,29 @@ class AgentService:
         return agent.info()
 
 
+class HistoryProvider(Protocol):
+    """What keeps conversations beyond one run (the `history` plugin sets `deck.chat.history` at start).
+
+    Every method answers for the config in use; a problem (no such conversation, the database
+    unusable) is a `ServiceError` saying why."""
+
+    async def conversations(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
+        """Stored conversations newest first: `id, agent, title, createdAt, updatedAt, messages` (a count)."""
+        ...
+
+    async def search(self, query: str, agent: str | None, limit: int) -> list[dict[str, Any]]:
+        """Messages matching `query`, newest first: `conversationId, agent, messageId, role, snippet, at`."""
+        ...
+
+    async def get(self, conversation_id: str) -> dict[str, Any]:
+        """One stored conversation, its `messages` as wire dicts, with `agent`, `sessionId`, `title`."""
+        ...
+
+    def continue_conversation(self, agent: str, stored: dict[str, Any]) -> None:
+        """`stored` (from `get`) is `agent`'s current conversation again: its new messages go there."""
+        ...
+
+
 class ChatService:
     """Talking with the agents: send, cancel, answer what they ask, read a conversation, change its settings."""
 
@@ -80,6 +104,8 @@ class ChatService:
         self.conversations = Conversations(deck, self.pending)
         self.turns = Turns(deck, self.conversations, self.pending)
         self.settings = SessionSettings(deck, self.conversations)
+        #: Where conversations are kept beyond this run; None while history is off.
+        self.history: HistoryProvider | None = None
 
     def conversation(self, agent: str) -> Conversation:
         """`agent`'s conversation (made on first use)."""
@@ -132,6 +158,59 @@ class ChatService:
     @rpc("ChatService.SetConfigOption")
     async def set_config_option(self, agent: str, configId: str, value: str | bool) -> dict[str, Any]:
         return await self.settings.set_config_option(agent, configId, value)
+
+    @rpc("ChatService.NewConversation")
+    async def new_conversation(self, agent: str) -> dict[str, Any]:
+        """A fresh conversation for `agent`; the old one stays in the history. A running agent is
+        restarted, so that a new session (`session/new`) serves the new conversation."""
+        running = await self._leave_conversation(agent)
+        self.conversations.reset(agent)
+        self.deck.emit(ConversationReset(agent))  # the history starts a new stored conversation at the next message
+        if running:
+            await self.deck.agent(agent).start()
+        return {"agent": agent}
+
+    @rpc("ChatService.History")
+    async def history_list(self, agent: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+        """The stored conversations of this config, newest first (`messages`: how many)."""
+        return await self._history().conversations(agent, _positive(limit))
+
+    @rpc("ChatService.Search")
+    async def search(self, query: str, agent: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
+        """Stored messages of this config holding every word of `query` (`word*`: a prefix), newest first."""
+        if not query.strip():
+            raise ServiceError("empty query: give the words to find")
+        return await self._history().search(query, agent, _positive(limit))
+
+    @rpc("ChatService.OpenConversation")
+    async def open_conversation(self, id: str) -> dict[str, Any]:
+        """Make stored conversation `id` its agent's current one. The agent is stopped if it runs;
+        its next start resumes or loads the conversation's session where it can (`Agent.start`)."""
+        history = self._history()
+        stored = await history.get(id)
+        agent = stored["agent"]
+        await self._leave_conversation(agent)
+        history.continue_conversation(agent, stored)  # first: a message the restore finishes goes there
+        self.conversations.restore(agent, stored)
+        self.deck.emit(ConversationReset(agent, id))
+        return {"agent": agent, "conversationId": id}
+
+    def _history(self) -> HistoryProvider:
+        if self.history is None:
+            raise ServiceError(
+                "history is off: it is disabled ([history] enabled = false), or its database cannot be used"
+                " (deck said why at start)"
+            )
+        return self.history
+
+    async def _leave_conversation(self, agent: str) -> bool:
+        """Stop `agent` before its conversation is replaced (refused while it answers); whether it ran."""
+        running = self.deck.agent(agent).running
+        conv = self.conversations.of(agent)
+        if conv.busy or conv.queue:
+            raise ServiceError(f"{agent} is answering: cancel its answer first (ChatService.Cancel)")
+        await self.deck.agent(agent).stop()
+        return running
 
     # -- for the deck and its frontends -------------------------------------------------------
 
@@ -250,6 +329,12 @@ class ConfigService:
         from .config import recent_files
 
         return recent_files()
+
+
+def _positive(limit: int) -> int:
+    if limit < 1:
+        raise ServiceError(f"limit must be a positive integer, not {limit}")
+    return limit
 
 
 def _checked(loaded: Any) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from deck.events import (
     AgentAnnouncement,
     AgentStateChanged,
     ConfigChanged,
+    ConversationReset,
     MessageDelta,
     MessageUpdated,
     PermissionRequested,
@@ -77,6 +78,10 @@ COMMANDS = (
     ("/decline", "decline it"),
     ("/agents", "list the agents and their states"),
     ("/logs [AGENT]", "an agent's last stderr lines"),
+    ("/history [AGENT]", "the stored conversations, newest first: id, title, last update, messages"),
+    ("/search WORDS", "the stored messages holding every word (word* for a prefix)"),
+    ("/new [AGENT]", "a new conversation for the agent (the old one stays in the history)"),
+    ("/open ID", "make stored conversation ID its agent's current one"),
     ("/help", "this help"),
     ("/quit", "stop the agents and leave"),
 )
@@ -424,6 +429,14 @@ class LineFrontend(Frontend):
         for problem in e.problems:
             self.error(DECK, f"  {problem.get('line')}:{problem.get('column')}: {problem.get('message')}")
 
+    @handles(ConversationReset)
+    def _conversation_reset(self, e: ConversationReset) -> None:
+        self._end_stream(e.agent)
+        if e.conversation_id is None:
+            self.emit(e.agent, "new conversation", "dim")
+        else:
+            self.emit(e.agent, f"conversation {e.conversation_id} opened", "dim")
+
     @handles(PluginError)
     def _plugin_error(self, e: PluginError) -> None:
         self.error(DECK, f"plugin {e.plugin} failed in {e.hook}: {e.error}")
@@ -582,6 +595,22 @@ class LineFrontend(Frontend):
             self._answer_question(line[len(name) + 1 :].strip() if name == "answer" else None)
         elif name == "agents":
             self._spawn(self._agents(), DECK)
+        elif name == "history":
+            self._spawn(self._history(args[0] if args else None), DECK)
+        elif name == "search":
+            self._spawn(self._search(line[len(name) + 1 :].strip()), DECK)
+        elif name == "new":
+            agent = args[0] if args else self.current
+            if agent is None or agent not in self.agents:
+                self.error(DECK, f"unknown agent {agent!r} (agents: {', '.join(self.agents) or 'none'})")
+                return
+            self.current = agent
+            self._spawn(self.client.call("ChatService.NewConversation", {"agent": agent}), agent)
+        elif name == "open":
+            if len(args) != 1:
+                self.error(DECK, "/open ID: the id of a conversation that /history lists")
+                return
+            self._spawn(self._open(args[0]), DECK)
         elif name == "help":
             self._help()
         elif name == "quit":
@@ -653,6 +682,30 @@ class LineFrontend(Frontend):
                 self.error(info["name"], f"{shown}: {info['error'].splitlines()[0]}")
             else:
                 self.emit(info["name"], shown)
+
+    async def _history(self, agent: str | None) -> None:
+        rows = await self.client.call("ChatService.History", {"agent": agent} if agent else {})
+        if not rows:
+            self.emit(DECK, "no stored conversations" + (f" of {agent}" if agent else ""), "dim")
+        for row in rows:
+            count = f"{row['messages']} message{'' if row['messages'] == 1 else 's'}"
+            title = " ".join((row["title"] or "").split())
+            self.emit(row["agent"], f"{row['id']}  {_local(row['updatedAt'])}  {count}  {title}")
+
+    async def _search(self, words: str) -> None:
+        if not words:
+            self.error(DECK, "/search WORDS: the words to find")
+            return
+        hits = await self.client.call("ChatService.Search", {"query": words})
+        if not hits:
+            self.emit(DECK, "nothing found", "dim")
+        for hit in hits:
+            snippet = " ".join(hit["snippet"].split())
+            self.emit(hit["agent"], f"{hit['conversationId']}  {hit['role']}: {snippet}")
+
+    async def _open(self, conversation_id: str) -> None:
+        opened = await self.client.call("ChatService.OpenConversation", {"id": conversation_id})
+        self.current = opened["agent"]
 
     def _answer(self, number: str | None, deny: bool = False) -> None:
         """/allow [N], /deny: the current agent's oldest waiting request, else its next one.
@@ -728,6 +781,16 @@ class LineFrontend(Frontend):
                     self.emit(name, f"{early.command} {why.format(agent=name)}", "yellow")
                 dropped += 1
         return dropped
+
+def _local(iso: str) -> str:
+    """A wire time (ISO 8601, UTC) as the local date and minute."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return iso
+
 
 def diff_summary(diffs: list[dict[str, Any]]) -> str:
     """`+N -M path` for each diff of a tool call."""

@@ -641,6 +641,8 @@ def test_chunks_held_through_a_lock_are_written_in_order_once(tmp_path: Path) ->
         assert [r["messageId"] for r in s.search("three")] == ["a1"]
         writer.close()
         holder.close()
+        assert s.forget(cid)
+        assert chunk_bodies(s) == []  # they went with their message
 
 
 def test_search_finds_the_first_search_max_characters_of_a_message(store: HistoryStore) -> None:

@@ -884,3 +884,21 @@ def test_counts_read_as_words_never_as_one_lines_or_s_in_parentheses(language):
     assert strings("thought_hidden", n=1).split("(")[1].startswith(("1 line,", "1 ligne,"))
     both = strings("hints_asks", perms=strings("n_perms", n=1), questions=strings("n_questions", n=3))
     assert "1 " in both and "3 questions" in both
+
+
+async def test_a_new_conversation_from_another_client_empties_the_console(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    app = await console(deck)
+    try:
+        deck.chat.send("a", "hello")
+        await rec.wait(lambda r: any(not p["busy"] for p in r.named("turn:changed", "a")))
+        assert app.model.agents["a"].messages
+        await deck.call("ChatService.NewConversation", {"agent": "a"})
+        await rec.wait_event("conversation:reset", agent="a")
+        for _ in range(50):  # the console takes a fresh snapshot in a task of its own
+            if not app.model.agents["a"].messages:
+                break
+            await asyncio.sleep(0.02)
+        assert app.model.agents["a"].messages == []
+    finally:
+        app.detach()

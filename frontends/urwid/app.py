@@ -20,7 +20,16 @@ import urwid
 
 from deck.client import Client, start
 from deck.errors import ServiceError
-from deck.events import AgentLog, ConfigChanged, Event, Handlers, PermissionRequested, QuestionRequested, handles
+from deck.events import (
+    AgentLog,
+    ConfigChanged,
+    ConversationReset,
+    Event,
+    Handlers,
+    PermissionRequested,
+    QuestionRequested,
+    handles,
+)
 from deck.tty import TerminalLog
 
 from .agents import AgentsPanel
@@ -308,6 +317,10 @@ class ConsoleApp(Handlers):
         self.reload()  # the agents may have changed; another file starts afresh
         if self.view == "config":
             self.show_config()
+
+    @handles(ConversationReset)
+    def _conversation_reset(self, e: ConversationReset) -> None:
+        self.reload()  # no message events say what went or came back: the snapshot does
 
     @handles(PermissionRequested, QuestionRequested)
     def _asked(self, e: PermissionRequested | QuestionRequested) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import urwid
 
@@ -134,13 +134,13 @@ class MessageRenderer:
             out.append(Text(head))
         elif message.role == "system":
             out.append(Text(("system", f"! {s('system')}")))
-            if self._worded(message):
+            if self._worded(message.code):
                 out.append(_pad(Text(("warning", s(message.code, error=message.error or "")))))
             elif message.error:
                 out.append(_pad(Text(("error", message.error))))
         else:
             out.append(Text(("agent", f"◆ {agent_title}")))
-        if not (message.role == "system" and self._worded(message)):
+        if not (message.role == "system" and self._worded(message.code)):
             for index, part in enumerate(message.parts):
                 out += self._part(message, index, part)
         if message.role == "agent" and message.done:
@@ -151,12 +151,12 @@ class MessageRenderer:
         out.append(urwid.Divider())
         return out
 
-    def _worded(self, message: MessageModel) -> bool:
-        """Shown in the console's own words: in English the core's note says more (why the agent
-        could not resume its session), so it is shown as it is."""
-        if message.code == "agent-restarted":
+    def _worded(self, code: str | None) -> TypeGuard[str]:
+        """Whether a system message with this code is shown in the console's own words: in English
+        the core's note says more (why the agent could not resume its session), so it is shown as it is."""
+        if code == "agent-restarted":
             return self.strings.language != "en"
-        return message.code in WORDED_CODES
+        return code in WORDED_CODES
 
     def _part(self, message: MessageModel, index: int, part: Part) -> list[AbstractFlowWidget]:
         key = (message.id, index)

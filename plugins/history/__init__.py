@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from deck import Duration, hookimpl
+from deck.events import ConversationReset
+
+from .service import StoredConversations, follow
 
 if TYPE_CHECKING:
     import typer
@@ -80,6 +83,7 @@ async def deck_startup(deck: Deck) -> None:
         return
     recorder = Recorder(deck, store, current["path"])
     _recorders[id(deck)] = recorder
+    deck.chat.history = StoredConversations(recorder)  # ChatService.History, Search, OpenConversation
     await restore_latest(deck, recorder, settings.keep)
     recorder.prune(settings.keep)
 
@@ -119,6 +123,8 @@ async def restore_latest(deck: Deck, recorder: Recorder, keep: float) -> None:
 def deck_event(deck: Deck, event: Event) -> None:
     recorder = _recorders.get(id(deck))
     if recorder is not None and recorder.deck is deck:
+        if type(event) is ConversationReset:
+            follow(recorder, event)
         recorder.on_event(event)
 
 
@@ -126,6 +132,7 @@ def deck_event(deck: Deck, event: Event) -> None:
 async def deck_shutdown(deck: Deck) -> None:
     recorder = recorder_of(deck)
     if recorder is not None:
+        deck.chat.history = None
         try:
             await recorder.close()
         finally:

@@ -584,9 +584,9 @@ def _with_messages(db: sqlite3.Connection, row: tuple[Any, ...]) -> Conversation
     ).fetchall()
     messages = {pk: _message(parts, data) for pk, parts, data in rows}
     chunks: dict[int, list[tuple[int, str, str]]] = {}
-    for pk, index, kind, body in db.execute(
-        "SELECT k.message_pk, k.part, k.kind, k.body FROM messages AS m"
-        " JOIN message_chunks AS k ON k.message_pk = m.pk WHERE m.conversation_id = ? ORDER BY k.pk",
+    for pk, index, kind, body in db.execute(  # in the index's order: no sort of the bodies
+        "SELECT message_pk, part, kind, body FROM message_chunks"
+        " WHERE message_pk IN (SELECT pk FROM messages WHERE conversation_id = ?) ORDER BY message_pk, pk",
         (row[0],),
     ):
         chunks.setdefault(pk, []).append((index, kind, body))
@@ -665,14 +665,19 @@ _TOKEN = re.compile(r"[^\W_]+")
 def _dumps(value: Any) -> str:
     """Compact JSON. A lone surrogate (an agent may send one as a JSON escape) stays escaped: UTF-8 cannot hold it."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return json.dumps(value, separators=(",", ":")) if _SURROGATE.search(text) else text
+    return json.dumps(value, separators=(",", ":")) if _has_surrogate(text) else text
 
 
 def _clean(value: Any) -> str | None:
     """A string column's value: None unless a string, and storable as UTF-8."""
     if not isinstance(value, str):
         return None
-    return value.encode("utf-8", "replace").decode("utf-8") if _SURROGATE.search(value) else value
+    return value.encode("utf-8", "replace").decode("utf-8") if _has_surrogate(value) else value
+
+
+def _has_surrogate(text: str) -> bool:
+    # isascii() reads a flag of the string: most text is never scanned (a scan takes ~10 ms a megabyte).
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def _searchable(parts: Any, limit: int = SEARCH_MAX) -> str:
@@ -958,10 +963,11 @@ class Writer:
         parts = message.get("parts")
         for index, kept in streamed.items():
             part = parts[index] if isinstance(parts, list) and 0 <= index < len(parts) else None
-            if not isinstance(part, dict) or part.get("type") not in TEXT_KINDS or not isinstance(part.get("text"), str):
+            text = part.get("text") if isinstance(part, dict) and part.get("type") in TEXT_KINDS else None
+            if not isinstance(text, str):
                 raise ValueError(f"part {index} of the message is not a streamed text part")
-            if not 0 <= kept <= len(part["text"]):
-                raise ValueError(f"part {index} keeps {kept} characters of {len(part['text'])}")
+            if not 0 <= kept <= len(text):
+                raise ValueError(f"part {index} keeps {kept} characters of {len(text)}")
         with self._pending_changes() as pending:
             messages = pending.messages.setdefault(conversation_id, {})
             messages.setdefault(message["id"], _Changes()).ops.append(("finish", (message, dict(streamed))))

@@ -97,11 +97,11 @@ def bench_throughput(rounds: int, count: int = 200_000, size: int = 32) -> dict[
     cfg = config({"bench": [PY, str(PRODUCER), str(count), str(size)]})
     send = request(1, "ChatService.Send", agent="bench", text="go")
     runs: dict[str, list[float]] = {"floor": [], "sdk peer": [], "deck": [], "deck off": []}
-    for _ in range(rounds):
+    command = [*DECK, "run", "--frontend=jsonl", "--config", str(cfg)]
+    for n in range(rounds):
         runs["floor"].append(timed([PY, str(HERE / "floor.py"), str(count), str(size)]))
-        runs["deck"].append(timed([*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], send, deck_env()))
-        off = [*DECK, "run", "--frontend=jsonl", "--config", str(cfg), *HISTORY_OFF]
-        runs["deck off"].append(timed(off, send, deck_env()))
+        for label, options in _on_and_off(n):
+            runs[f"deck {label}".strip()].append(timed([*command, *options], send, deck_env()))
         if "sdk peer" not in runs:
             continue
         try:
@@ -126,8 +126,8 @@ def bench_latency(rounds: int, agents: int = 10, rate: int = 500, seconds: float
         f"[limits]\nmaxRunningAgents = {agents}\n",
     )
     runs: dict[str, list[float]] = {"p50 ms": [], "p99 ms": [], "off p50 ms": [], "off p99 ms": []}
-    for _ in range(rounds):
-        for prefix, options in (("", ()), ("off ", HISTORY_OFF)):  # interleaved: both see the same machine
+    for n in range(rounds):
+        for label, options in _on_and_off(n):
             proc = started_deck(cfg, [f"a{i}" for i in range(agents)], options)
             assert proc.stdin and proc.stdout
             for i in range(agents):
@@ -141,8 +141,8 @@ def bench_latency(rounds: int, agents: int = 10, rate: int = 500, seconds: float
                     delays.append((now - float(text.split("|", 1)[0])) * 1000)
             proc.wait()
             delays.sort()
-            runs[f"{prefix}p50 ms"].append(delays[len(delays) // 2])
-            runs[f"{prefix}p99 ms"].append(delays[int(len(delays) * 0.99)])
+            runs[f"{label} p50 ms".strip()].append(delays[len(delays) // 2])
+            runs[f"{label} p99 ms".strip()].append(delays[int(len(delays) * 0.99)])
     return runs
 
 
@@ -187,10 +187,17 @@ def bench_stop(rounds: int, agents: int = 20) -> dict[str, list[float]]:
 def bench_memory(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, list[float]]:
     cfg = config({"bench": [PY, str(PRODUCER), str(count), str(size)]})
     runs: dict[str, list[float]] = {"RSS growth MB": [], "off RSS growth MB": []}
-    for _ in range(rounds):
-        for prefix, options in (("", ()), ("off ", HISTORY_OFF)):
-            runs[f"{prefix}RSS growth MB"].append(_rss_growth(cfg, options))
+    for n in range(rounds):
+        for label, options in _on_and_off(n):
+            runs[f"{label} RSS growth MB".strip()].append(_rss_growth(cfg, options))
     return runs
+
+
+def _on_and_off(n: int) -> list[tuple[str, tuple[str, ...]]]:
+    """Round `n`'s runs: deck as it is (label "") and without history ("off"), each first in turn,
+    so that neither always follows the same run on a busy machine."""
+    both: list[tuple[str, tuple[str, ...]]] = [("", ()), ("off", HISTORY_OFF)]
+    return both if n % 2 == 0 else both[::-1]
 
 
 def _rss_growth(cfg: Path, options: tuple[str, ...]) -> float:

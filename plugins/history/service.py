@@ -1,0 +1,71 @@
+"""The history as the core's `HistoryProvider` (`deck.chat.history`): what `ChatService.History`,
+`Search` and `OpenConversation` read, and the recorder following `ChatService.NewConversation`.
+
+Reads run in a worker thread, after what the recorder has handed to its writer is written, so
+that a conversation just spoken in is listed and found at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from deck.errors import ServiceError
+from deck.events import ConversationReset
+
+if TYPE_CHECKING:
+    from .recorder import Recorder
+
+T = TypeVar("T")
+
+#: What `ChatService.History` gives of each conversation.
+LISTED = ("id", "agent", "title", "createdAt", "updatedAt", "messages")
+
+
+class StoredConversations:
+    """One running deck's history, through its recorder (the config in use is the recorder's)."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    async def conversations(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
+        recorder = self.recorder
+        rows = await self._read(lambda: recorder.store.list(recorder.config, agent, limit))
+        return [{key: row[key] for key in LISTED} for row in rows]
+
+    async def search(self, query: str, agent: str | None, limit: int) -> list[dict[str, Any]]:
+        recorder = self.recorder
+        return await self._read(lambda: recorder.store.search(query, agent, recorder.config, limit))
+
+    async def get(self, conversation_id: str) -> dict[str, Any]:
+        recorder = self.recorder
+        stored = await self._read(lambda: recorder.store.get(conversation_id))
+        if stored is None or stored["configPath"] != recorder.config:
+            raise ServiceError(f"no conversation {conversation_id!r} in the history of this config")
+        return stored
+
+    def continue_conversation(self, agent: str, stored: dict[str, Any]) -> None:
+        self.recorder.continue_conversation(agent, stored)
+
+    async def _read(self, read: Callable[[], T]) -> T:
+        from .store import HistoryUnavailable
+
+        writer = self.recorder.writer
+
+        def flushed_then_read() -> T:
+            if not self.recorder.closed:
+                writer.flush()
+            return read()
+
+        try:
+            return await asyncio.to_thread(flushed_then_read)
+        except HistoryUnavailable as e:
+            raise ServiceError(f"history is off: {e.reason}") from e
+
+
+def follow(recorder: Recorder, event: ConversationReset) -> None:
+    """A conversation emptied for a new one: the agent's next message starts a new stored conversation
+    (one made current from the history, with its `conversationId`, was handed to the recorder already)."""
+    if event.conversation_id is None:
+        recorder.current.pop(event.agent, None)
