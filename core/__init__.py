@@ -34,6 +34,7 @@ __all__ = [
     "decode_line",
     "TooDeep",
     "now_iso",
+    "state_dir",
     # public modules
     "client",
     "errors",
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from .config import Duration, find_config
     from .conversation import now_iso
     from .errors import AcpError, ConnectionClosed, ServiceError
+    from .files import state_dir
     from .frontend import Frontend
     from .hookspecs import hookimpl
     from .session import CONVERSATION, Session, SessionSink
@@ -75,6 +77,7 @@ _LAZY = {
     "decode_line": ("acp", "decode_line"),
     "TooDeep": ("acp", "TooDeep"),
     "now_iso": ("conversation", "now_iso"),
+    "state_dir": ("files", "state_dir"),
 }
 _MODULES = frozenset({"client", "errors", "events", "frontend", "states", "tty"})
 

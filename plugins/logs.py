@@ -11,13 +11,12 @@ import contextlib
 import json
 import logging
 import logging.handlers
-import os
 import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from deck import hookimpl
+from deck import hookimpl, state_dir
 from deck.events import AgentLog
 
 if TYPE_CHECKING:
@@ -26,10 +25,6 @@ if TYPE_CHECKING:
 
 MAX_BYTES = 1024 * 1024
 BACKUPS = 3
-
-
-def state_dir() -> Path:
-    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "deck"
 
 
 class _FileHandler(logging.handlers.RotatingFileHandler):

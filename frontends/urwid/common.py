@@ -74,7 +74,6 @@ LIGHT_COLOURS = {
     "light cyan": "dark cyan", "light green": "dark green", "light blue": "dark blue",
     "light magenta": "dark magenta", "light red": "dark red", "yellow": "brown", "white": "black",
 }  # fmt: skip
-THEMES = ("dark", "light")
 
 
 #: The highlights that text attributes are drawn inside of, each with a twin of every text attribute.
