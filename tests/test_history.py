@@ -361,7 +361,7 @@ def logged_writes(store: HistoryStore) -> sqlite3.Connection:
         if db.execute("SELECT 1 FROM sqlite_schema WHERE name = 'message_chunks'").fetchone():
             db.execute(
                 "CREATE TEMP TRIGGER log_chunk AFTER INSERT ON main.message_chunks BEGIN"
-                " INSERT INTO chunk_writes VALUES (new.message_pk, length(json_extract(new.body, '$'))); END"
+                " INSERT INTO chunk_writes VALUES (new.message_pk, length(new.body)); END"
             )
     return db
 

@@ -171,7 +171,7 @@ _V3 = (
         message_pk INTEGER NOT NULL REFERENCES messages (pk) ON DELETE CASCADE,
         part INTEGER NOT NULL,  -- the index of the part in the message
         kind TEXT NOT NULL,  -- text, thought: the text is appended to the part; tool, plan: the part is replaced
-        body TEXT NOT NULL  -- JSON of that text, or of that part
+        body NOT NULL  -- that text (TEXT, or a BLOB of UTF-8 that may hold lone surrogates), or that part's JSON
     )""",
     "CREATE INDEX message_chunks_by_message ON message_chunks (message_pk, pk)",
     "UPDATE messages SET text = '' WHERE done = 0",  # the triggers take them out of the index
@@ -583,7 +583,7 @@ def _with_messages(db: sqlite3.Connection, row: tuple[Any, ...]) -> Conversation
         "SELECT pk, parts, data FROM messages WHERE conversation_id = ? ORDER BY seq", (row[0],)
     ).fetchall()
     messages = {pk: _message(parts, data) for pk, parts, data in rows}
-    chunks: dict[int, list[tuple[int, str, str]]] = {}
+    chunks: dict[int, list[tuple[int, str, str | bytes]]] = {}
     for pk, index, kind, body in db.execute(  # in the index's order: no sort of the bodies
         "SELECT message_pk, part, kind, body FROM message_chunks"
         " WHERE message_pk IN (SELECT pk FROM messages WHERE conversation_id = ?) ORDER BY message_pk, pk",
@@ -595,7 +595,7 @@ def _with_messages(db: sqlite3.Connection, row: tuple[Any, ...]) -> Conversation
     return {**_conversation(row), "messages": list(messages.values())}
 
 
-def _extend(message: Message, chunks: Iterable[tuple[int, str, str]]) -> None:
+def _extend(message: Message, chunks: Iterable[tuple[int, str, str | bytes]]) -> None:
     """Apply a message's stored chunks, in order: text appended to part `index`, or the part replaced.
 
     Each part's text is joined once at the end, however many chunks it took.
@@ -606,7 +606,10 @@ def _extend(message: Message, chunks: Iterable[tuple[int, str, str]]) -> None:
     texts: dict[int, list[str]] = {}  # position → the pieces of its text
     for index, kind, body in chunks:
         at = index if 0 <= index < len(parts) else len(parts)  # past the end: a part that started since
-        value = json.loads(body)
+        if kind not in TEXT_KINDS:
+            value = json.loads(body)
+        else:
+            value = body if isinstance(body, str) else bytes(body).decode("utf-8", "surrogatepass")
         old = parts[at] if at < len(parts) else None
         if kind not in TEXT_KINDS:
             part = value
@@ -727,14 +730,22 @@ def _message_row(message: Message, streamed: dict[int, int] | None = None) -> di
     }
 
 
-def _chunk_row(chunk: Chunk) -> tuple[int, str, str]:
-    """A chunk → its message_chunks columns (part, kind, body); ValueError when it is not one."""
+def _chunk_row(chunk: Chunk) -> tuple[int, str, str | bytes]:
+    """A chunk → its message_chunks columns (part, kind, body); ValueError when it is not one.
+
+    Text is stored as it is, never encoded again: as TEXT when ASCII (SQLite takes the string's
+    own bytes), else as UTF-8 bytes that keep a lone surrogate as the agent sent it.
+    """
     index, kind, value = chunk
     if isinstance(index, bool) or not isinstance(index, int) or index < 0 or not isinstance(kind, str):
         raise ValueError(f"not a chunk: {str(chunk)[:80]}")
-    if not isinstance(value, str if kind in TEXT_KINDS else dict):
-        raise ValueError(f"a {kind} chunk must be {'text' if kind in TEXT_KINDS else 'a part'}")
-    return index, _clean(kind) or "", _dumps(value)  # JSON: a lone surrogate stays as the agent sent it
+    if kind in TEXT_KINDS:
+        if not isinstance(value, str):
+            raise ValueError(f"a {kind} chunk must be text")
+        return index, kind, value if value.isascii() else value.encode("utf-8", "surrogatepass")
+    if not isinstance(value, dict):
+        raise ValueError(f"a {kind} chunk must be a part")
+    return index, _clean(kind) or "", _dumps(value)
 
 
 def _message(parts: str | None, data: str) -> Message:

@@ -5,7 +5,8 @@
 
 Benchmarks and targets:
     throughput  200,000 chunks of 32 characters, producer → JSON lines: deck ÷ floor ≤ 1.5
-                (the official ACP SDK client is measured beside them as a peer)
+                (the official ACP SDK client is measured beside them as a peer, and deck -p no:history
+                as "deck off")
     version     `deck --version` ÷ `python -c "import typer"` ≤ 1.5
     latency     p99 from an agent writing a chunk to its jsonl line, 10 agents × 500 chunks/s: ≤ 5 ms
                 (with history, the default; deck -p no:history is measured beside it, as "off")
