@@ -35,6 +35,7 @@ __all__ = [
     "TooDeep",
     "now_iso",
     "state_dir",
+    "Command",
     # public modules
     "client",
     "errors",
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from .conversation import now_iso
     from .errors import AcpError, ConnectionClosed, ServiceError
     from .files import state_dir
+    from .cli import Command
     from .frontend import Frontend
     from .hookspecs import hookimpl
     from .session import CONVERSATION, Session, SessionSink
@@ -78,6 +80,7 @@ _LAZY = {
     "TooDeep": ("acp", "TooDeep"),
     "now_iso": ("conversation", "now_iso"),
     "state_dir": ("files", "state_dir"),
+    "Command": ("cli", "Command"),
 }
 _MODULES = frozenset({"client", "errors", "events", "frontend", "states", "tty"})
 

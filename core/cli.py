@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from .app import Deck
     from .approve import Approval
 
-class _Command(TyperCommand):
-    """Plain argument names in help: `deck send [OPTIONS] AGENT TEXT`, not `{AGENT}` and `AGENT <str>`."""
+class Command(TyperCommand):
+    """Plain argument names in help: `deck send [OPTIONS] AGENT TEXT`, not `{AGENT}` and `AGENT <str>`.
+
+    Public (`deck.Command`): plugins pass it as `cls=` to their commands so their help reads the same."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -177,7 +179,7 @@ def run_async(coro: Any) -> Any:
         return ExitCode.INTERRUPTED
 
 
-@app.command(cls=_Command)
+@app.command(cls=Command)
 def run(
     config: Optional[Path] = ConfigOption,
     frontend: Optional[str] = typer.Option(None, "--frontend", "-f", metavar="NAME", autocompletion=_complete_frontends, help="urwid, line or jsonl (else the config's)."),
@@ -205,7 +207,7 @@ def run(
     raise typer.Exit(code or ExitCode.OK)
 
 
-@app.command(cls=_Command)
+@app.command(cls=Command)
 def send(
     agent: str = typer.Argument(..., metavar="AGENT", autocompletion=_complete_agents, help="The agent to ask."),
     text: str = typer.Argument(..., metavar="TEXT", help="The prompt."),
@@ -230,7 +232,7 @@ def send(
     raise typer.Exit(code or ExitCode.OK)
 
 
-@app.command(cls=_Command)
+@app.command(cls=Command)
 def agents(
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
@@ -257,7 +259,7 @@ def agents(
         typer.echo(f"{row['icon']} {row['name']:<16} {row['title']:<24} {' '.join(row['command'])}")
 
 
-@app.command(cls=_Command)
+@app.command(cls=Command)
 def plugins(
     config: Optional[Path] = ConfigOption,
     plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
@@ -281,7 +283,7 @@ def plugins(
         typer.echo(f"disabled: {', '.join(disabled)}")
 
 
-@config_app.command("path", cls=_Command)
+@config_app.command("path", cls=Command)
 def config_path(config: Optional[Path] = ConfigOption) -> None:
     """Say which config file is in use and how it was found."""
     from .config import find_config
@@ -297,7 +299,7 @@ def config_path(config: Optional[Path] = ConfigOption) -> None:
         typer.echo(f"{path} (from {how[source]})")
 
 
-@config_app.command("init", cls=_Command)
+@config_app.command("init", cls=Command)
 def config_init(
     path: Path = typer.Argument(Path("deck.toml"), metavar="PATH", help="Where to write it.", show_default="./deck.toml"),
 ) -> None:
@@ -318,7 +320,7 @@ def config_init(
     typer.echo(f"Next: edit it, check it with `deck config validate {path}`, then `{run}`.")
 
 
-@config_app.command("validate", cls=_Command)
+@config_app.command("validate", cls=Command)
 def config_validate(
     path: Optional[Path] = typer.Argument(None, metavar="PATH", help="The file to check (else the config in use)."),
 ) -> None:
@@ -335,7 +337,7 @@ def config_validate(
     typer.echo(f"{where}: valid" + (f" ({warnings} warning{'s' if warnings > 1 else ''})" if warnings else ""))
 
 
-@config_app.command("schema", cls=_Command)
+@config_app.command("schema", cls=Command)
 def config_schema(config: Optional[Path] = ConfigOption) -> None:
     """Print the config's JSON Schema.
 
@@ -347,7 +349,7 @@ def config_schema(config: Optional[Path] = ConfigOption) -> None:
     typer.echo(json.dumps(json_schema(sections), indent=2))
 
 
-@config_app.command("show", cls=_Command)
+@config_app.command("show", cls=Command)
 def config_show(
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="JSON instead of TOML."),

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
-from typer.core import TyperCommand
 
+from deck import Command
 from deck.errors import ExitCode
 from deck.tty import json_printable, printable
 
@@ -38,19 +38,6 @@ BOLD = ("\x1b[1m", "\x1b[22m")
 JSON_MARKS = ("**", "**")
 # Placeholders the database puts around matches, turned into BOLD once the text is made printable.
 _OPEN, _CLOSE = "\ue000", "\ue001"
-
-
-class Command(TyperCommand):
-    """Help that names arguments plainly, as deck's own commands do: `deck export [OPTIONS] ID`, not `ID <str>`."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            if param.param_type_name == "argument":
-                name = (param.metavar or param.name or "").upper()
-                shown = name if param.required else f"[{name}]"
-                param.get_usage_pieces = lambda ctx, shown=shown: [shown]  # type: ignore[method-assign, misc]
-                param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
 
 
 class Format(str, Enum):
