@@ -361,7 +361,10 @@ async def test_a_too_deeply_nested_file_keeps_the_last_valid_config(make_deck):
 
     deck, rec = make_deck(agent_block("a"))
     await watching(deck)
-    deck.config_path.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n" + agent_block("a"))
+    # Renamed into place: a file written in place can be read half-written (a problem of its own).
+    temp = deck.config_path.with_name("deep.toml")
+    temp.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n" + agent_block("a"))
+    os.replace(temp, deck.config_path)
     change = await next_change(rec, 0)
     message = f"nested more than {MAX_NESTING} levels deep"
     assert change["valid"] is False and change["problems"] == [
