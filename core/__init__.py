@@ -14,6 +14,7 @@ from ._version import __version__
 __all__ = [
     "__version__",
     "hookimpl",
+    "rpc_method",
     # the deck, its agents and their sessions
     "Deck",
     "Agent",
@@ -58,11 +59,13 @@ if TYPE_CHECKING:
     from .cli import Command
     from .frontend import Frontend
     from .hookspecs import hookimpl
+    from .rpc import rpc as rpc_method
     from .session import CONVERSATION, Session, SessionSink
     from .states import AgentState
 
 _LAZY = {
     "hookimpl": ("hookspecs", "hookimpl"),
+    "rpc_method": ("rpc", "rpc"),
     "Deck": ("app", "Deck"),
     "Agent": ("agent", "Agent"),
     "AgentState": ("states", "AgentState"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shlex
@@ -11,11 +12,11 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import fs, interop
+from . import fs, interop, terminals
 from ._version import __version__
 from .acp import PROTOCOL_VERSION, Connection
 from .config import AgentConfig
-from .errors import AcpError, ConnectionClosed, ServiceError
+from .errors import METHOD_NOT_FOUND, AcpError, ConnectionClosed, ServiceError, StartFailed
 from .events import AgentLog, AgentStateChanged
 from .session import CONVERSATION, TOOL_UPDATES, Session, SessionSink
 from .states import AgentState, transition
@@ -43,6 +44,11 @@ DISPLAY_ONLY = ("title", "icon", "description")
 #: How long an agent that closed its stdout has to exit before it counts as having
 #: closed its output while running (an exiting agent closes its stdout first).
 STDOUT_CLOSED_GRACE = 1.0
+#: `session/list` pages read at most, and the sessions kept of them: an agent that pages on forever is cut short.
+MAX_SESSION_PAGES = 20
+MAX_SESSIONS = 1000
+#: The longest session id, title or time kept from a `session/list` answer (longer titles are cut).
+MAX_SESSION_STRING = 200
 #: What the note says when a new session serves a conversation that had one, after why.
 FORGETS = "it starts a new one and does not remember what came before."
 
@@ -94,6 +100,11 @@ class Agent:
         self._auth_method: str | None = None
         self._exit_watch: asyncio.Task[None] | None = None
         self._why_new = ""  # why the last start could not continue the conversation's earlier session
+        #: The commands it runs through deck (ACP terminal/*), for the current run.
+        self.terminals: terminals.Terminals | None = None
+        #: Where this run of the agent works, set by a plugin's `deck_before_start` (its worktree);
+        #: None: its config's cwd. Cleared before each start's hooks.
+        self.workdir: str | None = None
 
     # -- what the outside sees -------------------------------------------------------------
 
@@ -108,6 +119,11 @@ class Agent:
     @property
     def running(self) -> bool:
         return self.state in (AgentState.READY, AgentState.BUSY)
+
+    @property
+    def cwd(self) -> str:
+        """The folder the agent runs in, opens its sessions in, and is confined to (fs/*)."""
+        return self.workdir or self.config.resolved_cwd()
 
     @property
     def session_id(self) -> str | None:
@@ -185,7 +201,15 @@ class Agent:
         if self.running:
             return
         if self.state is not AgentState.STARTING:
-            await self.deck.hooks.before_start(self)
+            self.workdir = None
+            try:
+                await self.deck.hooks.before_start(self)
+            except StartFailed as exc:  # not a refusal: the start was tried and cannot succeed
+                if self.state is AgentState.STARTING or self.running:
+                    raise
+                transition(self, AgentState.STARTING)
+                transition(self, AgentState.ERROR, str(exc))
+                raise ServiceError(f"{self.name} could not start: {exc}") from exc
             if self.running or self.state is AgentState.STARTING:
                 return await self.start(auth_method)
             self._take_pending_config()
@@ -242,7 +266,9 @@ class Agent:
         self._run_stderr.clear()
         cfg = self.config
         env = {**os.environ, **cfg.env}
-        cwd = cfg.resolved_cwd()
+        if cfg.worktree and self.workdir is None:  # never in the main checkout instead
+            raise SpawnError("worktree = true, but no worktree was prepared: the worktrees plugin is off, or failed")
+        cwd = self.cwd
         if not os.path.isdir(cwd):
             raise SpawnError(f"working directory does not exist: {cwd}")
         await self.tasks.close()  # the last connection's: cancelled as it ended, done by now
@@ -255,6 +281,11 @@ class Agent:
             conn.trace = self._trace
         self._register_handlers(conn)
         self.conn = conn
+        conv = self.deck.chat.conversations.of(self.name)
+        self.terminals = terminals.Terminals(
+            lambda coro, name: tasks.spawn(coro, f"{self.name}: {name}"), conv.terminal_output, conv.terminal_exited,
+            lambda line: self.log(f"deck: {line}"), grace=self.deck.timings.after_sigterm,
+        )  # fmt: skip
         self.sessions.clear()
         self._early.clear()
         self._early_bytes = self._early_dropped = 0
@@ -290,7 +321,9 @@ class Agent:
                     "protocolVersion": PROTOCOL_VERSION,
                     "clientCapabilities": {
                         "fs": {"readTextFile": True, "writeTextFile": True},
-                        "terminal": False,
+                        "terminal": self.config.terminals,
+                        # The Claude Code and Codex adapters then stream their own commands' output.
+                        "_meta": {"terminal_output": True},
                         "elicitation": {"form": {}},
                     },
                     "clientInfo": {"name": "deck", "title": "deck", "version": __version__},
@@ -327,28 +360,89 @@ class Agent:
 
     async def _continue_session(self, session_id: str, exited: Process) -> Session | None:
         """The conversation's earlier session again, where the agent can: `session/resume` if its
-        `sessionCapabilities` list `resume`, else `session/load` if it has `loadSession`.
+        `sessionCapabilities` list `resume`, else `session/load` if it has `loadSession`. An empty
+        conversation (an agent's own session opened in deck, `ChatService.OpenConversation`) is
+        loaded where the agent can, so that its replay forms the conversation.
 
         None when it cannot or refuses (an error answer): `_why_new` then says why, for the note
         the conversation shows, and the caller opens a new session."""
-        caps = self.init_result.get("agentCapabilities")
-        caps = caps if isinstance(caps, dict) else {}
-        session_caps = caps.get("sessionCapabilities")
-        if isinstance(session_caps, dict) and isinstance(session_caps.get("resume"), dict):
-            method, how = "session/resume", Session.resume
-        elif caps.get("loadSession") is True:
-            method, how = "session/load", Session.load
+        from .conversations import ReplaySink
+
+        conv = self.deck.chat.conversations.of(self.name)
+        replay = ReplaySink(conv) if not conv.messages and self.can_load_sessions else None
+        if replay is None and self.can_resume_sessions:
+            method, step = "session/resume", Session.resume
+        elif self.can_load_sessions:
+            method, step = "session/load", functools.partial(Session.load, replay=replay)
         else:
             self._why_new = f"The agent cannot resume sessions: {FORGETS}"
             return None
         session = Session(self, CONVERSATION)
         try:
-            await self._unless_exited(how(session, session_id), exited)
+            await self._unless_exited(step(session, session_id), exited)
         except AcpError as exc:
             self.log(f"deck: {method} {session_id} failed: {exc}")
             self._why_new = f"{method} failed: {str(exc)[:300]}: {FORGETS}"  # the agent's words: kept short
             return None
+        finally:
+            if replay is not None:
+                replay.finish()
         return session
+
+    # -- the agent's own sessions (ACP sessionCapabilities, loadSession) ------------------------
+
+    def _session_capability(self, name: str) -> bool:
+        caps = self.init_result.get("agentCapabilities")
+        session_caps = caps.get("sessionCapabilities") if isinstance(caps, dict) else None
+        return isinstance(session_caps, dict) and isinstance(session_caps.get(name), dict)
+
+    @property
+    def can_resume_sessions(self) -> bool:
+        """Its last `initialize` answer lists `sessionCapabilities.resume`."""
+        return self._session_capability("resume")
+
+    @property
+    def can_load_sessions(self) -> bool:
+        """Its last `initialize` answer has `loadSession: true`."""
+        caps = self.init_result.get("agentCapabilities")
+        return isinstance(caps, dict) and caps.get("loadSession") is True
+
+    async def list_sessions(self) -> list[dict[str, Any]]:
+        """The sessions the running agent keeps in its cwd (ACP `session/list`), other clients' too:
+        `[{sessionId, cwd, title, updatedAt}]` as the agent orders them.
+
+        What the agent answers is untrusted: at most MAX_SESSION_PAGES pages are read (a cursor
+        seen before ends the list too), MAX_SESSIONS sessions kept, malformed ones skipped and
+        long strings cut; each page must come within the handshake timeout."""
+        if self.conn is None or not self.running:
+            raise ConnectionClosed(self.error or "the agent is not running")
+        if not self._session_capability("list"):
+            raise ServiceError(
+                f"{self.name} cannot list its sessions: its initialize answer has no sessionCapabilities.list"
+            )
+        conn, cwd = self.conn, self.cwd
+        sessions: dict[str, dict[str, Any]] = {}
+        cursors: set[str] = set()
+        cursor: str | None = None
+        for _ in range(MAX_SESSION_PAGES):
+            try:
+                async with asyncio.timeout(self.deck.config.limits.handshake_timeout):
+                    page = await conn.request("session/list", {"cwd": cwd, **({"cursor": cursor} if cursor else {})})
+            except TimeoutError:
+                raise ServiceError(f"{self.name} did not answer session/list in time") from None
+            except AcpError as exc:
+                raise ServiceError(f"session/list failed: {exc}") from exc
+            page = page if isinstance(page, dict) else {}
+            found = page.get("sessions")
+            for info in found if isinstance(found, list) else ():
+                listed = _session_info(info)
+                if listed is not None and len(sessions) < MAX_SESSIONS:
+                    sessions.setdefault(listed["sessionId"], listed)
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor or cursor in cursors or len(sessions) >= MAX_SESSIONS:
+                break
+            cursors.add(cursor)
+        return list(sessions.values())
 
     # -- authentication (ACP authMethods from the initialize result) ----------------------------
 
@@ -417,6 +511,8 @@ class Agent:
         conn.on_request("elicitation/create", self._on_question)
         conn.on_request("fs/read_text_file", lambda p: self._serve_fs("fs/read_text_file", fs.read_text_file, p))
         conn.on_request("fs/write_text_file", lambda p: self._serve_fs("fs/write_text_file", fs.write_text_file, p))
+        for method in ("create", "output", "wait_for_exit", "kill", "release"):
+            conn.on_request(f"terminal/{method}", functools.partial(self._serve_terminal, method))
 
     async def _serve_fs(self, method: str, serve: Callable[..., dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
         """An fs/* request, inside the agent's cwd and away from deck's own files; a refusal is logged.
@@ -425,13 +521,39 @@ class Agent:
         private = fs.Private(self.deck.config_path, tuple(self.deck.private_folders))
         try:
             # In a thread: a big file, or a slow disk, must not stall every other agent.
-            return await asyncio.to_thread(serve, self.config.resolved_cwd(), params, private)
+            return await asyncio.to_thread(serve, self.cwd, params, private)
         except AcpError as exc:
             if (answer := interop.fs_answer(interop.quirks_for(self.init_result), method, exc)) is not None:
                 return answer
             if exc.code != fs.RESOURCE_NOT_FOUND:
                 self.log(f"deck: {method} refused: {exc.args[0]}")
             raise
+
+    async def _serve_terminal(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A terminal/* request: refused when the config turns terminals off; a refusal is logged."""
+        try:
+            if not self.config.terminals:
+                raise AcpError(METHOD_NOT_FOUND, f"terminals are off for {self.name} (terminals = false in its config)")
+            session = self._session_for(params)
+            found = self.terminals
+            if found is None:
+                raise ConnectionClosed("the agent is not running")
+            if method == "create":
+                created = await found.create(params, self._command_dir, {**os.environ, **self.config.env})
+                if session.origin == CONVERSATION:
+                    self.deck.chat.conversations.of(self.name).terminal_started(created["terminalId"])
+                return created
+            if method == "output":
+                return found.output(params)
+            return await getattr(found, method)(params)  # type: ignore[no-any-return]
+        except AcpError as exc:
+            self.log(f"deck: terminal/{method} refused: {exc.args[0]}")
+            raise
+
+    def _command_dir(self, path: str | None) -> tuple[int, str]:
+        """The directory a command runs in, opened beneath the agent's cwd (in a thread: a slow disk)."""
+        private = fs.Private(self.deck.config_path, tuple(self.deck.private_folders))
+        return fs.open_directory(self.cwd, path or self.cwd, private), path or self.cwd
 
     def _on_update(self, params: dict[str, Any]) -> None:
         update = params.get("update")
@@ -534,9 +656,14 @@ class Agent:
             self._exit_watch.cancel()
             self._exit_watch = None
         process, self.process = self.process, None
+        commands, self.terminals = self.terminals, None
         try:
-            if process is not None:
-                await process.stop(self.deck.timings)
+            # Its commands end with it, at the same time: a stop waits for the slower of the two.
+            ends = [process.stop(self.deck.timings)] if process is not None else []
+            results = await asyncio.gather(*ends, *([commands.close()] if commands else []), return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
         finally:
             if self.conn is not None:
                 self.conn.close(reason)
@@ -577,6 +704,26 @@ class Agent:
         if self.running:
             self._take_pending_config()
             transition(self, AgentState.ERROR, reason)
+
+
+def _session_info(info: Any) -> dict[str, Any] | None:
+    """One `session/list` entry as deck gives it, or None when it has no usable id and cwd.
+
+    A title is cut to MAX_SESSION_STRING characters; an id or a time longer than that is dropped
+    (an id cut short would name another session)."""
+    if not isinstance(info, dict):
+        return None
+    session_id, cwd, title, updated = (info.get(k) for k in ("sessionId", "cwd", "title", "updatedAt"))
+    if not isinstance(session_id, str) or not session_id or len(session_id) > MAX_SESSION_STRING:
+        return None
+    if not isinstance(cwd, str):
+        return None
+    return {
+        "sessionId": session_id,
+        "cwd": cwd[:4096],
+        "title": title[:MAX_SESSION_STRING] if isinstance(title, str) else None,
+        "updatedAt": updated if isinstance(updated, str) and len(updated) <= MAX_SESSION_STRING else None,
+    }
 
 
 def _auth_hint(agent: Agent, method: dict[str, Any]) -> str:

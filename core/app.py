@@ -86,6 +86,7 @@ class Deck:
             "ConfigService": self.config_service,
             "DeckService": DeckService(self),
         }
+        self.services.update(self.hooks.register_services(set(self.services)))
         #: Set by a plugin (logs, for `--trace`) before agents start: every ACP line goes to `deck_acp_message`.
         self.trace_acp = False
         self.trace_path: Path | None = None

@@ -214,6 +214,7 @@ def send(
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="Every event as a JSON line on stdout instead of the answer."),
     approve: list[str] = ApproveOption,
+    attach: Optional[str] = typer.Option(None, "--attach", metavar="NAME", help="Send through the running deck server NAME (deck serve)."),
 ) -> None:
     """Send one prompt and stream the answer to stdout.
 
@@ -225,11 +226,197 @@ def send(
     """
     from .send import SendFrontend
 
+    if attach is not None:
+        if approve or config is not None:
+            fail("--attach sends through a server, which follows its own config: no --config or --approve with it")
+        raise typer.Exit(_attached(attach, SendFrontend, agent=agent, text=text, as_json=as_json) or ExitCode.OK)
     approvals = _approvals(approve)
     deck = make_deck(config)
     deck.chat.approvals = approvals
     code = run_async(deck.run(SendFrontend, agent=agent, text=text, as_json=as_json))
     raise typer.Exit(code or ExitCode.OK)
+
+
+NameArgument = typer.Argument("default", metavar="NAME", help="The server's name.", show_default="default")
+
+
+def _attached(name: str, frontend_cls: Any, **options: Any) -> int:
+    """Run `frontend_cls` as a client of the deck server `name`: its exit code (1 when it went away)."""
+    from .remote import SocketClient, run_attached
+    from .server import ServerError
+
+    setup_logging()
+    try:
+        return int(run_async(run_attached(SocketClient(name), frontend_cls, **options)))
+    except ServerError as exc:
+        fail(str(exc), ExitCode.ERROR)
+
+
+@app.command(cls=Command)
+def serve(
+    config: Optional[Path] = ConfigOption,
+    name: str = typer.Option("default", "--name", "-n", metavar="NAME", help="The server's name (its socket's)."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background; return once it listens."),
+    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
+    ready_fd: Optional[int] = typer.Option(None, "--ready-fd", hidden=True),
+) -> None:
+    """Run the agents with no frontend, for `deck attach` clients.
+
+    Listens on the Unix socket $XDG_RUNTIME_DIR/deck/NAME.sock (else
+    /tmp/deck-UID/NAME.sock) until `deck stop`, SIGTERM, SIGINT or SIGHUP.
+    """
+    from .server import ServerError, ServerFrontend, check_name, listen
+
+    try:
+        check_name(name)
+    except ServerError as exc:
+        fail(str(exc))
+    if detach:
+        raise typer.Exit(_serve_detached(config, name, plugin))
+    deck = make_deck(config, _disabled(plugin))
+    _log_server()
+    try:
+        listening = listen(name, str(deck.config_path.absolute()) if deck.config_path else "<built-in>")
+    except ServerError as exc:
+        fail(str(exc), ExitCode.ERROR)
+    try:
+        code = run_async(deck.run(ServerFrontend, listening=listening, ready_fd=ready_fd))
+    finally:
+        listening.release()
+    raise typer.Exit(code or ExitCode.OK)
+
+
+def _log_server() -> None:
+    """The server's own news (clients coming and going) as lines on stderr, besides its problems."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s deck: %(message)s", "%Y-%m-%d %H:%M:%S"))
+    handler.addFilter(lambda record: record.levelno < logging.WARNING)  # problems: the terminal log's lines
+    logging.getLogger("deck.server").addHandler(handler)
+
+
+def _serve_detached(config: Optional[Path], name: str, plugin: list[str]) -> int:
+    """`deck serve` again in the background, in a session of its own: return once its socket accepts,
+    or print what it said and fail."""
+    import os
+    import subprocess
+
+    from .files import state_dir
+    from .server import socket_path
+
+    log_path = state_dir() / f"serve-{name}.log"
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_file = open(log_path, "ab")
+    except OSError as exc:
+        fail(f"cannot write {log_path}: {exc.strerror or exc}", ExitCode.ERROR)
+    read_end, write_end = os.pipe()
+    args = [sys.executable, "-m", "deck.cli", "serve", "--name", name, "--ready-fd", str(write_end)]
+    if config is not None:
+        args += ["--config", str(config)]
+    for value in plugin:
+        args += ["--plugin", value]
+    with log_file:
+        start = log_file.tell()
+        server = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=True, pass_fds=(write_end,)
+        )
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as ready:
+        said = ready.read(6)  # "ready\n" once it listens; nothing if it ended first
+    if said == b"ready\n":
+        typer.echo(f"deck server {name} running (pid {server.pid}) on {socket_path(name)}; log: {log_path}")
+        return ExitCode.OK
+    code = server.wait()
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(start)
+            text = f.read(64 * 1024).decode(errors="replace")
+    except OSError:
+        text = ""
+    for line in text.strip().splitlines()[-20:]:
+        typer.echo(line, err=True)
+    return code or ExitCode.ERROR
+
+
+@app.command(cls=Command)
+def attach(
+    name: str = NameArgument,
+    frontend: Optional[str] = typer.Option(None, "--frontend", "-f", metavar="NAME", autocompletion=_complete_frontends, help="urwid, line or jsonl (else urwid on a terminal, line otherwise)."),
+    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
+) -> None:
+    """Attach a frontend to a running deck server.
+
+    Leaving detaches: the server, its agents and their turns go on.
+    """
+    from .hooks import PluginHooks
+    from .pluginmanager import make_manager
+
+    available = PluginHooks(make_manager(list(_disabled(plugin))), report_plugin_failure).register_frontends()
+    chosen = frontend or ("urwid" if sys.stdin.isatty() and sys.stdout.isatty() else "line")
+    if chosen not in available:
+        fail(f"unknown frontend {chosen!r} (available: {', '.join(sorted(available)) or 'none'})")
+    raise typer.Exit(_attached(name, available[chosen]) or ExitCode.OK)
+
+
+@app.command(cls=Command)
+def stop(name: str = NameArgument) -> None:
+    """Stop a running deck server and its agents.
+
+    Its clients are detached; returns once every agent has stopped.
+    """
+    from .remote import SocketClient
+    from .server import ServerError, registration, wait_free
+
+    async def shutdown() -> None:
+        client = SocketClient(name)
+        await client.connect()
+        try:
+            await client.call("DeckService.Shutdown")
+            assert client.ended is not None
+            await client.ended  # the server closes its clients once its agents are stopped
+        finally:
+            await client.close()
+
+    known = registration(name)
+    try:
+        run_async(shutdown())
+    except ServerError as exc:
+        fail(str(exc), ExitCode.ERROR)
+    wait_free(name, STOP_WAIT_SECONDS)  # its name free again: a `deck serve` of it may follow at once
+    typer.echo(f"deck server {name} stopped" + (f" (pid {known.pid})" if known else ""))
+
+
+#: How long `deck stop` waits for the server's process to end once its agents are stopped.
+STOP_WAIT_SECONDS = 10.0
+
+
+@app.command("ls", cls=Command)
+def list_servers(as_json: bool = typer.Option(False, "--json", help="JSON output.")) -> None:
+    """List the running deck servers.
+
+    Name, pid, config, agents running and busy, clients attached, since when.
+    """
+    from .remote import describe_servers
+    from .server import ServerError
+
+    try:
+        rows = run_async(describe_servers())
+    except ServerError as exc:
+        fail(str(exc), ExitCode.ERROR)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        typer.echo("no deck server is running (start one with `deck serve`)")
+        return
+    typer.echo(f"{'NAME':<16} {'PID':>7} {'AGENTS':>6} {'RUNNING':>7} {'BUSY':>4} {'CLIENTS':>7}  {'SINCE':<20}  CONFIG")
+    for row in rows:
+        agents, running, busy, clients = ("?" if row[k] is None else str(row[k]) for k in ("agents", "running", "busy", "clients"))
+        typer.echo(
+            f"{row['name']:<16} {row['pid']:>7} {agents:>6} {running:>7} {busy:>4} {clients:>7}  {row['since']:<20}  {row['config']}"
+        )
 
 
 @app.command(cls=Command)
@@ -409,7 +596,7 @@ def main() -> None:
     app()
 
 
-BUILTIN_COMMANDS = frozenset({"run", "send", "agents", "plugins", "config"})
+BUILTIN_COMMANDS = frozenset({"run", "send", "agents", "plugins", "config", "serve", "attach", "stop", "ls"})
 
 
 def register_plugin_commands(target: typer.Typer, args: list[str]) -> None:

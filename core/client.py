@@ -49,6 +49,10 @@ def service_error(code: int, message: str) -> ServiceError:
 class Client(abc.ABC):
     """How a frontend reaches a deck, wherever the deck runs."""
 
+    #: False: the frontend owns the deck (`deck run`), its agents end with it. True: one client of a
+    #: server among others; leaving only detaches, and `DeckService.Shutdown` stops the server.
+    attached: bool = False
+
     @abc.abstractmethod
     def call(self, method: str, params: Any = None) -> asyncio.Future[Any]:
         """Call `method` ("Service.Method") with `params` by name (a JSON object; anything else is

@@ -147,6 +147,10 @@ class AgentConfig(_Model):
         "ask", description='"ask" (default), "allow-reads" (auto-approve reads) or "allow" (auto-approve all).'
     )
     auth_method: str | None = Field(None, alias="authMethod", description="ACP authenticate method id.")
+    terminals: bool = Field(True, description="Let the agent run commands in deck's terminals (ACP terminal/*).")
+    worktree: bool = Field(
+        False, description="Run in a git worktree of its own (branch deck/NAME) of the repository its cwd is in."
+    )
 
     def resolved_cwd(self) -> str:
         return str(Path(os.path.expanduser(self.cwd or ".")).resolve())
@@ -386,9 +390,28 @@ def parse(text: str, sections: dict[str, type[BaseModel]] | None = None) -> Load
     for name, model in sections.items():
         for loc in _unknown_keys(model, raw.get(name), (name,)):
             problems.append(Problem(*locate.key(loc), f"unknown key {_dotted(loc)}", warning=True))
+    if config is not None:
+        problems += _worktree_problems(config, locate)
     if any(not p.warning for p in problems):
         config = None
     return Loaded(config, sorted(problems, key=lambda p: (p.line, p.column)), raw, validated)
+
+
+def _worktree_problems(config: DeckConfig, locate: _Locator) -> list[Problem]:
+    """A warning for each `worktree = true` agent whose cwd is in no git repository: it cannot start."""
+    found = []
+    for name, agent in config.agents.items():
+        if agent.worktree and not in_git_repository(agent.resolved_cwd()):
+            loc = ("agents", name, "worktree")
+            message = f"{_dotted(loc)}: {agent.resolved_cwd()} is in no git repository, so the agent cannot start"
+            found.append(Problem(*locate.value(loc), message, warning=True))
+    return found
+
+
+def in_git_repository(folder: str) -> bool:
+    """Whether `folder` or a folder above it holds a `.git` (a repository, or a worktree's link file)."""
+    path = Path(folder)
+    return any((p / ".git").exists() for p in (path, *path.parents))
 
 
 def _keys(model: type[BaseModel]) -> set[str]:

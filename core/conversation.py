@@ -13,7 +13,16 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from .events import ConversationChanged, Event, MessageDelta, MessageUpdated, SessionUpdate, UsageChanged
+from .events import (
+    ConversationChanged,
+    Event,
+    MessageDelta,
+    MessageUpdated,
+    SessionUpdate,
+    TerminalExited,
+    TerminalOutput,
+    UsageChanged,
+)
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +35,10 @@ TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "
 TOOL_STATUSES = frozenset({"pending", "in_progress", "completed", "failed"})
 PLAN_PRIORITIES = frozenset({"high", "medium", "low"})
 PLAN_STATUSES = frozenset({"pending", "in_progress", "completed"})
+#: A command's live output kept for the tool part that embeds its terminal: the newest characters.
+TERMINAL_TAIL = 16 * 1024
+#: Terminals whose output a conversation keeps at once; the oldest go first.
+TERMINALS_KEPT = 64
 
 
 def new_id(prefix: str) -> str:
@@ -178,6 +191,9 @@ class Conversation:
         self.current: Message | None = None  # the agent message receiving updates
         self._tools: dict[str, tuple[Message, int]] = {}
         self._acp_messages: dict[str, Message] = {}  # ACP messageId → the message its chunks land in
+        #: terminal id → (its output's tail, its exit status): kept before any tool part embeds it too.
+        self._terminals: dict[str, list[Any]] = {}
+        self._terminal_parts: dict[str, tuple[Message, int]] = {}  # terminal id → the tool part showing it
         self.session_id: str | None = None
         self.sessions_used = 0
         self.last_update = 0.0  # time.monotonic() of the last session/update
@@ -351,7 +367,9 @@ class Conversation:
         message.parts.append(DictPart(tool_part(update)))
         index = len(message.parts) - 1
         self._tools[call_id] = (message, index)
+        self._show_terminals(message, index)
         self.emit(MessageDelta(self.agent, message.id, index, "tool", part=message.parts[index].to_dict()))
+        self._meta_terminal(update)
 
     def _tool_update(self, update: dict[str, Any]) -> None:
         found = self._tools.get(tool_id(update))
@@ -361,7 +379,93 @@ class Conversation:
         message, index = found
         part = tool_part(update, message.parts[index].to_dict())
         message.parts[index] = DictPart(part)
+        self._show_terminals(message, index)
         self.emit(MessageDelta(self.agent, message.id, index, "tool", part=part))
+        self._meta_terminal(update)
+
+    # -- terminals: the live output of the commands an agent runs ---------------------------------
+
+    def terminal_output(self, terminal_id: str, text: str) -> None:
+        """More output of a command: kept (its tail) on the tool part that embeds it, and sent live."""
+        kept = self._terminal(terminal_id)
+        kept[0] = (kept[0] + text)[-TERMINAL_TAIL:]
+        self._update_terminal_part(terminal_id)
+        self.emit(TerminalOutput(self.agent, terminal_id, text))
+
+    def terminal_started(self, terminal_id: str) -> None:
+        """The agent created a terminal in this conversation's session. An agent that shows a command's
+        output itself (fast-agent) embeds it in no tool call: it is shown on the tool call that is
+        running then, the last one of the current message, until a tool call embeds it."""
+        message = self.current
+        if terminal_id in self._terminal_parts or message is None:
+            return
+        for index in range(len(message.parts) - 1, -1, -1):
+            data = message.parts[index].to_dict()
+            if data["type"] == "tool" and data.get("status") in ("pending", "in_progress") and not data.get("terminals"):
+                entry = {"terminalId": terminal_id, "output": "", "exitStatus": None}
+                message.parts[index] = DictPart({**data, "terminals": [entry]})
+                self._terminal_parts[terminal_id] = (message, index)
+                self._terminal(terminal_id)
+                self.emit(MessageDelta(self.agent, message.id, index, "tool", part=message.parts[index].to_dict()))
+                return
+
+    def terminal_exited(self, terminal_id: str, status: dict[str, Any]) -> None:
+        """The command ended: `status` is ACP's `{exitCode, signal}`."""
+        self._terminal(terminal_id)[1] = status
+        self._update_terminal_part(terminal_id)
+        self.emit(TerminalExited(self.agent, terminal_id, status))
+
+    def _terminal(self, terminal_id: str) -> list[Any]:
+        kept = self._terminals.pop(terminal_id, None) or ["", None]
+        self._terminals[terminal_id] = kept  # the newest last
+        while len(self._terminals) > TERMINALS_KEPT:
+            oldest = next(iter(self._terminals))
+            del self._terminals[oldest]
+            self._terminal_parts.pop(oldest, None)
+        return kept
+
+    def _show_terminals(self, message: Message, index: int) -> None:
+        """A tool part (new, not sent yet) that embeds terminals shows what they printed so far."""
+        part = message.parts[index].to_dict()
+        if not part.get("terminals"):
+            return
+        entries = []
+        for entry in part["terminals"]:
+            self._terminal_parts[entry["terminalId"]] = (message, index)
+            kept = self._terminals.get(entry["terminalId"])
+            entries.append({**entry, "output": kept[0], "exitStatus": kept[1]} if kept is not None else entry)
+        part["terminals"] = entries  # new entries: the old ones may be in events sent before
+
+    def _update_terminal_part(self, terminal_id: str) -> None:
+        """Keep the tool part's copy of the output current: the snapshot shows it, no event needed
+        (`terminal:output` says what came). A new dict: the old one went out in events, frontends hold it."""
+        found = self._terminal_parts.get(terminal_id)
+        if found is None:
+            return
+        message, index = found
+        kept = self._terminals[terminal_id]
+        old = message.parts[index].to_dict()
+        if not any(e["terminalId"] == terminal_id for e in old.get("terminals") or []):
+            return
+        entries = [
+            {**e, "output": kept[0], "exitStatus": kept[1]} if e["terminalId"] == terminal_id else e
+            for e in old.get("terminals") or []
+        ]
+        message.parts[index] = DictPart({**old, "terminals": entries})
+
+    def _meta_terminal(self, update: dict[str, Any]) -> None:
+        """What the Claude Code and Codex adapters stream of the commands they run themselves, in `_meta`:
+        `terminal_output {terminal_id, data}` and `terminal_exit {terminal_id, exit_code, signal}`."""
+        meta = update.get("_meta")
+        if not isinstance(meta, dict):
+            return
+        output, ended = meta.get("terminal_output"), meta.get("terminal_exit")
+        if isinstance(output, dict) and _string(output.get("terminal_id")) and _string(output.get("data")):
+            self.terminal_output(output["terminal_id"], output["data"])
+        if isinstance(ended, dict) and _string(ended.get("terminal_id")):
+            code, sig = ended.get("exit_code"), ended.get("signal")
+            code = code if isinstance(code, int) and not isinstance(code, bool) else None
+            self.terminal_exited(ended["terminal_id"], {"exitCode": code, "signal": sig if isinstance(sig, str) else None})
 
     def _plan(self, update: dict[str, Any]) -> None:
         message = self._target()
@@ -455,7 +559,7 @@ def tool_part(call: dict[str, Any], old: dict[str, Any] | None = None) -> dict[s
     if isinstance(call.get("locations"), list):
         part["locations"] = [_location(loc) for loc in _dicts(call["locations"])]
     if isinstance(call.get("content"), list):
-        texts, diffs = [], []
+        texts, diffs, terminals = [], [], []
         for item in _dicts(call["content"]):
             if item.get("type") == "diff":
                 old_text = item.get("oldText")
@@ -465,13 +569,27 @@ def tool_part(call: dict[str, Any], old: dict[str, Any] | None = None) -> dict[s
                 )
             elif item.get("type") == "content":
                 texts.append(_describe_block(item.get("content"), text_too=True))
-            elif item.get("type") == "terminal":
-                texts.append(f"[terminal {_string(item.get('terminalId'))}]")
+            elif item.get("type") == "terminal" and _string(item.get("terminalId")):
+                terminals.append(_string(item.get("terminalId")))
         part["output"] = "\n".join(t for t in texts if t)
         part["diffs"] = diffs
+        if terminals:  # content without a terminal leaves the output shown so far where it is
+            _embed_terminals(part, terminals)
+    meta = call.get("_meta")
+    info = meta.get("terminal_info") if isinstance(meta, dict) else None
+    if isinstance(info, dict) and _string(info.get("terminal_id")):
+        _embed_terminals(part, [e["terminalId"] for e in part.get("terminals") or []] + [info["terminal_id"]])
     if call.get("rawOutput") is not None and not part["output"]:
         part["output"] = compact_json(call["rawOutput"])
     return part
+
+
+def _embed_terminals(part: dict[str, Any], ids: list[str]) -> None:
+    """`part["terminals"]`: one entry per terminal it embeds, `{terminalId, output, exitStatus}`
+    (what was known of each is kept)."""
+    known = {e["terminalId"]: e for e in part.get("terminals") or []}
+    new = {"output": "", "exitStatus": None}
+    part["terminals"] = [dict(known.get(i) or {"terminalId": i, **new}) for i in dict.fromkeys(ids)]
 
 
 def _block_text(content: Any) -> str:

@@ -35,6 +35,32 @@ class ConversationSink:
         return current.id if current is not None else ""
 
 
+class ReplaySink:
+    """The sink of a loaded session whose history deck does not hold: the agent's replay forms the
+    (empty) conversation.
+
+    A replay has no turns: a user message chunk after anything else starts a user message, and
+    the agent's next chunk a new answer. The replayed messages are finished as they came, and
+    `finish()` sends each one's whole version once the replay is over (the history stores them so)."""
+
+    __slots__ = ("conv", "start")
+
+    def __init__(self, conv: Conversation) -> None:
+        self.conv = conv
+        self.start = len(conv.messages)
+
+    def on_update(self, update: dict[str, Any]) -> None:
+        self.conv.apply_update(update)
+        if update.get("sessionUpdate") == "user_message_chunk":
+            self.conv.current = None  # the answer before it is over: the agent's next chunk answers this
+
+    def finish(self) -> None:
+        conv = self.conv
+        conv.current = None
+        for message in conv.messages[self.start :]:
+            conv.updated(message)
+
+
 class Conversations(Mapping[str, Conversation]):
     """Agent name → its conversation, made on first use."""
 

@@ -7,6 +7,9 @@ whatever happened in between, in this process or at the other end of a socket.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from .errors import ServiceError
@@ -24,6 +27,23 @@ class DeckService:
 
     def __init__(self, deck: Deck) -> None:
         self.deck = deck
+        self.since = now_iso()
+        #: Set by a server (`deck.server`): the clients attached to it, as `Clients()` lists them.
+        #: None: the deck's own frontend is its one client.
+        self.attached: Callable[[], list[dict[str, Any]]] | None = None
+
+    @rpc("DeckService.Clients")
+    def clients(self) -> list[dict[str, Any]]:
+        """The clients of the deck: `[{id, pid, uid, frontend, since}]`, in the order they came."""
+        if self.attached is not None:
+            return self.attached()
+        frontend = getattr(self.deck.frontend, "name", "") or ""
+        return [{"id": 1, "pid": os.getpid(), "uid": os.getuid(), "frontend": frontend, "since": self.since}]
+
+    @rpc("DeckService.Shutdown")
+    def shutdown(self) -> None:
+        """End the deck as a signal would: every agent stops, then the process exits 0."""
+        self.deck.request_exit(0)
 
     @rpc("DeckService.Snapshot")
     async def snapshot(self) -> dict[str, Any]:
@@ -48,3 +68,8 @@ class DeckService:
                     "seq": seq, "agents": agents, "conversations": conversations, "pending": pending, "config": config
                 }
         raise ServiceError(f"the deck kept changing while its snapshot was read ({SNAPSHOT_TRIES} tries)")
+
+
+def now_iso() -> str:
+    """The time now, UTC, to the second: `2026-01-31T12:00:00Z`."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -4,7 +4,8 @@
     ├── UsageError            the user's mistake (bad flag, bad config): one line a problem, exit 2
     ├── UnknownMethod         a service method that does not exist
     ├── ServiceError          a service call refused (unknown agent, empty text, limit reached)
-    │   └── InvalidParams     a service call whose parameters are missing or of the wrong type
+    │   ├── InvalidParams     a service call whose parameters are missing or of the wrong type
+    │   └── StartFailed       a `deck_before_start` hook: the agent cannot start as configured
     └── AcpError              an agent answered a request with a JSON-RPC error
         │                     (`.auth_required`: ACP's -32000 "Authentication required"),
         └── ConnectionClosed  or can no longer answer at all (it exited, stdin closed)
@@ -90,6 +91,12 @@ class InvalidParams(ServiceError):
     """Missing or ill-typed service parameters (JSON-RPC -32602)."""
 
     code = INVALID_PARAMS
+
+
+class StartFailed(ServiceError):
+    """Raised by a `deck_before_start` hook: the agent cannot start as it is configured (its
+    worktree cannot be made). Unlike a plain ServiceError, which only refuses this one start, the
+    agent goes to its error state with the message, where every frontend shows it."""
 
 
 class AcpError(DeckError):

@@ -215,6 +215,48 @@ class ConversationReset(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class WorktreeChanged(Event):
+    """An agent's worktree after one of its turns: the files it changed against its base, the
+    commits it is ahead, and whether it holds uncommitted work."""
+
+    name: ClassVar[str] = "worktree:changed"
+    agent: str
+    changed_files: int
+    ahead: int
+    dirty: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WorktreeOverlap(Event):
+    """`file` is changed in the worktrees of every agent in `agents` (two or more); when that is
+    no longer true, the same event again with the agents still changing it (fewer than two: cleared)."""
+
+    name: ClassVar[str] = "worktree:overlap"
+    file: str
+    agents: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalOutput(Event):
+    """Live output of a command an agent runs (through deck's terminal/*, or its own, streamed in `_meta`)."""
+
+    name: ClassVar[str] = "terminal:output"
+    agent: str
+    terminal_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalExited(Event):
+    """That command ended: `exitStatus` is `{exitCode, signal}`, either may be None."""
+
+    name: ClassVar[str] = "terminal:exited"
+    agent: str
+    terminal_id: str
+    exit_status: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class PluginError(Event):
     """A plugin raised in a hook; it is isolated and deck goes on."""
 
@@ -222,6 +264,14 @@ class PluginError(Event):
     plugin: str
     hook: str
     error: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClientsChanged(Event):
+    """A client attached to the deck's server, or left it: `clients` are attached now."""
+
+    name: ClassVar[str] = "clients:changed"
+    clients: int
 
 
 ALL_EVENTS: tuple[type[Event], ...] = (
@@ -241,7 +291,12 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     SessionUpdate,
     ConversationChanged,
     ConversationReset,
+    WorktreeChanged,
+    WorktreeOverlap,
+    TerminalOutput,
+    TerminalExited,
     PluginError,
+    ClientsChanged,
 )
 
 

@@ -1,5 +1,6 @@
 """The base every frontend derives from (it gets a client of the deck, runs until done, returns an exit code),
-and what frontends reading lines use: the stdin reader, the strict JSON line decoder."""
+and what frontends reading lines use: the stdin reader, the strict JSON line decoder, the jsonl wire's
+encoder and request reader (`deck.wire`)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .acp import LineFramer, TooDeep, decode_line
 from .client import Client, LocalClient
 from .events import Handlers
+from .wire import RequestReader, encode, encode_event, error_line, to_bytes
 
 if TYPE_CHECKING:
     from .app import Deck
 
-__all__ = ["Frontend", "TooDeep", "decode_line", "read_lines", "stdout_failed"]
+__all__ = [
+    "Frontend", "RequestReader", "TooDeep", "decode_line", "encode", "encode_event", "error_line", "read_lines",
+    "stdout_failed", "to_bytes",
+]
 
 
 class Frontend(Handlers):

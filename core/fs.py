@@ -446,6 +446,26 @@ def _read(f: BinaryIO, line: int | None, limit: int | None) -> bytes:
     return b"".join(pieces)
 
 
+def open_directory(root: str, path: str, private: Private = Private()) -> int:
+    """A descriptor (O_PATH) of directory `path`, resolved beneath `root` like any fs/* path: what a
+    command of the agent's runs in (terminal/create `cwd`). The caller closes it."""
+    if not os.path.isabs(path):
+        raise AcpError(INVALID_PARAMS, f"cwd must be an absolute path: {path}")
+    with _answers(path, "run a command in"), _Root(root, private.identities().folders) as base:
+        try:
+            directory = _open_dir(base, base.beneath(path))
+        except FileNotFoundError:
+            raise AcpError(RESOURCE_NOT_FOUND, f"no such directory: {path}") from None
+        except NotADirectoryError:
+            raise AcpError(INVALID_PARAMS, f"not a directory: {path}") from None
+        try:
+            base.check(directory)  # deck's own folders are no place for a command either
+        except BaseException:
+            os.close(directory)
+            raise
+        return directory
+
+
 def write_text_file(root: str, params: dict[str, Any], private: Private = Private()) -> dict[str, Any]:
     """ACP fs/write_text_file: replace (or create) the file at once, keeping an existing file's mode."""
     path = _path(params)

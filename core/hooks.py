@@ -140,6 +140,17 @@ class Hooks(PluginHooks):
 
     # -- the hooks ------------------------------------------------------------------------------
 
+    def register_services(self, taken: set[str]) -> dict[str, object]:
+        """The plugins' services; a name already `taken` (the core's, another plugin's) is refused."""
+        found: dict[str, object] = {}
+        for result in self._call("deck_register_services"):
+            for name, service in result.items():
+                if name in taken or name in found:
+                    log.error("plugin service %s refused: a service of that name exists", name)
+                    continue
+                found[name] = service
+        return found
+
     async def startup(self) -> None:
         await self._call_and_wait("deck_startup")
 

@@ -42,6 +42,12 @@ def deck_config_sections() -> dict[str, Any] | None:
 
 
 @hookspec
+def deck_register_services(deck: Deck) -> dict[str, object] | None:
+    """Contribute services by name for `deck`: objects whose `@deck.rpc_method("Name.Method")` methods
+    `deck.call` (and every frontend, the jsonl bridge) can call. Called once, as the deck is made."""
+
+
+@hookspec
 def deck_startup(deck: Deck) -> Awaitable[None] | None:
     """deck has loaded its config and is about to run its frontend."""
 

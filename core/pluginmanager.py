@@ -24,6 +24,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "deck.plugins.logs",
     "deck.plugins.announcements",
     "deck.plugins.history",
+    "deck.plugins.worktrees",
 )
 
 ENTRY_POINT_GROUP = "deck"

@@ -94,6 +94,10 @@ class HistoryProvider(Protocol):
         """`stored` (from `get`) is `agent`'s current conversation again: its new messages go there."""
         ...
 
+    def start_conversation(self, agent: str, session_id: str) -> str:
+        """A new stored conversation for the agent's own session `session_id`, made `agent`'s current one; its id."""
+        ...
+
 
 class ChatService:
     """Talking with the agents: send, cancel, answer what they ask, read a conversation, change its settings."""
@@ -182,10 +186,27 @@ class ChatService:
             raise ServiceError("empty query: give the words to find")
         return await self._history().search(query, agent, _positive(limit))
 
+    @rpc("ChatService.AgentSessions")
+    async def agent_sessions(self, agent: str) -> list[dict[str, Any]]:
+        """The agent's own sessions in its cwd (ACP `session/list`), other clients' too:
+        `[{sessionId, cwd, title, updatedAt}]`. The agent is started if it must be, as for `Send`."""
+        target = self.deck.agent(agent)
+        await target.start()
+        return await target.list_sessions()
+
     @rpc("ChatService.OpenConversation")
-    async def open_conversation(self, id: str) -> dict[str, Any]:
+    async def open_conversation(
+        self, id: str | None = None, agent: str | None = None, sessionId: str | None = None
+    ) -> dict[str, Any]:
         """Make stored conversation `id` its agent's current one. The agent is stopped if it runs;
-        its next start resumes or loads the conversation's session where it can (`Agent.start`)."""
+        its next start resumes or loads the conversation's session where it can (`Agent.start`).
+
+        With `agent` and `sessionId` instead (from `AgentSessions`): the agent's own session
+        becomes its current conversation, loaded at once (its replay forms the conversation)."""
+        if id is None:
+            if agent is None or not sessionId:
+                raise ServiceError("give the id of a stored conversation, or an agent and one of its sessionIds")
+            return await self._open_agent_session(agent, sessionId)
         history = self._history()
         stored = await history.get(id)
         agent = stored["agent"]
@@ -194,6 +215,26 @@ class ChatService:
         self.conversations.restore(agent, stored)
         self.deck.emit(ConversationReset(agent, id))
         return {"agent": agent, "conversationId": id}
+
+    async def _open_agent_session(self, agent: str, session_id: str) -> dict[str, Any]:
+        """The agent's own session as a new conversation (stored, when history is on), then the agent
+        started on it. Refused, with nothing changed, when the agent can neither load nor resume."""
+        target = self.deck.agent(agent)
+        if self.conversations.of(agent).session_id == session_id:
+            raise ServiceError(f"session {session_id!r} is the current conversation of {agent} already")
+        if not target.init_result:
+            await target.start()  # what it can do is known from its initialize answer
+        if not (target.can_load_sessions or target.can_resume_sessions):
+            raise ServiceError(f"{agent} cannot load or resume sessions: its initialize answer offers neither")
+        await self._leave_conversation(agent)
+        conversation_id = self.history.start_conversation(agent, session_id) if self.history is not None else None
+        self.conversations.restore(agent, {"messages": [], "sessionId": session_id})
+        self.deck.emit(ConversationReset(agent, conversation_id))
+        await target.start()
+        if target.session_id != session_id:
+            why = target.session.restarted if target.session is not None else ""
+            raise ServiceError(f"{agent} could not open session {session_id!r}: {why or 'it opened another one'}")
+        return {"agent": agent, "conversationId": conversation_id, "sessionId": session_id}
 
     def _history(self) -> HistoryProvider:
         if self.history is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,6 +28,11 @@ CONVERSATION = "conversation"
 #: After the owner gives up on a prompt, how long the agent has to end its turn before it is let go.
 CANCEL_GRACE = 2.0
 TOOL_UPDATES = frozenset({"tool_call", "tool_call_update"})
+#: What a replayed history is made of (`session/load`): the rest of a replay (commands, modes, the
+#: title…) describes the session as it is now, and is kept for the owner.
+REPLAYED = frozenset({"user_message_chunk", "agent_message_chunk", "agent_thought_chunk", "plan", *TOOL_UPDATES})
+#: The updates of that rest kept before the owner attaches; an agent that sends more loses the oldest.
+MAX_HELD = 256
 
 
 class SessionSink(Protocol):
@@ -57,6 +63,7 @@ class Session:
         self._message_id: Callable[[], str] = _no_message
         self._tools: dict[str, tuple[int, dict[str, Any]]] = {}  # tool call id → (prompt number, part)
         self._prompts = 0
+        self._held: deque[dict[str, Any]] = deque(maxlen=MAX_HELD)  # a replay's other updates, for the sink
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -64,43 +71,51 @@ class Session:
         """`session/new` in the agent's cwd, with the MCP servers the plugins give this session."""
         conn = self._connection()
         servers = self.agent.deck.hooks.session_mcp_servers(self.agent, self)
-        result = await conn.request("session/new", {"cwd": self.agent.config.resolved_cwd(), "mcpServers": servers})
+        result = await conn.request("session/new", {"cwd": self.agent.cwd, "mcpServers": servers})
         if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
             raise ServiceError("session/new returned no sessionId")
         self.id, self.result = result["sessionId"], result
 
     async def resume(self, session_id: str) -> None:
-        """`session/resume`: the agent serves `session_id` again, remembering it, and replays nothing."""
-        result = await self._connection().request("session/resume", self._continued(session_id))
-        self.id, self.result = session_id, {**(result if isinstance(result, dict) else {}), "sessionId": session_id}
+        """`session/resume`: the agent serves `session_id` again, remembering it, and replays nothing.
 
-    async def load(self, session_id: str) -> None:
+        Some agents replay the history all the same (fast-agent's resume is its load): the owner
+        holds it already, so it is dropped, as for `load`."""
+        await self.load(session_id, method="session/resume")
+
+    async def load(self, session_id: str, replay: SessionSink | None = None, method: str = "session/load") -> None:
         """`session/load`: the agent serves `session_id` again and replays its history as updates.
 
-        The owner already holds that history, so the replay goes nowhere: until the answer the
-        session is routed to the agent with no sink (its updates are dropped; tool calls are
-        still tracked, as a permission request may name one). On an error answer it is detached,
-        so that the rest of a replay is dropped too."""
+        When the owner already holds that history the replay goes nowhere: until the answer the
+        session is routed to the agent with no sink (the replayed messages are dropped; tool calls
+        are still tracked, as a permission request may name one; the other updates, such as the
+        commands, are held for the sink). When it does not (a session the agent kept, opened in
+        deck for the first time), the replay goes to `replay`. On an error answer the session is
+        detached, so that the rest of a replay is dropped too."""
         conn = self._connection()
         self.id = session_id
+        self.on_update = replay.on_update if replay is not None else self._hold
         self.agent.attach(self)  # before the request: the replay comes before its answer
         try:
-            result = await conn.request("session/load", self._continued(session_id))
+            result = await conn.request(method, self._continued(session_id))
         except BaseException:
             self.agent.detach(self)
-            self.id = None
+            self.id, self.on_update = None, _ignore
             raise
         self.result = {**(result if isinstance(result, dict) else {}), "sessionId": session_id}
 
     def _continued(self, session_id: str) -> dict[str, Any]:
         servers = self.agent.deck.hooks.session_mcp_servers(self.agent, self)
-        return {"sessionId": session_id, "cwd": self.agent.config.resolved_cwd(), "mcpServers": servers}
+        return {"sessionId": session_id, "cwd": self.agent.cwd, "mcpServers": servers}
 
     def attach(self, sink: SessionSink) -> None:
         """Send the session's updates to `sink` from now on, those that came before the reply first."""
         assert self.id is not None, "open the session first"
         self.on_update = sink.on_update
         self._message_id = getattr(sink, "message_id", _no_message)
+        held, self._held = self._held, deque(maxlen=MAX_HELD)
+        for update in held:
+            sink.on_update(update)
         self.agent.attach(self)
 
     def receive(self, update: dict[str, Any]) -> None:
@@ -180,6 +195,11 @@ class Session:
         if self._conn is None or self.closed:
             raise ConnectionClosed(self.agent.error or "the agent is not running")
         return self._conn
+
+    def _hold(self, update: dict[str, Any]) -> None:
+        """An update of a replay nobody wants: dropped if it is of the history, else held for the sink."""
+        if update.get("sessionUpdate") not in REPLAYED:
+            self._held.append(update)
 
 
 def _ignore(_update: dict[str, Any]) -> None:

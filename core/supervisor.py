@@ -110,6 +110,7 @@ class Process:
         self._stderr_cut = False
         self._stdin: asyncio.WriteTransport | None = None
         self._transports: list[asyncio.BaseTransport] = []
+        self._stdout: asyncio.ReadTransport
         self.stdout_closed: asyncio.Future[None]
         self.exited: asyncio.Future[int]
         self._pidfd = -1
@@ -126,8 +127,11 @@ class Process:
         on_stdout: Callable[[bytes], None],
         on_stderr_line: Callable[[str], None],
         log: Callable[[str], None],
+        merged: bool = False,
     ) -> Process:
-        """Start `command`; from the event loop's thread, which lives as long as deck (PDEATHSIG follows the thread)."""
+        """Start `command`; from the event loop's thread, which lives as long as deck (PDEATHSIG follows the thread).
+
+        `merged`: a command, not an agent (a terminal): no stdin, stderr goes to stdout's pipe."""
         for problem in _guard.setup():
             log(problem)
         _guard.reap()
@@ -135,9 +139,9 @@ class Process:
         try:
             popen = subprocess.Popen(
                 command,
-                stdin=subprocess.PIPE,
+                stdin=subprocess.DEVNULL if merged else subprocess.PIPE,
                 stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stderr=subprocess.STDOUT if merged else subprocess.PIPE,
                 cwd=cwd,
                 env={**env, TOKEN_VAR: token},
                 start_new_session=True,
@@ -161,16 +165,21 @@ class Process:
         loop = asyncio.get_running_loop()
         self.exited = loop.create_future()
         self.stdout_closed = loop.create_future()
-        assert self.popen.stdin and self.popen.stdout and self.popen.stderr
-        stdin, _ = await loop.connect_write_pipe(_Writer, self.popen.stdin)
-        self._stdin = stdin  # type: ignore[assignment]
+        assert self.popen.stdout
+        if self.popen.stdin is not None:
+            stdin, _ = await loop.connect_write_pipe(_Writer, self.popen.stdin)
+            self._stdin = stdin  # type: ignore[assignment]
+            self._transports.append(stdin)
         out, _ = await loop.connect_read_pipe(
             lambda: _Reader(self._on_stdout, lambda: _resolve(self.stdout_closed, None)), self.popen.stdout
         )
-        err, _ = await loop.connect_read_pipe(
-            lambda: _Reader(self._stderr_data, self._stderr_eof), self.popen.stderr
-        )
-        self._transports = [stdin, out, err]
+        self._transports.append(out)
+        self._stdout = out
+        if self.popen.stderr is not None:
+            err, _ = await loop.connect_read_pipe(
+                lambda: _Reader(self._stderr_data, self._stderr_eof), self.popen.stderr
+            )
+            self._transports.append(err)
         self._watch_exit(loop)
         _guard.keep_reaping(loop)
 
@@ -204,6 +213,15 @@ class Process:
         if self._stdin is None or self._stdin.is_closing():
             raise BrokenPipeError("the agent's stdin is closed")
         self._stdin.write(data)
+
+    def pause_stdout(self, paused: bool) -> None:
+        """Stop reading stdout for now (the process blocks once the pipe is full), or read it again."""
+        if self.closed or self._stdout.is_closing():
+            return
+        if paused:
+            self._stdout.pause_reading()
+        else:
+            self._stdout.resume_reading()
 
     def close_stdin(self) -> None:
         if self._stdin is not None and not self._stdin.is_closing():

@@ -67,6 +67,68 @@ def json_printable(line: str) -> str:
     return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", line)
 
 
+# -- a command's output ---------------------------------------------------------------------------
+
+#: Every escape sequence a terminal would run: CSI (ESC [ or C1 U+009B), OSC, DCS, SOS, PM and APC
+#: strings up to their terminator (or the end of the text: an unterminated one is dropped whole),
+#: and the two-character ESC sequences (charset and keypad switches, ESC c that resets the terminal).
+_ESCAPE = re.compile(
+    "(?:\x1b\\[|\x9b)[0-?]*[ -/]*[@-~]?"
+    "|(?:\x1b[]PX^_]|[\x90\x98\x9d\x9e\x9f]).*?(?:\x07|\x1b\\\\|\x9c|$)"
+    "|\x1b[ -/]*[0-~]",
+    re.DOTALL,
+)
+#: A Select Graphic Rendition (colours, bold) with few, small parameters: the only sequence kept, where kept.
+_SGR = re.compile("\x1b\\[((?:\\d{1,3})?(?:;\\d{1,3}){0,15})m")
+#: A line's text before a carriage return that is not part of a CR LF: a progress bar redrawing itself.
+_OVERWRITTEN = re.compile("[^\n]*\r(?!\n)")
+
+
+def terminal_text(text: str, keep_sgr: bool = False) -> str:
+    """A command's output made safe to show: every escape sequence removed (with `keep_sgr`, a
+    Select Graphic Rendition with small parameters stays), what a carriage return overwrites
+    dropped, and any other control character made visible as `printable` does."""
+    if "\r" in text:
+        text = _OVERWRITTEN.sub("", text.replace("\r\n", "\n"))
+    if keep_sgr:
+        text = _ESCAPE.sub(lambda m: m.group() if _SGR.fullmatch(m.group()) else "", text)
+        kept = _SGR.split(text)  # text, params, text, …: only the text between them is made printable
+        return "".join(f"\x1b[{piece}m" if i % 2 else printable(piece) for i, piece in enumerate(kept))
+    return printable(_ESCAPE.sub("", text))
+
+
+#: The basic SGR colours by their foreground code: 30-37, and 90-97 for the bright ones.
+SGR_COLOURS = ("black", "red", "green", "yellow", "blue", "magenta", "cyan", "white")
+
+
+def sgr_spans(text: str) -> list[tuple[str | None, bool, str]]:
+    """`text` (from `terminal_text(…, keep_sgr=True)`) as (colour, bold, text) spans: colour one of
+    SGR_COLOURS (a bright one prefixed "light "), None for the default."""
+    spans: list[tuple[str | None, bool, str]] = []
+    colour: str | None = None
+    bold = False
+    pieces = _SGR.split(text)
+    for i, piece in enumerate(pieces):
+        if i % 2 == 0:
+            if piece:
+                spans.append((colour, bold, piece))
+            continue
+        for code in [int(c) for c in piece.split(";") if c] or [0]:
+            if code == 0:
+                colour, bold = None, False
+            elif code == 1:
+                bold = True
+            elif code == 22:
+                bold = False
+            elif code == 39:
+                colour = None
+            elif 30 <= code <= 37:
+                colour = SGR_COLOURS[code - 30]
+            elif 90 <= code <= 97:
+                colour = "light " + SGR_COLOURS[code - 90]
+    return spans
+
+
 # -- log records ---------------------------------------------------------------------------------
 
 MAX_BYTES = 1024 * 1024

@@ -5,34 +5,21 @@ response line per request: the wire a client of deck reads, whatever the process
 Writes are batched and flushed when the event loop goes idle, so a burst of events
 costs one system call, and latency stays low.
 
-Every line is strict JSON (RFC 8259, what JavaScript's JSON.parse reads): input
-is decoded by `deck.frontend.decode_line` (non-finite numbers read as null, nesting
-bounded), the encoder refuses NaN and Infinity, and a lone surrogate goes out as
-its JSON escape (`\\ud800`), so the bytes are valid UTF-8.
+The lines are `deck.wire`'s, as a deck server writes them on its socket: strict JSON
+(RFC 8259), valid UTF-8.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-from json.encoder import encode_basestring
 import os
 import sys
-from collections.abc import Awaitable
 from typing import Any
 
 from deck import hookimpl
-from deck.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, ServiceError
-from deck.events import Event, MessageDelta
-from deck.frontend import Frontend, TooDeep, decode_line, read_lines, stdout_failed
-
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
-_str = encode_basestring  # a str as a JSON string, as _dumps writes it
-_DELTA = '{"event":"message:delta","seq":%d,"agent":%s,"messageId":%s,"index":%d,"kind":%s,"text":%s}'
-
-
-def _null(name: str) -> None:
-    return None  # NaN, Infinity, -Infinity: JSON has no such values
+from deck.errors import INVALID_REQUEST
+from deck.events import Event
+from deck.frontend import Frontend, RequestReader, encode, encode_event, error_line, read_lines, stdout_failed, to_bytes
 
 
 class JsonlFrontend(Frontend):
@@ -50,29 +37,23 @@ class JsonlFrontend(Frontend):
         self._flush_scheduled = False
         self._closed = False
         self._ended = False
-        self._requests: set[asyncio.Task[None]] = set()
+        self._reader = RequestReader(self.client, self._append_open)
+        self._requests = self._reader.requests  # the calls not answered yet
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- output ------------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
-        if type(event) is MessageDelta and event.text is not None:
-            # The hot path (one event per streamed chunk): the same line as the generic
-            # encoding below, without building a dict per chunk.
-            if not self._closed:
-                agent, message_id, kind = _str(event.agent), _str(event.message_id), _str(event.kind)
-                self._append(_DELTA % (event.seq, agent, message_id, event.index, kind, _str(event.text)))
-            return
-        self.write({"event": event.name, "seq": event.seq, **event.payload()})
+        if not self._closed:
+            self._append(encode_event(event))
 
     def write(self, obj: dict[str, Any]) -> None:
-        if self._closed:
-            return
-        try:
-            line = _dumps(obj)
-        except (TypeError, ValueError):  # a value JSON has no form for: as text, NaN and Infinity as null
-            line = _dumps(json.loads(json.dumps(obj, default=str), parse_constant=_null))
-        self._append(line)
+        if not self._closed:
+            self._append(encode(obj))
+
+    def _append_open(self, line: str) -> None:
+        if not self._closed:
+            self._append(line)
 
     def _append(self, line: str) -> None:
         self._out.append(line)
@@ -86,7 +67,7 @@ class JsonlFrontend(Frontend):
         self._flush_scheduled = False
         if not self._out or self._closed:
             return
-        data = ("\n".join(self._out) + "\n").encode(errors="backslashreplace")  # a lone surrogate: its JSON escape
+        data = to_bytes(self._out)
         self._out.clear()
         try:
             view = memoryview(data)
@@ -117,8 +98,7 @@ class JsonlFrontend(Frontend):
         try:
             while (line := await lines.get()) is not None:
                 self._handle_line(line)
-            if self._requests:
-                await asyncio.gather(*self._requests, return_exceptions=True)
+            await self._reader.drain()
             if self.stay:
                 await asyncio.Event().wait()
             # End of input: finish the work in hand; nobody is left to answer questions.
@@ -132,46 +112,10 @@ class JsonlFrontend(Frontend):
             self.flush()
 
     def _handle_line(self, raw: bytes) -> None:
-        text = raw.decode(errors="replace").strip()
-        if not text:
-            return
-        try:
-            request = decode_line(text)
-        except TooDeep as exc:
-            self._error(None, PARSE_ERROR, f"refused: {exc}")
-            return
-        except ValueError as exc:
-            self._error(None, PARSE_ERROR, f"not JSON: {exc}")
-            return
-        if not isinstance(request, dict):
-            self._error(None, INVALID_REQUEST, "a request must be a JSON object")
-            return
-        request_id = request.get("id")
-        if request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
-            self._error(request_id, INVALID_REQUEST, 'not a JSON-RPC 2.0 request: need "jsonrpc": "2.0" and a "method"')
-            return
-        if request_id is not None and not isinstance(request_id, (int, str)) or isinstance(request_id, bool):
-            self._error(None, INVALID_REQUEST, "id must be a string or a number")
-            return
-        # Made at once, in the order of the lines; answered when done, in any order.
-        call = self.client.call(request["method"], request.get("params"))
-        task = asyncio.get_running_loop().create_task(self._answer(request_id, call))
-        self._requests.add(task)
-        task.add_done_callback(self._requests.discard)
-
-    async def _answer(self, request_id: Any, call: Awaitable[Any]) -> None:
-        try:
-            result = await call
-        except ServiceError as exc:
-            self._error(request_id, exc.code, str(exc))
-        except Exception as exc:  # a bug must not end the bridge
-            self._error(request_id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
-        else:
-            if request_id is not None:
-                self.write({"jsonrpc": "2.0", "id": request_id, "result": result})
+        self._reader.handle_line(raw)
 
     def _error(self, request_id: Any, code: int, message: str) -> None:
-        self.write({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+        self._append_open(error_line(request_id, code, message))
 
 
 @hookimpl

@@ -41,19 +41,24 @@ from deck.events import (
     PluginError,
     QuestionRequested,
     QuestionResolved,
+    TerminalExited,
+    TerminalOutput,
     TurnChanged,
     UsageChanged,
+    WorktreeOverlap,
     handles,
 )
 from deck.frontend import Frontend, read_lines, stdout_failed
 from deck.states import OUTDATED_LABEL, AgentState, label
-from deck.tty import printable
+from deck.tty import printable, sgr_spans, terminal_text
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
 DECK = "deck"
 #: Width used when nothing asks for wrapping (a pipe without $COLUMNS).
 UNBOUNDED = 100_000
 FENCES = ("```", "~~~")
+#: The longest piece of a command's output line shown at once (a line that never ends is cut in such pieces).
+TERMINAL_LINE = 4096
 PLAN_MARKS = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
 STATUS_STYLES = {"completed": "green", "failed": "red", "in_progress": "yellow"}
 #: A line built of differently styled pieces: (text, style).
@@ -82,8 +87,12 @@ COMMANDS = (
     ("/search WORDS", "the stored messages holding every word (word* for a prefix)"),
     ("/new [AGENT]", "a new conversation for the agent (the old one stays in the history)"),
     ("/open ID", "make stored conversation ID its agent's current one"),
+    ("/diff [AGENT]", "its worktree's work as a diff against its base branch (worktree = true)"),
+    ("/merge [AGENT]", "merge its worktree's work into its base branch"),
     ("/help", "this help"),
     ("/quit", "stop the agents and leave"),
+    ("", "attached to a server (deck attach), /quit only detaches: the server and its agents go on"),
+    ("/shutdown", "stop the server attached to and its agents, then leave (else as /quit)"),
 )
 HELP = "\n".join(f"{command:<{max(len(c) for c, _ in COMMANDS)}}  {text}" for command, text in COMMANDS)
 
@@ -156,6 +165,7 @@ class LineFrontend(Frontend):
         self._flush_scheduled = False
         self._closed = False
         self._quit = False
+        self._terminal_lines: dict[str, str] = {}  # terminal id → its last line, not ended yet
 
     # -- output ------------------------------------------------------------------------------
 
@@ -339,6 +349,38 @@ class LineFrontend(Frontend):
             line.append(("  " + summary, "cyan"))
         self.emit(agent, line)
 
+    @handles(TerminalOutput)
+    def _terminal_output(self, e: TerminalOutput) -> None:
+        """A command's output, line by line, indented under its tool call."""
+        self._end_stream(e.agent)
+        text = self._terminal_lines.pop(e.terminal_id, "") + str(e.text)
+        *lines, rest = text.split("\n")
+        if len(rest) > TERMINAL_LINE:  # a line that never ends is shown in pieces
+            lines.append(rest)
+            rest = ""
+        if rest:
+            self._terminal_lines[e.terminal_id] = rest
+        for line in lines:
+            self._terminal_line(e.agent, line)
+
+    @handles(TerminalExited)
+    def _terminal_exited(self, e: TerminalExited) -> None:
+        rest = self._terminal_lines.pop(e.terminal_id, "")
+        if rest:
+            self._terminal_line(e.agent, rest)
+        status = e.exit_status if isinstance(e.exit_status, dict) else {}
+        code, sig = status.get("exitCode"), status.get("signal")
+        ended = f"killed by {sig}" if sig else f"exit code {code}"
+        self.emit(e.agent, [("    └ ", "dim"), (ended, "green" if code == 0 else "red")])
+
+    def _terminal_line(self, agent: str, line: str) -> None:
+        """One line of a command's output: its colours kept (SGR only), every other escape sequence dropped."""
+        pieces: Pieces = [("    │ ", "dim")]
+        for colour, bold, text in sgr_spans(terminal_text(line, keep_sgr=True)):
+            style = ("bold " if bold else "") + (colour.replace("light ", "bright_") if colour else "")
+            pieces.append((text, style.strip()))
+        self.emit(agent, pieces)
+
     def _plan(self, agent: str, message_id: str, part: dict[str, Any]) -> None:
         entries = part.get("entries") or []
         if not self._changed((agent, "plan " + message_id), entries):
@@ -437,6 +479,13 @@ class LineFrontend(Frontend):
         else:
             self.emit(e.agent, f"conversation {e.conversation_id} opened", "dim")
 
+    @handles(WorktreeOverlap)
+    def _worktree_overlap(self, e: WorktreeOverlap) -> None:
+        if len(e.agents) >= 2:
+            self.emit(DECK, f"{e.file} is changed in the worktrees of {', '.join(e.agents)}", "yellow")
+        else:
+            self.emit(DECK, f"{e.file} is no longer changed in two worktrees", "dim")
+
     @handles(PluginError)
     def _plugin_error(self, e: PluginError) -> None:
         self.error(DECK, f"plugin {e.plugin} failed in {e.hook}: {e.error}")
@@ -524,6 +573,8 @@ class LineFrontend(Frontend):
         await self.client.follow(self.dispatch, self._load)
         lines = read_lines(self._stdin_fd)
         try:
+            if self.client.attached:
+                await self._attached()
             if self.current is not None:
                 self.emit(DECK, f"talking to {self.current}; /help lists the commands", "dim")
             while not self._quit and (line := await lines.get()) is not None:
@@ -544,6 +595,16 @@ class LineFrontend(Frontend):
             self.flush()
             self.client.unsubscribe(self.dispatch)
 
+
+    async def _attached(self) -> None:
+        """Say which server this is and how many clients it has: leaving only detaches from it."""
+        try:
+            clients = len(await self.client.call("DeckService.Clients"))
+        except ServiceError as exc:
+            self.error(DECK, str(exc))
+            return
+        server = getattr(self.client, "name", "") or "a deck server"
+        self.emit(DECK, f"attached to {server}: {_clients(clients)}; /quit detaches, /shutdown stops the server", "dim")
 
     def handle_line(self, line: str) -> None:
         if line.endswith("\\"):  # a message goes on over the next line
@@ -611,9 +672,19 @@ class LineFrontend(Frontend):
                 self.error(DECK, "/open ID: the id of a conversation that /history lists")
                 return
             self._spawn(self._open(args[0]), DECK)
+        elif name in ("diff", "merge"):
+            agent = args[0] if args else self.current
+            if agent is None:
+                self.error(DECK, f"/{name} AGENT: the agent whose worktree it is")
+                return
+            self._spawn(self._diff(agent) if name == "diff" else self._merge(agent), agent)
         elif name == "help":
             self._help()
         elif name == "quit":
+            self._quit = True
+        elif name == "shutdown":
+            if self.client.attached:
+                self._spawn(self.client.call("DeckService.Shutdown"), DECK)
             self._quit = True
         else:
             self.error(DECK, f"unknown command: /{name}")
@@ -703,6 +774,20 @@ class LineFrontend(Frontend):
             snippet = " ".join(hit["snippet"].split())
             self.emit(hit["agent"], f"{hit['conversationId']}  {hit['role']}: {snippet}")
 
+    async def _diff(self, agent: str) -> None:
+        text = await self.client.call("WorktreeService.Diff", {"agent": agent})
+        if not text:
+            self.emit(agent, "no change in its worktree", "dim")
+            return
+        styles = (("+++", "bold"), ("---", "bold"), ("diff --git", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
+        self.emit(agent, [(line + "\n", next((s for start, s in styles if line.startswith(start)), ""))
+                          for line in text.removesuffix("\n").split("\n")])  # fmt: skip
+
+    async def _merge(self, agent: str) -> None:
+        merged = await self.client.call("WorktreeService.Merge", {"agent": agent})
+        files = len(merged["files"])
+        self.emit(agent, f"merged into {merged['base']} as {merged['commit'][:12]} ({files} file{'' if files == 1 else 's'})")
+
     async def _open(self, conversation_id: str) -> None:
         opened = await self.client.call("ChatService.OpenConversation", {"id": conversation_id})
         self.current = opened["agent"]
@@ -781,6 +866,12 @@ class LineFrontend(Frontend):
                     self.emit(name, f"{early.command} {why.format(agent=name)}", "yellow")
                 dropped += 1
         return dropped
+
+
+def _clients(count: int) -> str:
+    """`1 client`, `2 clients`."""
+    return f"{count} client{'' if count == 1 else 's'}"
+
 
 def _local(iso: str) -> str:
     """A wire time (ISO 8601, UTC) as the local date and minute."""

@@ -150,7 +150,10 @@ def check_part(part: dict[str, Any]) -> None:
     if part["type"] in ("text", "thought"):
         assert set(part) == {"type", "text"} and isinstance(part["text"], str)
         return
-    assert set(part) == PART_KEYS[part["type"]], part
+    assert set(part) - {"terminals"} == PART_KEYS[part["type"]], part
+    for terminal in part.get("terminals", []) if part["type"] == "tool" else ():  # only where it embeds some
+        assert set(terminal) == {"terminalId", "output", "exitStatus"} and isinstance(terminal["output"], str)
+        assert isinstance(terminal["terminalId"], str) and terminal["terminalId"], terminal
     if part["type"] == "plan":
         for entry in part["entries"]:
             assert set(entry) == {"content", "priority", "status"}

@@ -539,3 +539,23 @@ def test_kill_9_mid_answer_loses_at_most_the_last_second(tmp_path: Path) -> None
     assert user["done"] and user["parts"] == [{"type": "text", "text": "slow"}]
     assert reply["done"] is False
     assert reply["parts"][0]["text"].count("tick ") >= seen
+
+
+@pytest.mark.anyio
+async def test_each_deck_records_through_a_plugin_of_its_own_gone_at_its_shutdown(make_deck) -> None:
+    one, rec_one = make_deck(agent_block("a"))
+    two, rec_two = make_deck(agent_block("a"))
+    await one.startup()
+    await two.startup()
+    mine, theirs = one.pm.get_plugin(history.PER_DECK), two.pm.get_plugin(history.PER_DECK)
+    assert isinstance(mine, history.History) and isinstance(theirs, history.History) and mine is not theirs
+    assert history.recorder_of(one) is mine.recorder and mine.recorder.deck is one
+    await send(one, "a", "only in one")
+    await turn_done(rec_one, "a")
+    await one.shutdown()
+    assert one.pm.get_plugin(history.PER_DECK) is None and history.recorder_of(one) is None
+    assert history.recorder_of(two) is theirs.recorder and not theirs.recorder.closed  # the other deck records on
+    await send(two, "a", "only in two")
+    await turn_done(rec_two, "a")
+    await two.shutdown()
+    assert sorted(c["title"] for c in stored()) == ["only in one", "only in two"]

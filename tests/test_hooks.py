@@ -15,6 +15,7 @@ import typer
 
 import deck
 from deck import cli, hookimpl, hookspecs, pluginmanager
+from deck import errors as deck_errors
 from deck.testing import Recorder
 
 from .conftest import agent_block
@@ -108,6 +109,11 @@ class Recording:
         return {}
 
     @hookimpl
+    def deck_register_services(self, deck):
+        self.called.add("deck_register_services")
+        return {"RecordingService": RecordingService()}
+
+    @hookimpl
     def deck_startup(self, deck):
         self.called.add("deck_startup")
         self.deck = deck
@@ -135,6 +141,14 @@ class Recording:
         self.called.add("deck_acp_message")
 
 
+class RecordingService:
+    """A plugin's service: callable by its wire name like the core's."""
+
+    @deck.rpc_method("RecordingService.Echo")
+    def echo(self, text: str) -> str:
+        return text
+
+
 def make_frontend(plugin: Recording) -> type[deck.Frontend]:
     class Scenario(deck.Frontend):
         """Start an agent by a prompt, wait for the answer, change the config, then end the run."""
@@ -144,6 +158,7 @@ def make_frontend(plugin: Recording) -> type[deck.Frontend]:
             assert running is not None
             events = Recorder()
             running.subscribe(events)
+            assert await running.call("RecordingService.Echo", {"text": "hi"}) == "hi"
             await running.call("ChatService.Send", {"agent": "a", "text": "hi"})
             await events.wait_event("turn:changed", agent="a", busy=False)
             saved = await running.call("ConfigService.Save", {"text": agent_block("a") + agent_block("b")})
@@ -309,6 +324,23 @@ async def test_a_startup_hook_that_never_finishes_is_cut_off_and_deck_starts(mak
     assert {"plugin": "stuck", "hook": "deck_startup", "error": "TimeoutError: did not finish within 0.2s"} in rec.named(
         "plugin:error"
     )
+
+
+async def test_a_plugin_service_is_called_by_name_and_cannot_take_the_name_of_another(make_deck):
+    class Services:
+        @hookimpl
+        def deck_register_services(self, deck):
+            return {"RecordingService": RecordingService(), "ChatService": RecordingService()}
+
+    pm = pluginmanager.make_manager()
+    pm.register(Services(), name="services")
+    deck, rec = make_deck(agent_block("a"), pm=pm)
+    assert await deck.call("RecordingService.Echo", {"text": "hi"}) == "hi"
+    with pytest.raises(deck_errors.InvalidParams, match="missing parameter: text"):
+        await deck.call("RecordingService.Echo", {})
+    assert type(deck.services["ChatService"]).__name__ == "ChatService"  # the core's stays
+    with pytest.raises(deck_errors.UnknownMethod):
+        await deck.call("ChatService.Echo", {"text": "hi"})
 
 
 # -- the command line's plugin commands ------------------------------------------------------------

@@ -205,3 +205,167 @@ async def test_after_a_crash_the_restarted_agent_resumes_its_session_with_no_not
     messages = (await deck.call("ChatService.Conversation", {"agent": "a"}))["messages"]
     assert "agent-restarted" not in [m.get("code") for m in messages]
     assert texts(messages)[-1] == ("agent", "I remember: hello | crash")
+
+
+# -- the agent's own sessions: ChatService.AgentSessions, OpenConversation({agent, sessionId}) ------
+
+
+def kept_elsewhere(tmp_path: Path, sessions: dict[str, list[str]]) -> None:
+    """Sessions the fake agent keeps from other clients (its --sessions file): id → prompts."""
+    (tmp_path / "sessions.json").write_text(json.dumps(sessions))
+
+
+@pytest.mark.anyio
+async def test_agent_sessions_starts_the_agent_and_reads_every_page_of_its_session_list(make_deck, tmp_path: Path) -> None:
+    kept_elsewhere(tmp_path, {"x1": ["fix the bug"], "x2": ["write docs"], "x3": []})
+    run = Run(tmp_path, "--list")
+    deck, _rec = make_deck(run.toml)
+    await deck.startup()
+    listed = await deck.call("ChatService.AgentSessions", {"agent": "a"})
+    cwd = deck.agents["a"].cwd
+    assert listed == [
+        {"sessionId": "x1", "cwd": cwd, "title": "fix the bug", "updatedAt": "2026-01-01T00:00:00Z"},
+        {"sessionId": "x2", "cwd": cwd, "title": "write docs", "updatedAt": "2026-01-01T00:00:00Z"},
+        {"sessionId": "x3", "cwd": cwd, "title": None, "updatedAt": "2026-01-01T00:00:00Z"},
+    ]
+    pages = [r["params"] for r in run.got() if r["method"] == "session/list"]
+    assert pages == [{"cwd": cwd}, {"cwd": cwd, "cursor": "2"}]  # started for it, as Send would
+    await deck.shutdown()
+
+
+@pytest.mark.anyio
+async def test_agent_sessions_reads_a_bounded_number_of_pages_from_an_agent_that_pages_forever(
+    make_deck, tmp_path: Path
+) -> None:
+    from deck.agent import MAX_SESSION_PAGES
+
+    kept_elsewhere(tmp_path, {"x1": ["one"]})
+    run = Run(tmp_path, "--list-pages-forever")
+    deck, _rec = make_deck(run.toml)
+    await deck.startup()
+    listed = await deck.call("ChatService.AgentSessions", {"agent": "a"})
+    assert [s["sessionId"] for s in listed] == ["x1"]
+    assert run.methods().count("session/list") == MAX_SESSION_PAGES
+    await deck.shutdown()
+
+
+@pytest.mark.anyio
+async def test_agent_sessions_of_an_agent_that_cannot_list_or_start_is_a_clear_error(make_deck, tmp_path: Path) -> None:
+    from deck.errors import ServiceError
+
+    run = Run(tmp_path, "--load")
+    deck, _rec = make_deck(run.toml)
+    await deck.startup()
+    with pytest.raises(ServiceError, match="a cannot list its sessions: .*sessionCapabilities.list"):
+        await deck.call("ChatService.AgentSessions", {"agent": "a"})
+    assert "session/list" not in run.methods()
+    await deck.shutdown()
+
+    broken, _rec = make_deck(agent_block("a", "--list", "--fail-start"))
+    await broken.startup()
+    with pytest.raises(ServiceError, match="(?s)a could not start: .*missing API key"):  # started as for Send: said why
+        await broken.call("ChatService.AgentSessions", {"agent": "a"})
+    await broken.shutdown()
+
+
+@pytest.mark.anyio
+async def test_an_agents_own_session_opens_as_a_new_stored_conversation_formed_by_its_replay(
+    make_deck, tmp_path: Path
+) -> None:
+    from deck.errors import ServiceError
+
+    kept_elsewhere(tmp_path, {"x1": ["hello", "how are you"]})
+    run = Run(tmp_path, "--list", "--load", "--resume")
+    deck, rec = await started(make_deck, run, "mine")
+    (listed,) = [s for s in await deck.call("ChatService.AgentSessions", {"agent": "a"}) if s["sessionId"] == "x1"]
+    opened = await deck.call("ChatService.OpenConversation", {"agent": "a", "sessionId": listed["sessionId"]})
+    assert opened["agent"] == "a" and opened["sessionId"] == "x1" and opened["conversationId"]
+    assert rec.named("conversation:reset", "a")[-1] == {"agent": "a", "conversationId": opened["conversationId"]}
+    assert deck.agents["a"].session_id == "x1"
+    assert run.methods()[-2:] == ["initialize", "session/load"]  # loaded, not resumed: the replay is wanted
+    shown = (await deck.call("ChatService.Conversation", {"agent": "a"}))["messages"]
+    assert texts(shown) == [("user", "hello"), ("agent", "You said: hello"),
+                            ("user", "how are you"), ("agent", "You said: how are you")]  # fmt: skip
+    assert all(m["done"] for m in shown)
+    with pytest.raises(ServiceError, match="session 'x1' is the current conversation of a already"):
+        await deck.call("ChatService.OpenConversation", {"agent": "a", "sessionId": "x1"})
+    await chat(deck, rec, "recall")  # the agent goes on in that session
+    assert texts((await deck.call("ChatService.Conversation", {"agent": "a"}))["messages"])[-1] == (
+        "agent", "I remember: hello | how are you")  # fmt: skip
+    now = (await deck.call("ChatService.Conversation", {"agent": "a"}))["messages"]
+    newer, older = await deck.call("ChatService.History", {"agent": "a"})
+    assert (newer["id"], newer["title"], newer["messages"]) == (opened["conversationId"], "hello", 6)
+    assert older["title"] == "mine"  # the conversation left stays as it was
+    await deck.shutdown()
+    with HistoryStore() as store:
+        kept = store.get(opened["conversationId"])
+    assert kept is not None and kept["sessionId"] == "x1" and kept["messages"] == now
+
+
+@pytest.mark.anyio
+async def test_an_agents_own_session_is_refused_with_nothing_changed_when_it_can_neither_load_nor_resume(
+    make_deck, tmp_path: Path
+) -> None:
+    from deck.errors import ServiceError
+
+    kept_elsewhere(tmp_path, {"x1": ["hello"]})
+    run = Run(tmp_path, "--list")
+    deck, rec = await started(make_deck, run, "mine")
+    before = (await deck.call("ChatService.Conversation", {"agent": "a"}))["messages"]
+    with pytest.raises(ServiceError, match="a cannot load or resume sessions"):
+        await deck.call("ChatService.OpenConversation", {"agent": "a", "sessionId": "x1"})
+    assert (await deck.call("ChatService.Conversation", {"agent": "a"}))["messages"] == before
+    assert rec.named("conversation:reset", "a") == [] and deck.agents["a"].running
+    with pytest.raises(ServiceError, match="give the id of a stored conversation, or an agent"):
+        await deck.call("ChatService.OpenConversation", {"agent": "a"})
+    await deck.shutdown()
+
+
+@pytest.mark.anyio
+async def test_an_agents_own_session_it_refuses_to_load_is_an_error_that_says_why(make_deck, tmp_path: Path) -> None:
+    from deck.errors import ServiceError
+
+    run = Run(tmp_path, "--refuse-resume")
+    deck, _rec = await started(make_deck, run, "mine")
+    with pytest.raises(ServiceError, match="could not open session 'nope': session/resume failed: Resource not found"):
+        await deck.call("ChatService.OpenConversation", {"agent": "a", "sessionId": "nope"})
+    assert deck.agents["a"].running and deck.agents["a"].session_id != "nope"
+    await deck.shutdown()
+
+
+async def started(make_deck: Any, run: Run, *prompts: str) -> tuple[Any, Any]:
+    """A started deck whose agent `a` answered `prompts`."""
+    deck, rec = make_deck(run.toml)
+    await deck.startup()
+    await chat(deck, rec, *prompts)
+    return deck, rec
+
+
+@pytest.mark.anyio
+async def test_an_agent_that_replays_on_resume_has_the_replay_dropped_and_its_commands_kept(
+    make_deck, tmp_path: Path
+) -> None:
+    run = Run(tmp_path, "--resume-replays")
+    before, session_id = await first_deck(make_deck, run, "hello")
+    deck, rec = make_deck(run.toml)
+    await deck.startup()
+    await chat(deck, rec, "recall")
+    assert run.methods()[3:5] == ["initialize", "session/resume"]
+    now = await deck.call("ChatService.Conversation", {"agent": "a"})
+    assert texts(now["messages"]) == [("user", "hello"), ("agent", "You said: hello"),
+                                      ("user", "recall"), ("agent", "I remember: hello")]  # fmt: skip
+    assert [c["name"] for c in now["commands"]] == ["resumed"]  # what describes the session now is kept
+    await deck.shutdown()
+
+
+def test_a_session_list_entry_is_taken_only_as_far_as_it_makes_sense() -> None:
+    from deck.agent import MAX_SESSION_STRING, _session_info
+
+    good = {"sessionId": "s1", "cwd": "/w", "title": "t" * 500, "updatedAt": "2026-01-01T00:00:00Z", "_meta": {"x": 1}}
+    assert _session_info(good) == {"sessionId": "s1", "cwd": "/w", "title": "t" * MAX_SESSION_STRING,
+                                   "updatedAt": "2026-01-01T00:00:00Z"}  # fmt: skip
+    assert _session_info({"sessionId": "s2", "cwd": "/w", "title": 7, "updatedAt": "x" * 500}) == {
+        "sessionId": "s2", "cwd": "/w", "title": None, "updatedAt": None}  # fmt: skip
+    for junk in ("s3", None, {"cwd": "/w"}, {"sessionId": "", "cwd": "/w"}, {"sessionId": "s" * 500, "cwd": "/w"},
+                 {"sessionId": 3, "cwd": "/w"}, {"sessionId": "s4"}):  # fmt: skip
+        assert _session_info(junk) is None

@@ -43,6 +43,11 @@ def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) 
         if agent.asks:
             marks += [" " if marks else "", ("talking", "↔")]
         lines.append(_under(Text(marks, wrap="ellipsis")))
+    if agent.changed_files:
+        work: list[Any] = [("dim", strings("changed_files", n=agent.changed_files))]
+        if agent.overlaps:
+            work += [" ", ("warning", strings("overlap", n=len(agent.overlaps)))]
+        lines.append(_under(Text(work, wrap="ellipsis")))
     if agent.outdated:
         outdated = OUTDATED_LABEL.get(strings.language, OUTDATED_LABEL["en"])
         lines.append(_under(Text(("outdated", f"⟳ {outdated}"), wrap="ellipsis")))

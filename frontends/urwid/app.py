@@ -22,6 +22,7 @@ from deck.client import Client, start
 from deck.errors import ServiceError
 from deck.events import (
     AgentLog,
+    ClientsChanged,
     ConfigChanged,
     ConversationReset,
     Event,
@@ -35,7 +36,9 @@ from deck.tty import TerminalLog
 from .agents import AgentsPanel
 from .common import HintBar, LineBox, Text, palette
 from .conversation import ConversationView
-from .dialogs import ConfirmDialog, FilePicker, Lowered, OverConversation, PermissionDialog, QuestionDialog, centered
+from .diff import DiffView
+from .dialogs import ChoiceDialog, ConfirmDialog, FilePicker, Lowered, OverConversation, PermissionDialog, QuestionDialog, centered
+from .history import HistoryDialog
 from .i18n import Strings
 from .model import Model
 from .views import ConfigView, LogsView
@@ -50,7 +53,7 @@ PANEL_SHARE, PANEL_MIN, PANEL_MAX = 0.22, 18, 40
 #: The hint bar's hints in the order shown, each with its rank: the highest ranks are left out first
 #: when the screen is narrow (at 80 columns: send, agent, cancel, scroll, logs, config, quit).
 HINTS = [("hint_send", 1), ("hint_newline", 6), ("hint_agent", 2), ("hint_actions", 5), ("hint_cancel", 3),
-         ("hint_scroll", 3), ("hint_logs", 4), ("hint_config", 4), ("hint_quit", 1)]  # fmt: skip
+         ("hint_scroll", 3), ("hint_logs", 4), ("hint_config", 4), ("hint_history", 6), ("hint_diff", 6), ("hint_quit", 1)]  # fmt: skip
 #: A file written at exit when set: draws and their times (time.monotonic), for scripts/bench_urwid.py.
 STATS_ENV = "DECK_URWID_STATS"
 
@@ -123,7 +126,7 @@ class ConsoleApp(Handlers):
         self.model = Model()
         self.selected = ""
         self.view = "chat"
-        self.dialog_kind = ""  # "", "ask" (a permission request or a question), "quit", "picker"
+        self.dialog_kind = ""  # "", "ask" (a permission request or a question), "quit", "picker", "history"
         self.ask_id = ""  # the permission request or question the ask dialog shows
         self.shown_dialog: urwid.Widget | None = None
         #: The dialogs of pending asks, by id, kept while the ask waits: a question put off (Esc,
@@ -148,6 +151,10 @@ class ConsoleApp(Handlers):
         self._tasks: set[asyncio.Future[Any]] = set()  # the service calls in flight
         self._done: asyncio.Future[int] | None = None
         self._attached = False
+        #: The clients of the server this console is attached to, as it last said (0: not known yet),
+        #: and how many `clients:changed` have come: a count asked for is older than one that came since.
+        self.clients = 0
+        self._clients_changes = 0
         self._build()
 
     # -- layout ----------------------------------------------------------------------------
@@ -159,8 +166,9 @@ class ConsoleApp(Handlers):
         self.conversation.on_toggled = self.schedule
         self.logs_view = LogsView(s)
         self.config_view = ConfigView(s, self.choose_config, self.open_config)
+        self.diff_view = DiffView(s, self.worktree_key)
         #: The conversation, or the view shown in its place.
-        self.main: urwid.WidgetPlaceholder[ConversationView | LogsView | ConfigView]
+        self.main: urwid.WidgetPlaceholder[ConversationView | LogsView | ConfigView | DiffView]
         self.main = urwid.WidgetPlaceholder(self.conversation)
         self.lowered = Lowered(self.main)  # below an ask's dialog while one is open
         self.columns = urwid.Columns([(panel_width(80), self.panel), self.lowered], focus_column=1)
@@ -202,12 +210,37 @@ class ConsoleApp(Handlers):
             self.selected = next(iter(self.model.agents), "")
         self.config_problem = config_problem(path, list(config.get("problems") or []), self.strings)
         self.refresh()
+        self.load_worktrees()
+
+    def load_worktrees(self) -> None:
+        """Each agent's changed files as its worktree has them now; `worktree:*` events follow on."""
+
+        async def fetch() -> None:
+            try:
+                rows = await self.client.call("WorktreeService.List")
+            except Exception:  # the worktrees plugin is off, or a worktree cannot be read: nothing to show
+                return
+            self.model.set_worktrees(rows)
+
+        self.spawn(fetch())
 
     async def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Show the deck as it is and follow its events, on `loop`."""
         self._loop = loop
         await self.client.follow(self.on_event, self.load)
         self._attached = True
+        if self.client.attached:
+            self.count_clients()
+
+    def count_clients(self) -> None:
+        """Ask the server how many clients it has; `clients:changed` events keep the count after that."""
+        changes = self._clients_changes
+
+        def counted(clients: list[Any]) -> None:
+            if self._clients_changes == changes:
+                self.clients = len(clients)
+
+        self.spawn(self.client.call("DeckService.Clients"), counted)
 
     def reload(self, fresh: bool = False) -> None:
         """Take the deck's state again (its config changed, or was opened again) and follow on from there.
@@ -328,6 +361,11 @@ class ConsoleApp(Handlers):
             self.ask_id = str(e.id)
             self.open_asks()
 
+    @handles(ClientsChanged)
+    def _clients_changed(self, e: ClientsChanged) -> None:
+        self.clients = e.clients
+        self._clients_changes += 1
+
     @handles(AgentLog)
     def _agent_log(self, e: AgentLog) -> None:
         if self.view == "logs" and e.agent == self.logs_view.agent:
@@ -409,6 +447,8 @@ class ConsoleApp(Handlers):
             else:
                 hint = s("hints_perm", n=perms) if perms else s("hints_question", n=questions)
             parts += [("needs input", f" {hint} ")]
+        if self.client.attached and self.clients:
+            parts += [" " if parts else "", f" {s('clients', n=self.clients)} "]
         self.status.set_text(parts)
         _show(self.status_bar, [self.status] if parts else [], self.hint_bar)
         self.banner.original_widget.set_text(f" {self.config_problem} ")
@@ -470,6 +510,10 @@ class ConsoleApp(Handlers):
             self.show_view("chat" if self.view == "config" else "config")
         elif key == "f4":
             self.open_asks()
+        elif key == "f8":
+            self.open_history()
+        elif key == "f9":
+            self.show_view("chat" if self.view == "diff" else "diff")
         elif key == "ctrl t":
             self.conversation.toggle_all("thoughts")
         elif key == "ctrl e":
@@ -506,6 +550,8 @@ class ConsoleApp(Handlers):
         self.conversation.show(self.model.agents[name])
         if self.view == "logs":
             self.show_logs()
+        elif self.view == "diff":
+            self.show_diff()
         self._update_footer(self.model.agents[name])
         self.keep_focus()
         self.schedule()
@@ -567,6 +613,9 @@ class ConsoleApp(Handlers):
         elif view == "config":
             self.show_config()
             self.main.original_widget = self.config_view
+        elif view == "diff":
+            self.show_diff()
+            self.main.original_widget = self.diff_view
         else:
             self.main.original_widget = self.conversation
         self.keep_focus()
@@ -609,6 +658,49 @@ class ConsoleApp(Handlers):
             self.say(self.strings("opened", path=path))
             if self.view == "config":  # once Open is done, the recent files have the file opened first
                 self.show_config()
+
+    # -- worktrees (F9) -------------------------------------------------------------------------
+
+    def show_diff(self) -> None:
+        """The selected agent's worktree as a diff (`WorktreeService.Diff`), shown when it comes."""
+        agent = self.model.agents.get(self.selected)
+        if agent is None:
+            return
+        name = agent.name
+        self.diff_view.loading(name, agent.title)
+
+        async def fetch() -> None:
+            try:
+                self.diff_view.show(name, await self.client.call("WorktreeService.Diff", {"agent": name}))
+            except ServiceError as exc:
+                self.diff_view.failed(name, str(exc))
+
+        self.spawn(fetch())
+
+    def worktree_key(self, key: str) -> None:
+        """m: merge the shown agent's work, x: remove its worktree; each once confirmed."""
+        agent = self.model.agents.get(self.diff_view.agent)
+        if agent is None:
+            return
+        s, name = self.strings, agent.name
+        what = "merge" if key == "m" else "remove"
+        choices = [("n", s("confirm_no"), ""), ("y", s(f"{what}_yes"), "yes")]  # Enter: no
+
+        def done(result: dict[str, Any]) -> None:
+            if what == "merge":
+                self.say(s("merged", agent=agent.title, base=result["base"], commit=result["commit"][:12]))
+            else:
+                self.say(s("removed", agent=agent.title))
+            self.show_diff()
+
+        def answered(choice: str) -> None:
+            self.close_dialog()
+            if choice:
+                method = "WorktreeService.Merge" if what == "merge" else "WorktreeService.Remove"
+                self.spawn(self.client.call(method, {"agent": name}), done)
+
+        dialog = ChoiceDialog(s(f"{what}_title", agent=agent.title), s(f"{what}_text", agent=agent.title), choices, answered)
+        self._show_dialog("worktree", dialog, 64, 40)
 
     # -- dialogs -----------------------------------------------------------------------------
 
@@ -680,6 +772,9 @@ class ConsoleApp(Handlers):
 
     def ask_quit(self) -> None:
         busy = [a.title for a in self.model.agents.values() if a.working]
+        if self.client.attached:
+            self.ask_leave(busy)
+            return
         if not busy:
             self.finish(0)
             return
@@ -691,6 +786,41 @@ class ConsoleApp(Handlers):
                 self.finish(0)
 
         self._show_dialog("quit", ConfirmDialog(self.strings, self.strings("quit_title"), text, answered), 60, 30)
+
+    def ask_leave(self, busy: list[str]) -> None:
+        """Attached to a server: detach (the default: the server and its agents go on), stop the
+        server, or stay."""
+        s = self.strings
+        text = s("leave_text") + ("\n\n" + s("leave_busy", n=len(busy), names=", ".join(busy)) if busy else "")
+        choices = [("d", s("leave_detach"), "detach"), ("s", s("leave_shutdown"), "shutdown"), ("esc", s("leave_stay"), "")]
+
+        def answered(choice: str) -> None:
+            self.close_dialog()
+            if choice == "detach":
+                self.finish(0)
+            elif choice == "shutdown":
+                self.spawn(self.client.call("DeckService.Shutdown"), lambda _stopped: self.finish(0))
+
+        self._show_dialog("quit", ChoiceDialog(s("leave_title"), text, choices, answered), 64, 40)
+
+    def open_history(self) -> None:
+        """The selected agent's past conversations and a search over every agent's (`history.py`)."""
+        agent = self.model.agents.get(self.selected)
+        if agent is not None:
+            dialog = HistoryDialog(self.strings, self.client, self.spawn, agent.name, agent.title, self.reopen, self.close_dialog)
+            self._show_dialog("history", dialog)
+
+    def reopen(self, conversation_id: str) -> None:
+        """A stored conversation made its agent's current one again; the console shows that agent."""
+        self.close_dialog()
+
+        def opened(result: dict[str, Any]) -> None:
+            agent = self.model.agents.get(str(result.get("agent")))
+            if agent is not None:
+                self.select(agent.name)
+                self.say(self.strings("history_reopened", agent=agent.title))
+
+        self.spawn(self.client.call("ChatService.OpenConversation", {"id": conversation_id}), opened)
 
     def choose_file(self) -> asyncio.Future[str]:
         """The file picker; a future of the chosen path ("" if cancelled)."""

@@ -67,6 +67,14 @@ PALETTE = [
     ("dialog", "default", "dark gray"),
     ("dialog title", "bold,white", "dark blue"),
     ("focus", "black", "light cyan"),
+    # A command's own colours (SGR 30-37, 90-97), in a terminal box of a tool call.
+    *((f"sgr {name}", fg, "default") for name, fg in (
+        ("black", "dark gray"), ("red", "dark red"), ("green", "dark green"), ("yellow", "brown"),
+        ("blue", "dark blue"), ("magenta", "dark magenta"), ("cyan", "dark cyan"), ("white", "light gray"),
+        ("light black", "dark gray"), ("light red", "light red"), ("light green", "light green"),
+        ("light yellow", "yellow"), ("light blue", "light blue"), ("light magenta", "light magenta"),
+        ("light cyan", "light cyan"), ("light white", "white"),
+    )),  # fmt: skip
 ]
 
 #: The light theme: the dark theme's bright colours, which vanish on a light background, as their dark twins.

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import urwid
 
 from . import markdown
+from deck.tty import sgr_spans, terminal_text
+
 from .common import Clickable, LineBox, Text
 from .i18n import Strings
 from .model import AgentModel, MessageModel, Part
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
 
 INDENT = 2
 OUTPUT_LINES = 8
+#: The last lines of a command's output a tool call shows, until it is expanded (then all that is kept).
+TERMINAL_LINES = 10
 #: System messages the console words itself, in its language: the core's English text of them is not shown again.
 WORDED_CODES = ("agent-restarted", "agent-unavailable")
 PLAN_MARKS = {"completed": ("ok", "[x]"), "in_progress": ("status in_progress", "[~]"), "pending": ("dim", "[ ]")}
@@ -76,6 +80,9 @@ def tool_widgets(
         lines = output.splitlines()
         shown = "\n".join(lines[:OUTPUT_LINES]) + (f"\n… ({len(lines) - OUTPUT_LINES} more)" if len(lines) > OUTPUT_LINES else "")
         out.append(_pad(Text(("code", shown)), INDENT + 2))
+    for terminal in part.get("terminals") or []:
+        if isinstance(terminal, dict):
+            out += terminal_widgets(terminal, strings, show_diff, on_toggle)
     for diff in part.get("diffs") or []:
         if show_diff:
             rows = diff_lines(diff)
@@ -89,6 +96,33 @@ def tool_widgets(
             added, removed = diff_counts(diff)
             summary = strings("diff_hidden", path=diff.get("path", ""), added=added, removed=removed)
             out.append(_pad(Clickable(("diff hunk", summary), on_toggle), INDENT + 2))
+    return out
+
+
+def terminal_widgets(
+    terminal: dict[str, Any], strings: Strings, expanded: bool, on_toggle: Callable[[], None] | None
+) -> list[AbstractFlowWidget]:
+    """A command's live output in a tool call: its last TERMINAL_LINES lines (all that is kept when
+    expanded), in its own colours (SGR only; every other escape sequence is dropped), then how it ended."""
+    text = terminal_text(str(terminal.get("output") or ""), keep_sgr=True)
+    lines = text.split("\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    hidden = 0 if expanded else max(0, len(lines) - TERMINAL_LINES)
+    out: list[AbstractFlowWidget] = []
+    if hidden:
+        out.append(_pad(Clickable(("dim", "│ " + strings("terminal_hidden", n=hidden)), on_toggle), INDENT + 2))
+    markup: list[Any] = []
+    for i, line in enumerate(lines[hidden:]):
+        markup.append(("dim", ("\n" if i else "") + "│ "))
+        markup += [(f"sgr {colour}" if colour else "code", piece) for colour, _bold, piece in sgr_spans(line)]
+    if markup:
+        out.append(_pad(Text(markup), INDENT + 2))
+    status = terminal.get("exitStatus")
+    if isinstance(status, dict):
+        code, sig = status.get("exitCode"), status.get("signal")
+        words = strings("terminal_killed", signal=sig) if sig else strings("terminal_exited", code=code)
+        out.append(_pad(Text([("dim", "└ "), ("ok" if code == 0 else "error", words)]), INDENT + 2))
     return out
 
 

@@ -305,6 +305,30 @@ class ConfirmDialog(urwid.WidgetWrap):
         return None
 
 
+class ChoiceDialog(urwid.WidgetWrap):
+    """A question with a few answers `(key, label, value)`: a key picks its answer, Enter the focused
+    one (the first at first, so Enter takes the default); Esc, unless it is a choice's key, answers ""."""
+
+    def __init__(
+        self, title: str, text: str, choices: list[tuple[str, str, str]], on_answer: Callable[[str], None]
+    ) -> None:
+        self.on_answer = on_answer
+        self.keys = {key: value for key, _label, value in choices}
+        buttons = [Clickable(label, partial(on_answer, value), focusable=True) for _key, label, value in choices]
+        pile = urwid.Pile([Text(text), urwid.Divider(), *buttons])
+        pile.focus_position = 2
+        super().__init__(_box(urwid.Filler(pile, valign="top"), title))
+
+    def keypress(self, size: Any, key: str) -> str | None:
+        if key in self.keys:
+            self.on_answer(self.keys[key])
+        elif key == "esc":
+            self.on_answer("")
+        else:
+            super().keypress(size, key)
+        return None
+
+
 class FilePicker(urwid.WidgetWrap):
     """Browse directories and pick a file; `on_done(path)` with "" when cancelled."""
 

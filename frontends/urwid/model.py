@@ -24,8 +24,12 @@ from deck.events import (
     PermissionResolved,
     QuestionRequested,
     QuestionResolved,
+    TerminalExited,
+    TerminalOutput,
     TurnChanged,
     UsageChanged,
+    WorktreeChanged,
+    WorktreeOverlap,
     handles,
 )
 from deck.states import AgentState
@@ -33,6 +37,10 @@ from deck.states import AgentState
 ANNOUNCEMENTS = 20
 #: Stderr lines kept per agent: as many as `AgentService.Logs` returns.
 LOG_LINES = 200
+#: Messages looked through, newest first, for the tool part that shows a terminal's output.
+TERMINAL_SEARCH = 20
+#: A command's output kept on its tool part: the newest characters, as many as the core keeps.
+TERMINAL_TAIL = 16 * 1024
 #: The states in which an agent is at work: the panel's spinner turns, quitting asks first.
 WORKING = frozenset({AgentState.STARTING.value, AgentState.BUSY.value})
 
@@ -108,6 +116,10 @@ class AgentModel:
     announcements: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=ANNOUNCEMENTS))
     #: Requesters currently talking to this agent, by ticket id.
     asks: dict[str, str] = field(default_factory=dict)
+    #: Files its worktree changes against its base (None: no worktree seen), and those of them
+    #: another agent's worktree changes too.
+    changed_files: int | None = None
+    overlaps: set[str] = field(default_factory=set)
 
     def set_info(self, info: dict[str, Any]) -> None:
         self.title = str(info.get("title") or self.name)
@@ -206,6 +218,14 @@ class Model(Handlers):
         agent.usage = dict(snapshot.get("usage") or {"used": 0, "size": 0})
         self.changes.roster = True
 
+    def set_worktrees(self, rows: list[dict[str, Any]]) -> None:
+        """The changed files of each agent's worktree, as `WorktreeService.List` has them."""
+        for row in rows:
+            agent = self.agents.get(str(row.get("agent")))
+            if agent is not None and isinstance(row.get("changedFiles"), int):
+                agent.changed_files = row["changedFiles"]
+                self.changes.agents.add(agent.name)
+
     def pending(self) -> list[tuple[str, dict[str, Any]]]:
         """Every pending ask as ("permission" | "question", payload): agents in config order,
         each agent's in the order asked."""
@@ -254,6 +274,25 @@ class Model(Handlers):
         message.delta(int(e.index), str(e.kind), e.text, e.part)
         self.changes.message(agent.name, message.id)
 
+    @handles(TerminalOutput, TerminalExited)
+    def _terminal(self, e: TerminalOutput | TerminalExited) -> None:
+        """A command's output or end, on the tool part that embeds its terminal (if one does yet: else
+        the part brings what came so far when it arrives)."""
+        agent = self._agent(e.agent)
+        if agent is None:
+            return
+        for message in reversed(agent.messages[-TERMINAL_SEARCH:]):
+            for part in message.parts:
+                entries = part.data.get("terminals") if part.type == "tool" else None
+                if not isinstance(entries, list) or not any(
+                    isinstance(t, dict) and t.get("terminalId") == e.terminal_id for t in entries
+                ):
+                    continue
+                # A new dict: in the same process the old one may be the core's own.
+                part.data = {**part.data, "terminals": [_with(t, e) for t in entries]}
+                self.changes.message(agent.name, message.id)
+                return
+
     @handles(TurnChanged)
     def _turn_changed(self, e: TurnChanged) -> None:
         agent = self._agent(e.agent)
@@ -283,6 +322,26 @@ class Model(Handlers):
             self.changes.agents.add(agent.name)
             self.changes.asks = True
 
+    @handles(WorktreeChanged)
+    def _worktree_changed(self, e: WorktreeChanged) -> None:
+        agent = self._agent(e.agent)
+        if agent is not None:
+            agent.changed_files = int(e.changed_files)
+            self.changes.agents.add(agent.name)
+
+    @handles(WorktreeOverlap)
+    def _worktree_overlap(self, e: WorktreeOverlap) -> None:
+        """Each agent's set of shared files: `file` in it for the agents named, out of it for the others."""
+        shared = len(e.agents) >= 2
+        for agent in self.agents.values():
+            if shared and agent.name in e.agents:
+                agent.overlaps.add(str(e.file))
+            elif str(e.file) in agent.overlaps:
+                agent.overlaps.discard(str(e.file))
+            else:
+                continue
+            self.changes.agents.add(agent.name)
+
     @handles(AgentAnnouncement)
     def _agent_announcement(self, e: AgentAnnouncement) -> None:
         requester = self._agent(e.requester)
@@ -302,3 +361,12 @@ class Model(Handlers):
             target.asks.pop(str(e.ticket_id), None)
         self.changes.agents.add(target.name)
         self.changes.announcements.add(target.name)
+
+
+def _with(entry: Any, e: TerminalOutput | TerminalExited) -> Any:
+    """A terminal entry of a tool part with the event's output or exit status in it."""
+    if not isinstance(entry, dict) or entry.get("terminalId") != e.terminal_id:
+        return entry
+    if isinstance(e, TerminalOutput):
+        return {**entry, "output": (str(entry.get("output") or "") + str(e.text))[-TERMINAL_TAIL:]}
+    return {**entry, "exitStatus": e.exit_status}

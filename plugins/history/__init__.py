@@ -46,14 +46,37 @@ class HistorySettings(BaseModel):
     )
 
 
-#: id(deck) → its recorder, while the deck runs with history on.
-_recorders: dict[int, Recorder] = {}
+#: The name this deck's `History` is registered under in its plugin manager.
+PER_DECK = "history.deck"
+
+
+class History:
+    """One deck's recording: a plugin of its own, registered with that deck's plugin manager at
+    start while history is on, and gone at shutdown."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    @hookimpl
+    def deck_event(self, event: Event) -> None:
+        if type(event) is ConversationReset:
+            follow(self.recorder, event)
+        self.recorder.on_event(event)
+
+    @hookimpl
+    async def deck_shutdown(self) -> None:
+        deck = self.recorder.deck
+        deck.chat.history = None
+        try:
+            await self.recorder.close()
+        finally:
+            deck.pm.unregister(self)
 
 
 def recorder_of(deck: Deck) -> Recorder | None:
     """The deck's recorder: None before start, after shutdown, or while history is off."""
-    recorder = _recorders.get(id(deck))
-    return recorder if recorder is not None and recorder.deck is deck else None
+    plugin = deck.pm.get_plugin(PER_DECK)
+    return plugin.recorder if isinstance(plugin, History) else None
 
 
 @hookimpl
@@ -82,7 +105,7 @@ async def deck_startup(deck: Deck) -> None:
         deck.spawn(report_when_shown(deck, "deck_startup", f"history is off: {e.reason}"), "history: unavailable")
         return
     recorder = Recorder(deck, store, current["path"])
-    _recorders[id(deck)] = recorder
+    deck.pm.register(History(recorder), name=PER_DECK)
     deck.chat.history = StoredConversations(recorder)  # ChatService.History, Search, OpenConversation
     await restore_latest(deck, recorder, settings.keep)
     recorder.prune(settings.keep)
@@ -117,26 +140,6 @@ async def restore_latest(deck: Deck, recorder: Recorder, keep: float) -> None:
             continue
         recorder.continue_conversation(name, stored)  # first: a message the restore finishes goes there
         deck.chat.conversations.restore(name, stored)
-
-
-@hookimpl
-def deck_event(deck: Deck, event: Event) -> None:
-    recorder = _recorders.get(id(deck))
-    if recorder is not None and recorder.deck is deck:
-        if type(event) is ConversationReset:
-            follow(recorder, event)
-        recorder.on_event(event)
-
-
-@hookimpl
-async def deck_shutdown(deck: Deck) -> None:
-    recorder = recorder_of(deck)
-    if recorder is not None:
-        deck.chat.history = None
-        try:
-            await recorder.close()
-        finally:
-            del _recorders[id(deck)]
 
 
 @hookimpl

@@ -296,6 +296,16 @@ class Recorder:
         session_id, title = stored.get("sessionId"), stored.get("title")
         self._stored[cid] = _Stored(session_id if isinstance(session_id, str) else None, user_title=title or None)
 
+    def start_conversation(self, agent: str, session_id: str) -> str:
+        """A new stored conversation for the agent's own session `session_id` (one it kept, opened
+        in deck), made the agent's current one: its replayed messages go there."""
+        stored = _Stored(session_id)
+        cid = self.writer.new_conversation(self.config, agent, session_id)
+        self.current[agent] = cid
+        self._stored[cid] = stored
+        self._early_titles.pop(agent, None)
+        return cid
+
     def _agent_title(self, agent: str, title: Any) -> None:
         title = title.strip() or None if isinstance(title, str) else None
         cid = self.current.get(agent)

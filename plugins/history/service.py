@@ -48,6 +48,9 @@ class StoredConversations:
     def continue_conversation(self, agent: str, stored: dict[str, Any]) -> None:
         self.recorder.continue_conversation(agent, stored)
 
+    def start_conversation(self, agent: str, session_id: str) -> str:
+        return self.recorder.start_conversation(agent, session_id)
+
     async def _read(self, read: Callable[[], T]) -> T:
         from .store import HistoryUnavailable
 

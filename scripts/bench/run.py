@@ -20,17 +20,29 @@ Benchmarks and targets:
                 (the bare FTS5 query of the same words is measured beside it as the floor)
     startup     a process that imports deck's core, then opens a history of 10,000 conversations
                 and reads 10 agents' latest: ÷ the import alone ≤ 1.2 (open+latest in ms beside it)
+    attach      spawn of `deck attach --frontend=jsonl` → its answer to `DeckService.Snapshot`, from a
+                running `deck serve`: ≤ 150 ms (`python -c pass` and `deck --version` beside it)
+    socket      the throughput prompt through a server to one attached jsonl client, from the client's
+                start to its exit (the server started before): ÷ floor ≤ 1.6 (`deck run` beside it)
+    clients     the server's CPU time while one prompt of the throughput's streams to 4 attached
+                jsonl clients ÷ the same with 1 client ≤ 1.5
+    flood       an agent's command prints 50 MB through a deck terminal as fast as it can while 3
+                agents stream 500 chunks/s each: deck's RSS growth ≤ 40 MB; their p99 chunk latency
+                is measured beside the same run without the flood ("quiet")
 
 The history database of search and startup is built once (a few minutes) and kept in
-$TMPDIR/deck-bench-history/ for later runs; delete that folder to rebuild it.
+$TMPDIR/deck-bench-history/ for later runs, rebuilt when the file's schema version
+(`PRAGMA user_version`) is not the store's; delete that folder to rebuild it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -46,6 +58,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 PRODUCER = HERE / "producer.py"
 FAKE_AGENT = ROOT / "tests" / "agents" / "fake_agent.py"
+TERMINAL_AGENT = ROOT / "tests" / "agents" / "terminal_agent.py"
 PY = sys.executable
 DECK = [PY, "-m", "deck.cli"]
 #: The options of the "off" runs measured beside deck's default: no history plugin.
@@ -229,6 +242,62 @@ def _rss_growth(cfg: Path, options: tuple[str, ...]) -> float:
     return grown
 
 
+def bench_flood(rounds: int, agents: int = 3, rate: int = 500, seconds: float = 4.0, megabytes: int = 50) -> dict[str, list[float]]:
+    count = int(rate * seconds)
+    names = [f"a{i}" for i in range(agents)]
+    cfg = config(
+        {**{n: [PY, str(PRODUCER), str(count), "48", str(rate)] for n in names}, "flood": [PY, str(TERMINAL_AGENT)]},
+        f"[limits]\nmaxRunningAgents = {agents + 1}\n",
+    )
+    code = f"import sys; w = sys.stdout.buffer.write; line = b'x' * 1023 + b'\\n'\nfor _ in range({megabytes * 1024}): w(line)"
+    # No terminal/output: the agent's own answer would carry its 1 MiB (an agent's big chunk, not the flood).
+    steps = [["terminal/create", {"command": PY, "args": ["-c", code]}, "t"], ["terminal/wait_for_exit", {"terminalId": "$t"}],
+             ["terminal/release", {"terminalId": "$t"}]]  # fmt: skip
+    flood = json.dumps({"steps": steps})
+    runs: dict[str, list[float]] = {"RSS growth MB": [], "p99 ms": [], "quiet p99 ms": [], "flood s": [], "live events": []}
+    for n in range(rounds):
+        for flooded in (True, False) if n % 2 == 0 else (False, True):
+            proc = started_deck(cfg, [*names, "flood"])
+            assert proc.stdin and proc.stdout
+            me = psutil.Process(proc.pid)
+            before, peak, done = me.memory_info().rss, [0], threading.Event()
+
+            def sample() -> None:
+                while not done.wait(0.02):
+                    try:
+                        peak[0] = max(peak[0], me.memory_info().rss)
+                    except psutil.Error:  # deck has exited
+                        return
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            started = time.perf_counter()
+            if flooded:
+                proc.stdin.write(request(99, "ChatService.Send", agent="flood", text=flood))
+            for i, name in enumerate(names):
+                proc.stdin.write(request(100 + i, "ChatService.Send", agent=name, text="go"))
+            proc.stdin.close()
+            delays: list[float] = []
+            live = 0
+            for line in proc.stdout:
+                now = time.time()
+                if b'"message:delta"' in line and b'"agent":"flood"' not in line:
+                    delays.append((now - float(json.loads(line)["text"].split("|", 1)[0])) * 1000)
+                elif b'"terminal:output"' in line:
+                    live += 1
+                elif flooded and b'"terminal:exited"' in line:
+                    runs["flood s"].append(time.perf_counter() - started)
+            proc.wait()
+            done.set()
+            sampler.join()
+            delays.sort()
+            runs["p99 ms" if flooded else "quiet p99 ms"].append(delays[int(len(delays) * 0.99)])
+            if flooded:
+                runs["RSS growth MB"].append((peak[0] - before) / 2**20)
+                runs["live events"].append(live)
+    return runs
+
+
 def bench_mcp(rounds: int, spawns: int = 5) -> dict[str, list[float]]:
     """Some agents drop an MCP server that takes about a second to answer `initialize`."""
     from deck.plugins.announcements.bridge import SERVER_MODULE
@@ -276,7 +345,7 @@ def history_db(conversations: int = 10_000, per_conversation: int = 100) -> Path
     key = hashlib.sha256(sources).hexdigest()[:12]
     folder = Path(tempfile.gettempdir()) / "deck-bench-history"
     path = folder / f"v{store.SCHEMA_VERSION}-{conversations}x{per_conversation}-{key}.db"
-    if not path.exists():
+    if schema_of(path) != store.SCHEMA_VERSION:  # missing, cut short, or of another schema whatever its name
         folder.mkdir(mode=0o700, exist_ok=True)
         for stale in folder.iterdir():  # an older build or one cut short
             stale.unlink()
@@ -286,6 +355,17 @@ def history_db(conversations: int = 10_000, per_conversation: int = 100) -> Path
         print(f"built in {seconds:.0f} s", file=sys.stderr, flush=True)
         partial.rename(path)
     return path
+
+
+def schema_of(path: Path) -> int | None:
+    """The schema version a history database file says it has (`PRAGMA user_version`); None without a usable file."""
+    if not path.exists():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            return int(db.execute("PRAGMA user_version").fetchone()[0])
+    except sqlite3.Error:
+        return None
 
 
 def bench_search(rounds: int, repeat: int = 5) -> dict[str, list[float]]:
@@ -344,6 +424,134 @@ def bench_startup(rounds: int) -> dict[str, list[float]]:
     return runs
 
 
+def bench_attach(rounds: int, spawns: int = 5) -> dict[str, list[float]]:
+    cfg = config({"a": [PY, str(FAKE_AGENT)]})
+    runs: dict[str, list[float]] = {"python -c pass ms": [], "deck --version ms": [], "attach ms": []}
+    snapshot = request(1, "DeckService.Snapshot")
+    for _ in range(rounds):
+        server, env = served(cfg)
+        try:
+            for _ in range(spawns):
+                runs["python -c pass ms"].append(1000 * timed([PY, "-c", "pass"]))
+                runs["deck --version ms"].append(1000 * timed([*DECK, "--version"]))
+                started = time.perf_counter()
+                client = attached(env, snapshot)
+                _read_until(client, lambda e: e.get("id") == 1 and "result" in e)
+                runs["attach ms"].append(1000 * (time.perf_counter() - started))
+                _detach(client)
+        finally:
+            _stop(server)
+    return runs
+
+
+def bench_socket(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, list[float]]:
+    cfg = config({"bench": [PY, str(PRODUCER), str(count), str(size)]})
+    send = request(1, "ChatService.Send", agent="bench", text="go")
+    runs: dict[str, list[float]] = {"floor": [], "deck run": [], "socket": []}
+    for _ in range(rounds):
+        runs["floor"].append(timed([PY, str(HERE / "floor.py"), str(count), str(size)]))
+        runs["deck run"].append(timed([*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], send, deck_env()))
+        server, env = served(cfg)
+        try:
+            started = time.perf_counter()
+            client = attached(env, send)
+            _read_to_turn_end(client)
+            _detach(client)
+            runs["socket"].append(time.perf_counter() - started)
+        finally:
+            _stop(server)
+    return runs
+
+
+def bench_clients(rounds: int, count: int = 200_000, size: int = 32, many: int = 4) -> dict[str, list[float]]:
+    cfg = config({"bench": [PY, str(PRODUCER), str(count), str(size)]})
+    runs: dict[str, list[float]] = {"1 client s": [], f"{many} clients s": []}
+    for n in range(rounds):
+        for clients in (1, many) if n % 2 == 0 else (many, 1):
+            runs[f"{clients} client{'s' if clients > 1 else ''} s"].append(_server_cpu(cfg, clients))
+    return runs
+
+
+def _server_cpu(cfg: Path, count: int) -> float:
+    """The server's CPU seconds (user + system) while agent `bench` answers one prompt, streamed to
+    `count` attached jsonl clients; each client's stdout is read to the end of the turn."""
+    server, env = served(cfg)
+    try:
+        # The agent runs, and every client is attached (it has answered a first request).
+        first = [request(1, "AgentService.Start", name="bench")] + [request(1, "DeckService.Clients")] * (count - 1)
+        clients = [attached(env, line) for line in first]
+        for client in clients:
+            _read_until(client, lambda e: e.get("id") == 1 and "result" in e)
+        me = psutil.Process(server.pid)
+        readers = [threading.Thread(target=_read_to_turn_end, args=(c,)) for c in clients]
+        before = me.cpu_times()
+        for reader in readers:
+            reader.start()
+        assert clients[0].stdin
+        clients[0].stdin.write(request(2, "ChatService.Send", agent="bench", text="go"))
+        clients[0].stdin.flush()
+        for reader in readers:
+            reader.join()
+        after = me.cpu_times()
+        for client in clients:
+            _detach(client)
+        return (after.user + after.system) - (before.user + before.system)
+    finally:
+        _stop(server)
+
+
+def served(cfg: Path, name: str = "bench") -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """`deck serve --name NAME` of `cfg`, once it listens; and the environment of its clients (its
+    socket in a folder of its own)."""
+    env = deck_env()
+    env["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="dk-")  # short: a socket path has at most 107 bytes
+    ready, ready_w = os.pipe()
+    server = subprocess.Popen(
+        [*DECK, "serve", "--config", str(cfg), "--name", name, "--ready-fd", str(ready_w)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, pass_fds=(ready_w,),
+    )  # fmt: skip
+    os.close(ready_w)
+    with os.fdopen(ready, "rb") as f:
+        if f.read(6) != b"ready\n":
+            raise RuntimeError(f"deck serve ended: exit {server.wait()}")
+    return server, env
+
+
+def attached(env: dict[str, str], stdin: bytes, name: str = "bench") -> subprocess.Popen[bytes]:
+    """`deck attach NAME --frontend=jsonl`, `stdin` written to it (its stdin stays open: its end detaches)."""
+    client = subprocess.Popen(
+        [*DECK, "attach", name, "--frontend=jsonl"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    assert client.stdin
+    if stdin:
+        client.stdin.write(stdin)
+        client.stdin.flush()
+    return client
+
+
+def _read_to_turn_end(client: subprocess.Popen[bytes]) -> None:
+    """Read `client`'s lines up to the end of a turn, searched and never decoded: the reader's cost
+    stays out of the way of what is measured (on two cores, it would compete with deck)."""
+    assert client.stdout
+    for line in client.stdout:
+        if b'"turn:changed"' in line and b'"busy":false' in line:
+            return
+    raise RuntimeError("deck attach ended early")
+
+
+def _detach(client: subprocess.Popen[bytes]) -> None:
+    assert client.stdin and client.stdout
+    client.stdin.close()
+    client.stdout.read()
+    if client.wait() != 0:
+        raise RuntimeError(f"deck attach ended with exit {client.returncode}")
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    server.send_signal(signal.SIGTERM)
+    server.wait()
+
+
 def _read_until(proc: subprocess.Popen[bytes], done) -> None:
     assert proc.stdout
     for line in proc.stdout:
@@ -364,6 +572,10 @@ BENCHES = {
     "mcp": (bench_mcp, ("initialize ms", None, 150.0)),
     "search": (bench_search, ("search p95 ms", None, 50.0)),
     "startup": (bench_startup, ("with history", "without history", 1.2)),
+    "attach": (bench_attach, ("attach ms", None, 150.0)),
+    "socket": (bench_socket, ("socket", "floor", 1.6)),
+    "clients": (bench_clients, ("4 clients s", "1 client s", 1.5)),
+    "flood": (bench_flood, ("RSS growth MB", None, 40.0)),
 }
 #: Ratios printed for information: (measure, peer it is compared with).
 RATIOS = {
@@ -372,6 +584,9 @@ RATIOS = {
     "memory": [("RSS growth MB", "off RSS growth MB")],
     "mcp": [("initialize ms", "python -c pass ms")],
     "search": [("search p50 ms", "floor p50 ms")],
+    "attach": [("attach ms", "deck --version ms")],
+    "socket": [("deck run", "floor"), ("socket", "deck run")],
+    "flood": [("p99 ms", "quiet p99 ms")],
 }
 SLOW = {"idle", "stop"}
 

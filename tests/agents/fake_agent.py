@@ -15,7 +15,10 @@ succeeded; then an unknown method id is refused, and an `env_var` method needs i
 ids then name the process), --requests FILE (each request deck sends appended to FILE, a JSON line),
 --resume (lists sessionCapabilities.resume; session/resume of a session in FILE answers {}),
 --refuse-resume (lists it too, and answers session/resume with an error),
---load (lists loadSession; session/load replays each prompt of the session and its echo as updates).
+--resume-replays (lists it too, and session/resume replays like --load, then names its commands),
+--load (lists loadSession; session/load replays each prompt of the session and its echo as updates),
+--list (lists sessionCapabilities.list; session/list answers the sessions in FILE, two a page, titled
+with their first prompt; --list-pages-forever: every page has a nextCursor, a new one each time).
 
 Prompt commands (first word): `stream N` (N chunks), `slow` (a chunk every 50 ms
 until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7),
@@ -75,6 +78,9 @@ parser.add_argument("--requests")
 parser.add_argument("--resume", action="store_true")
 parser.add_argument("--refuse-resume", action="store_true")
 parser.add_argument("--load", action="store_true")
+parser.add_argument("--resume-replays", action="store_true")
+parser.add_argument("--list", action="store_true")
+parser.add_argument("--list-pages-forever", action="store_true")
 args = parser.parse_args()
 
 lock = threading.Lock()
@@ -380,6 +386,13 @@ def call_mcp_tool(sid: str, tool: str, arguments: dict) -> dict:
                 proc.kill()
 
 
+def replay(sid: str) -> None:
+    """--load: each prompt of the session and its echo, as updates."""
+    for text in remembered().get(sid, []) if args.sessions else []:
+        update(sid, {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": text}})
+        chunk(sid, f"You said: {text}")
+
+
 def set_option(sid: str, config_id: str, value) -> None:
     for option in options.get(sid, []):
         if option["id"] == config_id:
@@ -415,10 +428,12 @@ def handle(msg: dict) -> None:
             out.write(b"this is not json\n{\"also\": broken\n[1,2,3]\n")
             out.flush()
         caps: dict = {}
-        if args.resume or args.refuse_resume:
+        if args.resume or args.refuse_resume or args.resume_replays:
             caps["sessionCapabilities"] = {"resume": {}}
         if args.load:
             caps["loadSession"] = True
+        if args.list or args.list_pages_forever:
+            caps.setdefault("sessionCapabilities", {})["list"] = {}
         send({"id": rid, "result": {"protocolVersion": args.protocol, "agentCapabilities": caps,
                                     "authMethods": args.auth_methods}})
     elif method == "authenticate":
@@ -432,17 +447,26 @@ def handle(msg: dict) -> None:
         print(f"authenticated with {params.get('methodId')}", file=sys.stderr, flush=True)
     elif method == "session/new" and args.require_auth and not authenticated:
         send({"id": rid, "error": {"code": -32000, "message": "Authentication required"}})
+    elif method == "session/resume" and args.resume_replays:
+        replay(params.get("sessionId"))
+        update(params.get("sessionId"), {"sessionUpdate": "available_commands_update",
+                                         "availableCommands": [{"name": "resumed", "description": "after a resume"}]})
+        send({"id": rid, "result": {}})
     elif method == "session/resume" and (args.resume or args.refuse_resume):
         if args.refuse_resume or (args.sessions and params.get("sessionId") not in remembered()):
             send({"id": rid, "error": {"code": -32002, "message": "Resource not found", "data": "no such session"}})
         else:
             send({"id": rid, "result": {}})
     elif method == "session/load" and args.load:
-        sid = params.get("sessionId")
-        for text in remembered().get(sid, []) if args.sessions else []:
-            update(sid, {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": text}})
-            chunk(sid, f"You said: {text}")
+        replay(params.get("sessionId"))
         send({"id": rid, "result": {}})
+    elif method == "session/list" and (args.list or args.list_pages_forever):
+        start = int(params.get("cursor") or 0)
+        listed = list(remembered().items()) if args.sessions else []
+        page = [{"sessionId": sid, "cwd": params.get("cwd") or os.getcwd(), "title": prompts[0] if prompts else None,
+                 "updatedAt": "2026-01-01T00:00:00Z"} for sid, prompts in listed[start:start + 2]]
+        more = args.list_pages_forever or start + 2 < len(listed)
+        send({"id": rid, "result": {"sessions": page, **({"nextCursor": str(start + 2)} if more else {})}})
     elif method == "session/new":
         sid = f"s{os.getpid()}-{next(ids)}" if args.sessions else f"s{next(ids)}"
         mcp_servers[sid] = params.get("mcpServers") or []

@@ -1,0 +1,269 @@
+"""The client of a deck server (`deck attach`): `deck.client.Client` over the server's Unix socket.
+
+A call writes its request line at once and its future waits for the response of that id;
+event lines are rebuilt as their classes (`deck.events.from_wire`) and given to the
+listeners in the server's order. Leaving (`end_of_input`, `close`) only detaches: the
+server, its agents and their turns go on; `DeckService.Shutdown` is what stops it.
+
+Should the server go away, every call waiting fails, and `ended` says so: `run_attached`
+then ends the frontend and says "the deck server NAME went away".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from .acp import LineFramer, decode_line
+from .client import Client, Listener, service_error
+from .errors import INTERNAL_ERROR, ExitCode, ServiceError
+from .events import from_wire
+from .frontend import Frontend
+from .server import DEFAULT_NAME, NoServer, ServerError, open_dir, running, socket_path
+from .wire import encode, to_bytes
+
+log = logging.getLogger(__name__)
+
+#: How long `close` waits for the socket to take what was written before it.
+CLOSE_SECONDS = 2.0
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class SocketClient(Client, asyncio.Protocol):
+    """A client of the deck server `name` (or of the socket at `path`)."""
+
+    attached = True
+
+    def __init__(self, name: str, path: Path | None = None) -> None:
+        self.name = name
+        self.path = path or socket_path(name)
+        self._listeners: list[Listener] = []
+        self._calls: dict[int, asyncio.Future[Any]] = {}
+        self._next_id = 0
+        self._transport: asyncio.Transport | None = None
+        self._framer = LineFramer(self._line, self._overflow)
+        self._closing = False
+        #: Set once the client is done: the exit code asked (`request_exit`), or 1 when the server went away.
+        self.ended: asyncio.Future[int] | None = None
+        #: Why the connection ended when nobody closed it ("" while it stands, or after `close`).
+        self.gone = ""
+        self._lost: asyncio.Future[None] | None = None
+
+    # -- connecting ------------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Reach the server; a NoServer or ServerError with one clear line when there is none."""
+        loop = asyncio.get_running_loop()
+        self.ended = loop.create_future()
+        self._lost = loop.create_future()
+        if self.path == socket_path(self.name):
+            try:
+                os.close(open_dir(create=False))  # the folder must be the user's own: no server planted by another
+            except NoServer:
+                raise self._no_server() from None
+        try:
+            await loop.create_unix_connection(lambda: self, str(self.path))
+        except FileNotFoundError:
+            raise self._no_server() from None
+        except ConnectionRefusedError:
+            raise self._no_server("its socket is stale") from None
+        except OSError as exc:
+            raise ServerError(f"cannot reach the deck server {self.name} at {self.path}: {exc.strerror or exc}") from None
+
+    def _no_server(self, why: str = "") -> NoServer:
+        option = "" if self.name == DEFAULT_NAME else f" --name {self.name}"
+        where = f"{why}: {self.path}" if why else f"no socket at {self.path}"
+        return NoServer(f"no deck server named {self.name} is running ({where}): start one with `deck serve{option}`")
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        # Nothing is read until the frontend listens or calls: the lines wait in the socket, and the
+        # first events (its own `clients:changed`) are not given to nobody.
+        transport.pause_reading()
+
+    def _read(self) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_reading() and not transport.is_closing():
+            transport.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        self._framer.feed(data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        if not self._closing and not self.gone:
+            self.gone = f"the deck server {self.name} went away"
+        error = self.gone or f"detached from the deck server {self.name}"
+        calls, self._calls = self._calls, {}
+        for future in calls.values():
+            if not future.done():
+                future.set_exception(service_error(INTERNAL_ERROR, error))
+        if self._lost is not None and not self._lost.done():
+            self._lost.set_result(None)
+        if self.gone:
+            self.request_exit(ExitCode.ERROR)
+
+    # -- lines in --------------------------------------------------------------------------------
+
+    def _line(self, raw: bytes) -> None:
+        try:
+            message = decode_line(raw.decode(errors="replace"))
+        except ValueError as exc:
+            log.warning("the deck server %s sent a line that is not JSON: %s", self.name, exc)
+            return
+        if not isinstance(message, dict):
+            return
+        if "event" in message:
+            try:
+                event = from_wire(message)
+            except (ValueError, TypeError) as exc:
+                log.warning("the deck server %s sent a bad event: %s", self.name, exc)
+                return
+            for listener in tuple(self._listeners):
+                try:
+                    listener(event)
+                except Exception:
+                    log.exception("event listener failed")
+            return
+        request_id = message.get("id")
+        future = self._calls.pop(request_id, None) if isinstance(request_id, int) else None
+        if future is None:
+            error = message.get("error")
+            if isinstance(error, dict) and request_id is None:  # about no request of ours: refused, a bad line
+                text = str(error.get("message"))
+                log.warning("the deck server %s: %s", self.name, text)
+                if text.startswith("refused"):
+                    self.gone = f"the deck server {self.name} {text.replace(':', ' this client:', 1)}"
+            return
+        if future.done():
+            return
+        error = message.get("error")
+        if isinstance(error, dict):
+            code = error.get("code")
+            future.set_exception(service_error(code if isinstance(code, int) else INTERNAL_ERROR, str(error.get("message"))))
+        else:
+            future.set_result(message.get("result"))
+
+    def _overflow(self, size: int) -> None:
+        log.warning("the deck server %s sent a line of %d bytes: skipped", self.name, size)
+
+    # -- the Client --------------------------------------------------------------------------------
+
+    def call(self, method: str, params: Any = None) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            future.set_exception(service_error(INTERNAL_ERROR, self.gone or f"not attached to the deck server {self.name}"))
+            return future
+        self._next_id += 1
+        request: dict[str, Any] = {"jsonrpc": "2.0", "id": self._next_id, "method": method}
+        if params is not None:
+            request["params"] = params
+        self._calls[self._next_id] = future
+        transport.write(to_bytes([encode(request)]))
+        self._read()
+        return future
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+        self._read()
+
+    def unsubscribe(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    async def end_of_input(self, *, drain: bool = True) -> None:
+        """The user is gone: the server goes on with what it was asked, answered by its other clients."""
+
+    async def close(self) -> None:
+        """Detach, once what was written has gone out; the server goes on."""
+        self._closing = True
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.close()
+        if self._lost is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_SECONDS):
+                    await asyncio.shield(self._lost)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def request_exit(self, code: int) -> None:
+        if self.ended is not None and not self.ended.done():
+            self.ended.set_result(code)
+
+
+async def run_attached(client: SocketClient, frontend_cls: type[Frontend], **options: Any) -> int:
+    """Run `frontend_cls` against the server `client` reaches until it is done, a signal comes, or the
+    server goes away (then a line on stderr says so and the exit code is 1). Leaving detaches."""
+    loop = asyncio.get_running_loop()
+    await client.connect()
+    assert client.ended is not None
+    for sig in SIGNALS:
+        loop.add_signal_handler(sig, client.request_exit, 128 + sig)
+    code: int
+    try:
+        frontend = frontend_cls(client, **options)
+        front = loop.create_task(frontend.run(), name="frontend")
+        await asyncio.wait({front, client.ended}, return_when=asyncio.FIRST_COMPLETED)
+        interrupted = not front.done()
+        if interrupted:
+            front.cancel()
+        (result,) = await asyncio.gather(front, return_exceptions=True)
+        if client.gone:
+            code = ExitCode.ERROR
+        elif interrupted:
+            code = client.ended.result()
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            code = client.ended.result() if client.ended.done() else result
+    finally:
+        for sig in SIGNALS:
+            loop.remove_signal_handler(sig)
+        await client.close()
+    if client.gone:
+        with contextlib.suppress(OSError):
+            sys.stderr.write(f"deck: {client.gone}\n")
+            sys.stderr.flush()
+    return code
+
+
+#: How long `deck ls` waits for each server's answer.
+ASK_SECONDS = 5.0
+_RUNNING = frozenset({"starting", "ready", "busy"})
+
+
+async def describe_servers() -> list[dict[str, Any]]:
+    """`deck ls`: each running server's registration, with its agents (running, busy) and clients,
+    as it answers now (None where it does not answer)."""
+    rows = []
+    for known in running():
+        row: dict[str, Any] = {**known.to_dict(), "agents": None, "running": None, "busy": None, "clients": None}
+        client = SocketClient(known.name)
+        try:
+            async with asyncio.timeout(ASK_SECONDS):
+                await client.connect()
+                agents = await client.call("AgentService.List")
+                clients = await client.call("DeckService.Clients")
+        except (ServerError, ServiceError, TimeoutError) as exc:
+            log.warning("the deck server %s does not answer: %s", known.name, exc)
+        else:
+            states = [agent.get("state") for agent in agents]
+            row["agents"] = len(states)
+            row["running"] = sum(1 for state in states if state in _RUNNING)
+            row["busy"] = states.count("busy")
+            row["clients"] = sum(1 for c in clients if c.get("pid") != os.getpid())  # not this one
+        finally:
+            await client.close()
+        rows.append(row)
+    return rows

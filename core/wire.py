@@ -1,0 +1,124 @@
+"""The jsonl bridge's wire, wherever it runs: events out as JSON lines, JSON-RPC 2.0 requests in.
+
+One encoder and one request reader for every end of it: the jsonl frontend on stdin/stdout,
+the server on its socket (`deck.server`), and the socket client (`deck.remote`), so the lines
+are the same bytes whichever process writes them.
+
+Every line is strict JSON (RFC 8259, what JavaScript's JSON.parse reads): input is decoded
+by `decode_line` (non-finite numbers read as null, nesting bounded), the encoder refuses NaN
+and Infinity, and a lone surrogate goes out as its JSON escape (`\\ud800`, `to_bytes`), so the
+bytes are valid UTF-8.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from json.encoder import encode_basestring
+from typing import TYPE_CHECKING, Any
+
+from .acp import TooDeep, decode_line
+from .errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, ServiceError
+from .events import Event, MessageDelta
+
+if TYPE_CHECKING:
+    from .client import Client
+
+__all__ = ["RequestReader", "encode", "encode_event", "error_line", "to_bytes"]
+
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+_str = encode_basestring  # a str as a JSON string, as _dumps writes it
+_DELTA = '{"event":"message:delta","seq":%d,"agent":%s,"messageId":%s,"index":%d,"kind":%s,"text":%s}'
+
+
+def _null(name: str) -> None:
+    return None  # NaN, Infinity, -Infinity: JSON has no such values
+
+
+def encode(obj: Any) -> str:
+    """`obj` as one line of strict JSON (no newline); a value JSON has no form for goes as text,
+    NaN and Infinity as null."""
+    try:
+        return _dumps(obj)
+    except (TypeError, ValueError):
+        return _dumps(json.loads(json.dumps(obj, default=str), parse_constant=_null))
+
+
+def encode_event(event: Event) -> str:
+    """The wire line of `event` (no newline): `{"event": NAME, "seq": N, ...payload}`."""
+    if type(event) is MessageDelta and event.text is not None:
+        # The hot path (one event per streamed chunk): the same line as the generic
+        # encoding below, without building a dict per chunk.
+        agent, message_id, kind = _str(event.agent), _str(event.message_id), _str(event.kind)
+        return _DELTA % (event.seq, agent, message_id, event.index, kind, _str(event.text))
+    return encode({"event": event.name, "seq": event.seq, **event.payload()})
+
+
+def to_bytes(lines: list[str]) -> bytes:
+    """`lines` as the bytes written, each ended by a newline; a lone surrogate as its JSON escape."""
+    return ("\n".join(lines) + "\n").encode(errors="backslashreplace")
+
+
+def error_line(request_id: Any, code: int, message: str) -> str:
+    """A JSON-RPC error response line."""
+    return encode({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+
+class RequestReader:
+    """Request lines in, each made a service call of `client` at once, in the order of the lines;
+    its response line goes to `write` when done, in any order. A line that is no request gets
+    an error line, and the bridge carries on."""
+
+    def __init__(self, client: Client, write: Callable[[str], None]) -> None:
+        self.client = client
+        self.write = write
+        #: The calls not yet answered.
+        self.requests: set[asyncio.Task[None]] = set()
+
+    def handle_line(self, raw: bytes) -> None:
+        text = raw.decode(errors="replace").strip()
+        if not text:
+            return
+        try:
+            request = decode_line(text)
+        except TooDeep as exc:
+            self.error(None, PARSE_ERROR, f"refused: {exc}")
+            return
+        except ValueError as exc:
+            self.error(None, PARSE_ERROR, f"not JSON: {exc}")
+            return
+        if not isinstance(request, dict):
+            self.error(None, INVALID_REQUEST, "a request must be a JSON object")
+            return
+        request_id = request.get("id")
+        if request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
+            self.error(request_id, INVALID_REQUEST, 'not a JSON-RPC 2.0 request: need "jsonrpc": "2.0" and a "method"')
+            return
+        if request_id is not None and not isinstance(request_id, (int, str)) or isinstance(request_id, bool):
+            self.error(None, INVALID_REQUEST, "id must be a string or a number")
+            return
+        # Made at once, in the order of the lines; answered when done, in any order.
+        call = self.client.call(request["method"], request.get("params"))
+        task = asyncio.get_running_loop().create_task(self._answer(request_id, call))
+        self.requests.add(task)
+        task.add_done_callback(self.requests.discard)
+
+    async def drain(self) -> None:
+        """Return once every call made so far is answered."""
+        while self.requests:
+            await asyncio.gather(*self.requests, return_exceptions=True)
+
+    async def _answer(self, request_id: Any, call: Awaitable[Any]) -> None:
+        try:
+            result = await call
+        except ServiceError as exc:
+            self.error(request_id, exc.code, str(exc))
+        except Exception as exc:  # a bug must not end the bridge
+            self.error(request_id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        else:
+            if request_id is not None:
+                self.write(encode({"jsonrpc": "2.0", "id": request_id, "result": result}))
+
+    def error(self, request_id: Any, code: int, message: str) -> None:
+        self.write(error_line(request_id, code, message))

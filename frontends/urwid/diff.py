@@ -1,0 +1,69 @@
+"""The worktree diff view: the selected agent's work as a unified diff, one file after another,
+each line coloured by what it does (added, removed, a hunk, a file's header); m merges it, x removes
+the worktree, each after a confirmation (the app asks)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import urwid
+
+from .common import LineBox, Text
+from .i18n import Strings
+
+if TYPE_CHECKING:
+    from urwid.widget import AbstractFlowWidget
+
+#: The most lines shown: a diff longer than that is cut (the rest is one line that says so).
+MAX_LINES = 20_000
+#: The attribute of a diff line by how it starts (the first that matches).
+STYLES = (("+++", "strong"), ("---", "strong"), ("diff --git", "strong"), ("@@", "diff hunk"), ("+", "diff add"),
+          ("-", "diff del"))  # fmt: skip
+
+
+def line_attr(line: str) -> str | None:
+    return next((attr for start, attr in STYLES if line.startswith(start)), None)
+
+
+class DiffView(urwid.WidgetWrap):
+    """One agent's diff; `m` and `x` ask the app to merge it or remove the worktree."""
+
+    def __init__(self, strings: Strings, on_key: Callable[[str], None]) -> None:
+        self.strings = strings
+        self.on_key = on_key
+        self.agent = ""
+        self.walker: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
+        self.listbox = urwid.ListBox(self.walker)
+        self.box = LineBox(self.listbox, title="", title_align="left")
+        super().__init__(self.box)
+
+    def loading(self, agent: str, title: str) -> None:
+        self.agent = agent
+        self.box.set_title(self.strings("diff_title", agent=title))
+        self.walker[:] = [Text(("dim", self.strings("diff_loading")))]
+
+    def show(self, agent: str, text: str) -> None:
+        if agent != self.agent:
+            return  # another agent was selected meanwhile
+        lines = text.splitlines()
+        items: list[AbstractFlowWidget] = []
+        for line in lines[:MAX_LINES]:
+            if line.startswith("diff --git") and items:
+                items.append(urwid.Divider())
+            attr = line_attr(line)
+            items.append(Text((attr, line) if attr else line))
+        if len(lines) > MAX_LINES:
+            items.append(Text(("dim", self.strings("diff_cut", n=len(lines) - MAX_LINES))))
+        self.walker[:] = items or [Text(("dim", self.strings("diff_none")))]
+        self.listbox.set_focus(0)
+
+    def failed(self, agent: str, message: str) -> None:
+        if agent == self.agent:
+            self.walker[:] = [Text(("error", message))]
+
+    def keypress(self, size: Any, key: str) -> str | None:
+        if key in ("m", "x"):
+            self.on_key(key)
+            return None
+        return super().keypress(size, key)

@@ -1,0 +1,39 @@
+"""worktrees: a git worktree per agent, so that agents working on one repository never write over
+each other, nor over the main checkout, until their work is merged.
+
+An agent with `worktree = true` runs in a worktree of the repository its cwd is in, on branch
+`deck/AGENT` (`tree.py`: where it is, making, diffing, merging and removing it; `git.py`: git
+run safely). `WorktreeService` and the `worktree:changed` / `worktree:overlap` events come from
+`service.py`; `deck worktrees`, `deck diff`, `deck merge` and `deck worktree remove` (`cli.py`)
+call that service on a deck of the config in use that starts no agent.
+
+Work is never deleted silently: an agent removed from the config keeps its worktree, listed and
+merged like the others; removing one is refused while it holds work not in its base branch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from deck import hookimpl
+
+if TYPE_CHECKING:
+    import typer
+
+    from deck import Deck
+
+
+@hookimpl
+def deck_register_services(deck: Deck) -> dict[str, object]:
+    from .service import Worktrees
+
+    worktrees = Worktrees(deck)
+    deck.pm.register(worktrees, name=f"worktrees.{id(deck)}")  # its hooks: for this deck only
+    return {"WorktreeService": worktrees.service}
+
+
+@hookimpl
+def deck_register_commands(app: typer.Typer) -> None:
+    from .cli import register
+
+    register(app)

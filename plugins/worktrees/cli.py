@@ -1,0 +1,148 @@
+"""`deck worktrees`, `deck diff`, `deck merge`, `deck worktree remove`: the worktrees of the config in
+use (or `--config PATH`), with no deck running.
+
+Each command makes a deck of that config, which starts no agent, and calls its
+`WorktreeService`: the same answers and refusals as a running deck's. A refusal is one line on
+stderr and exit 1. A diff holds what agents wrote: on a terminal it is coloured and shown
+through `deck.tty.printable`; in a pipe it is data and stays as git wrote it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+import typer
+
+from deck import Command
+from deck.errors import ExitCode, ServiceError, UsageError
+from deck.tty import json_printable, printable
+
+ConfigOption = typer.Option(None, "--config", "-c", metavar="PATH", help="Config file (else the one in use).")
+AgentArgument = typer.Argument(..., metavar="AGENT", help="The agent whose worktree it is.")
+
+worktree_app = typer.Typer(help="Manage the agents' worktrees.", rich_markup_mode=None)
+
+#: The style of a diff line by how it starts (the first that matches).
+STYLES = (("+++", "bold"), ("---", "bold"), ("diff --git", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("worktrees", cls=Command)(worktrees)
+    app.command("diff", cls=Command)(diff)
+    app.command("merge", cls=Command)(merge)
+    worktree_app.command("remove", cls=Command)(remove)
+    app.add_typer(worktree_app, name="worktree")
+
+
+def worktrees(
+    config: Optional[Path] = ConfigOption,
+    as_json: bool = typer.Option(False, "--json", help="JSON output."),
+) -> None:
+    """List the agents' worktrees.
+
+    Each with its branch, base branch, commits ahead, changed files and whether it has
+    uncommitted work; those of agents gone from the config too.
+    """
+    rows = call(config, "WorktreeService.List", {})
+    if as_json:
+        typer.echo(json_printable(json.dumps(rows, indent=2, ensure_ascii=False)))
+        return
+    if not rows:
+        typer.echo("no worktrees (give an agent worktree = true; its worktree is made at its first start)")
+        return
+    for row in rows:
+        if "error" in row:
+            typer.echo(printable(f"{row['agent']:<16} {row['error']}"))
+            continue
+        gone = "" if row.get("configured", True) else "  (not in the config)"
+        state = "uncommitted work" if row["dirty"] else "clean"
+        typer.echo(printable(f"{row['agent']:<16} {row['branch']} → {row['base']}: {count(row['ahead'], 'commit')} ahead, "
+                             f"{count(row['changedFiles'], 'changed file')}, {state}  {row['path']}{gone}"))  # fmt: skip
+
+
+def diff(agent: str = AgentArgument, config: Optional[Path] = ConfigOption) -> None:
+    """Show an agent's work as a diff.
+
+    Its commits, uncommitted and untracked files, against the merge-base with its base branch.
+    """
+    text = call(config, "WorktreeService.Diff", {"agent": agent})
+    if not sys.stdout.isatty():
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    for line in printable(text).splitlines():
+        style = next((s for start, s in STYLES if line.startswith(start)), "")
+        console.print(Text(line, style=style), soft_wrap=True)
+
+
+def merge(
+    agent: str = AgentArgument,
+    squash: bool = typer.Option(False, "--squash", help="One commit on the base branch instead of a merge commit."),
+    message: Optional[str] = typer.Option(None, "--message", "-m", metavar="MSG", help="The commit message."),
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Merge an agent's work into its base branch.
+
+    What it has not committed is committed in its worktree first. Refused, with nothing
+    changed, when the main checkout has uncommitted changes or the merge conflicts.
+    """
+    result = call(config, "WorktreeService.Merge", {"agent": agent, "squash": squash, "message": message})
+    how = "squashed" if squash else "merged"
+    typer.echo(printable(f"{agent}: {how} into {result['base']} as {result['commit'][:12]} "
+                         f"({count(len(result['files']), 'file')} changed)"))  # fmt: skip
+
+
+def remove(
+    agent: str = AgentArgument,
+    force: bool = typer.Option(False, "--force", help="Even with uncommitted or unmerged work: it is lost."),
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Remove an agent's worktree and its branch.
+
+    Refused while it has uncommitted work or commits not merged into its base, unless --force.
+    """
+    result = call(config, "WorktreeService.Remove", {"agent": agent, "force": force})
+    kept = "" if result["branchDeleted"] else f" (branch {result['branch']} kept)"
+    typer.echo(printable(f"{agent}: removed {result['path']}{kept}"))
+
+
+def count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def call(config: Optional[Path], method: str, params: dict[str, Any]) -> Any:
+    """`method` of a deck of the config in use that runs no agent; a refusal exits 1."""
+    from deck import Deck, find_config  # here: adding the commands to the command line stays cheap
+
+    path, source = find_config(str(config) if config else None)
+    if path is not None and not path.exists():
+        _fail(f"config file not found: {path}", ExitCode.USAGE)
+
+    async def run() -> Any:
+        deck = Deck(path, source)
+        try:
+            return await deck.call(method, params)
+        finally:
+            await deck.shutdown()
+
+    try:
+        return asyncio.run(run())
+    except UsageError as exc:
+        for line in exc.lines():
+            typer.echo(printable(f"deck: {line}"), err=True)
+        raise typer.Exit(ExitCode.USAGE) from None
+    except ServiceError as exc:
+        _fail(str(exc), ExitCode.ERROR)
+
+
+def _fail(message: str, code: ExitCode) -> NoReturn:
+    typer.echo(printable(f"deck: {message}"), err=True)
+    raise typer.Exit(code)

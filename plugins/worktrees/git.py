@@ -1,0 +1,114 @@
+"""Running git for the worktrees: off the event loop, with a clean environment, bounded output.
+
+A worktree's files are the agent's, so untrusted: nothing deck runs there may run code they
+name. Every git command runs with `core.hooksPath=/dev/null` (no hook, not even one a relative
+`core.hooksPath` would find in the worktree) and `core.fsmonitor=false`, without a pager or a
+prompt, and with none of the caller's `GIT_*` variables (a `GIT_DIR` would point it elsewhere).
+A failure is a `GitError` (a `ServiceError`) that says which command failed and git's own words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from dataclasses import dataclass
+
+from deck.errors import ServiceError
+
+#: Options given to every git command deck runs.
+SAFE = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "core.pager=cat", "-c", "color.ui=false")
+#: The most a git command's output is read (a diff): far above a reviewable change, and bounded.
+MAX_OUTPUT = 16 * 1024 * 1024
+#: How long a cancelled git command may still run before it is killed.
+CANCEL_GRACE = 5.0
+#: git's error output kept for a message.
+MAX_ERROR = 2000
+
+
+class GitError(ServiceError):
+    """A git command failed, or git is not there."""
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    out: str
+    err: str
+    truncated: bool = False
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """deck's environment without the `GIT_*` variables, with no pager, prompt or optional lock."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", PAGER="cat", GIT_OPTIONAL_LOCKS="0", LC_ALL="C", GIT_ASKPASS="",
+        SSH_ASKPASS="", GIT_EDITOR=":",
+    )  # fmt: skip
+    env.update(extra or {})
+    return env
+
+
+async def git(
+    *args: str, cwd: str, check: bool = True, env: dict[str, str] | None = None, limit: int = MAX_OUTPUT
+) -> Result:
+    """Run `git ARGS` in `cwd`; a non-zero exit raises GitError unless `check` is off.
+
+    A caller cancelled meanwhile waits up to CANCEL_GRACE seconds for git to finish on its own, so
+    that no lock file or half-made worktree is left behind; then git is killed."""
+    if not os.path.isdir(cwd):
+        raise GitError(f"{cwd} does not exist (or is not a folder)")
+    try:
+        process = await asyncio.create_subprocess_exec(
+            "git", *SAFE, *args, cwd=cwd, env=clean_env(env), stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+    except FileNotFoundError as exc:
+        raise GitError("git is not installed (or not on PATH)") from exc
+    except OSError as exc:
+        raise GitError(f"cannot run git in {cwd}: {exc.strerror or exc}") from exc
+    task = asyncio.ensure_future(_collect(process, limit))
+    try:
+        result = await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await _finish(process, task)
+        raise
+    if check and result.code != 0:
+        raise GitError(f"git {' '.join(args[:2])} failed in {cwd}: {result.err.strip() or f'exit code {result.code}'}")
+    return result
+
+
+async def _collect(process: asyncio.subprocess.Process, limit: int) -> Result:
+    assert process.stdout is not None and process.stderr is not None
+
+    async def read_out() -> tuple[bytes, bool]:
+        chunks, size = [], 0
+        while chunk := await process.stdout.read(1 << 16):  # type: ignore[union-attr]
+            if size + len(chunk) > limit:
+                chunks.append(chunk[: limit - size])
+                process.kill()
+                return b"".join(chunks), True
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks), False
+
+    async def read_err() -> bytes:
+        data = await process.stderr.read(MAX_ERROR)  # type: ignore[union-attr]
+        while await process.stderr.read(1 << 16):  # type: ignore[union-attr]
+            pass  # the rest is drained, never kept
+        return data
+
+    (out, truncated), err = await asyncio.gather(read_out(), read_err())
+    code = await process.wait()
+    return Result(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), truncated)
+
+
+async def _finish(process: asyncio.subprocess.Process, task: asyncio.Future[Result]) -> None:
+    try:
+        await asyncio.wait_for(asyncio.shield(task), CANCEL_GRACE)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await asyncio.gather(task, return_exceptions=True)
+    except Exception:
+        pass  # its result was not wanted

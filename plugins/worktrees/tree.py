@@ -1,0 +1,383 @@
+"""One agent's worktree: where it is, making or reusing it, its state, its diff, merging and removing it.
+
+An agent whose cwd is in the repository whose top is TOP gets the worktree
+`$XDG_STATE_HOME/deck/worktrees/NAME-HASH/AGENT` (NAME the last part of TOP, HASH of TOP's
+path: two repositories never share a folder), on branch `deck/AGENT`, made from the main
+checkout's HEAD; `AGENT.json` beside it remembers the repository and the base branch (the main
+checkout's branch when the worktree was made), so that the worktree is found again when the
+agent is gone from the config. The agent runs in the same subfolder as its cwd.
+
+What the agent has not committed counts as its work: it is staged in a temporary index (a copy
+of the worktree's, so only changed files are read again), never in the worktree's own, and
+written as a tree. Its diff, its changed files and a merge are of that tree against the
+merge-base with the base branch. A merge is computed first (`git merge-tree --write-tree`,
+git 2.38 or later) and only then applied, so a refusal changes nothing anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deck import state_dir
+from deck.errors import ServiceError
+
+from .git import GitError, git
+
+#: Agent names that can name a branch and a folder as they are.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+#: Who commits the work deck commits, when git knows no one (no user.name / user.email).
+FALLBACK_IDENTITY = {
+    "GIT_AUTHOR_NAME": "deck", "GIT_AUTHOR_EMAIL": "deck@localhost",
+    "GIT_COMMITTER_NAME": "deck", "GIT_COMMITTER_EMAIL": "deck@localhost",
+}  # fmt: skip
+
+
+def worktrees_root() -> Path:
+    return state_dir() / "worktrees"
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where agent `agent`'s worktree is, for the repository whose main checkout's top is `repo`."""
+
+    agent: str
+    repo: str
+    #: The agent's cwd relative to the repository's top ("" at the top).
+    subdir: str = ""
+
+    @property
+    def folder(self) -> Path:
+        """The repository's folder of worktrees."""
+        top = Path(self.repo)
+        digest = hashlib.sha256(str(top).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        return worktrees_root() / f"{top.name or 'repo'}-{digest}"
+
+    @property
+    def path(self) -> str:
+        return str(self.folder / self.agent)
+
+    @property
+    def meta(self) -> Path:
+        return self.folder / f"{self.agent}.json"
+
+    @property
+    def branch(self) -> str:
+        return f"deck/{self.agent}"
+
+    @property
+    def workdir(self) -> str:
+        return os.path.join(self.path, self.subdir) if self.subdir else self.path
+
+    def exists(self) -> bool:
+        return os.path.exists(os.path.join(self.path, ".git"))
+
+
+def check_name(agent: str) -> None:
+    if not _NAME.fullmatch(agent) or agent.endswith((".", ".lock")) or ".." in agent:
+        raise ServiceError(f"agent name {agent!r} cannot name a branch and a folder: use letters, digits, '-', '_', '.'")
+
+
+async def locate(agent: str, cwd: str) -> Place:
+    """The place of `agent`'s worktree for an agent whose cwd is `cwd`."""
+    check_name(agent)
+    if not os.path.isdir(cwd):
+        raise ServiceError(f"working directory does not exist: {cwd}")
+    found = await git("rev-parse", "--show-toplevel", cwd=cwd, check=False)
+    if found.code != 0:
+        raise ServiceError(f"{cwd} is in no git repository: worktree = true needs one")
+    top = os.path.realpath(found.out.strip())
+    subdir = os.path.relpath(os.path.realpath(cwd), top)
+    return Place(agent, top, "" if subdir == "." else subdir)
+
+
+def top_of(folder: str) -> str | None:
+    """The top of the checkout `folder` is in (the folder above it holding `.git`), without running git."""
+    path = Path(os.path.realpath(folder))
+    return next((str(p) for p in (path, *path.parents) if (p / ".git").exists()), None)
+
+
+def read_meta(place: Place) -> dict[str, Any]:
+    try:
+        data = json.loads(place.meta.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_meta(place: Place, base: str) -> None:
+    data = json.dumps({"agent": place.agent, "repo": place.repo, "base": base}, indent=2) + "\n"
+    fd, temp = tempfile.mkstemp(dir=place.folder, prefix=f".{place.agent}.", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(data)
+        os.replace(temp, place.meta)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def orphans(repo_folders: set[Path], known: set[tuple[str, str]]) -> list[Place]:
+    """Worktrees kept in `repo_folders` whose agent is not in `known` ((agent, repo) pairs): removed
+    from the config, their work kept."""
+    found = []
+    for folder in sorted(repo_folders):
+        for meta in sorted(folder.glob("*.json")):
+            with contextlib.suppress(OSError, ValueError):
+                data = json.loads(meta.read_text(encoding="utf-8"))
+                agent, repo = data.get("agent"), data.get("repo")
+                if isinstance(agent, str) and isinstance(repo, str) and (agent, repo) not in known:
+                    place = Place(agent, repo)
+                    if place.folder == folder and place.exists():
+                        found.append(place)
+    return found
+
+
+async def find_kept(agent: str) -> Place:
+    """The kept worktree of `agent`, whatever repository it is of (an agent no longer in the config)."""
+    check_name(agent)
+    places = [p for p in orphans(set(worktrees_root().glob("*-*")), set()) if p.agent == agent]
+    if not places:
+        raise ServiceError(f"no worktree of {agent!r}: it has no worktree = true in the config, and none is kept")
+    if len(places) > 1:
+        raise ServiceError(f"{agent!r} has worktrees in several repositories: {', '.join(p.repo for p in places)}")
+    return places[0]
+
+
+# -- making and reusing ---------------------------------------------------------------------------
+
+
+async def current_branch(repo: str) -> str | None:
+    found = await git("symbolic-ref", "--short", "-q", "HEAD", cwd=repo, check=False)
+    return found.out.strip() or None if found.code == 0 else None
+
+
+async def ensure(place: Place) -> str:
+    """Make `place`'s worktree if it is not there (reusing its branch if that is), return its base branch."""
+    meta = read_meta(place)
+    base = meta.get("base") if isinstance(meta.get("base"), str) else None
+    if place.exists():
+        await worktree_env(place)  # a worktree of this repository, registered there
+        base = base or await current_branch(place.repo)
+        if base is None:
+            raise ServiceError(f"the base branch of {place.path} is not known and {place.repo} is on no branch")
+        if not meta:
+            write_meta(place, base)
+        return base
+    if base is None:
+        base = await current_branch(place.repo)
+        if base is None:
+            raise ServiceError(f"{place.repo} is on no branch (detached HEAD): check out the branch to work from first")
+    if (await git("rev-parse", "--verify", "-q", "HEAD^{commit}", cwd=place.repo, check=False)).code != 0:
+        raise ServiceError(f"{place.repo} has no commit yet: a worktree starts from one")
+    await git("worktree", "prune", cwd=place.repo)  # a worktree folder deleted by hand is forgotten
+    place.folder.mkdir(parents=True, exist_ok=True)
+    if await branch_exists(place.repo, place.branch):
+        await git("worktree", "add", place.path, place.branch, cwd=place.repo)
+    else:
+        await git("worktree", "add", "-b", place.branch, place.path, "HEAD", cwd=place.repo)
+    write_meta(place, base)
+    return base
+
+
+async def worktree_env(place: Place) -> dict[str, str]:
+    """`GIT_DIR` and `GIT_WORK_TREE` for git commands in `place`'s worktree, from the main repository.
+
+    Never found through the worktree's own `.git`: that file is the agent's to rewrite, and a
+    repository it points to could name programs in its config (a clean filter) that `git add`
+    would run."""
+    common = await git("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=place.repo)
+    admin = Path(common.out.strip()) / "worktrees"
+    target = os.path.realpath(place.path)
+    with contextlib.suppress(OSError):
+        for entry in sorted(admin.iterdir()):
+            with contextlib.suppress(OSError):
+                gitdir = (entry / "gitdir").read_text(encoding="utf-8", errors="replace").strip()
+                if os.path.realpath(os.path.dirname(gitdir)) == target:
+                    return {"GIT_DIR": str(entry), "GIT_WORK_TREE": place.path}
+    raise ServiceError(f"{place.path} is not a worktree of {place.repo} (`git worktree list` there does not have it)")
+
+
+async def branch_exists(repo: str, branch: str) -> bool:
+    return (await git("rev-parse", "--verify", "-q", f"refs/heads/{branch}", cwd=repo, check=False)).code == 0
+
+
+# -- its state ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Status:
+    place: Place
+    base: str
+    ahead: int
+    files: tuple[str, ...]
+    dirty: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agent": self.place.agent, "path": self.place.path, "branch": self.place.branch, "base": self.base,
+            "ahead": self.ahead, "changedFiles": len(self.files), "dirty": self.dirty,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The worktree with its uncommitted work staged in a temporary index (`env` points git at it)."""
+
+    head: str
+    head_tree: str
+    tree: str
+    merge_base: str
+    #: The worktree's repository (`worktree_env`), and the same with the temporary index.
+    own: dict[str, str]
+    env: dict[str, str]
+
+    @property
+    def dirty(self) -> bool:
+        return self.tree != self.head_tree
+
+
+@contextlib.asynccontextmanager
+async def pending(place: Place, base: str) -> AsyncIterator[Pending]:
+    if not place.exists():
+        raise ServiceError(f"{place.agent} has no worktree at {place.path}")
+    path = place.path
+    if not await branch_exists(place.repo, base):
+        raise ServiceError(f"the base branch {base!r} of {place.agent}'s worktree does not exist in {place.repo}")
+    own = await worktree_env(place)
+    with tempfile.TemporaryDirectory(prefix="deck-worktree-") as temp:
+        index = os.path.join(temp, "index")
+        env = {**own, "GIT_INDEX_FILE": index}
+        real = (await git("rev-parse", "--path-format=absolute", "--git-path", "index", cwd=path, env=own)).out.strip()
+        try:
+            with open(real, "rb") as src, open(index, "wb") as dst:
+                dst.write(src.read())
+        except FileNotFoundError:
+            await git("read-tree", "HEAD", cwd=path, env=env)
+        await git("add", "-A", "--", ".", cwd=path, env=env)
+        tree = (await git("write-tree", cwd=path, env=env)).out.strip()
+        head = (await git("rev-parse", "HEAD", cwd=path, env=own)).out.strip()
+        head_tree = (await git("rev-parse", "HEAD^{tree}", cwd=path, env=own)).out.strip()
+        merge_base = (await git("merge-base", f"refs/heads/{base}", head, cwd=path, env=own)).out.strip()
+        yield Pending(head, head_tree, tree, merge_base, own, env)
+
+
+async def status(place: Place, base: str) -> Status:
+    async with pending(place, base) as work:
+        names = await git("diff", "--cached", "--no-renames", "--name-only", "-z", work.merge_base, cwd=place.path,
+                          env=work.env)  # fmt: skip
+        ahead = await git("rev-list", "--count", f"refs/heads/{base}..{work.head}", cwd=place.path, env=work.own)
+    files = tuple(n for n in names.out.split("\0") if n)
+    return Status(place, base, int(ahead.out.strip() or 0), files, work.dirty)
+
+
+async def diff(place: Place, base: str) -> str:
+    """The unified diff of the worktree (commits, uncommitted and untracked files) against its merge-base."""
+    async with pending(place, base) as work:
+        found = await git(
+            "diff", "--cached", "--no-ext-diff", "--no-textconv", "--no-color", "-M", work.merge_base,
+            cwd=place.path, env=work.env,
+        )  # fmt: skip
+    if found.truncated:
+        return found.out + f"\n… the diff is longer than {len(found.out.encode()) >> 20} MiB: the rest is left out\n"
+    return found.out
+
+
+# -- merging and removing -----------------------------------------------------------------------------
+
+
+async def identity(cwd: str) -> dict[str, str]:
+    """The fallback identity when git knows none, else nothing (the user's own is used)."""
+    for var in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):
+        if (await git("var", var, cwd=cwd, check=False)).code != 0:
+            return dict(FALLBACK_IDENTITY)
+    return {}
+
+
+async def main_checkout_ready(place: Place, base: str) -> None:
+    """The main checkout is on `base` and has no uncommitted change; else a refusal that says so."""
+    branch = await current_branch(place.repo)
+    if branch != base:
+        on = f"on {branch}" if branch else "on no branch"
+        raise ServiceError(f"the main checkout {place.repo} is {on}, not on {base}: check out {base} there first")
+    changed = await git("status", "--porcelain", "--untracked-files=no", cwd=place.repo)
+    if changed.out.strip():
+        files = [line[3:] for line in changed.out.splitlines()][:10]
+        raise ServiceError(f"the main checkout {place.repo} has uncommitted changes ({', '.join(files)}): "
+                           "commit or stash them first", {"files": files})  # fmt: skip
+
+
+async def merge(place: Place, base: str, squash: bool, message: str | None) -> dict[str, Any]:
+    """Commit the worktree's pending work, merge it into `base` in the main checkout, move the worktree there."""
+    await main_checkout_ready(place, base)
+    who = await identity(place.repo)
+    async with pending(place, base) as work:
+        commit = work.head
+        if work.dirty:
+            made = await git("commit-tree", work.tree, "-p", work.head, "-m", f"{place.agent}: work not committed yet",
+                             cwd=place.path, env={**work.own, **who})  # fmt: skip
+            commit = made.out.strip()
+        target = (await git("rev-parse", f"refs/heads/{base}", cwd=place.repo)).out.strip()
+        if (await git("merge-base", "--is-ancestor", commit, target, cwd=place.repo, check=False)).code == 0:
+            raise ServiceError(f"nothing to merge: all of {place.agent}'s work is in {base} already")
+        trial = await git("merge-tree", "--write-tree", "--name-only", "--no-messages", target, commit,
+                          cwd=place.repo, check=False)  # fmt: skip
+        lines = [line for line in trial.out.splitlines() if line]
+        if trial.code == 1:
+            conflicts = sorted(set(lines[1:]))
+            raise ServiceError(f"{place.agent}'s work conflicts with {base} in: {', '.join(conflicts)}; nothing was "
+                               "changed", {"conflicts": conflicts})  # fmt: skip
+        if trial.code != 0 or not lines:
+            raise GitError(f"git merge-tree failed in {place.repo}: {trial.err.strip() or trial.code} (it needs git 2.38+)")
+        text = message or (f"{place.agent}'s work, squashed from {place.branch}" if squash else f"Merge {place.branch}")
+        parents = ["-p", target] if squash else ["-p", target, "-p", commit]
+        merged = (await git("commit-tree", lines[0], *parents, "-m", text, cwd=place.repo, env=who)).out.strip()
+        files = await git("diff", "--name-only", "-z", target, merged, cwd=place.repo)
+        await git("merge", "--ff-only", "-q", merged, cwd=place.repo)  # the main checkout's files and its branch
+        if commit != work.head:  # the pending work is that commit now, its files untouched
+            await git("update-ref", "-m", "deck: pending work", "HEAD", commit, work.head, cwd=place.path, env=work.own)
+            await git("reset", "-q", cwd=place.path, env=work.own)
+    try:
+        await git("reset", "-q", "--keep", merged, cwd=place.path, env=work.own)  # the worktree goes on from the merge
+    except GitError as exc:
+        raise ServiceError(f"merged into {base} as {merged[:12]}, but {place.path} stays where it was: {exc}") from exc
+    return {"agent": place.agent, "base": base, "commit": merged, "squash": squash,
+            "files": [f for f in files.out.split("\0") if f]}  # fmt: skip
+
+
+async def remove(place: Place, base: str | None, force: bool) -> dict[str, Any]:
+    """Remove the worktree and its branch; refused while it holds work not in `base`, unless `force`."""
+    ahead = 0
+    if place.exists():
+        if base is not None:
+            found = await status(place, base)
+            ahead = found.ahead
+            if not force and found.dirty:
+                raise ServiceError(f"{place.agent}'s worktree has uncommitted work: merge it, or remove with force")
+        elif not force:
+            raise ServiceError(f"the base branch of {place.agent}'s worktree is not known: remove it with force")
+    elif base is not None and await branch_exists(place.repo, place.branch):
+        count = await git("rev-list", "--count", f"refs/heads/{base}..refs/heads/{place.branch}", cwd=place.repo)
+        ahead = int(count.out.strip() or 0)
+    if ahead and not force:
+        commits = f"{ahead} commit{'' if ahead == 1 else 's'}"
+        raise ServiceError(f"{place.branch} has {commits} not merged into {base}: merge it, or remove with force")
+    if place.exists():
+        await git("worktree", "remove", *(["--force"] if force else []), place.path, cwd=place.repo)
+    await git("worktree", "prune", cwd=place.repo)
+    deleted = False
+    if await branch_exists(place.repo, place.branch) and (force or base is not None):
+        await git("branch", "-D", place.branch, cwd=place.repo)  # merged (ahead 0), or forced
+        deleted = True
+    with contextlib.suppress(FileNotFoundError):
+        place.meta.unlink()
+    return {"agent": place.agent, "path": place.path, "branch": place.branch, "branchDeleted": deleted}
