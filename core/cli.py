@@ -237,7 +237,7 @@ def send(
     raise typer.Exit(code or ExitCode.OK)
 
 
-NameArgument = typer.Argument("default", metavar="NAME", help="The server's name.", show_default="default")
+NameArgument = typer.Argument("default", metavar="NAME", help="The server's name.")
 
 
 def _attached(name: str, frontend_cls: Any, **options: Any) -> int:

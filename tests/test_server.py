@@ -838,40 +838,71 @@ async def test_a_big_response_does_not_count_as_a_client_that_stopped_reading(ma
     from deck.server import ServerFrontend, listen
 
     monkeypatch.setattr(server_module, "QUEUE_LIMIT", 64 * 1024)
+    loop = asyncio.get_running_loop()
     deck, recorder = make_deck(agent_block("a"))
     ready_read, ready_write = os.pipe()
-    running = asyncio.get_running_loop().create_task(deck.run(ServerFrontend, listening=listen("u", "test"), ready_fd=ready_write))
+    ready = loop.create_future()
+    loop.add_reader(ready_read, lambda: None if ready.done() else ready.set_result(None))
+    running = loop.create_task(deck.run(ServerFrontend, listening=listen("u", "test"), ready_fd=ready_write))
+    made: list[socket.socket] = []
+
+    rest: dict[socket.socket, bytes] = {}
+
+    async def read_until(sock: socket.socket, marker: bytes) -> bytes:
+        """The whole lines `sock` receives, up to the end of the line that holds `marker`."""
+        received = bytearray(rest.pop(sock, b""))
+        at = received.find(marker)
+        async with asyncio.timeout(20):
+            while at < 0 or received.find(b"\n", at) < 0:
+                chunk = await loop.sock_recv(sock, 1 << 20)
+                assert chunk, "disconnected"
+                received += chunk
+                if at < 0 and (found := received.find(marker, max(0, len(received) - len(chunk) - len(marker)))) >= 0:
+                    at = found
+        end = received.rfind(b"\n") + 1
+        rest[sock] = bytes(received[end:])
+        return bytes(received[:end])
+
+    def connect() -> socket.socket:
+        """A client that reads nothing until told to (a StreamReader would read ahead)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(str(socket_path("u")))
+        sock.setblocking(False)
+        made.append(sock)
+        return sock
+
     try:
-        await asyncio.to_thread(os.read, ready_read, 6)
+        await asyncio.wait({ready, running}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
+        assert ready.done(), running
         await deck.call("ChatService.Send", {"agent": "a", "text": "big 1000000"})
         await recorder.wait_event("turn:changed", agent="a", busy=False, timeout=20)
-        path = str(socket_path("u"))
-        asker_reader, asker = await asyncio.open_unix_connection(path, limit=1 << 24)
+        asker = connect()
         await recorder.wait_event("clients:changed", clients=1)
-        asker.write(b'{"jsonrpc":"2.0","id":2,"method":"DeckService.Snapshot"}\n')  # 1 MB, not read yet
+        asker.send(b'{"jsonrpc":"2.0","id":2,"method":"DeckService.Snapshot"}\n')  # 1 MB, not read yet
         served = deck.frontend
         assert isinstance(served, ServerFrontend)
-        while not any(c.transport and c.transport.get_write_buffer_size() > 64 * 1024 for c in served.connections.values()):
-            await asyncio.sleep(0.01)  # the snapshot is on its way into the queue: no event says when
-        stuck_reader, stuck = await asyncio.open_unix_connection(path)  # its coming is an event for the asker
+        async with asyncio.timeout(20):
+            while not any(c.transport and c.transport.get_write_buffer_size() > 64 * 1024 for c in served.connections.values()):
+                await asyncio.sleep(0.01)  # the snapshot is on its way into the queue: no event says when
+        stuck = connect()  # its coming is an event for the asker, whose queue is past the limit: it stays
         await recorder.wait_event("clients:changed", clients=2)
-        stuck.write(b'{"jsonrpc":"2.0","id":3,"method":"ChatService.Send","params":{"agent":"a","text":"stream 20000"}}\n')
+        received = await read_until(asker, b'"clients":2}')  # after the snapshot
+        replies = {x["id"]: x for x in map(json.loads, received.splitlines()) if "id" in x}
+        assert reply_text(replies[2]["result"]["conversations"]["a"]) == "x" * 1000000
+        asker.send(b'{"jsonrpc":"2.0","id":3,"method":"ChatService.Send","params":{"agent":"a","text":"stream 20000"}}\n')
+        streamed = await read_until(asker, b'"agent":"a","busy":false')  # read as it comes; the stuck one does not
+        assert streamed.count(b'"event":"message:delta"') > 0
         counts = await recorder.wait(lambda r: len(r.named("clients:changed")) == 3 and r.named("clients:changed"), 20)
-        assert [c["clients"] for c in counts] == [1, 2, 1]  # the stuck one went, not the asker
-        snapshot = None
-        while snapshot is None:
-            line = json.loads(await asker_reader.readline())
-            if line.get("id") == 2:
-                snapshot = line["result"]
-        assert reply_text(snapshot["conversations"]["a"]) == "x" * 1000000
-        await recorder.wait_event("turn:changed", agent="a", busy=False, timeout=20)
-        asker.write(b'{"jsonrpc":"2.0","id":4,"method":"DeckService.Clients"}\n')
-        while (line := json.loads(await asker_reader.readline())).get("id") != 4:
-            pass
+        assert [c["clients"] for c in counts] == [1, 2, 1]  # the stuck one went, the asker stayed
+        asker.send(b'{"jsonrpc":"2.0","id":4,"method":"DeckService.Clients"}\n')
+        clients_now = await read_until(asker, b'"id":4')
+        [line] = [x for x in map(json.loads, clients_now.splitlines()) if x.get("id") == 4]
         assert len(line["result"]) == 1
-        asker.close()
-        stuck.close()
     finally:
+        loop.remove_reader(ready_read)
+        for sock in made:
+            sock.close()
         deck.request_exit(0)
         await running
         os.close(ready_read)
