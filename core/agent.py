@@ -561,7 +561,10 @@ class Agent:
             self.log(f"deck: session/update without an update object, skipped: {str(params)[:200]}")
             return
         session_id = params.get("sessionId")
-        session = self.sessions.get(session_id)  # type: ignore[arg-type]
+        if not isinstance(session_id, str):
+            self.log(f"deck: session/update with a sessionId that is no string, skipped: {str(session_id)[:100]}")
+            return
+        session = self.sessions.get(session_id)
         if session is not None:
             if update.get("sessionUpdate") in TOOL_UPDATES:
                 session.track(update)
@@ -614,9 +617,10 @@ class Agent:
             self.log(f"deck: error while handling an update, skipped: {exc!r}: {str(update)[:200]}")
 
     def _session_for(self, params: dict[str, Any]) -> Session:
-        session = self.sessions.get(params.get("sessionId"))  # type: ignore[arg-type]
+        session_id = params.get("sessionId")
+        session = self.sessions.get(session_id) if isinstance(session_id, str) else None  # a list is no key
         if session is None:
-            raise AcpError(-32002, f"unknown session: {params.get('sessionId')}")
+            raise AcpError(-32002, f"unknown session: {str(session_id)[:100]}")
         return session
 
     async def _on_permission(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -350,14 +350,34 @@ def attach(
 
     Leaving detaches: the server, its agents and their turns go on.
     """
-    from .hooks import PluginHooks
-    from .pluginmanager import make_manager
-
-    available = PluginHooks(make_manager(list(_disabled(plugin))), report_plugin_failure).register_frontends()
     chosen = frontend or ("urwid" if sys.stdin.isatty() and sys.stdout.isatty() else "line")
-    if chosen not in available:
-        fail(f"unknown frontend {chosen!r} (available: {', '.join(sorted(available)) or 'none'})")
-    raise typer.Exit(_attached(name, available[chosen]) or ExitCode.OK)
+    disabled = _disabled(plugin)
+    frontend_cls = _builtin_frontend(chosen, disabled)
+    if frontend_cls is None:
+        from .hooks import PluginHooks
+        from .pluginmanager import make_manager
+
+        available = PluginHooks(make_manager(list(disabled)), report_plugin_failure).register_frontends()
+        if chosen not in available:
+            fail(f"unknown frontend {chosen!r} (available: {', '.join(sorted(available)) or 'none'})")
+        frontend_cls = available[chosen]
+    raise typer.Exit(_attached(name, frontend_cls) or ExitCode.OK)
+
+
+#: The frontends deck ships, each registered by a module of its own.
+BUILTIN_FRONTENDS = {"jsonl": "deck.frontends.jsonl", "line": "deck.frontends.line", "urwid": "deck.frontends.urwid"}
+
+
+def _builtin_frontend(name: str, disabled: tuple[str, ...]) -> Any:
+    """The class of the built-in frontend `name`, from its module's own registration, with no
+    other plugin imported: a client has no use for them, and `deck attach` starts in the time of
+    its frontend's imports alone. None for any other name (or a disabled one): the plugins say."""
+    import importlib
+
+    module_name = BUILTIN_FRONTENDS.get(name)
+    if module_name is None or name in disabled:
+        return None
+    return importlib.import_module(module_name).deck_register_frontends().get(name)
 
 
 @app.command(cls=Command)

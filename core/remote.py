@@ -6,7 +6,10 @@ listeners in the server's order. Leaving (`end_of_input`, `close`) only detaches
 server, its agents and their turns go on; `DeckService.Shutdown` is what stops it.
 
 Should the server go away, every call waiting fails, and `ended` says so: `run_attached`
-then ends the frontend and says "the deck server NAME went away".
+then ends the frontend and says "the deck server NAME went away". The end a
+`DeckService.Shutdown` of this client asked for is no such loss: the server may answer and
+close at once, or close before its answer goes out; either way the call succeeds and the
+client ends with 0.
 """
 
 from __future__ import annotations
@@ -54,6 +57,10 @@ class SocketClient(Client, asyncio.Protocol):
         #: Why the connection ended when nobody closed it ("" while it stands, or after `close`).
         self.gone = ""
         self._lost: asyncio.Future[None] | None = None
+        #: The ids of this client's `DeckService.Shutdown` calls not answered yet.
+        self._stopping: set[int] = set()
+        #: Whether the server answered one of them: it is stopping as asked.
+        self._stopped = False
 
     # -- connecting ------------------------------------------------------------------------------
 
@@ -101,17 +108,27 @@ class SocketClient(Client, asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
-        if not self._closing and not self.gone:
+        # A server stopping as this client asked closes its socket: that is the end asked, not a loss.
+        asked = self._stopped or bool(self._stopping)
+        if not self._closing and not self.gone and not asked:
             self.gone = f"the deck server {self.name} went away"
-        error = self.gone or f"detached from the deck server {self.name}"
+        error = self.gone or (f"the deck server {self.name} stopped" if asked else f"detached from the deck server {self.name}")
         calls, self._calls = self._calls, {}
-        for future in calls.values():
-            if not future.done():
+        for request_id, future in calls.items():
+            if future.done():
+                continue
+            if request_id in self._stopping and not self.gone:
+                future.set_result(None)  # closed before its answer went out: stopped all the same
+            else:
                 future.set_exception(service_error(INTERNAL_ERROR, error))
+        self._stopping.clear()
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(None)
         if self.gone:
             self.request_exit(ExitCode.ERROR)
+        elif asked and not self._closing:
+            # Once the answers just given are handled (call_soon runs after their callbacks).
+            asyncio.get_running_loop().call_soon(self.request_exit, ExitCode.OK)
 
     # -- lines in --------------------------------------------------------------------------------
 
@@ -145,6 +162,9 @@ class SocketClient(Client, asyncio.Protocol):
                 if text.startswith("refused"):
                     self.gone = f"the deck server {self.name} {text.replace(':', ' this client:', 1)}"
             return
+        if request_id in self._stopping:
+            self._stopping.discard(request_id)
+            self._stopped = self._stopped or not isinstance(message.get("error"), dict)
         if future.done():
             return
         error = message.get("error")
@@ -170,6 +190,8 @@ class SocketClient(Client, asyncio.Protocol):
         if params is not None:
             request["params"] = params
         self._calls[self._next_id] = future
+        if method == "DeckService.Shutdown":
+            self._stopping.add(self._next_id)
         transport.write(to_bytes([encode(request)]))
         self._read()
         return future

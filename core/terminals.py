@@ -137,7 +137,10 @@ class Spec:
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
             raise AcpError(INVALID_PARAMS, "args must be a list of strings")
         env: dict[str, str] = {}
-        for item in params.get("env") or []:
+        items = params.get("env") or []
+        if not isinstance(items, list):  # a number is not iterable, a string or an object would be read wrongly
+            raise AcpError(INVALID_PARAMS, "env must be a list of {name, value} strings")
+        for item in items:
             if not (isinstance(item, dict) and isinstance(item.get("name"), str) and isinstance(item.get("value"), str)):
                 raise AcpError(INVALID_PARAMS, "env must be a list of {name, value} strings")
             if not item["name"] or "=" in item["name"] or "\0" in item["name"] + item["value"]:
@@ -313,9 +316,12 @@ class Terminals:
         return {"terminalId": terminal.id}
 
     def get(self, params: dict[str, Any]) -> Terminal:
-        terminal = self.terminals.get(params.get("terminalId"))  # type: ignore[arg-type]
+        terminal_id = params.get("terminalId")
+        if not isinstance(terminal_id, str):  # a list or an object is no key to look up
+            raise AcpError(INVALID_PARAMS, "terminalId must be a string")
+        terminal = self.terminals.get(terminal_id)
         if terminal is None:
-            raise AcpError(INVALID_PARAMS, f"unknown terminal: {str(params.get('terminalId'))[:100]}")
+            raise AcpError(INVALID_PARAMS, f"unknown terminal: {terminal_id[:100]}")
         return terminal
 
     def output(self, params: dict[str, Any]) -> dict[str, Any]:

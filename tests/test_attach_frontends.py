@@ -394,7 +394,6 @@ def test_an_attached_console_says_the_server_went_away_and_restores_the_terminal
 
 
 @pytest.mark.anyio
-@pytest.mark.xfail(strict=True, reason="deck.remote takes the end a Shutdown asked for as the server going away")
 async def test_a_shutdown_answered_just_before_the_server_closes_ends_the_client_with_0(capsys):
     """A server with no agent to stop answers `DeckService.Shutdown` and closes at once: the client
     that asked must end as asked (0, quietly), not as one whose server went away."""

@@ -559,3 +559,26 @@ async def test_each_deck_records_through_a_plugin_of_its_own_gone_at_its_shutdow
     await turn_done(rec_two, "a")
     await two.shutdown()
     assert sorted(c["title"] for c in stored()) == ["only in one", "only in two"]
+
+
+@pytest.mark.anyio
+async def test_the_agents_title_is_stored_on_one_line_and_bounded(make_deck) -> None:
+    """A title is the agent's to give: a megabyte of it, on many lines, is stored as a short line."""
+    script = Path(__file__).parent / "agents" / "terminal_agent.py"
+    deck, rec = make_deck(agent_block("a", command=[sys.executable, str(script)]))
+    await deck.startup()
+    huge = "\n  Fix the\tparser " + "x" * 1_000_000 + "\nsecond line"
+    steps = [["update", {"sessionUpdate": "session_info_update", "title": huge}]]
+    await send(deck, "a", json.dumps({"steps": steps}))
+    await turn_done(rec, "a")
+    [listed] = await deck.call("ChatService.History", {"agent": "a"})
+    await deck.shutdown()
+    assert listed["title"].startswith("Fix the parser xxx") and listed["title"].endswith("…")
+    assert len(listed["title"]) == recording.TITLE_MAX and "\n" not in listed["title"]
+    (conversation,) = stored()
+    assert conversation["title"] == listed["title"]
+
+
+def test_a_huge_limit_on_the_command_line_lists_everything(recorded: Recorded) -> None:
+    done = cli_here(recorded.env, "history", "--config", str(recorded.config), "--limit", str(10**20))
+    assert done.returncode == 0 and done.stdout.count("\n") == 1, done.stderr

@@ -761,3 +761,10 @@ def test_kill_9_mid_answer_loses_at_most_the_last_interval(tmp_path: Path, live:
     assert live["done"] is False
     newest_stored = float(live["parts"][0]["text"].split()[-1])
     assert killed_at - newest_stored < 1.0
+
+
+def test_a_limit_above_what_sqlite_counts_is_all_of_them(store: HistoryStore) -> None:
+    cid = store.new_conversation(CONFIG, "claude")
+    store.put_messages(cid, [message("m1", "hello world")])
+    assert [row["id"] for row in store.list(CONFIG, limit=10**20)] == [cid]
+    assert [hit["messageId"] for hit in store.search("hello", limit=10**20)] == ["m1"]

@@ -257,6 +257,17 @@ async def test_big_updates_for_unknown_session_ids_are_bounded_by_their_bytes(ma
     assert len([line for line in agent.logs if "unknown session" in line]) == 1
 
 
+async def test_updates_whose_session_id_is_no_string_are_skipped_and_the_turn_completes(make_deck):
+    deck, rec = make_deck(unruly())
+    deck.chat.send("u", "badsid")
+    await rec.wait_event("turn:changed", agent="u", busy=False, timeout=30)
+    reply = deck.chat.conversation("u").messages[-1]
+    assert reply.done and reply.stop_reason == "end_turn" and reply.text == "after"
+    skipped = [line for line in deck.agents["u"].logs if "sessionId that is no string" in line]
+    assert len(skipped) == 4, skipped
+    assert deck.agents["u"]._early == {}
+
+
 async def test_early_updates_within_the_bounds_are_still_replayed(make_deck):
     deck, rec = make_deck(agent_block("a", "--early-update"))
     await deck.agent_service.start("a")

@@ -485,3 +485,29 @@ async def test_console_redraws_stay_coalesced_during_a_flood(make_deck, tmp_path
         assert "│ row 199999" in canvas_text(app.root, 120, 50)
     finally:
         app.detach()
+
+
+async def test_a_terminal_id_or_env_of_the_wrong_type_is_refused_as_such(make_deck, tmp_path):
+    deck, rec = make_deck(agent(cwd=str(tmp_path)))
+    answers = await script(
+        deck, rec,
+        ["terminal/output", {"terminalId": ["x"]}], ["terminal/release", {"terminalId": {"a": 1}}],
+        ["terminal/wait_for_exit", {}], create(py("print('still here')")), on("wait_for_exit"),
+        create(py("pass"), "e", env=5), create(py("pass"), "e", env={"A": "b"}),
+    )  # fmt: skip
+    for refused in answers[:2]:
+        assert refused["error"]["code"] == -32602 and refused["error"]["message"] == "terminalId must be a string"
+    assert answers[2]["error"] == {"code": -32602, "message": "terminalId must be a string"}
+    assert answers[4] == {"result": {"exitCode": 0, "signal": None}}
+    for refused in answers[5:]:
+        assert refused["error"] == {"code": -32602, "message": "env must be a list of {name, value} strings"}
+
+
+async def test_a_session_id_that_is_no_string_is_an_unknown_session(make_deck, tmp_path):
+    deck, rec = make_deck(agent(cwd=str(tmp_path)))
+    answers = await script(
+        deck, rec,
+        ["terminal/create", {"command": PY, "sessionId": ["x"]}], ["terminal/output", {"terminalId": "t", "sessionId": {}}],
+    )  # fmt: skip
+    for refused in answers:
+        assert refused["error"]["code"] == -32002 and refused["error"]["message"].startswith("unknown session"), refused

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -483,3 +484,84 @@ async def test_a_rewritten_dot_git_never_points_deck_at_another_repository(make_
     assert rows["a"]["changedFiles"] == 2  # notes.txt and .gitattributes, in the worktree's own repository
     assert "+hello" in await deck.call("WorktreeService.Diff", {"agent": "a"})
     assert not mark.exists()
+
+
+async def test_a_worktree_folder_swapped_for_a_symlink_to_another_worktree_is_refused(make_deck, repo):
+    """A's worktree folder replaced by a link to b's: deck never takes b's work for a's, never
+    merges it under a's name, never moves b's branch."""
+    deck, rec = make_deck(worktree_agent("a", repo) + worktree_agent("b", repo))
+    await turn(deck, rec, "a", "write a.txt from a")
+    await turn(deck, rec, "b", "write b.txt from b")
+    await deck.call("AgentService.Stop", {"name": "a"})
+    await deck.call("AgentService.Stop", {"name": "b"})
+    a, b = Path(deck.agents["a"].cwd), Path(deck.agents["b"].cwd)
+    a.rename(a.with_name("a-moved"))
+    a.symlink_to(b)
+    head_b, head_main = git(repo, "rev-parse", "deck/b"), git(repo, "rev-parse", "main")
+    for method, params in (("Diff", {"agent": "a"}), ("Merge", {"agent": "a"}), ("Remove", {"agent": "a", "force": True})):
+        with pytest.raises(ServiceError, match="is a symlink"):
+            await deck.call(f"WorktreeService.{method}", params)
+    rows = rows_by_agent(await deck.call("WorktreeService.List", {}))
+    assert "is a symlink" in rows["a"]["error"] and rows["b"]["changedFiles"] == 1
+    assert (git(repo, "rev-parse", "deck/b"), git(repo, "rev-parse", "main")) == (head_b, head_main)
+    assert (b / "b.txt").read_text() == "from b" and not (repo / "b.txt").exists()
+    with pytest.raises(ServiceError, match="is a symlink"):
+        await deck.call("AgentService.Start", {"name": "a"})
+
+
+def test_the_commands_say_so_when_git_is_missing(repo, tmp_path, monkeypatch):
+    config = tmp_path / "deck.toml"
+    config.write_text(worktree_agent("a", repo))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-git-here"))
+    listed = cli_in_process(config, "worktrees")
+    assert listed.exit_code == 1 and "git is not installed" in listed.stderr, listed.output
+    shown = cli_in_process(config, "diff", "a")
+    assert shown.exit_code == 1 and "git is not installed" in shown.stderr, shown.output
+
+
+async def test_an_agent_name_a_worktree_s_record_would_take_is_refused(make_deck, repo):
+    """`NAME.json` beside the worktrees records agent NAME's: an agent named so never gets a folder there."""
+    deck, rec = make_deck(worktree_agent("a", repo) + worktree_agent('"a.json"', repo))
+    await deck.call("AgentService.Start", {"name": "a"})
+    with pytest.raises(ServiceError, match="cannot name a branch and a folder"):
+        await deck.call("AgentService.Start", {"name": "a.json"})
+    assert (await deck.call("WorktreeService.List", {}))[0]["agent"] == "a"
+
+
+async def test_an_agent_whose_worktree_is_not_made_yet_is_told_so(make_deck, repo):
+    deck, rec = make_deck(worktree_agent("a", repo))
+    for method, params in (("Diff", {"agent": "a"}), ("Merge", {"agent": "a"}), ("Remove", {"agent": "a"})):
+        with pytest.raises(ServiceError, match="a has no worktree yet: it is made at its first start"):
+            await deck.call(f"WorktreeService.{method}", params)
+    await deck.call("AgentService.Start", {"name": "a"})
+    await deck.call("AgentService.Stop", {"name": "a"})
+    shutil.rmtree(deck.agents["a"].cwd)  # only the folder is gone: its branch is still removed
+    assert (await deck.call("WorktreeService.Remove", {"agent": "a"}))["branchDeleted"]
+
+
+async def test_a_worktree_that_lost_its_dot_git_is_listed_and_never_reused_or_dropped(make_deck, repo):
+    """The `.git` file is the agent's to delete: its folder, and the work in it, stay in sight."""
+    deck, rec = make_deck(worktree_agent("a", repo))
+    await turn(deck, rec, "a", "write wip.txt unfinished")
+    await deck.call("AgentService.Stop", {"name": "a"})
+    path = Path(deck.agents["a"].cwd)
+    (path / ".git").unlink()
+    [row] = await deck.call("WorktreeService.List", {})
+    assert row["agent"] == "a" and "without its .git" in row["error"]
+    with pytest.raises(ServiceError, match="without its .git"):
+        await deck.call("AgentService.Start", {"name": "a"})
+    with pytest.raises(ServiceError, match="without its .git"):
+        await deck.call("WorktreeService.Remove", {"agent": "a"})
+    assert (path / "wip.txt").read_text() == "unfinished"
+    result = await deck.call("WorktreeService.Remove", {"agent": "a", "force": True})
+    assert result["branchDeleted"] and not path.exists()
+    assert await deck.call("WorktreeService.List", {}) == []
+
+
+async def test_a_commit_message_with_a_nul_is_refused_before_anything_is_done(make_deck, repo):
+    deck, rec = make_deck(worktree_agent("a", repo))
+    await turn(deck, rec, "a", "write feature.txt done")
+    head = git(repo, "rev-parse", "main")
+    with pytest.raises(ServiceError, match="the commit message cannot contain NUL characters"):
+        await deck.call("WorktreeService.Merge", {"agent": "a", "message": "one\0two"})
+    assert git(repo, "rev-parse", "main") == head and not (repo / "feature.txt").exists()

@@ -68,7 +68,12 @@ def title_of(message: dict[str, Any]) -> str | None:
     """A conversation's title from a user message: the first non-empty line of its text, at most TITLE_MAX long."""
     parts = message.get("parts")
     texts = [p.get("text") for p in parts if isinstance(p, dict) and p.get("type") == "text"] if isinstance(parts, list) else []
-    text = "\n".join(t for t in texts if isinstance(t, str))
+    return one_line_title("\n".join(t for t in texts if isinstance(t, str)))
+
+
+def one_line_title(text: str) -> str | None:
+    """The first non-empty line of `text`, its spaces collapsed, at most TITLE_MAX long: what a
+    title is stored as, whoever gave it (an agent's may be a megabyte on many lines)."""
     line = next((stripped for raw in text.splitlines() if (stripped := " ".join(raw.split()))), "")
     if not line:
         return None
@@ -307,7 +312,7 @@ class Recorder:
         return cid
 
     def _agent_title(self, agent: str, title: Any) -> None:
-        title = title.strip() or None if isinstance(title, str) else None
+        title = one_line_title(title) if isinstance(title, str) else None
         cid = self.current.get(agent)
         if cid is None:
             self._early_titles[agent] = title

@@ -648,10 +648,14 @@ def _filters(*pairs: tuple[str, str | None], prefix: str) -> tuple[str, list[str
     return (f"{prefix} {sql}" if used else ""), [value for _, value in used]
 
 
+#: The largest LIMIT SQLite takes (a 64-bit integer): any count above it is all of them.
+_LIMIT_MAX = 2**63 - 1
+
+
 def _limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a positive integer, not {limit!r}")
-    return limit
+    return min(limit, _LIMIT_MAX)
 
 
 def _iso(ms: int) -> str:

@@ -30,6 +30,10 @@ class GitError(ServiceError):
     """A git command failed, or git is not there."""
 
 
+class GitMissing(GitError):
+    """git is not there: no worktree can be looked at, which is not the same as there being none."""
+
+
 @dataclass(frozen=True)
 class Result:
     code: int
@@ -64,7 +68,7 @@ async def git(
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
         )  # fmt: skip
     except FileNotFoundError as exc:
-        raise GitError("git is not installed (or not on PATH)") from exc
+        raise GitMissing("git is not installed (or not on PATH)") from exc
     except OSError as exc:
         raise GitError(f"cannot run git in {cwd}: {exc.strerror or exc}") from exc
     task = asyncio.ensure_future(_collect(process, limit))

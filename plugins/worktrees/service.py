@@ -17,6 +17,7 @@ from deck.errors import ServiceError, StartFailed
 from deck.events import TurnChanged, WorktreeChanged, WorktreeOverlap
 
 from . import tree
+from .git import GitMissing
 from .tree import Place, Status
 
 if TYPE_CHECKING:
@@ -92,6 +93,14 @@ class Worktrees:
             return await tree.locate(name, agent.config.resolved_cwd())
         return await tree.find_kept(name)
 
+    async def made(self, name: str) -> Place:
+        """`place(name)`, of a worktree made already (its folder, or its record if only the folder
+        is gone): an agent that has not started yet is told so, not taken for a broken worktree."""
+        place = await self.place(name)
+        if not place.exists() and not place.meta.exists():
+            raise ServiceError(f"{name} has no worktree yet: it is made at its first start")
+        return place
+
     async def base(self, place: Place) -> str:
         base = tree.read_meta(place).get("base")
         if not isinstance(base, str):
@@ -118,10 +127,12 @@ class Worktrees:
                 continue
             try:
                 place = await tree.locate(agent.name, agent.config.resolved_cwd())
+            except GitMissing:
+                raise  # not "no worktrees": none can be looked at
             except ServiceError:
                 continue  # not in a repository: `deck config validate` says so, its start fails
             repos.add(place.repo)
-            if place.exists():
+            if place.exists() or place.lost():
                 found.append(place)
         known = {(p.agent, p.repo) for p in found}
         return found + tree.orphans({Place("", repo).folder for repo in repos}, known)
@@ -155,6 +166,8 @@ class WorktreeService:
         for place in await self.worktrees.places():
             try:
                 found = await self.worktrees.status(place.agent, place)
+            except GitMissing:
+                raise
             except ServiceError as exc:
                 rows.append({"agent": place.agent, "path": place.path, "branch": place.branch, "error": str(exc)})
                 continue
@@ -165,7 +178,7 @@ class WorktreeService:
     @rpc_method("WorktreeService.Diff")
     async def diff(self, agent: str) -> str:
         worktrees = self.worktrees
-        place = await worktrees.place(agent)
+        place = await worktrees.made(agent)
         async with worktrees.lock(place.repo):
             text = await tree.diff(place, await worktrees.base(place))
         await worktrees.status(agent, place)
@@ -175,10 +188,12 @@ class WorktreeService:
     @rpc_method("WorktreeService.Merge")
     async def merge(self, agent: str, squash: bool = False, message: str | None = None) -> dict[str, Any]:
         worktrees = self.worktrees
+        if message is not None and "\0" in message:  # no argument of a command can hold one
+            raise ServiceError("the commit message cannot contain NUL characters")
         running = worktrees.deck.agents.get(agent)
         if running is not None and running.state is AgentState.BUSY:
             raise ServiceError(f"{agent} is busy: merge once its turn is over")
-        place = await worktrees.place(agent)
+        place = await worktrees.made(agent)
         async with worktrees.lock(place.repo):
             result = await tree.merge(place, await worktrees.base(place), squash, message)
         found = await worktrees.status(agent, place)
@@ -192,7 +207,7 @@ class WorktreeService:
         running = worktrees.deck.agents.get(agent)
         if running is not None and running.state not in (AgentState.STOPPED, AgentState.ERROR):
             raise ServiceError(f"{agent} is running in its worktree: stop it first")
-        place = await worktrees.place(agent)
+        place = await worktrees.made(agent)
         base = tree.read_meta(place).get("base")
         async with worktrees.lock(place.repo):
             result = await tree.remove(place, base if isinstance(base, str) else None, force)

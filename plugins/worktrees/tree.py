@@ -16,11 +16,13 @@ git 2.38 or later) and only then applied, so a refusal changes nothing anywhere.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -80,10 +82,21 @@ class Place:
     def exists(self) -> bool:
         return os.path.exists(os.path.join(self.path, ".git"))
 
+    def lost(self) -> bool:
+        """Its folder is there without its `.git` (the agent's to delete): files git no longer sees as
+        the worktree, kept in sight, never reused nor dropped unless forced."""
+        return os.path.isdir(self.path) and not self.exists()
+
+    def lost_error(self) -> ServiceError:
+        return ServiceError(f"{self.path} is there without its .git file: git no longer sees it as {self.agent}'s "
+                            "worktree; its files are kept (move them away to start afresh, or remove with force)")  # fmt: skip
+
 
 def check_name(agent: str) -> None:
-    if not _NAME.fullmatch(agent) or agent.endswith((".", ".lock")) or ".." in agent:
-        raise ServiceError(f"agent name {agent!r} cannot name a branch and a folder: use letters, digits, '-', '_', '.'")
+    """Refuse a name git refuses in a branch, or one whose folder would be another agent's `NAME.json` record."""
+    if not _NAME.fullmatch(agent) or agent.endswith((".", ".lock", ".json")) or ".." in agent:
+        raise ServiceError(f"agent name {agent!r} cannot name a branch and a folder: use letters, digits, '-', '_', "
+                           "'.', starting with a letter, a digit or '_', not ending in '.', '.lock' or '.json'")  # fmt: skip
 
 
 async def locate(agent: str, cwd: str) -> Place:
@@ -137,7 +150,7 @@ def orphans(repo_folders: set[Path], known: set[tuple[str, str]]) -> list[Place]
                 agent, repo = data.get("agent"), data.get("repo")
                 if isinstance(agent, str) and isinstance(repo, str) and (agent, repo) not in known:
                     place = Place(agent, repo)
-                    if place.folder == folder and place.exists():
+                    if place.folder == folder and (place.exists() or place.lost()):
                         found.append(place)
     return found
 
@@ -165,6 +178,8 @@ async def ensure(place: Place) -> str:
     """Make `place`'s worktree if it is not there (reusing its branch if that is), return its base branch."""
     meta = read_meta(place)
     base = meta.get("base") if isinstance(meta.get("base"), str) else None
+    if place.lost():
+        raise place.lost_error()  # `git worktree add` would fail there, after a prune that forgets its entry
     if place.exists():
         await worktree_env(place)  # a worktree of this repository, registered there
         base = base or await current_branch(place.repo)
@@ -194,7 +209,10 @@ async def worktree_env(place: Place) -> dict[str, str]:
 
     Never found through the worktree's own `.git`: that file is the agent's to rewrite, and a
     repository it points to could name programs in its config (a clean filter) that `git add`
-    would run."""
+    would run. Nor through a symlink put in the worktree's place: it could lead to another
+    agent's worktree, whose work would be taken for this one's (diffed, merged, reset)."""
+    if os.path.islink(place.path):
+        raise ServiceError(f"{place.path} is a symlink, not {place.agent}'s worktree: deck does not follow it")
     common = await git("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=place.repo)
     admin = Path(common.out.strip()) / "worktrees"
     target = os.path.realpath(place.path)
@@ -249,7 +267,7 @@ class Pending:
 @contextlib.asynccontextmanager
 async def pending(place: Place, base: str) -> AsyncIterator[Pending]:
     if not place.exists():
-        raise ServiceError(f"{place.agent} has no worktree at {place.path}")
+        raise place.lost_error() if place.lost() else ServiceError(f"{place.agent} has no worktree at {place.path}")
     path = place.path
     if not await branch_exists(place.repo, base):
         raise ServiceError(f"the base branch {base!r} of {place.agent}'s worktree does not exist in {place.repo}")
@@ -357,6 +375,8 @@ async def merge(place: Place, base: str, squash: bool, message: str | None) -> d
 async def remove(place: Place, base: str | None, force: bool) -> dict[str, Any]:
     """Remove the worktree and its branch; refused while it holds work not in `base`, unless `force`."""
     ahead = 0
+    if place.lost() and not force:
+        raise place.lost_error()
     if place.exists():
         if base is not None:
             found = await status(place, base)
@@ -373,6 +393,10 @@ async def remove(place: Place, base: str | None, force: bool) -> dict[str, Any]:
         raise ServiceError(f"{place.branch} has {commits} not merged into {base}: merge it, or remove with force")
     if place.exists():
         await git("worktree", "remove", *(["--force"] if force else []), place.path, cwd=place.repo)
+    elif place.lost():  # forced: git cannot remove what it no longer sees as a worktree
+        if os.path.islink(place.path):
+            raise ServiceError(f"{place.path} is a symlink, not {place.agent}'s worktree: deck does not follow it")
+        await asyncio.to_thread(shutil.rmtree, place.path)
     await git("worktree", "prune", cwd=place.repo)
     deleted = False
     if await branch_exists(place.repo, place.branch) and (force or base is not None):

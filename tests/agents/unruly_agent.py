@@ -72,6 +72,9 @@ def turn(rid, sid: str, text: str) -> None:
         count, _, size = rest.partition(" ")
         pad = "x" * int(size or 0)
         write(b"".join(chunk(f"ghost-{i}", f"boo {i}{pad}") for i in range(int(count))) + chunk(sid, "after"))
+    elif word == "badsid":  # session ids that are no strings: a list, an object, a number, null
+        write(b"".join(update(bad, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "boo"}})
+                       for bad in (["s1"], {"id": "s1"}, 1, None)) + chunk(sid, "after"))
     elif word == "close-stdout":
         write(chunk(sid, "closing"))
         os.close(1)
