@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
 from ._version import __version__
 from .errors import ExitCode
@@ -31,9 +31,53 @@ class Command(TyperCommand):
                 param.get_usage_pieces = lambda ctx, shown=shown: [shown]  # type: ignore[method-assign, misc]
                 param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
 
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _as_text(super().get_params(ctx))
+
+
+class Group(TyperGroup):
+    """The `deck` group: its options (help, completion) read as `Command`'s do."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _as_text(super().get_params(ctx))
+
+
+try:
+    from typer._coercion import RuntimeParam, build_runtime_param
+except ImportError:  # another typer: it coerces every parameter itself
+    _Plain: Any = None
+else:
+
+    class _Plain(RuntimeParam):  # type: ignore[no-redef]
+        """A text or flag value as the command line gives it, which is what typer's pydantic
+        coercion of `str`, `list[str]` and `bool` returns, without importing pydantic (some
+        150 ms at each start); any other value goes to typer's own coercion."""
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            if type(value) is self.annotation:
+                return value
+            if self.annotation == list[str] and isinstance(value, (tuple, list)) and all(type(v) is str for v in value):
+                return list(value)
+            return build_runtime_param(param.type_descriptor)._coerce_value(value, param, ctx)
+
+
+def _as_text(params: list[Any]) -> list[Any]:
+    """`params`, each plain `str`, `list[str]` or `bool` one (no parser, no choices) keeping its
+    value as given: `deck attach`, `deck stop` and `deck send --attach` never import pydantic."""
+    for param in params:
+        descriptor = getattr(param, "type_descriptor", None)
+        if _Plain is None or descriptor is None or getattr(param, "_runtime_param", False) is not None:
+            continue
+        if descriptor.annotation not in (str, bool, list[str]) or descriptor.parameter_info.parser is not None:
+            continue
+        if not descriptor.is_choice:
+            param._runtime_param = _Plain(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation)
+    return params
+
 
 app = typer.Typer(
     name="deck",
+    cls=Group,
     help="One terminal, many coding agents: run the ACP agents named in a config file.",
     no_args_is_help=False,
     add_completion=True,

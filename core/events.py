@@ -335,13 +335,24 @@ def from_wire(data: dict[str, Any]) -> Event:
         event = UnknownEvent(name, {k: v for k, v in data.items() if k not in ("event", "seq")})
     else:
         values = {attr: data[key] for attr, key in cls.wire_keys() if key in data}
-        missing = [key for attr, key in cls.wire_keys() if attr not in values and _required(cls, attr)]
+        missing = [key for attr, key in _required_keys(cls) if attr not in values]
         if missing:
             raise ValueError(f"event {name} lacks {', '.join(missing)}")
         event = cls(**values)
     seq = data.get("seq", 0)
     set_seq(event, seq if isinstance(seq, int) and not isinstance(seq, bool) else 0)
     return event
+
+
+#: The (attribute, key) of each field an event class cannot do without, by class: worked out once.
+_REQUIRED: dict[type[Event], tuple[tuple[str, str], ...]] = {}
+
+
+def _required_keys(cls: type[Event]) -> tuple[tuple[str, str], ...]:
+    keys = _REQUIRED.get(cls)
+    if keys is None:
+        keys = _REQUIRED[cls] = tuple((attr, key) for attr, key in cls.wire_keys() if _required(cls, attr))
+    return keys
 
 
 def _required(cls: type[Event], attr: str) -> bool:

@@ -2,8 +2,11 @@
 
 A call writes its request line at once and its future waits for the response of that id;
 event lines are rebuilt as their classes (`deck.events.from_wire`) and given to the
-listeners in the server's order. Leaving (`end_of_input`, `close`) only detaches: the
-server, its agents and their turns go on; `DeckService.Shutdown` is what stops it.
+listeners in the server's order. A listener of lines (`subscribe_lines`: the jsonl frontend,
+which writes them out unchanged) gets each event line as the bytes the server wrote (its
+`deck.wire` lines: strict JSON, valid UTF-8), and an event nobody wants as a class is never
+decoded. Leaving (`end_of_input`, `close`) only detaches: the server, its agents and their
+turns go on; `DeckService.Shutdown` is what stops it.
 
 Should the server go away, every call waiting fails, and `ended` says so: `run_attached`
 then ends the frontend and says "the deck server NAME went away". The end a
@@ -20,6 +23,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,10 @@ log = logging.getLogger(__name__)
 
 #: How long `close` waits for the socket to take what was written before it.
 CLOSE_SECONDS = 2.0
+#: How every event line of the server begins (`deck.wire.encode_event`), and no response line does.
+EVENT_PREFIX = b'{"event":'
+#: A listener of the event lines: each line's bytes, without its newline.
+LineListener = Callable[[bytes], None]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -47,6 +55,7 @@ class SocketClient(Client, asyncio.Protocol):
         self.name = name
         self.path = path or socket_path(name)
         self._listeners: list[Listener] = []
+        self._line_listeners: list[LineListener] = []
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._next_id = 0
         self._transport: asyncio.Transport | None = None
@@ -133,6 +142,9 @@ class SocketClient(Client, asyncio.Protocol):
     # -- lines in --------------------------------------------------------------------------------
 
     def _line(self, raw: bytes) -> None:
+        if raw.startswith(EVENT_PREFIX) and not self._listeners:
+            self._give_line(raw)  # the hot path: a streamed chunk, passed on as it came
+            return
         try:
             message = decode_line(raw.decode(errors="replace"))
         except ValueError as exc:
@@ -141,6 +153,9 @@ class SocketClient(Client, asyncio.Protocol):
         if not isinstance(message, dict):
             return
         if "event" in message:
+            self._give_line(raw)
+            if not self._listeners:
+                return
             try:
                 event = from_wire(message)
             except (ValueError, TypeError) as exc:
@@ -174,6 +189,13 @@ class SocketClient(Client, asyncio.Protocol):
         else:
             future.set_result(message.get("result"))
 
+    def _give_line(self, raw: bytes) -> None:
+        for listener in tuple(self._line_listeners):
+            try:
+                listener(raw)
+            except Exception:
+                log.exception("event line listener failed")
+
     def _overflow(self, size: int) -> None:
         log.warning("the deck server %s sent a line of %d bytes: skipped", self.name, size)
 
@@ -202,6 +224,16 @@ class SocketClient(Client, asyncio.Protocol):
 
     def unsubscribe(self, listener: Listener) -> None:
         self._listeners.remove(listener)
+
+    def subscribe_lines(self, listener: LineListener) -> None:
+        """Give `listener` every event line as the server wrote it (the bytes of `deck.wire`'s
+        `encode_event`, no newline), in order with the events of `subscribe` and before the
+        response of any call the server answered after them."""
+        self._line_listeners.append(listener)
+        self._read()
+
+    def unsubscribe_lines(self, listener: LineListener) -> None:
+        self._line_listeners.remove(listener)
 
     async def end_of_input(self, *, drain: bool = True) -> None:
         """The user is gone: the server goes on with what it was asked, answered by its other clients."""

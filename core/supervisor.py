@@ -276,7 +276,8 @@ class Process:
         self.close_stdin()
         if not await self._wait(timings.after_stdin_close):
             tree = _merge(tree, self.descendants())
-            self._log(f"no exit {timings.after_stdin_close:g}s after stdin closed: SIGTERM to the process group")
+            waited = f"no exit {timings.after_stdin_close:g}s after stdin closed: " if timings.after_stdin_close else ""
+            self._log(f"{waited}SIGTERM to the process group")
             self._signal(signal.SIGTERM, tree)
             if not await self._wait(timings.after_sigterm):
                 self._log(f"no exit {timings.after_sigterm:g}s after SIGTERM: SIGKILL to the process group")

@@ -6,7 +6,9 @@ Writes are batched and flushed when the event loop goes idle, so a burst of even
 costs one system call, and latency stays low.
 
 The lines are `deck.wire`'s, as a deck server writes them on its socket: strict JSON
-(RFC 8259), valid UTF-8.
+(RFC 8259), valid UTF-8. Attached to a server, the frontend takes its event lines as they
+come (`subscribe_lines`) and writes them out unchanged: the same bytes, never decoded and
+encoded again. Its requests are the client's calls, each answered under the id it came with.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class JsonlFrontend(Frontend):
         self._stdin_fd = stdin_fd if stdin_fd is not None else sys.stdin.fileno()
         self._fd = stdout_fd if stdout_fd is not None else sys.stdout.fileno()
         self._out: list[str] = []
+        #: What goes out before `_out`: the server's lines as they came, and the lines written before them.
+        self._chunks: list[bytes] = []
         self._flush_scheduled = False
         self._closed = False
         self._ended = False
@@ -55,8 +59,22 @@ class JsonlFrontend(Frontend):
         if not self._closed:
             self._append(line)
 
+    def on_line(self, raw: bytes) -> None:
+        """An event line of the server, without its newline: out as it came, in its turn."""
+        if self._closed:
+            return
+        if self._out:
+            self._chunks.append(to_bytes(self._out))
+            self._out.clear()
+        self._chunks += (raw, b"\n")
+        self._flush_soon()
+
     def _append(self, line: str) -> None:
         self._out.append(line)
+        self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        """Once the loop is idle, so a burst goes out in one write; at once after the end."""
         if self._ended:
             self.flush()
         elif not self._flush_scheduled and self._loop is not None:
@@ -65,9 +83,15 @@ class JsonlFrontend(Frontend):
 
     def flush(self) -> None:
         self._flush_scheduled = False
-        if not self._out or self._closed:
+        if not (self._out or self._chunks) or self._closed:
             return
-        data = to_bytes(self._out)
+        if self._chunks:
+            if self._out:
+                self._chunks.append(to_bytes(self._out))
+            data = b"".join(self._chunks)
+            self._chunks.clear()
+        else:
+            data = to_bytes(self._out)
         self._out.clear()
         try:
             view = memoryview(data)
@@ -91,7 +115,11 @@ class JsonlFrontend(Frontend):
 
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
-        self.client.subscribe(self.on_event)
+        subscribe_lines = getattr(self.client, "subscribe_lines", None)
+        if subscribe_lines is not None:
+            subscribe_lines(self.on_line)  # a server's lines: out as they came
+        else:
+            self.client.subscribe(self.on_event)
         lines = read_lines(
             self._stdin_fd, lambda size: self._error(None, INVALID_REQUEST, f"line of {size} bytes skipped: too long")
         )

@@ -427,3 +427,44 @@ async def test_a_shutdown_answered_just_before_the_server_closes_ends_the_client
         for fd in (stdin_read, stdin_write, stdout_read, stdout_write):
             os.close(fd)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.anyio
+async def test_an_attached_jsonl_frontend_writes_the_servers_event_lines_as_they_came_before_the_answer():
+    """Attached, the jsonl frontend writes each event line of the server unchanged (never decoded, so
+    even a spacing of the server's own stays), in the server's order, and the answer of its request after
+    the events the server sent before it, under the id the request came with."""
+    from deck.frontends.jsonl import JsonlFrontend
+    from deck.remote import SocketClient, run_attached
+
+    folder = tempfile.mkdtemp(prefix="dk-")
+    path = Path(folder, "s.sock")
+    events = [
+        b'{"event":"message:delta","seq":4,"agent":"a","messageId":"m","index":0,"kind":"text","text":"\\u2028 \xc3\xa9"}',
+        b'{"event": "agent:state", "seq": 5, "agent": "a", "state": "ready", "outdated": false}',
+    ]
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            request = json.loads(line)
+            answer = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": request["method"]}).encode()
+            writer.write(b"\n".join([*events, answer]) + b"\n")  # in one write: the events, then the answer
+
+    server = await asyncio.start_unix_server(serve, str(path))
+    stdin_read, stdin_write = os.pipe()
+    stdout_read, stdout_write = os.pipe()
+    os.write(stdin_write, b'{"jsonrpc": "2.0", "id": "mine", "method": "AgentService.List"}\n')
+    os.close(stdin_write)
+    try:
+        code = await asyncio.wait_for(
+            run_attached(SocketClient("s", path), JsonlFrontend, stdin_fd=stdin_read, stdout_fd=stdout_write), 10
+        )
+        os.close(stdout_write)
+        with os.fdopen(stdout_read, "rb") as out:
+            written = out.read().splitlines()
+        assert code == 0
+        assert written == [*events, b'{"jsonrpc":"2.0","id":"mine","result":"AgentService.List"}']
+    finally:
+        server.close()
+        os.close(stdin_read)
+        shutil.rmtree(folder, ignore_errors=True)

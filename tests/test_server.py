@@ -650,9 +650,99 @@ def test_attach_jsonl_sends_and_leaving_it_only_detaches(serve, attach, clients)
     attached.popen.stdin.close()  # end of input mid-turn: detach, the turn goes on
     assert attached.wait() == 0
     watcher.event("clients:changed", clients=1)
-    watcher.wait_for(lambda ls: [x for x in ls if x.get("event") == "turn:changed" and x.get("agent") == "a"][-1]["busy"] is False)
+    watcher.event("turn:changed", agent="a", busy=False, queued=0)  # both turns done
     assert reply_text(watcher.call("ChatService.Conversation", {"agent": "a"})) == "slept"
     assert server.popen.poll() is None
+
+
+def test_attach_jsonl_writes_the_servers_event_lines_byte_for_byte(serve, attach, clients) -> None:
+    """The event lines `deck attach --frontend=jsonl` writes are the bytes the server sends every client."""
+    server = serve(agent_block("a"))
+    watcher = clients(server.path)
+    attached = attach("t", "--frontend", "jsonl")
+    attached.event("clients:changed", clients=2)
+    watcher.event("clients:changed", clients=2)
+    attached.request(1, "ChatService.Send", {"agent": "a", "text": "echo é ✓ \u2028 \"q\" \\ \U0001f600 tab\t"})
+    assert attached.response(1)["result"]
+
+    def turn_ended(lines: list[dict[str, Any]]) -> bool:
+        return any(x.get("event") == "turn:changed" and x.get("busy") is False for x in lines)
+
+    attached.wait_for(turn_ended)
+    watcher.wait_for(turn_ended)
+    sent = {x["seq"]: raw for raw, x in zip(watcher.raw, watcher.lines) if "event" in x}
+    written = {x["seq"]: raw for raw, x in zip(attached.raw, attached.lines) if "event" in x}
+    shown = [seq for seq in written if seq > min(sent)]
+    assert any(b"\\u2028" in written[seq] or "\u2028".encode() in written[seq] for seq in shown)
+    assert [written[seq] for seq in shown] == [sent[seq] for seq in shown]
+
+
+def test_attach_jsonl_imports_no_plugin_nor_the_deck(serve, tmp_path) -> None:
+    """`deck attach --frontend=jsonl` imports its frontend alone: no other plugin, no deck.app,
+    no pydantic (a client has no config to read), so it starts in about the time of `deck --version`."""
+    serve(agent_block("a"))
+    requests = b"".join(
+        json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params}).encode() + b"\n"
+        for n, (method, params) in enumerate(
+            [("DeckService.Snapshot", {}), ("ChatService.Send", {"agent": "a", "text": "stream 3"})], 1
+        )
+    )
+    # `deck attach` run as the `deck` script does, the modules it imported written out as it ends.
+    code = (
+        "import atexit, sys; out = sys.argv.pop(1); "
+        "atexit.register(lambda: open(out, 'w').write('\\n'.join(sys.modules))); "
+        "from deck.cli import main; main()"
+    )
+    listed = tmp_path / "modules.txt"
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(listed), "attach", "t", "--frontend=jsonl"],
+        input=requests, capture_output=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    answered = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {x.get("id") for x in answered if "result" in x} == {1, 2}
+    imported = set(listed.read_text().split())
+    assert "deck.frontends.jsonl" in imported and "deck.remote" in imported
+    others = ("deck.app", "deck.plugins", "deck.frontends.line", "deck.frontends.urwid")
+    unwanted = sorted(m for m in imported if m.split(".")[0] in ("pydantic", "rich", "urwid") or m.startswith(others))
+    assert unwanted == []
+
+
+THIRD_PARTY_FRONTEND = """
+from deck import Frontend, hookimpl
+
+class Count(Frontend):
+    async def run(self):
+        clients = await self.client.call("DeckService.Clients")
+        print(f"{type(self.client).__name__} {len(clients)}", flush=True)
+        await self.client.close()
+        return 7
+
+@hookimpl
+def deck_register_frontends():
+    return {"count": Count}
+"""
+
+
+def test_attach_runs_a_third_party_frontend_that_a_plugin_registers(serve, tmp_path) -> None:
+    """A frontend deck does not ship is found among the plugins (the "deck" entry points) and attached."""
+    serve(agent_block("a"))
+    site = tmp_path / "site"
+    (site / "deck_count-1.0.dist-info").mkdir(parents=True)
+    (site / "deck_count-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: deck-count\nVersion: 1.0\n")
+    (site / "deck_count-1.0.dist-info" / "entry_points.txt").write_text("[deck]\ncount = deck_count\n")
+    (site / "deck_count.py").write_text(THIRD_PARTY_FRONTEND)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    env.pop("DECK_DISABLE_PLUGIN_AUTOLOAD", None)
+
+    def attach_with(frontend: str) -> subprocess.CompletedProcess[bytes]:
+        command = [*DECK, "attach", "t", f"--frontend={frontend}"]
+        return subprocess.run(command, capture_output=True, env=env, timeout=30, stdin=subprocess.DEVNULL)
+
+    done = attach_with("count")
+    assert (done.returncode, done.stdout) == (7, b"SocketClient 1\n"), done.stderr
+    unknown = attach_with("nope")
+    assert unknown.returncode == 2 and b"count" in unknown.stderr and b"jsonl" in unknown.stderr
 
 
 def test_attach_line_detaches_at_the_end_of_input_and_on_sighup(serve, attach, clients) -> None:
