@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -44,6 +45,19 @@ EVENT_PREFIX = b'{"event":'
 #: A listener of the event lines: each line's bytes, without its newline.
 LineListener = Callable[[bytes], None]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _listening(path: Path) -> bool:
+    """Whether a server still accepts at `path`: a client it dropped rather than a server gone."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.setblocking(False)
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 class SocketClient(Client, asyncio.Protocol):
@@ -120,7 +134,13 @@ class SocketClient(Client, asyncio.Protocol):
         # A server stopping as this client asked closes its socket: that is the end asked, not a loss.
         asked = self._stopped or bool(self._stopping)
         if not self._closing and not self.gone and not asked:
-            self.gone = f"the deck server {self.name} went away"
+            if _listening(self.path):
+                self.gone = (
+                    f"the deck server {self.name} disconnected this client: it fell behind reading its events "
+                    f"(a stopped terminal, a stuck pipe); `deck attach {self.name}` joins again where it is"
+                )
+            else:
+                self.gone = f"the deck server {self.name} went away"
         error = self.gone or (f"the deck server {self.name} stopped" if asked else f"detached from the deck server {self.name}")
         calls, self._calls = self._calls, {}
         for request_id, future in calls.items():

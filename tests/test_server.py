@@ -595,6 +595,27 @@ def test_a_client_that_stops_reading_is_disconnected_and_the_others_get_everythi
     assert b"stopped reading: disconnected" in server.stderr
 
 
+def test_an_attached_client_that_fell_behind_is_told_so_when_it_reads_again(serve, clients, attach) -> None:
+    server = serve(agent_block("a"))
+    reader = clients(server.path, read=False)
+    lagging = attach("t", "--frontend", "jsonl")
+    lagging.event("clients:changed", clients=2)
+    os.kill(lagging.popen.pid, signal.SIGSTOP)  # a suspended terminal: it reads nothing more
+    try:
+        reader.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"ChatService.Send","params":{"agent":"a","text":"stream 200000"}}\n')
+        reader.sock.settimeout(40)
+        received = bytearray()
+        while b'"agent":"a","busy":false' not in received[-4096:]:
+            chunk = reader.sock.recv(1 << 20)
+            assert chunk, "the reader was disconnected"
+            received += chunk
+    finally:
+        os.kill(lagging.popen.pid, signal.SIGCONT)
+    assert lagging.wait(30) == 1
+    assert b"the deck server t disconnected this client: it fell behind" in lagging.err, lagging.err
+    assert b"deck attach t" in lagging.err and b"went away" not in lagging.err
+
+
 def test_a_client_gone_mid_request_leaves_the_server_consistent(serve, clients) -> None:
     server = serve(agent_block("a") + agent_block("b"))
     other = clients(server.path)
