@@ -47,6 +47,10 @@ LineListener = Callable[[bytes], None]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+#: Seconds between losing the connection and telling a server gone from a client dropped.
+LOSS_SETTLES = 0.3
+
+
 def _listening(path: Path) -> bool:
     """Whether a server still accepts at `path`: a client it dropped rather than a server gone."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -133,14 +137,9 @@ class SocketClient(Client, asyncio.Protocol):
         self._transport = None
         # A server stopping as this client asked closes its socket: that is the end asked, not a loss.
         asked = self._stopped or bool(self._stopping)
-        if not self._closing and not self.gone and not asked:
-            if _listening(self.path):
-                self.gone = (
-                    f"the deck server {self.name} disconnected this client: it fell behind reading its events "
-                    f"(a stopped terminal, a stuck pipe); `deck attach {self.name}` joins again where it is"
-                )
-            else:
-                self.gone = f"the deck server {self.name} went away"
+        lost = not self._closing and not self.gone and not asked
+        if lost:
+            self.gone = f"the deck server {self.name} went away"
         error = self.gone or (f"the deck server {self.name} stopped" if asked else f"detached from the deck server {self.name}")
         calls, self._calls = self._calls, {}
         for request_id, future in calls.items():
@@ -153,11 +152,23 @@ class SocketClient(Client, asyncio.Protocol):
         self._stopping.clear()
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(None)
-        if self.gone:
+        if lost:
+            # A server killed closes its listening socket within moments of the connections; one
+            # still listening then dropped this client for falling behind.
+            asyncio.get_running_loop().call_later(LOSS_SETTLES, self._judge_loss)
+        elif self.gone:
             self.request_exit(ExitCode.ERROR)
         elif asked and not self._closing:
             # Once the answers just given are handled (call_soon runs after their callbacks).
             asyncio.get_running_loop().call_soon(self.request_exit, ExitCode.OK)
+
+    def _judge_loss(self) -> None:
+        if _listening(self.path):
+            self.gone = (
+                f"the deck server {self.name} disconnected this client: it fell behind reading its events "
+                f"(a stopped terminal, a stuck pipe); `deck attach {self.name}` joins again where it is"
+            )
+        self.request_exit(ExitCode.ERROR)
 
     # -- lines in --------------------------------------------------------------------------------
 
