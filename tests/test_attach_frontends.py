@@ -236,17 +236,7 @@ class AttachedLines(LineDeck):
     """`deck attach NAME --frontend=line` with stdin and stdout as pipes; output read line by line."""
 
     def __init__(self, server: Server) -> None:
-        self.proc = subprocess.Popen(
-            [*DECK, "attach", server.name, "--frontend=line"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server.env,
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self.raw: list[bytes] = []
-        self.cursor = 0
-        self._changed = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        threading.Thread(target=self.proc.stderr.read, daemon=True).start()  # type: ignore[union-attr]
+        self.spawn([*DECK, "attach", server.name, "--frontend=line"], server.env)
 
 
 class AttachedConsole(Console):

@@ -34,10 +34,12 @@ class LineDeck:
     """`deck run --frontend=line` with stdin and stdout as pipes; output read line by line."""
 
     def __init__(self, config: Path, *args: str, **env: str) -> None:
+        self.spawn([*DECK, "run", "--frontend=line", "--config", str(config), *args], plain_env(**env))
+
+    def spawn(self, command: list[str], env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
-            [*DECK, "run", "--frontend=line", "--config", str(config), *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=plain_env(**env),
-        )  # fmt: skip
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
         self.lines: list[str] = []
         self.raw: list[bytes] = []
         self.cursor = 0
