@@ -287,7 +287,7 @@ NameArgument = typer.Argument("default", metavar="NAME", help="The server's name
 def _attached(name: str, frontend_cls: Any, **options: Any) -> int:
     """Run `frontend_cls` as a client of the deck server `name`: its exit code (1 when it went away)."""
     from .remote import SocketClient, run_attached
-    from .server import ServerError
+    from .serverdir import ServerError
 
     setup_logging()
     try:
@@ -347,7 +347,7 @@ def _serve_detached(config: Optional[Path], name: str, plugin: list[str]) -> int
     import subprocess
 
     from .files import state_dir
-    from .server import socket_path
+    from .serverdir import socket_path
 
     log_path = state_dir() / f"serve-{name}.log"
     try:
@@ -396,6 +396,10 @@ def attach(
     """
     chosen = frontend or ("urwid" if sys.stdin.isatty() and sys.stdout.isatty() else "line")
     disabled = _disabled(plugin)
+    if chosen == "jsonl" and chosen not in disabled:
+        from .relay import relay
+
+        raise typer.Exit(relay(name))  # the server's wire is the jsonl bridge's: its bytes, relayed
     frontend_cls = _builtin_frontend(chosen, disabled)
     if frontend_cls is None:
         from .hooks import PluginHooks
@@ -463,7 +467,7 @@ def list_servers(as_json: bool = typer.Option(False, "--json", help="JSON output
     Name, pid, config, agents running and busy, clients attached, since when.
     """
     from .remote import describe_servers
-    from .server import ServerError
+    from .serverdir import ServerError
 
     try:
         rows = run_async(describe_servers())

@@ -2,10 +2,8 @@
 
 A call writes its request line at once and its future waits for the response of that id;
 event lines are rebuilt as their classes (`deck.events.from_wire`) and given to the
-listeners in the server's order. A listener of lines (`subscribe_lines`: the jsonl frontend,
-which writes them out unchanged) gets each event line as the bytes the server wrote (its
-`deck.wire` lines: strict JSON, valid UTF-8), and an event nobody wants as a class is never
-decoded. Leaving (`end_of_input`, `close`) only detaches: the server, its agents and their
+listeners in the server's order. (`deck attach --frontend=jsonl` needs none of this: the server's
+wire is its own, and `deck.relay` passes the bytes through.) Leaving (`end_of_input`, `close`) only detaches: the server, its agents and their
 turns go on; `DeckService.Shutdown` is what stops it.
 
 Should the server go away, every call waiting fails, and `ended` says so: `run_attached`
@@ -22,9 +20,7 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,35 +29,20 @@ from .client import Client, Listener, service_error
 from .errors import INTERNAL_ERROR, ExitCode, ServiceError
 from .events import from_wire
 from .frontend import Frontend
-from .server import DEFAULT_NAME, NoServer, ServerError, open_dir, running, socket_path
+from .server import running
+from .serverdir import NoServer, ServerError, fell_behind, listening, no_server, open_dir, refused, socket_path, went_away
 from .wire import encode, to_bytes
 
 log = logging.getLogger(__name__)
 
 #: How long `close` waits for the socket to take what was written before it.
 CLOSE_SECONDS = 2.0
-#: How every event line of the server begins (`deck.wire.encode_event`), and no response line does.
-EVENT_PREFIX = b'{"event":'
-#: A listener of the event lines: each line's bytes, without its newline.
-LineListener = Callable[[bytes], None]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-#: Seconds between losing the connection and telling a server gone from a client dropped.
+#: Seconds between losing the connection and telling a server gone from a client dropped: a server
+#: killed closes its listening socket within moments of the connections.
 LOSS_SETTLES = 0.3
-
-
-def _listening(path: Path) -> bool:
-    """Whether a server still accepts at `path`: a client it dropped rather than a server gone."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.setblocking(False)
-        probe.connect(str(path))
-    except OSError:
-        return False
-    finally:
-        probe.close()
-    return True
 
 
 class SocketClient(Client, asyncio.Protocol):
@@ -73,7 +54,6 @@ class SocketClient(Client, asyncio.Protocol):
         self.name = name
         self.path = path or socket_path(name)
         self._listeners: list[Listener] = []
-        self._line_listeners: list[LineListener] = []
         self._calls: dict[int, asyncio.Future[Any]] = {}
         self._next_id = 0
         self._transport: asyncio.Transport | None = None
@@ -111,9 +91,7 @@ class SocketClient(Client, asyncio.Protocol):
             raise ServerError(f"cannot reach the deck server {self.name} at {self.path}: {exc.strerror or exc}") from None
 
     def _no_server(self, why: str = "") -> NoServer:
-        option = "" if self.name == DEFAULT_NAME else f" --name {self.name}"
-        where = f"{why}: {self.path}" if why else f"no socket at {self.path}"
-        return NoServer(f"no deck server named {self.name} is running ({where}): start one with `deck serve{option}`")
+        return no_server(self.name, self.path, why)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -139,7 +117,7 @@ class SocketClient(Client, asyncio.Protocol):
         asked = self._stopped or bool(self._stopping)
         lost = not self._closing and not self.gone and not asked
         if lost:
-            self.gone = f"the deck server {self.name} went away"
+            self.gone = went_away(self.name)
         error = self.gone or (f"the deck server {self.name} stopped" if asked else f"detached from the deck server {self.name}")
         calls, self._calls = self._calls, {}
         for request_id, future in calls.items():
@@ -153,8 +131,6 @@ class SocketClient(Client, asyncio.Protocol):
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(None)
         if lost:
-            # A server killed closes its listening socket within moments of the connections; one
-            # still listening then dropped this client for falling behind.
             asyncio.get_running_loop().call_later(LOSS_SETTLES, self._judge_loss)
         elif self.gone:
             self.request_exit(ExitCode.ERROR)
@@ -163,19 +139,13 @@ class SocketClient(Client, asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self.request_exit, ExitCode.OK)
 
     def _judge_loss(self) -> None:
-        if _listening(self.path):
-            self.gone = (
-                f"the deck server {self.name} disconnected this client: it fell behind reading its events "
-                f"(a stopped terminal, a stuck pipe); `deck attach {self.name}` joins again where it is"
-            )
+        if listening(self.path):
+            self.gone = fell_behind(self.name)
         self.request_exit(ExitCode.ERROR)
 
     # -- lines in --------------------------------------------------------------------------------
 
     def _line(self, raw: bytes) -> None:
-        if raw.startswith(EVENT_PREFIX) and not self._listeners:
-            self._give_line(raw)  # the hot path: a streamed chunk, passed on as it came
-            return
         try:
             message = decode_line(raw.decode(errors="replace"))
         except ValueError as exc:
@@ -184,9 +154,6 @@ class SocketClient(Client, asyncio.Protocol):
         if not isinstance(message, dict):
             return
         if "event" in message:
-            self._give_line(raw)
-            if not self._listeners:
-                return
             try:
                 event = from_wire(message)
             except (ValueError, TypeError) as exc:
@@ -206,7 +173,7 @@ class SocketClient(Client, asyncio.Protocol):
                 text = str(error.get("message"))
                 log.warning("the deck server %s: %s", self.name, text)
                 if text.startswith("refused"):
-                    self.gone = f"the deck server {self.name} {text.replace(':', ' this client:', 1)}"
+                    self.gone = refused(self.name, text)
             return
         if request_id in self._stopping:
             self._stopping.discard(request_id)
@@ -219,13 +186,6 @@ class SocketClient(Client, asyncio.Protocol):
             future.set_exception(service_error(code if isinstance(code, int) else INTERNAL_ERROR, str(error.get("message"))))
         else:
             future.set_result(message.get("result"))
-
-    def _give_line(self, raw: bytes) -> None:
-        for listener in tuple(self._line_listeners):
-            try:
-                listener(raw)
-            except Exception:
-                log.exception("event line listener failed")
 
     def _overflow(self, size: int) -> None:
         log.warning("the deck server %s sent a line of %d bytes: skipped", self.name, size)
@@ -255,16 +215,6 @@ class SocketClient(Client, asyncio.Protocol):
 
     def unsubscribe(self, listener: Listener) -> None:
         self._listeners.remove(listener)
-
-    def subscribe_lines(self, listener: LineListener) -> None:
-        """Give `listener` every event line as the server wrote it (the bytes of `deck.wire`'s
-        `encode_event`, no newline), in order with the events of `subscribe` and before the
-        response of any call the server answered after them."""
-        self._line_listeners.append(listener)
-        self._read()
-
-    def unsubscribe_lines(self, listener: LineListener) -> None:
-        self._line_listeners.remove(listener)
 
     async def end_of_input(self, *, drain: bool = True) -> None:
         """The user is gone: the server goes on with what it was asked, answered by its other clients."""

@@ -1,9 +1,7 @@
 """`deck serve`: a deck with no frontend of its own, its clients on a Unix socket.
 
-The socket is `socket_path(NAME)`: `$XDG_RUNTIME_DIR/deck/NAME.sock`, else
-`/tmp/deck-UID/NAME.sock`, in a folder of the user's own that nobody else may enter (0700;
-a folder owned by another user, open to others, or a symlink is refused, never repaired).
-The socket is 0600, and each peer is checked again with SO_PEERCRED: a process of another
+The socket is `socket_path(NAME)`, in a folder of the user's own (`deck.serverdir`).
+It is 0600, and each peer is checked again with SO_PEERCRED: a process of another
 uid (root included) gets one error line and is closed.
 
 Beside the socket, NAME.lock is held (flock) for the server's whole life, so two servers of
@@ -24,14 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fcntl
 import json
 import logging
 import os
-import re
 import socket
-import stat
 import struct
 import time
 from dataclasses import dataclass
@@ -41,10 +36,11 @@ from typing import TYPE_CHECKING, Any
 from .acp import MAX_LINE_BYTES, LineFramer
 from .client import Client
 from .deck_service import now_iso
-from .errors import DeckError, INVALID_REQUEST
+from .errors import INVALID_REQUEST
 from .events import ClientsChanged, Event
 from .files import replace_in
 from .frontend import Frontend
+from .serverdir import NAME_RE, AlreadyRunning, NoServer, ServerError, check_name, open_dir, socket_dir
 from .wire import RequestReader, encode_event, error_line, to_bytes
 
 if TYPE_CHECKING:
@@ -56,78 +52,7 @@ log = logging.getLogger(__name__)
 QUEUE_LIMIT = 16 * 1024 * 1024
 #: How long a server that ends waits for its clients to take their last lines.
 FAREWELL_SECONDS = 2.0
-#: A server's name: a file name of letters, digits, `.`, `_` and `-`, not starting with a dot.
-NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
-DEFAULT_NAME = "default"
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
-_DIR_FLAGS = os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
-
-
-class ServerError(DeckError):
-    """The server cannot run, or cannot be reached, as asked: one clear line."""
-
-
-class AlreadyRunning(ServerError):
-    pass
-
-
-class NoServer(ServerError):
-    pass
-
-
-# -- where servers live ------------------------------------------------------------------------
-
-
-def check_name(name: str) -> str:
-    """`name` if it can name a server (it becomes a file name), else a ServerError saying why."""
-    if not NAME_RE.fullmatch(name):
-        raise ServerError(f"bad server name {name!r}: letters, digits, '.', '_' and '-' (64 at most, no leading dot)")
-    return name
-
-
-def socket_dir() -> Path:
-    """The folder of the user's servers: $XDG_RUNTIME_DIR/deck, else /tmp/deck-UID."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime):
-        return Path(runtime) / "deck"
-    return Path("/tmp") / f"deck-{os.getuid()}"
-
-
-def socket_path(name: str) -> Path:
-    """The socket of server `name`."""
-    return socket_dir() / f"{check_name(name)}.sock"
-
-
-def open_dir(create: bool) -> int:
-    """A descriptor of the servers' folder (made 0700 if `create` and missing), after checking that it
-    is the user's own: a real folder, not a symlink, owned by this uid, with no group or other access."""
-    path = socket_dir()
-    if create:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass  # checked below, whoever made it
-        except OSError as exc:
-            raise ServerError(f"cannot make the folder {path}: {exc.strerror or exc}") from None
-    try:
-        fd = os.open(path, _DIR_FLAGS)
-    except FileNotFoundError:
-        raise NoServer(f"no folder {path}") from None
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise ServerError(f"refused: {path} is not a folder (a symlink?); remove it") from None
-        raise ServerError(f"cannot open {path}: {exc.strerror or exc}") from None
-    st = os.fstat(fd)
-    problem = ""
-    if st.st_uid != os.getuid():
-        problem = f"it belongs to uid {st.st_uid}, not to you ({os.getuid()})"
-    elif stat.S_IMODE(st.st_mode) & 0o077:
-        problem = f"others may use it (mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700)"
-    if problem:
-        os.close(fd)
-        raise ServerError(f"refused the folder {path}: {problem}")
-    return fd
 
 
 @dataclass

@@ -6,9 +6,8 @@ Writes are batched and flushed when the event loop goes idle, so a burst of even
 costs one system call, and latency stays low.
 
 The lines are `deck.wire`'s, as a deck server writes them on its socket: strict JSON
-(RFC 8259), valid UTF-8. Attached to a server, the frontend takes its event lines as they
-come (`subscribe_lines`) and writes them out unchanged: the same bytes, never decoded and
-encoded again. Its requests are the client's calls, each answered under the id it came with.
+(RFC 8259), valid UTF-8. (So `deck attach --frontend=jsonl` runs no frontend at all: it relays
+the server's bytes, `deck.relay`.)
 """
 
 from __future__ import annotations
@@ -36,8 +35,6 @@ class JsonlFrontend(Frontend):
         self._stdin_fd = stdin_fd if stdin_fd is not None else sys.stdin.fileno()
         self._fd = stdout_fd if stdout_fd is not None else sys.stdout.fileno()
         self._out: list[str] = []
-        #: What goes out before `_out`: the server's lines as they came, and the lines written before them.
-        self._chunks: list[bytes] = []
         self._flush_scheduled = False
         self._closed = False
         self._ended = False
@@ -59,22 +56,8 @@ class JsonlFrontend(Frontend):
         if not self._closed:
             self._append(line)
 
-    def on_line(self, raw: bytes) -> None:
-        """An event line of the server, without its newline: out as it came, in its turn."""
-        if self._closed:
-            return
-        if self._out:
-            self._chunks.append(to_bytes(self._out))
-            self._out.clear()
-        self._chunks += (raw, b"\n")
-        self._flush_soon()
-
     def _append(self, line: str) -> None:
         self._out.append(line)
-        self._flush_soon()
-
-    def _flush_soon(self) -> None:
-        """Once the loop is idle, so a burst goes out in one write; at once after the end."""
         if self._ended:
             self.flush()
         elif not self._flush_scheduled and self._loop is not None:
@@ -83,15 +66,9 @@ class JsonlFrontend(Frontend):
 
     def flush(self) -> None:
         self._flush_scheduled = False
-        if not (self._out or self._chunks) or self._closed:
+        if not self._out or self._closed:
             return
-        if self._chunks:
-            if self._out:
-                self._chunks.append(to_bytes(self._out))
-            data = b"".join(self._chunks)
-            self._chunks.clear()
-        else:
-            data = to_bytes(self._out)
+        data = to_bytes(self._out)
         self._out.clear()
         try:
             view = memoryview(data)
@@ -115,11 +92,7 @@ class JsonlFrontend(Frontend):
 
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
-        subscribe_lines = getattr(self.client, "subscribe_lines", None)
-        if subscribe_lines is not None:
-            subscribe_lines(self.on_line)  # a server's lines: out as they came
-        else:
-            self.client.subscribe(self.on_event)
+        self.client.subscribe(self.on_event)
         lines = read_lines(
             self._stdin_fd, lambda size: self._error(None, INVALID_REQUEST, f"line of {size} bytes skipped: too long")
         )

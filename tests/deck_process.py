@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-DECK = [sys.executable, "-m", "deck.cli"]
+DECK = [sys.executable, "-m", "deck"]  # as the `deck` script runs
 
 
 def write_config(path: Path, text: str) -> Path:

@@ -14,11 +14,14 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -169,7 +172,7 @@ async def test_the_status_bar_counts_the_clients_attached(make_deck):
 
 # -- end to end: `deck serve`, `deck attach` -----------------------------------------------------
 
-DECK = [sys.executable, "-m", "deck.cli"]
+DECK = [sys.executable, "-m", "deck"]
 
 
 class Server:
@@ -418,42 +421,112 @@ async def test_a_shutdown_answered_just_before_the_server_closes_ends_the_client
         shutil.rmtree(folder, ignore_errors=True)
 
 
-@pytest.mark.anyio
-async def test_an_attached_jsonl_frontend_writes_the_servers_event_lines_as_they_came_before_the_answer():
-    """Attached, the jsonl frontend writes each event line of the server unchanged (never decoded, so
-    even a spacing of the server's own stays), in the server's order, and the answer of its request after
-    the events the server sent before it, under the id the request came with."""
-    from deck.frontends.jsonl import JsonlFrontend
-    from deck.remote import SocketClient, run_attached
+def _relayed(serve: Callable[[socket.socket], None], stdin: bytes) -> tuple[int, bytes]:
+    """`deck.relay.relay` between `stdin` and a server that `serve` plays on a thread, for one connection:
+    the relay's exit code and every byte it wrote to stdout."""
+    from deck.relay import relay
 
     folder = tempfile.mkdtemp(prefix="dk-")
     path = Path(folder, "s.sock")
-    events = [
-        b'{"event":"message:delta","seq":4,"agent":"a","messageId":"m","index":0,"kind":"text","text":"\\u2028 \xc3\xa9"}',
-        b'{"event": "agent:state", "seq": 5, "agent": "a", "state": "ready", "outdated": false}',
-    ]
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen(1)
 
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while line := await reader.readline():
-            request = json.loads(line)
-            answer = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": request["method"]}).encode()
-            writer.write(b"\n".join([*events, answer]) + b"\n")  # in one write: the events, then the answer
+    def accept() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            serve(conn)
+            listener.close()  # a server that closes the connection goes: it listens no more
 
-    server = await asyncio.start_unix_server(serve, str(path))
+    server = threading.Thread(target=accept, daemon=True)
+    server.start()
     stdin_read, stdin_write = os.pipe()
-    stdout_read, stdout_write = os.pipe()
-    os.write(stdin_write, b'{"jsonrpc": "2.0", "id": "mine", "method": "AgentService.List"}\n')
-    os.close(stdin_write)
+    out = tempfile.TemporaryFile()
     try:
-        code = await asyncio.wait_for(
-            run_attached(SocketClient("s", path), JsonlFrontend, stdin_fd=stdin_read, stdout_fd=stdout_write), 10
-        )
-        os.close(stdout_write)
-        with os.fdopen(stdout_read, "rb") as out:
-            written = out.read().splitlines()
-        assert code == 0
-        assert written == [*events, b'{"jsonrpc":"2.0","id":"mine","result":"AgentService.List"}']
+        os.write(stdin_write, stdin)
+        os.close(stdin_write)
+        code = relay("s", path, stdin_read, out.fileno())
+        server.join(10)
+        out.seek(0)
+        return code, out.read()
     finally:
-        server.close()
         os.close(stdin_read)
+        out.close()
+        listener.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    line = b""
+    while not line.endswith(b"\n") and (chunk := conn.recv(1)):
+        line += chunk
+    return line
+
+
+EVENTS = [
+    b'{"event":"message:delta","seq":4,"agent":"a","messageId":"m","index":0,"kind":"text","text":"\\u2028 \xc3\xa9"}',
+    b'{"event": "agent:state", "seq": 5, "agent": "a", "state": "ready", "outdated": false}',
+]
+
+
+def test_attach_jsonl_relays_the_servers_bytes_as_they_came_and_ends_once_answered():
+    """The relay writes the server's lines unchanged (never decoded, so even a spacing of the server's
+    own stays), in its order; at the end of stdin it half closes, and ends with 0 once its request is
+    answered and the server closed."""
+
+    def serve(conn: socket.socket) -> None:
+        request = json.loads(_read_line(conn))
+        assert conn.recv(1) == b""  # the end of stdin: a half close, then it waits for the answer
+        answer = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": request["method"]}, separators=(",", ":"))
+        for piece in (EVENTS[0][:7], EVENTS[0][7:] + b"\n" + EVENTS[1][:30], EVENTS[1][30:] + b"\n" + answer.encode()[:9]):
+            conn.sendall(piece)  # lines cut anywhere, a response's start too
+            time.sleep(0.05)
+        conn.sendall(answer.encode()[9:] + b"\n")
+
+    code, written = _relayed(serve, b'{"jsonrpc": "2.0", "id": "mine", "method": "AgentService.List"}\n')
+    assert code == 0
+    assert written.splitlines() == [*EVENTS, b'{"jsonrpc":"2.0","id":"mine","result":"AgentService.List"}']
+
+
+def test_attach_jsonl_says_the_server_went_away_when_it_closes_before_answering(capfd):
+    def serve(conn: socket.socket) -> None:
+        _read_line(conn)
+        conn.recv(1)
+        conn.sendall(EVENTS[1] + b"\n")  # an event, no answer: then gone
+
+    code, written = _relayed(serve, b'{"jsonrpc":"2.0","id":7,"method":"ChatService.Send","params":{}}\n')
+    assert (code, written) == (1, EVENTS[1] + b"\n")
+    assert "deck: the deck server s went away" in capfd.readouterr().err
+
+
+def test_attach_jsonl_ends_with_0_when_the_server_closes_after_a_shutdown_it_passed_on(capfd):
+    def serve(conn: socket.socket) -> None:
+        _read_line(conn)  # closed at once, unanswered: the server stopped as asked
+
+    code, _ = _relayed(serve, b'{"jsonrpc":"2.0","id":1,"method":"DeckService.Shutdown"}\n')
+    assert code == 0 and capfd.readouterr().err == ""
+
+
+def test_attach_jsonl_reads_no_id_out_of_an_event_text_and_reads_a_huge_answer_by_its_start(capfd):
+    """A response's start inside an event's text answers nothing; an answer megabytes long is read by its start."""
+    fake = b'{"jsonrpc":"2.0","id":1,"result":0}'
+
+    def event_only(conn: socket.socket) -> None:
+        _read_line(conn)
+        conn.recv(1)
+        event = b'{"event":"message:delta","seq":1,"text":"\\n' + fake.replace(b'"', b'\\"') + b'"}\n'
+        for at in range(len(event)):  # cut at every byte: the text's newline escape is no line's end
+            conn.sendall(event[at : at + 1])
+
+    code, _ = _relayed(event_only, b'{"jsonrpc":"2.0","id":1,"method":"A.B"}\n')
+    assert code == 1 and "went away" in capfd.readouterr().err
+
+    def huge_answer(conn: socket.socket) -> None:
+        _read_line(conn)
+        conn.recv(1)
+        answer = b'{"jsonrpc":"2.0","id":"two","result":"' + b"x" * 5_000_000 + b'"}\n'
+        for at in range(0, len(answer), 100_000):
+            conn.sendall(answer[at : at + 100_000])
+
+    code, written = _relayed(huge_answer, b'{"jsonrpc":"2.0","id":"two","method":"A.C"}\n')
+    assert code == 0 and len(written) > 5_000_000 and capfd.readouterr().err == ""

@@ -6,6 +6,7 @@ import json
 import os
 import select
 import shutil
+import shlex
 import signal
 import socket
 import stat
@@ -21,7 +22,7 @@ from typing import Any
 import psutil
 import pytest
 
-from deck.server import socket_path
+from deck.serverdir import socket_path
 
 from .conftest import agent_block
 from .deck_process import DECK, DeckProcess, alive, wait_dead
@@ -676,6 +677,27 @@ def test_attach_jsonl_sends_and_leaving_it_only_detaches(serve, attach, clients)
     assert server.popen.poll() is None
 
 
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
+def test_attach_jsonl_detaches_on_a_signal_with_its_number(serve, attach, clients, sig) -> None:
+    server = serve(agent_block("a"))
+    watcher = clients(server.path)
+    attached = attach("t", "--frontend", "jsonl")
+    attached.event("clients:changed", clients=2)
+    attached.popen.send_signal(sig)
+    assert attached.wait() == 128 + sig
+    watcher.wait_for(lambda ls: [x for x in ls if x.get("event") == "clients:changed"][-1]["clients"] == 1)
+    assert server.popen.poll() is None
+
+
+def test_attach_jsonl_ends_quietly_when_its_reader_goes(serve) -> None:
+    """`deck attach --frontend=jsonl | head -1`: the reader gone, the client ends with 0, saying nothing."""
+    serve(agent_block("a"))
+    shell = f"{shlex.join([*DECK, 'attach', 't', '--frontend=jsonl'])} | head -1; echo \"rc=${{PIPESTATUS[0]}}\""
+    stdin = b'{"jsonrpc":"2.0","id":1,"method":"ChatService.Send","params":{"agent":"a","text":"stream 2000"}}\n'
+    done = subprocess.run(["bash", "-c", shell], input=stdin, capture_output=True, timeout=30)
+    assert done.stdout.splitlines()[-1] == b"rc=0" and done.stderr == b"", done
+
+
 def test_attach_jsonl_writes_the_servers_event_lines_byte_for_byte(serve, attach, clients) -> None:
     """The event lines `deck attach --frontend=jsonl` writes are the bytes the server sends every client."""
     server = serve(agent_block("a"))
@@ -698,9 +720,9 @@ def test_attach_jsonl_writes_the_servers_event_lines_byte_for_byte(serve, attach
     assert [written[seq] for seq in shown] == [sent[seq] for seq in shown]
 
 
-def test_attach_jsonl_imports_no_plugin_nor_the_deck(serve, tmp_path) -> None:
-    """`deck attach --frontend=jsonl` imports its frontend alone: no other plugin, no deck.app,
-    no pydantic (a client has no config to read), so it starts in about the time of `deck --version`."""
+def test_attach_jsonl_imports_the_relay_alone(serve, tmp_path) -> None:
+    """`deck attach --frontend=jsonl`, run as the `deck` script runs it, imports `deck.relay` and what
+    it needs of deck's and nothing else: no parser of the command line, no asyncio, no plugin."""
     serve(agent_block("a"))
     requests = b"".join(
         json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params}).encode() + b"\n"
@@ -708,25 +730,24 @@ def test_attach_jsonl_imports_no_plugin_nor_the_deck(serve, tmp_path) -> None:
             [("DeckService.Snapshot", {}), ("ChatService.Send", {"agent": "a", "text": "stream 3"})], 1
         )
     )
-    # `deck attach` run as the `deck` script does, the modules it imported written out as it ends.
     code = (
         "import atexit, sys; out = sys.argv.pop(1); "
         "atexit.register(lambda: open(out, 'w').write('\\n'.join(sys.modules))); "
-        "from deck.cli import main; main()"
+        "from deck.__main__ import main; main()"
     )
-    listed = tmp_path / "modules.txt"
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(listed), "attach", "t", "--frontend=jsonl"],
-        input=requests, capture_output=True, timeout=30,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    answered = [json.loads(line) for line in done.stdout.splitlines()]
-    assert {x.get("id") for x in answered if "result" in x} == {1, 2}
-    imported = set(listed.read_text().split())
-    assert "deck.frontends.jsonl" in imported and "deck.remote" in imported
-    others = ("deck.app", "deck.plugins", "deck.frontends.line", "deck.frontends.urwid")
-    unwanted = sorted(m for m in imported if m.split(".")[0] in ("pydantic", "rich", "urwid") or m.startswith(others))
-    assert unwanted == []
+    for spelling in (["--frontend=jsonl"], ["-f", "jsonl"]):
+        listed = tmp_path / "modules.txt"
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(listed), "attach", "t", *spelling],
+            input=requests, capture_output=True, timeout=30,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        answered = [json.loads(line) for line in done.stdout.splitlines()]
+        assert {x.get("id") for x in answered if "result" in x} == {1, 2}
+        imported = set(listed.read_text().split())
+        ours = sorted(m for m in imported if m.split(".")[0] == "deck")
+        assert ours == ["deck", "deck.__main__", "deck._version", "deck.errors", "deck.relay", "deck.serverdir"]
+        assert not imported & {"asyncio", "typer", "click", "pydantic", "rich", "urwid", "pluggy"}
 
 
 THIRD_PARTY_FRONTEND = """
@@ -823,8 +844,9 @@ def test_send_attach_ls_and_stop(serve, clients) -> None:
 
 
 def test_no_server_is_a_clear_error_naming_the_socket(runtime) -> None:
-    for args in (["attach", "nope", "--frontend", "line"], ["stop", "nope"], ["send", "--attach", "nope", "a", "hi"]):
-        done = cli(*args)
+    jsonl = ["attach", "nope", "--frontend", "jsonl"]
+    for args in (["attach", "nope", "--frontend", "line"], jsonl, [*jsonl, "-p", "no:logs"], ["stop", "nope"], ["send", "--attach", "nope", "a", "hi"]):
+        done = cli(*args)  # jsonl relayed at once, and through the command line's parser (with -p)
         assert done.returncode == 1, args
         assert "no deck server named nope is running" in done.stderr
         assert str(runtime / "deck" / "nope.sock") in done.stderr and "deck serve --name nope" in done.stderr

@@ -51,7 +51,7 @@ class Console:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             for child in self.shell.children(recursive=True):
-                if "deck.cli" in " ".join(child.cmdline()):
+                if "-m deck" in " ".join(child.cmdline()):  # deck.cli, or deck as the script runs it
                     return child
             time.sleep(0.05)
         raise AssertionError("deck did not start:\n" + self.screen())

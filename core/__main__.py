@@ -1,0 +1,45 @@
+"""The `deck` command (also `python -m deck`).
+
+`deck attach [NAME] --frontend=jsonl` is a relay of bytes (`deck.relay`): it runs before the
+command line's parser is even imported, and starts in about the time Python does. Every other
+command line, that one with any other option included, is `deck.cli`'s.
+"""
+
+from __future__ import annotations
+
+import sys
+
+#: The spellings of the one option a relayed `deck attach` takes.
+_JSONL = (["--frontend=jsonl"], ["--frontend", "jsonl"], ["-f", "jsonl"], ["-fjsonl"])
+
+
+def relayed(args: list[str]) -> str | None:
+    """The server's name ("" for the default) when `args` is `attach [NAME]` with the jsonl frontend
+    and nothing else; None for any other command line."""
+    if args[:1] != ["attach"]:
+        return None
+    rest = args[1:]
+    for option in _JSONL:
+        for at in range(len(rest)):
+            if rest[at : at + len(option)] == option:
+                names = rest[:at] + rest[at + len(option) :]
+                if len(names) <= 1 and not any(n.startswith("-") for n in names):
+                    return names[0] if names else ""
+                return None
+    return None
+
+
+def main() -> None:
+    name = relayed(sys.argv[1:])
+    if name is not None:
+        from .relay import relay
+        from .serverdir import DEFAULT_NAME
+
+        sys.exit(relay(name or DEFAULT_NAME))
+    from .cli import main as cli
+
+    cli()
+
+
+if __name__ == "__main__":
+    main()
