@@ -29,6 +29,7 @@ import itertools
 import os
 import signal
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,7 @@ MAX_TERMINALS = 16
 #: How often live output goes to the frontends at most, in seconds: a flood is not one event per read.
 LIVE_EVERY = 0.03
 #: The most live output sent at once, in bytes: the newest.
-LIVE_MAX = 64 * 1024
+LIVE_MAX = 16 * 1024
 #: The most a command's output is read between two live sends (LIVE_EVERY), in bytes: past it,
 #: reading pauses until the next send and the command waits on its full pipe, so a flood takes
 #: at most that share of deck's loop (about 32 MB/s), and of the machine's CPU.
@@ -84,27 +85,46 @@ def complete_end(data: bytes | bytearray) -> int:
 
 
 class Output:
-    """The last `limit` bytes of a command's output; `truncated` once anything was dropped."""
+    """The last `limit` bytes of a command's output; `truncated` once anything was dropped.
 
-    __slots__ = ("data", "limit", "truncated")
+    Kept as the reads came (a deque of them), the oldest dropped or cut as new ones come: a read
+    costs at most a copy of the one it cuts, never a move of everything kept (a flood's reads
+    come by the thousand)."""
+
+    __slots__ = ("chunks", "size", "limit", "truncated")
 
     def __init__(self, limit: int) -> None:
-        self.data = bytearray()
+        self.chunks: deque[bytes] = deque()
+        self.size = 0
         self.limit = limit
         self.truncated = False
 
+    def __len__(self) -> int:
+        """The bytes kept: `limit` at most."""
+        return self.size
+
     def add(self, chunk: bytes) -> None:
-        self.data += chunk
-        excess = len(self.data) - self.limit
-        if excess > 0:
-            del self.data[:excess]  # cheap: a bytearray moves its start, not its bytes
-            self.truncated = True
+        if not chunk:
+            return
+        self.chunks.append(chunk)
+        self.size += len(chunk)
+        excess = self.size - self.limit
+        if excess <= 0:
+            return
+        self.truncated = True
+        self.size = self.limit
+        chunks = self.chunks
+        while chunks and excess >= len(chunks[0]):
+            excess -= len(chunks.popleft())
+        if excess:
+            chunks[0] = chunks[0][excess:]
 
     def text(self, final: bool) -> str:
         """The output as text, from a character boundary; while it runs, without a character still cut."""
-        start = char_start(self.data) if self.truncated else 0
-        end = len(self.data) if final else max(start, complete_end(self.data))
-        return bytes(self.data[start:end]).decode("utf-8", errors="replace")
+        data = b"".join(self.chunks)
+        start = char_start(data) if self.truncated else 0
+        end = len(data) if final else max(start, complete_end(data))
+        return data[start:end].decode("utf-8", errors="replace")
 
 
 def exit_status(code: int) -> dict[str, Any]:

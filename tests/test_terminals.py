@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deck import terminals
 from deck.terminals import Output
@@ -131,7 +133,7 @@ async def test_output_byte_limit_keeps_the_end_at_a_character_boundary(make_deck
     assert result["output"].endswith("€END") and set(result["output"][:-3]) == {"€"}
     assert 1024 - 3 <= len(result["output"].encode()) <= 1024
     kept = deck.agent("a").terminals.terminals[answers[0]["result"]["terminalId"]]
-    assert len(kept.output.data) == 1024  # what deck holds of the 10 MB, whatever was asked
+    assert len(kept.output) == 1024  # what deck holds of the 10 MB, whatever was asked
     live = "".join(e["text"] for e in rec.named("terminal:output", "a"))
     assert live.endswith("€END") and len(rec.named("terminal:output", "a")) < 1000
 
@@ -140,13 +142,27 @@ def test_output_is_bounded_and_cut_at_characters():
     out = Output(10)
     for _ in range(1000):
         out.add("aé€😀".encode())
-    assert len(out.data) == 10 and out.truncated
+    assert len(out) == sum(map(len, out.chunks)) == 10 and out.truncated
     text = out.text(final=True)
     assert "\ufffd" not in text and len(text.encode()) <= 10
     running = Output(100)
     running.add("ab€".encode()[:-1])  # a character cut by a read
     assert running.text(final=False) == "ab"
     assert running.text(final=True) == "ab\ufffd"
+
+
+@settings(max_examples=300, deadline=None)
+@given(limit=st.integers(0, 300), reads=st.lists(st.binary(max_size=120), max_size=40))
+def test_output_keeps_exactly_the_last_limit_bytes_read(limit, reads):
+    """Whatever the reads, what is kept is the end of what was read, `limit` bytes at most, and
+    `truncated` says whether anything was dropped."""
+    out = Output(limit)
+    for data in reads:
+        out.add(data)
+    everything = b"".join(reads)
+    kept = b"".join(out.chunks)
+    assert kept == everything[len(everything) - min(limit, len(everything)) :] and len(out) == len(kept)
+    assert out.truncated == (len(everything) > limit)
 
 
 async def test_terminals_off_refuses_and_is_not_advertised(make_deck, tmp_path):

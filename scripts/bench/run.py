@@ -9,7 +9,8 @@ Benchmarks and targets:
                 as "deck off")
     version     `deck --version` ÷ `python -c "import typer"` ≤ 1.5
     latency     p99 from an agent writing a chunk to its jsonl line, 10 agents × 500 chunks/s: ≤ 5 ms
-                (with history, the default; deck -p no:history is measured beside it, as "off")
+                (with history, the default; deck -p no:history is measured beside it, as "off", and
+                the floor: one selector loop turning the same streams into JSON lines)
     idle        deck's own CPU with 20 idle ready agents over 20 s: < 0.5 % of a core
     stop        end of stdin → exit with 20 agents ignoring SIGTERM: ≤ 9.5 s
     memory      RSS growth of deck for a 200,000-chunk conversation: ≤ 40 MB
@@ -139,14 +140,20 @@ def bench_latency(rounds: int, agents: int = 10, rate: int = 500, seconds: float
         {f"a{i}": [PY, str(PRODUCER), str(count), "48", str(rate)] for i in range(agents)},
         f"[limits]\nmaxRunningAgents = {agents}\n",
     )
-    runs: dict[str, list[float]] = {"p50 ms": [], "p99 ms": [], "off p50 ms": [], "off p99 ms": []}
+    runs: dict[str, list[float]] = {"p50 ms": [], "p99 ms": [], "off p50 ms": [], "off p99 ms": [],
+                                    "floor p50 ms": [], "floor p99 ms": []}  # fmt: skip
     for n in range(rounds):
-        for label, options in _on_and_off(n):
-            proc = started_deck(cfg, [f"a{i}" for i in range(agents)], options)
-            assert proc.stdin and proc.stdout
-            for i in range(agents):
-                proc.stdin.write(request(100 + i, "ChatService.Send", agent=f"a{i}", text="go"))
-            proc.stdin.close()
+        for label, options in [*_on_and_off(n), ("floor", ())][n % 3 :] + [*_on_and_off(n), ("floor", ())][: n % 3]:
+            if label == "floor":
+                proc = subprocess.Popen([PY, str(HERE / "floor_many.py"), str(agents), str(count), "48", str(rate)],
+                                        stdout=subprocess.PIPE)  # fmt: skip
+            else:
+                proc = started_deck(cfg, [f"a{i}" for i in range(agents)], options)
+                assert proc.stdin
+                for i in range(agents):
+                    proc.stdin.write(request(100 + i, "ChatService.Send", agent=f"a{i}", text="go"))
+                proc.stdin.close()
+            assert proc.stdout
             delays: list[float] = []
             for line in proc.stdout:
                 now = time.time()
@@ -580,7 +587,7 @@ BENCHES = {
 #: Ratios printed for information: (measure, peer it is compared with).
 RATIOS = {
     "throughput": [("sdk peer", "floor"), ("deck off", "floor"), ("deck", "deck off")],
-    "latency": [("p99 ms", "off p99 ms")],
+    "latency": [("p99 ms", "off p99 ms"), ("p99 ms", "floor p99 ms"), ("off p99 ms", "floor p99 ms")],
     "memory": [("RSS growth MB", "off RSS growth MB")],
     "mcp": [("initialize ms", "python -c pass ms")],
     "search": [("search p50 ms", "floor p50 ms")],
