@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 #: Bytes queued for one client (beyond what its socket buffer holds) before it is disconnected.
 QUEUE_LIMIT = 16 * 1024 * 1024
+#: How long the count of clients must hold before `clients:changed` says it, in seconds.
+CLIENTS_SETTLE = 0.15
 #: How long a server that ends waits for its clients to take their last lines.
 FAREWELL_SECONDS = 2.0
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
@@ -381,6 +383,8 @@ class ServerFrontend(Frontend):
         self.tasks: set[asyncio.Task[None]] = set()
         #: The deck served (`Deck.run` passes it): the clients come and go as its events.
         self.deck: Deck | None = None if isinstance(client, Client) else client
+        self._announced = 0  # the count `clients:changed` said last
+        self._count_timer: asyncio.TimerHandle | None = None
 
     async def run(self) -> int:
         loop = self._loop = asyncio.get_running_loop()
@@ -400,6 +404,8 @@ class ServerFrontend(Frontend):
             try:
                 await self.client.close()  # every agent stops; the clients see their last states
             finally:
+                if self._count_timer is not None:
+                    self._count_timer.cancel()
                 self.flush()
                 await self._farewell()
                 self.client.unsubscribe(self.on_event)
@@ -435,13 +441,27 @@ class ServerFrontend(Frontend):
     def attach(self, connection: Connection) -> None:
         self.connections[connection.id] = connection
         log.info("client %d attached (pid %d): %d attached", connection.id, connection.pid, len(self.connections))
-        self._deck_emit(ClientsChanged(len(self.connections)))
+        self._count_soon()
 
     def detach(self, connection: Connection) -> None:
         if self.connections.pop(connection.id, None) is None:
             return
         log.info("client %d detached (pid %d): %d attached", connection.id, connection.pid, len(self.connections))
-        self._deck_emit(ClientsChanged(len(self.connections)))
+        self._count_soon()
+
+    def _count_soon(self) -> None:
+        """`clients:changed` once the count has held for CLIENTS_SETTLE: a client that comes and goes
+        at once (`deck ls` asking) changes nothing the others see."""
+        if self._count_timer is not None:
+            self._count_timer.cancel()
+        if self._loop is not None:
+            self._count_timer = self._loop.call_later(CLIENTS_SETTLE, self._announce_count)
+
+    def _announce_count(self) -> None:
+        self._count_timer = None
+        if len(self.connections) != self._announced:
+            self._announced = len(self.connections)
+            self._deck_emit(ClientsChanged(self._announced))
 
     def _deck_emit(self, event: Event) -> None:
         if self.deck is not None:

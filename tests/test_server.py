@@ -816,6 +816,23 @@ def test_an_attached_client_is_told_when_the_server_goes_away(serve, attach) -> 
     assert b"the deck server t went away" in attached.err
 
 
+def test_a_client_that_comes_and_goes_at_once_is_not_announced(serve, clients) -> None:
+    """`deck ls` attaches for a moment: the consoles' client count does not blink."""
+    server = serve(agent_block("a"))
+    watcher = clients(server.path)
+    watcher.event("clients:changed", clients=1)
+    for _ in range(3):
+        blip = socket.socket(socket.AF_UNIX)
+        blip.connect(str(server.path))
+        blip.close()
+    listed = cli("ls", "--json")
+    assert json.loads(listed.stdout)[0]["clients"] == 1
+    staying = clients(server.path)
+    staying.event("clients:changed", clients=2)
+    watcher.event("clients:changed", clients=2)
+    assert [e["clients"] for e in watcher.events("clients:changed")] == [1, 2]
+
+
 def test_send_attach_ls_and_stop(serve, clients) -> None:
     server = serve(agent_block("a") + agent_block("b"))
     watcher = clients(server.path)
