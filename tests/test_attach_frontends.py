@@ -136,6 +136,27 @@ async def test_ctrl_q_on_a_deck_of_its_own_still_quits_at_once_when_idle(make_de
 
 
 @pytest.mark.anyio
+async def test_an_attached_console_picks_a_config_itself_and_the_server_opens_it(make_deck, tmp_path):
+    """A server has no screen for a file picker (ConfigService.Choose refuses there): the attached
+    console shows its own, and the server opens the file chosen."""
+    deck, rec = make_deck(agent_block("a"))
+    other = tmp_path / "other" / "deck.toml"
+    other.parent.mkdir()
+    other.write_text(agent_block("b"))
+    app, _client = await attached_console(deck)
+    try:
+        app.choose_config()
+        await rec.wait(lambda r: app.dialog_kind == "picker")
+        app.shown_dialog.chdir(other.parent)
+        app.shown_dialog.on_done(str(other))
+        await rec.wait_event("config:changed")
+        assert str(deck.config_path) == str(other) and [a.name for a in deck.agents.values()] == ["b"]
+        assert app.dialog_kind == ""
+    finally:
+        app.detach()
+
+
+@pytest.mark.anyio
 async def test_the_status_bar_counts_the_clients_attached(make_deck):
     deck, _rec = make_deck(agent_block("a"))
     app, _client = await attached_console(deck, clients=2)
