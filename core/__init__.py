@@ -32,6 +32,7 @@ __all__ = [
     # helpers shared with the core
     "Duration",
     "find_config",
+    "worktree_name_problem",
     "decode_line",
     "TooDeep",
     "now_iso",
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from .agent import Agent
     from .app import Deck
     from .client import Client
-    from .config import Duration, find_config
+    from .config import Duration, find_config, worktree_name_problem
     from .conversation import now_iso
     from .errors import AcpError, ConnectionClosed, ServiceError
     from .files import state_dir
@@ -79,6 +80,7 @@ _LAZY = {
     "ConnectionClosed": ("errors", "ConnectionClosed"),
     "Duration": ("config", "Duration"),
     "find_config": ("config", "find_config"),
+    "worktree_name_problem": ("config", "worktree_name_problem"),
     "decode_line": ("acp", "decode_line"),
     "TooDeep": ("acp", "TooDeep"),
     "now_iso": ("conversation", "now_iso"),

@@ -398,14 +398,32 @@ def parse(text: str, sections: dict[str, type[BaseModel]] | None = None) -> Load
 
 
 def _worktree_problems(config: DeckConfig, locate: _Locator) -> list[Problem]:
-    """A warning for each `worktree = true` agent whose cwd is in no git repository: it cannot start."""
+    """A warning for each `worktree = true` agent whose name cannot be a worktree's, or whose cwd is
+    in no git repository: it cannot start."""
     found = []
     for name, agent in config.agents.items():
-        if agent.worktree and not in_git_repository(agent.resolved_cwd()):
-            loc = ("agents", name, "worktree")
+        if not agent.worktree:
+            continue
+        loc = ("agents", name, "worktree")
+        if (why := worktree_name_problem(name)) is not None:
+            found.append(Problem(*locate.value(loc), f"{_dotted(loc)}: {why}, so the agent cannot start", warning=True))
+        if not in_git_repository(agent.resolved_cwd()):
             message = f"{_dotted(loc)}: {agent.resolved_cwd()} is in no git repository, so the agent cannot start"
             found.append(Problem(*locate.value(loc), message, warning=True))
     return found
+
+
+#: Agent names a worktree can have: its branch (`deck/NAME`) and its folder are named so as they are.
+_WORKTREE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def worktree_name_problem(name: str) -> str | None:
+    """Why a `worktree = true` agent cannot be named `name` (None when it can): git refuses it in a
+    branch, or its folder would be another agent's `NAME.json` record beside the worktrees."""
+    if _WORKTREE_NAME.fullmatch(name) and not name.endswith((".", ".lock", ".json")) and ".." not in name:
+        return None
+    return (f"agent name {name!r} cannot name a branch and a folder: use letters, digits, '-', '_', '.', "
+            "starting with a letter, a digit or '_', not ending in '.', '.lock' or '.json'")  # fmt: skip
 
 
 def in_git_repository(folder: str) -> bool:

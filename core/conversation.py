@@ -39,6 +39,10 @@ PLAN_STATUSES = frozenset({"pending", "in_progress", "completed"})
 TERMINAL_TAIL = 16 * 1024
 #: Terminals whose output a conversation keeps at once; the oldest go first.
 TERMINALS_KEPT = 64
+#: The largest exit code of a command: ACP's `TerminalExitStatus.exitCode` is a uint32.
+EXIT_CODE_MAX = 2**32 - 1
+#: The longest signal name kept from an adapter's `_meta.terminal_exit` ("SIGTERM" is 7).
+SIGNAL_MAX = 64
 
 
 def new_id(prefix: str) -> str:
@@ -463,9 +467,7 @@ class Conversation:
         if isinstance(output, dict) and _string(output.get("terminal_id")) and _string(output.get("data")):
             self.terminal_output(output["terminal_id"], output["data"])
         if isinstance(ended, dict) and _string(ended.get("terminal_id")):
-            code, sig = ended.get("exit_code"), ended.get("signal")
-            code = code if isinstance(code, int) and not isinstance(code, bool) else None
-            self.terminal_exited(ended["terminal_id"], {"exitCode": code, "signal": sig if isinstance(sig, str) else None})
+            self.terminal_exited(ended["terminal_id"], _exit_status(ended.get("exit_code"), ended.get("signal")))
 
     def _plan(self, update: dict[str, Any]) -> None:
         message = self._target()
@@ -633,6 +635,14 @@ def _describe_block(block: Any, text_too: bool = False) -> str:
 
 def _string(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _exit_status(code: Any, signal: Any) -> dict[str, Any]:
+    """ACP's `TerminalExitStatus` of what an adapter says in `_meta.terminal_exit`: an exit code
+    that is no uint32 (a bool, a float, a negative or a huge number) is unknown, and so is a signal
+    that is no string; a signal name is cut at SIGNAL_MAX characters."""
+    exit_code = code if type(code) is int and 0 <= code <= EXIT_CODE_MAX else None
+    return {"exitCode": exit_code, "signal": signal[:SIGNAL_MAX] if isinstance(signal, str) else None}
 
 
 def _choice(value: Any, allowed: frozenset[str], default: str) -> str:

@@ -582,3 +582,16 @@ async def test_the_agents_title_is_stored_on_one_line_and_bounded(make_deck) -> 
 def test_a_huge_limit_on_the_command_line_lists_everything(recorded: Recorded) -> None:
     done = cli_here(recorded.env, "history", "--config", str(recorded.config), "--limit", str(10**20))
     assert done.returncode == 0 and done.stdout.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("value", ["--all", "-n", "--json", "-"])
+def test_forget_with_an_option_for_its_id_is_a_usage_error_and_forgets_nothing(
+    recorded: Recorded, tmp_path: Path, value: str
+) -> None:
+    """`--forget --all`: the next option is not taken for the ID (no id starts with "-")."""
+    mine = copy_of(recorded, tmp_path)
+    row = mine.only_conversation()
+    done = mine.cli("history", "--forget", value, "--all")
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr == f"deck: --forget needs a conversation ID (from `deck history`), not {value!r}\n"
+    assert mine.only_conversation() == row

@@ -527,3 +527,28 @@ async def test_a_session_id_that_is_no_string_is_an_unknown_session(make_deck, t
     )  # fmt: skip
     for refused in answers:
         assert refused["error"]["code"] == -32002 and refused["error"]["message"].startswith("unknown session"), refused
+
+
+async def test_a_meta_terminal_exit_status_out_of_range_is_unknown(make_deck, tmp_path):
+    """`terminal_exit` is the agent's to write: an exit code that is no uint32 (ACP's
+    `TerminalExitStatus.exitCode`) is unknown, a signal is a short string or unknown."""
+    deck, rec = make_deck(agent(cwd=str(tmp_path)))
+    given = [  # (exit_code, signal) the agent sends → the exit status shown
+        ((0, "SIGKILL"), (0, "SIGKILL")),
+        ((2**32 - 1, None), (2**32 - 1, None)),
+        ((-1, None), (None, None)),
+        ((2**32, None), (None, None)),
+        ((10**30, None), (None, None)),
+        ((True, None), (None, None)),
+        (("2", 9), (None, None)),
+        ((1.0, ["SIGTERM"]), (None, None)),
+        ((None, "S" * 100_000), (None, "S" * 64)),
+    ]
+    steps = [
+        ["update", {"sessionUpdate": "tool_call_update", "toolCallId": f"call_{i}",
+                    "_meta": {"terminal_exit": {"terminal_id": f"call_{i}", "exit_code": code, "signal": sig}}}]
+        for i, ((code, sig), _) in enumerate(given)
+    ]  # fmt: skip
+    await script(deck, rec, *steps)
+    shown = {e["terminalId"]: e["exitStatus"] for e in rec.named("terminal:exited", "a")}
+    assert shown == {f"call_{i}": {"exitCode": code, "signal": sig} for i, (_, (code, sig)) in enumerate(given)}

@@ -565,3 +565,20 @@ async def test_a_commit_message_with_a_nul_is_refused_before_anything_is_done(ma
     with pytest.raises(ServiceError, match="the commit message cannot contain NUL characters"):
         await deck.call("WorktreeService.Merge", {"agent": "a", "message": "one\0two"})
     assert git(repo, "rev-parse", "main") == head and not (repo / "feature.txt").exists()
+
+
+def test_config_validate_warns_of_a_name_a_worktree_cannot_have(repo, tmp_path):
+    """A name git refuses in a branch (`a/b`, `-q`) or that takes a worktree's record (`x.json`) is
+    told at validate, at its `worktree = true`, with the rule its start would fail with."""
+    config = tmp_path / "deck.toml"
+    names = ['"a/b"', "-q", '"x.json"', '"x.lock"', '"a..b"', "ok"]
+    config.write_text("".join(worktree_agent(name, repo) for name in names))
+    done = subprocess.run([*DECK, "config", "validate", str(config)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stdout.splitlines() if "warning:" in line]
+    assert len(warned) == len(names) - 1, done.stdout
+    for line, (i, name) in zip(warned, enumerate(names[:-1]), strict=True):
+        bare = name.strip('"')
+        where = f"{config}:{4 * i + 4}:12: warning: agents.{name}.worktree: agent name {bare!r} "
+        assert line.startswith(where + "cannot name a branch and a folder: use letters, digits"), line
+        assert line.endswith(", so the agent cannot start"), line

@@ -152,6 +152,8 @@ def export(
 
 
 def _forget(conversation_id: str) -> None:
+    if conversation_id.startswith("-"):  # ids are UUIDs: `--forget --all` took the next option for one
+        _fail(f"--forget needs a conversation ID (from `deck history`), not {conversation_id!r}", ExitCode.USAGE)
     store = _open()
     if store is None or not _closing(store, lambda: store.forget(conversation_id)):
         _fail(f"no conversation {conversation_id!r} in the history" + ("" if store else " (no history yet)"))

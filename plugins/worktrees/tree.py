@@ -21,7 +21,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -29,13 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deck import state_dir
+from deck import state_dir, worktree_name_problem
 from deck.errors import ServiceError
 
 from .git import GitError, git
 
-#: Agent names that can name a branch and a folder as they are.
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 #: Who commits the work deck commits, when git knows no one (no user.name / user.email).
 FALLBACK_IDENTITY = {
     "GIT_AUTHOR_NAME": "deck", "GIT_AUTHOR_EMAIL": "deck@localhost",
@@ -93,10 +90,10 @@ class Place:
 
 
 def check_name(agent: str) -> None:
-    """Refuse a name git refuses in a branch, or one whose folder would be another agent's `NAME.json` record."""
-    if not _NAME.fullmatch(agent) or agent.endswith((".", ".lock", ".json")) or ".." in agent:
-        raise ServiceError(f"agent name {agent!r} cannot name a branch and a folder: use letters, digits, '-', '_', "
-                           "'.', starting with a letter, a digit or '_', not ending in '.', '.lock' or '.json'")  # fmt: skip
+    """Refuse a name git refuses in a branch, or one whose folder would be another agent's `NAME.json`
+    record: the rule `deck config validate` warns of, so that the two never disagree."""
+    if (why := worktree_name_problem(agent)) is not None:
+        raise ServiceError(why)
 
 
 async def locate(agent: str, cwd: str) -> Place:

@@ -78,6 +78,8 @@ def test_claude_resumes_its_session_in_the_next_deck_process(home: Path, workdir
         finally:
             first.kill_everything()
         assert len(fake.turns) == 1 and "pineapple" in last_user_text(fake.turns[0])
+        _new, opened = answer_of(traced(first_trace), "session/new")
+        session_id = opened["result"]["sessionId"]
 
         trace = tmp_path / "second.jsonl"
         second = DeckProcess("--config", str(config), "--trace", str(trace), env=dict(os.environ))
@@ -88,6 +90,10 @@ def test_claude_resumes_its_session_in_the_next_deck_process(home: Path, workdir
             now = second.call("ChatService.Conversation", {"agent": "claude"})["messages"]
             second.wait_for(turns_over("claude"))
             listed = second.call("ChatService.AgentSessions", {"agent": "claude"}, timeout=30)
+            # Its own session, opened as a new conversation: loaded (it lists loadSession), the replay forms it.
+            second.call("ChatService.NewConversation", {"agent": "claude"}, timeout=30)
+            second.call("ChatService.OpenConversation", {"agent": "claude", "sessionId": session_id}, timeout=60)
+            loaded = second.call("ChatService.Conversation", {"agent": "claude"})["messages"]
             ended(second)
         finally:
             second.kill_everything()
@@ -96,12 +102,18 @@ def test_claude_resumes_its_session_in_the_next_deck_process(home: Path, workdir
     assert texts([reply]) == [("agent", "Noted, and answered.")]
     _resume, resumed = answer_of(traced(trace), "session/resume")  # it lists sessionCapabilities.resume
     assert "result" in resumed, resumed
-    _new, opened = answer_of(traced(first_trace), "session/new")
-    (mine,) = [s for s in listed if s["sessionId"] == opened["result"]["sessionId"]]  # its own list has it
+    (mine,) = [s for s in listed if s["sessionId"] == session_id]  # its own list has it
     assert mine["cwd"] == str(workdir)
     conformant(trace)  # session/resume and session/list as the ACP schema has them
     assert "agent-restarted" not in [m.get("code") for m in now]
     assert now[: len(shown)] == shown
+    load, loaded_answer = answer_of(traced(trace), "session/load")
+    assert load["params"]["sessionId"] == session_id and "result" in loaded_answer, loaded_answer
+    # Both turns, each user text as typed (the adapter's replay puts the /model command it ran before it).
+    replayed = texts(loaded)
+    assert [role for role, _text in replayed] == ["user", "agent", "user", "agent"]
+    assert replayed[0][1].endswith("the secret word is pineapple") and replayed[2][1].endswith("what was the secret word?")
+    assert replayed[1] == replayed[3] == ("agent", "Noted, and answered.")
 
 
 def traced(trace: Path) -> list[dict[str, Any]]:
