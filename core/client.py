@@ -24,6 +24,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -179,6 +180,37 @@ def start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
 
 async def _resume(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
     return await _Resumed(coro, waiting)
+
+
+# -- a deck server's --------------------------------------------------------------------------------
+
+
+def server_of(config: str | os.PathLike[str]) -> str | None:
+    """The name of a running deck server (`deck serve`) of the config file `config`, or None.
+
+    A command that changes what that server's agents work on (`deck merge`) goes through it
+    (`call_server`), so its refusals (a busy agent, a running one) hold from outside too."""
+    from .server import running
+
+    real = os.path.realpath(config)
+    return next((known.name for known in running() if os.path.realpath(known.config) == real), None)
+
+
+async def call_server(name: str, method: str, params: Any = None) -> Any:
+    """One service call through the running deck server `name`: its result, or its ServiceError;
+    a ServiceError too when the server cannot be reached."""
+    from .remote import SocketClient
+    from .serverdir import ServerError
+
+    client = SocketClient(name)
+    try:
+        await client.connect()
+    except ServerError as exc:
+        raise ServiceError(str(exc)) from None
+    try:
+        return await client.call(method, params)
+    finally:
+        await client.close()
 
 
 class _Resumed(Generic[T]):

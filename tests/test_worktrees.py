@@ -21,6 +21,7 @@ from deck import AgentState, ServiceError
 from deck.testing import agent_table
 
 from .deck_process import DECK
+from .test_server import runtime  # noqa: F401  (a fixture: the servers' folder of the test's own)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -582,3 +583,46 @@ def test_config_validate_warns_of_a_name_a_worktree_cannot_have(repo, tmp_path):
         where = f"{config}:{4 * i + 4}:12: warning: agents.{name}.worktree: agent name {bare!r} "
         assert line.startswith(where + "cannot name a branch and a folder: use letters, digits"), line
         assert line.endswith(", so the agent cannot start"), line
+
+
+def test_the_commands_go_through_the_deck_server_running_the_config(repo, tmp_path, runtime):
+    """With a `deck serve` of the config running, `deck merge` and `deck worktree remove` are the
+    server's calls: refused while its agent is busy or running there, as in the console."""
+    from .test_server import Raw, Server
+
+    config = tmp_path / "deck.toml"
+    config.write_text(worktree_agent("a", repo))
+    server = Server(config)
+    client: Raw | None = None
+    try:
+        assert server.ready, server.stderr
+        client = Raw(server.path)
+        client.call("ChatService.Send", {"agent": "a", "text": "write served.txt hello"})
+        client.event("worktree:changed", agent="a", timeout=20)
+        client.call("ChatService.Send", {"agent": "a", "text": "sleep 30"})
+        client.wait_line(lambda x: x.get("event") == "agent:state" and x.get("state") == "busy", timeout=20, count=2)
+        busy = run_cli(config, "merge", "a")
+        assert busy.returncode == 1 and busy.stderr.strip() == "deck: a is busy: merge once its turn is over", busy.stderr
+        running = run_cli(config, "worktree", "remove", "a", "--force")
+        assert running.returncode == 1 and "a is running in its worktree: stop it first" in running.stderr
+        client.call("AgentService.Stop", {"name": "a"}, timeout=20)
+        merged = run_cli(config, "merge", "a", "-m", "Through the server")
+        assert merged.returncode == 0, merged.stderr
+        assert git(repo, "log", "-1", "--format=%s").strip() == "Through the server"
+        assert (repo / "served.txt").read_text() == "hello"
+    finally:
+        if client is not None:
+            client.close()
+        server.kill_everything()
+
+
+async def test_a_merge_and_a_remove_are_refused_while_the_agent_works(make_deck, repo):
+    deck, rec = make_deck(worktree_agent("a", repo))
+    await turn(deck, rec, "a", "write x.txt hi")
+    await deck.call("ChatService.Send", {"agent": "a", "text": "sleep 30"})
+    await rec.wait(lambda r: deck.agent("a").state is AgentState.BUSY)
+    with pytest.raises(ServiceError, match="a is busy: merge once its turn is over"):
+        await deck.call("WorktreeService.Merge", {"agent": "a"})
+    with pytest.raises(ServiceError, match="a is running in its worktree: stop it first"):
+        await deck.call("WorktreeService.Remove", {"agent": "a", "force": True})
+    await deck.call("AgentService.Stop", {"name": "a"})

@@ -1,8 +1,9 @@
 """`deck worktrees`, `deck diff`, `deck merge`, `deck worktree remove`: the worktrees of the config in
-use (or `--config PATH`), with no deck running.
+use (or `--config PATH`), whether a deck runs it or not.
 
-Each command makes a deck of that config, which starts no agent, and calls its
-`WorktreeService`: the same answers and refusals as a running deck's. A refusal is one line on
+Each command calls the `WorktreeService` of the deck server running that config (`deck serve`),
+so that a busy or running agent's worktree is refused as in the console; with no server, of a
+deck of that config made for the call, which starts no agent: the same answers and refusals. A refusal is one line on
 stderr and exit 1. A diff holds what agents wrote: on a terminal it is coloured and shown
 through `deck.tty.printable`; in a pipe it is data and stays as git wrote it.
 """
@@ -119,14 +120,19 @@ def count(n: int, word: str) -> str:
 
 
 def call(config: Optional[Path], method: str, params: dict[str, Any]) -> Any:
-    """`method` of a deck of the config in use that runs no agent; a refusal exits 1."""
+    """`method` of the deck server running the config in use, else of a deck of it that runs no
+    agent; a refusal exits 1."""
     from deck import Deck, find_config  # here: adding the commands to the command line stays cheap
+    from deck.client import call_server, server_of
 
     path, source = find_config(str(config) if config else None)
     if path is not None and not path.exists():
         _fail(f"config file not found: {path}", ExitCode.USAGE)
+    server = server_of(path) if path is not None else None
 
     async def run() -> Any:
+        if server is not None:  # its agents may be at work in their worktrees: it says what may be done
+            return await call_server(server, method, params)
         deck = Deck(path, source)
         try:
             return await deck.call(method, params)

@@ -3,8 +3,8 @@
 Prompts: `fswrite NAME TEXT` writes NAME (relative to the session's cwd) through deck's
 fs/write_text_file; `write NAME TEXT` writes it itself, directly in its own cwd, as Claude Code
 does; `hook` writes executable git hooks into `.githooks/` of its cwd, each of which would create
-`HOOK-RAN` beside deck's config (its path is in $HOOK_MARK); `where` answers its cwd. Each turn
-ends with the chunk "done".
+`HOOK-RAN` beside deck's config (its path is in $HOOK_MARK); `where` answers its cwd; `sleep S`
+takes S seconds. Each turn ends with the chunk "done".
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import os
 import stat
 import sys
+import time
 
 out = sys.stdout.buffer
 cwd = os.getcwd()
@@ -64,6 +65,8 @@ def turn(sid: str, text: str) -> None:
             os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR)
     elif word == "where":
         chunk(sid, cwd)
+    elif word == "sleep":
+        time.sleep(float(name))
     chunk(sid, "done")
 
 
