@@ -13,9 +13,9 @@ import sys
 _JSONL = (["--frontend=jsonl"], ["--frontend", "jsonl"], ["-f", "jsonl"], ["-fjsonl"])
 
 
-def relayed(args: list[str]) -> str | None:
-    """The server's name ("" for the default) when `args` is `attach [NAME]` with the jsonl frontend
-    and nothing else; None for any other command line."""
+def relayed(args: list[str]) -> list[str] | None:
+    """The NAME given (none, or one) when `args` is `attach [NAME]` with the jsonl frontend and
+    nothing else; None for any other command line, an empty NAME included (the parser says why)."""
     if args[:1] != ["attach"]:
         return None
     rest = args[1:]
@@ -23,19 +23,19 @@ def relayed(args: list[str]) -> str | None:
         for at in range(len(rest)):
             if rest[at : at + len(option)] == option:
                 names = rest[:at] + rest[at + len(option) :]
-                if len(names) <= 1 and not any(n.startswith("-") for n in names):
-                    return names[0] if names else ""
+                if len(names) <= 1 and not any(n.startswith("-") or not n for n in names):
+                    return names
                 return None
     return None
 
 
 def main() -> None:
-    name = relayed(sys.argv[1:])
-    if name is not None:
+    names = relayed(sys.argv[1:])
+    if names is not None:
         from .relay import relay
         from .serverdir import DEFAULT_NAME
 
-        sys.exit(relay(name or DEFAULT_NAME))
+        sys.exit(relay(names[0] if names else DEFAULT_NAME))
     from .cli import main as cli
 
     cli()

@@ -291,7 +291,10 @@ class Connection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         """The client is done sending (`socat` at the end of its stdin): its calls are answered, then it is
-        detached, as the jsonl bridge answers what was asked before the end of its stdin."""
+        detached, as the jsonl bridge answers what was asked before the end of its stdin (a last line
+        without its newline included)."""
+        if self.framer is not None and not self.closed:
+            self.framer.close()
         if self.reader is None or not self.reader.requests:
             return False  # nothing left to answer: closed now
         task = asyncio.get_running_loop().create_task(self._answered_then_closed(self.reader))

@@ -16,6 +16,7 @@ import typer
 import deck
 from deck import cli, hookimpl, hookspecs, pluginmanager
 from deck import errors as deck_errors
+from deck import frontend as deck_frontend
 from deck.testing import Recorder
 
 from .conftest import agent_block
@@ -324,6 +325,26 @@ async def test_a_startup_hook_that_never_finishes_is_cut_off_and_deck_starts(mak
     assert {"plugin": "stuck", "hook": "deck_startup", "error": "TimeoutError: did not finish within 0.2s"} in rec.named(
         "plugin:error"
     )
+
+
+async def test_what_start_up_made_is_left_out_of_the_collectors_full_passes(make_deck):
+    """Once started, a deck's modules, classes and config are frozen: a full collection during the
+    run walks only what came since."""
+    import gc
+
+    deck, _rec = make_deck(agent_block("a"))
+    gc.unfreeze()
+
+    class Frozen(deck_frontend.Frontend):
+        async def run(self) -> int:
+            self.frozen = gc.get_freeze_count()
+            return 0
+
+    try:
+        assert await deck.run(Frozen) == 0
+        assert deck.frontend.frozen > 10_000
+    finally:
+        gc.unfreeze()
 
 
 async def test_a_plugin_service_is_called_by_name_and_cannot_take_the_name_of_another(make_deck):

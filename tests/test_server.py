@@ -637,11 +637,12 @@ def test_a_client_gone_mid_request_leaves_the_server_consistent(serve, clients) 
 
 
 def test_a_client_done_sending_gets_its_answers_then_is_detached(serve, clients) -> None:
-    """As `echo REQUEST | socat - UNIX-CONNECT:PATH` does: a line, the end of its input (a half close), then it reads."""
+    """As `printf REQUEST | socat - UNIX-CONNECT:PATH` does: a line (its newline missing, as the jsonl
+    bridge takes it), the end of its input (a half close), then it reads."""
     server = serve(agent_block("a", "--handshake-delay", "0.5"))
     sock = socket.socket(socket.AF_UNIX)
     sock.connect(str(server.path))
-    sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"AgentService.Start","params":{"name":"a"}}\n')
+    sock.sendall(b'{"jsonrpc":"2.0","id":1,"method":"AgentService.Start","params":{"name":"a"}}')  # no newline
     sock.shutdown(socket.SHUT_WR)
     sock.settimeout(20)
     received = b""
