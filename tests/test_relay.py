@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -182,12 +184,14 @@ def test_a_closed_stdout_is_an_error_saying_so(serve) -> None:
     assert b"cannot write to stdout" in done.stderr
 
 
-def test_a_non_blocking_stdout_that_fills_up_is_waited_for(serve, clients) -> None:
-    """A pipe some parent made non-blocking: a full one is waited for, not an error."""
+@contextlib.contextmanager
+def streamed_into_a_full_pipe(serve, clients, *, blocking: bool) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """A relay whose stdout is a pipe nobody reads yet, once a 20,000-chunk answer has filled it:
+    the relay and the pipe's read end."""
     server = serve(agent_block("a"))
     watcher = clients(server.path)
     read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
+    os.set_blocking(write_end, blocking)
     popen = subprocess.Popen(ATTACH, stdin=subprocess.PIPE, stdout=write_end, stderr=subprocess.PIPE)
     os.close(write_end)
     try:
@@ -196,41 +200,33 @@ def test_a_non_blocking_stdout_that_fills_up_is_waited_for(serve, clients) -> No
         popen.stdin.write(request(1, "ChatService.Send", {"agent": "a", "text": "stream 20000"}))
         popen.stdin.flush()
         watcher.event("turn:changed", agent="a", busy=False, timeout=30)  # the relay's pipe is full by now
-        popen.stdin.close()
-        received = bytearray()
-        while chunk := os.read(read_end, 1 << 20):
-            received += chunk
-        assert popen.wait(20) == 0, popen.stderr.read() if popen.stderr else b""
+        yield popen, read_end
     finally:
         os.close(read_end)
         if popen.poll() is None:
             popen.kill()
         popen.wait(5)
+
+
+def test_a_non_blocking_stdout_that_fills_up_is_waited_for(serve, clients) -> None:
+    """A pipe some parent made non-blocking: a full one is waited for, not an error."""
+    with streamed_into_a_full_pipe(serve, clients, blocking=False) as (popen, read_end):
+        assert popen.stdin is not None
+        popen.stdin.close()
+        received = bytearray()
+        while chunk := os.read(read_end, 1 << 20):
+            received += chunk
+        assert popen.wait(20) == 0, popen.stderr.read() if popen.stderr else b""
     lines = [json.loads(raw) for raw in received.splitlines()]
     assert sum(x.get("event") == "message:delta" for x in lines) >= 20000
     assert any(x.get("event") == "turn:changed" and x.get("busy") is False for x in lines)
 
 
 def test_a_signal_while_blocked_writing_to_stdout_detaches_at_once(serve, clients) -> None:
-    server = serve(agent_block("a"))
-    watcher = clients(server.path)
-    read_end, write_end = os.pipe()
-    popen = subprocess.Popen(ATTACH, stdin=subprocess.PIPE, stdout=write_end, stderr=subprocess.PIPE)
-    os.close(write_end)
-    try:
-        watcher.event("clients:changed", clients=2)
-        assert popen.stdin is not None
-        popen.stdin.write(request(1, "ChatService.Send", {"agent": "a", "text": "stream 20000"}))
-        popen.stdin.flush()
-        watcher.event("turn:changed", agent="a", busy=False, timeout=30)  # nobody read: the relay waits on stdout
-        popen.send_signal(signal.SIGINT)
+    with streamed_into_a_full_pipe(serve, clients, blocking=True) as (popen, _read_end):
+        popen.send_signal(signal.SIGINT)  # nobody read: the relay waits on stdout
         assert popen.wait(5) == 128 + signal.SIGINT
         assert popen.stderr is not None and popen.stderr.read() == b""
-    finally:
-        os.close(read_end)
-        if popen.poll() is None:
-            popen.kill()
-        popen.wait(5)
 
 
 def test_a_full_stdout_nobody_reads_is_dropped_by_the_server_and_says_so_once_read(serve, clients) -> None:
