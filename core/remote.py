@@ -2,9 +2,10 @@
 
 A call writes its request line at once and its future waits for the response of that id;
 event lines are rebuilt as their classes (`deck.events.from_wire`) and given to the
-listeners in the server's order. (`deck attach --frontend=jsonl` needs none of this: the server's
-wire is its own, and `deck.relay` passes the bytes through.) Leaving (`end_of_input`, `close`) only detaches: the server, its agents and their
-turns go on; `DeckService.Shutdown` is what stops it.
+listeners in the server's order. (`deck attach --frontend=jsonl` needs none of this: the
+server's wire is its own, and `deck.relay` passes the bytes through.) Leaving (`end_of_input`,
+`close`) only detaches: the server, its agents and their turns go on; `DeckService.Shutdown` is
+what stops it.
 
 Should the server go away, every call waiting fails, and `ended` says so: `run_attached`
 then ends the frontend and says "the deck server NAME went away". The end a

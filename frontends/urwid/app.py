@@ -646,7 +646,7 @@ class ConsoleApp(Handlers):
     # Opening a config emits config:changed, which reloads the console (_config_changed).
 
     def choose_config(self) -> None:
-        if self.client.attached:  # the server has no screen: the picker is this console's, the file the server's to open
+        if self.client.attached:  # a server has no screen: the picker is this console's, the file the server's
             self.spawn(self.choose_file(), lambda chosen: self.open_config(chosen) if chosen else None)
             return
         self.spawn(self.client.call("ConfigService.Choose"), self._opened)  # "" when the picker was cancelled

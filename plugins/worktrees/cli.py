@@ -3,9 +3,9 @@ use (or `--config PATH`), whether a deck runs it or not.
 
 Each command calls the `WorktreeService` of the deck server running that config (`deck serve`),
 so that a busy or running agent's worktree is refused as in the console; with no server, of a
-deck of that config made for the call, which starts no agent: the same answers and refusals. A refusal is one line on
-stderr and exit 1. A diff holds what agents wrote: on a terminal it is coloured and shown
-through `deck.tty.printable`; in a pipe it is data and stays as git wrote it.
+deck of that config made for the call, which starts no agent: the same answers and refusals.
+A refusal is one line on stderr and exit 1. A diff holds what agents wrote: on a terminal it is
+coloured and shown through `deck.tty.printable`; in a pipe it is data and stays as git wrote it.
 """
 
 from __future__ import annotations
