@@ -82,13 +82,17 @@ class LiveConfig:
                 await asyncio.sleep(RETRY_AFTER)
 
     async def _follow(self, path: Path) -> None:
-        from watchfiles import awatch
+        from watchfiles import Change, awatch
 
         # Watch the directory, not the file: editors that save by writing a new file and
         # renaming it over the old one (vim, VS Code) replace the inode a file watch follows.
         wanted = {str(path.absolute()), os.path.realpath(path)}
         folders = {os.path.dirname(p) for p in wanted}
-        changes = awatch(*folders, watch_filter=lambda _change, p: p in wanted, step=STEP_MS, recursive=False)
+        # A watch follows its folder's inode: one removed (and made again) is seen by no watch of it,
+        # so the folder's own removal is a change to look at too.
+        changes = awatch(
+            *folders, watch_filter=lambda _change, p: p in wanted or p in folders, step=STEP_MS, recursive=False
+        )
 
         async def next_batch() -> Any:
             return await anext(changes)
@@ -101,13 +105,15 @@ class LiveConfig:
             await self._reload_logged()  # catch up with a change made before the watch began
             while True:
                 try:
-                    await batch
+                    found = await batch
                 except StopAsyncIteration:
                     return
                 await self._reload_logged()
-                if not all(os.path.isdir(folder) for folder in folders):
-                    # The folder went away: a watch on it sees nothing more, even once it is back.
-                    raise FileNotFoundError(f"no such directory: {', '.join(sorted(folders))}")
+                removed = sorted(p for change, p in found if p in folders and change is Change.deleted)
+                if removed or not all(os.path.isdir(folder) for folder in folders):
+                    # The folder went away: a watch on it sees nothing more, even once it is back
+                    # (made again at once, it may even have the inode number it had).
+                    raise FileNotFoundError(f"{', '.join(removed or sorted(folders))} was removed")
                 batch = asyncio.get_running_loop().create_task(next_batch(), name=f"watchfiles {path}")
         finally:
             batch.cancel()

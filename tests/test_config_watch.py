@@ -283,6 +283,34 @@ async def test_a_removed_agent_cannot_be_started_while_it_stops(make_deck):
     assert await names(deck) == ["a"] and rec.states("b")[-1] == "stopped"
 
 
+async def test_a_folder_replaced_once_its_file_was_deleted_is_watched_again(tmp_path):
+    """The file goes first (as `rm -r` does it), the deck reads that; then the folder is removed and
+    made again: the watch on the old folder sees nothing more, so the deck must watch the new one."""
+    from deck.app import Deck
+    from deck.testing import FAST_STOP, Recorder
+
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    path = folder / "deck.toml"
+    path.write_text(agent_block("a"))
+    deck = Deck(path, "flag", timings=FAST_STOP)
+    rec = Recorder()
+    deck.subscribe(rec)
+    try:
+        await watching(deck)
+        path.unlink()
+        change = await next_change(rec, 0)
+        assert change["problems"][0]["message"].startswith("file deleted")
+        folder.rmdir()
+        folder.mkdir()
+        path.write_text(agent_block("b"))
+        await rec.wait(lambda r: "b" in deck.agents, timeout=15)
+        path.write_text(agent_block("c"))  # and the watch goes on
+        await rec.wait(lambda r: "c" in deck.agents, timeout=15)
+    finally:
+        await deck.shutdown()
+
+
 async def test_watching_survives_its_folder_removed_and_made_again(tmp_path):
     import shutil
 
