@@ -23,6 +23,7 @@ from deck.plugins.history import store as history
 from deck.plugins.history.store import (
     SCHEMA_VERSION,
     SEARCH_MAX,
+    WRITER_NICENESS,
     HistoryStore,
     HistoryUnavailable,
     Writer,
@@ -679,6 +680,20 @@ def test_the_writer_writes_a_finished_message_at_once(store: HistoryStore) -> No
         assert event.wait(5)
         assert written[0] - started < 1.0  # not an interval of 60 s later
         assert store.get(cid)["messages"][0]["stopReason"] == "end_turn"  # type: ignore[index]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's own priority is Linux's")
+def test_the_writer_thread_runs_at_a_lower_priority_than_the_deck(store: HistoryStore) -> None:
+    """Its writes and full-text indexing yield the CPU to the deck's loop on a busy machine."""
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    cid = store.new_conversation(CONFIG, "claude")
+    _, _written, event = commits_of(store)
+    with Writer(store, interval=60) as writer:
+        writer.update(cid, message("a1", "done now", stopReason="end_turn"))
+        assert event.wait(5)  # written by the writer's thread: it has lowered its priority first
+        tid = writer._thread.native_id
+        assert tid is not None and os.getpriority(os.PRIO_PROCESS, tid) == min(19, mine + WRITER_NICENESS)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # the deck's own is unchanged
 
 
 def test_the_writer_close_flushes_then_refuses_more(store: HistoryStore) -> None:

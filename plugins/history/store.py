@@ -29,6 +29,7 @@ import os
 import re
 import sqlite3
 import stat
+import sys
 import threading
 import time
 import urllib.parse
@@ -915,6 +916,21 @@ def _unavailable(path: Path, error: sqlite3.Error) -> HistoryUnavailable:
 # -- the writer --------------------------------------------------------------------------------------
 
 
+#: How much lower the writer thread's scheduling priority is than the deck's (its nice value, added).
+WRITER_NICENESS = 10
+
+
+def _in_the_background() -> None:
+    """Lower the calling thread's priority (Linux: nice is per thread), so that on a busy machine
+    the store's writes and full-text indexing (SQLite's, without the GIL) yield the CPU to the
+    deck's loop and its agents, and streamed chunks keep their latency."""
+    if not sys.platform.startswith("linux"):
+        return  # elsewhere the call would change the whole process
+    with contextlib.suppress(OSError):
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICENESS))
+
+
 class Writer:
     """Batches changes for a store: one transaction per interval, however fast messages stream.
 
@@ -1064,6 +1080,7 @@ class Writer:
                 self._changed.notify()
 
     def _run(self) -> None:
+        _in_the_background()
         while True:
             with self._changed:
                 # Asleep while nothing is pending (no wake-ups on an idle deck), then one interval
