@@ -32,6 +32,7 @@ import signal
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 from .serverdir import NoServer, ServerError, fell_behind, listening, no_server, open_dir, refused, socket_path, went_away
 
@@ -303,17 +304,31 @@ def relay(name: str, path: Path | None = None, stdin_fd: int = 0, stdout_fd: int
     # A signal ignored by who started the relay (`nohup`, a background job) stays ignored.
     previous = {sig: signal.signal(sig, _signalled) for sig in _SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
     attached = Relay(name, path, sock, stdin_fd, stdout_fd)
+    late: int | None = None
     try:
-        code = attached.run()
+        try:
+            code = attached.run()
+        finally:
+            late = _put_back(previous, sock)
     except _Leave as leave:
         code = leave.code
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        sock.close()
     if attached.gone:
         _say(attached.gone)
-    return code
+    return late if late is not None else code
+
+
+def _put_back(previous: dict[signal.Signals, Any], sock: socket.socket) -> int | None:
+    """The handlers the relay found, back; the socket closed. The code of a signal that came
+    meanwhile (its handler raises wherever the relay is), else None."""
+    late = None
+    while True:
+        try:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            sock.close()
+            return late
+        except _Leave as leave:
+            late = leave.code
 
 
 def _hold_standard_streams() -> None:
