@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .serverdir import NoServer, ServerError, fell_behind, listening, no_server, open_dir, refused, socket_path, went_away
+from .serverdir import ServerError, connect, fell_behind, listening, refused, went_away
 
 #: Seconds between losing the connection and telling a server gone from a client dropped.
 LOSS_SETTLES = 0.3
@@ -268,29 +268,6 @@ class Relay:
         time.sleep(LOSS_SETTLES)
         self.gone = fell_behind(self.name) if listening(self.path) else went_away(self.name)
         return 1
-
-
-def connect(name: str, path: Path | None = None) -> tuple[Path, socket.socket]:
-    """The socket of server `name` (or the one at `path`), connected; a ServerError saying why not."""
-    if path is None:
-        path = socket_path(name)
-        try:
-            os.close(open_dir(create=False))  # the folder must be the user's own: no server planted by another
-        except NoServer:
-            raise no_server(name, path) from None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    try:
-        sock.connect(str(path))
-    except FileNotFoundError:
-        sock.close()
-        raise no_server(name, path) from None
-    except ConnectionRefusedError:
-        sock.close()
-        raise no_server(name, path, "its socket is stale") from None
-    except OSError as exc:
-        sock.close()
-        raise ServerError(f"cannot reach the deck server {name} at {path}: {exc.strerror or exc}") from None
-    return path, sock
 
 
 def relay(name: str, path: Path | None = None, stdin_fd: int = 0, stdout_fd: int = 1) -> int:

@@ -31,7 +31,7 @@ from .errors import INTERNAL_ERROR, ExitCode, ServiceError
 from .events import from_wire
 from .frontend import Frontend
 from .server import running
-from .serverdir import NoServer, ServerError, fell_behind, listening, no_server, open_dir, refused, socket_path, went_away
+from .serverdir import ServerError, connect, fell_behind, listening, refused, socket_path, went_away
 from .wire import encode, to_bytes
 
 log = logging.getLogger(__name__)
@@ -77,22 +77,12 @@ class SocketClient(Client, asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self.ended = loop.create_future()
         self._lost = loop.create_future()
-        if self.path == socket_path(self.name):
-            try:
-                os.close(open_dir(create=False))  # the folder must be the user's own: no server planted by another
-            except NoServer:
-                raise self._no_server() from None
+        _path, sock = connect(self.name, None if self.path == socket_path(self.name) else self.path)
         try:
-            await loop.create_unix_connection(lambda: self, str(self.path))
-        except FileNotFoundError:
-            raise self._no_server() from None
-        except ConnectionRefusedError:
-            raise self._no_server("its socket is stale") from None
-        except OSError as exc:
-            raise ServerError(f"cannot reach the deck server {self.name} at {self.path}: {exc.strerror or exc}") from None
-
-    def _no_server(self, why: str = "") -> NoServer:
-        return no_server(self.name, self.path, why)
+            await loop.create_unix_connection(lambda: self, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)

@@ -2,7 +2,8 @@
 
 A server's socket is `socket_path(NAME)`: `$XDG_RUNTIME_DIR/deck/NAME.sock`, else
 `/tmp/deck-UID/NAME.sock`, in a folder of the user's own that nobody else may enter (0700; a
-folder owned by another user, open to others, or a symlink is refused, never repaired).
+folder owned by another user, open to others, or a symlink is refused, never repaired);
+`connect` reaches one, after checking that folder, with one clear line when there is none.
 
 The standard library alone, and little of it: `deck attach --frontend=jsonl` (`deck.relay`)
 starts with this module and no other of deck's.
@@ -125,3 +126,26 @@ def fell_behind(name: str) -> str:
 def refused(name: str, message: str) -> str:
     """What a client says of the server's `refused: …` line about no request of its own."""
     return f"the deck server {name} {message.replace(':', ' this client:', 1)}"
+
+
+def connect(name: str, path: Path | None = None) -> tuple[Path, socket.socket]:
+    """The socket of server `name` (or the one at `path`), connected; a ServerError saying why not."""
+    if path is None:
+        path = socket_path(name)
+        try:
+            os.close(open_dir(create=False))  # the folder must be the user's own: no server planted by another
+        except NoServer:
+            raise no_server(name, path) from None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.connect(str(path))
+    except FileNotFoundError:
+        sock.close()
+        raise no_server(name, path) from None
+    except ConnectionRefusedError:
+        sock.close()
+        raise no_server(name, path, "its socket is stale") from None
+    except OSError as exc:
+        sock.close()
+        raise ServerError(f"cannot reach the deck server {name} at {path}: {exc.strerror or exc}") from None
+    return path, sock

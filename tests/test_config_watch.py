@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -283,9 +286,9 @@ async def test_a_removed_agent_cannot_be_started_while_it_stops(make_deck):
     assert await names(deck) == ["a"] and rec.states("b")[-1] == "stopped"
 
 
-async def test_a_folder_replaced_once_its_file_was_deleted_is_watched_again(tmp_path):
-    """The file goes first (as `rm -r` does it), the deck reads that; then the folder is removed and
-    made again: the watch on the old folder sees nothing more, so the deck must watch the new one."""
+@contextlib.asynccontextmanager
+async def watched_in_a_folder(tmp_path: Path) -> AsyncIterator[tuple[Any, Any, Path]]:
+    """A deck following conf/deck.toml (one agent "a"), watching already: the deck, its recorder, the file."""
     from deck.app import Deck
     from deck.testing import FAST_STOP, Recorder
 
@@ -298,45 +301,39 @@ async def test_a_folder_replaced_once_its_file_was_deleted_is_watched_again(tmp_
     deck.subscribe(rec)
     try:
         await watching(deck)
+        yield deck, rec, path
+    finally:
+        await deck.shutdown()
+
+
+async def test_a_folder_replaced_once_its_file_was_deleted_is_watched_again(tmp_path):
+    """The file goes first (as `rm -r` does it), the deck reads that; then the folder is removed and
+    made again: the watch on the old folder sees nothing more, so the deck must watch the new one."""
+    async with watched_in_a_folder(tmp_path) as (deck, rec, path):
         path.unlink()
         change = await next_change(rec, 0)
         assert change["problems"][0]["message"].startswith("file deleted")
-        folder.rmdir()
-        folder.mkdir()
+        path.parent.rmdir()
+        path.parent.mkdir()
         path.write_text(agent_block("b"))
         await rec.wait(lambda r: "b" in deck.agents, timeout=15)
         path.write_text(agent_block("c"))  # and the watch goes on
         await rec.wait(lambda r: "c" in deck.agents, timeout=15)
-    finally:
-        await deck.shutdown()
 
 
 async def test_watching_survives_its_folder_removed_and_made_again(tmp_path):
     import shutil
 
-    from deck.app import Deck
-    from deck.testing import FAST_STOP, Recorder
-
-    folder = tmp_path / "conf"
-    folder.mkdir()
-    path = folder / "deck.toml"
-    path.write_text(agent_block("a"))
-    deck = Deck(path, "flag", timings=FAST_STOP)
-    rec = Recorder()
-    deck.subscribe(rec)
-    try:
-        await watching(deck)
-        shutil.rmtree(folder)
+    async with watched_in_a_folder(tmp_path) as (deck, rec, path):
+        shutil.rmtree(path.parent)
         change = await next_change(rec, 0)
         assert change["valid"] is False and change["problems"][0]["message"].startswith("file deleted")
-        folder.mkdir()
+        path.parent.mkdir()
         path.write_text(agent_block("a") + agent_block("b"))
         await rec.wait(lambda r: r.named("config:changed")[-1]["valid"], timeout=15)
         assert await names(deck) == ["a", "b"]
         path.write_text(agent_block("c"))  # and the watch goes on
         await rec.wait(lambda r: "c" in deck.agents, timeout=15)
-    finally:
-        await deck.shutdown()
 
 
 async def test_open_still_works_when_recent_files_cannot_be_saved(make_deck, tmp_path, monkeypatch):
