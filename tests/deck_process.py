@@ -24,10 +24,91 @@ def write_config(path: Path, text: str) -> Path:
     return path
 
 
-class DeckProcess:
+class Lines:
+    """JSON lines read from a stream on a thread, with ways to wait for one."""
+
+    def __init__(self) -> None:
+        self.lines: list[dict[str, Any]] = []
+        self.raw: list[bytes] = []
+        self.done = False
+        self._changed = threading.Condition()
+
+    def feed(self, stream: Any) -> None:
+        """Read `stream` to its end, a chunk at a time: its lines are added, and waiters woken, once per chunk."""
+        rest = b""
+        try:
+            while chunk := stream.read1(1 << 16):
+                *raws, rest = (rest + chunk).split(b"\n")
+                lines = [json.loads(raw) for raw in raws]
+                with self._changed:
+                    self.raw += [raw + b"\n" for raw in raws]
+                    self.lines += lines
+                    self._changed.notify_all()
+        except (OSError, ValueError):
+            pass
+        finally:
+            with self._changed:
+                self.done = True
+                self._changed.notify_all()
+
+    def describe(self) -> str:
+        """What a failed wait shows besides the last lines."""
+        return ""
+
+    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], Any], timeout: float = 15.0) -> Any:
+        """Wait until `predicate(lines)` is true; return its value."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not (result := predicate(self.lines)):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.done:
+                    raise AssertionError(
+                        f"not seen within {timeout}s (ended: {self.done}); last lines: {self.lines[-5:]}{self.describe()}"
+                    )
+                self._changed.wait(left)
+            return result
+
+    def wait_end(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not self.done:
+                left = deadline - time.monotonic()
+                assert left > 0, "the stream did not end"
+                self._changed.wait(left)
+
+    def wait_line(self, test: Callable[[dict[str, Any]], Any], timeout: float = 15.0, count: int = 1) -> dict[str, Any]:
+        """The `count`th line that passes `test`, looking at each line once (a stream of 200k lines stays linear)."""
+        seen = 0
+        found: list[dict[str, Any]] = []
+
+        def scan(lines: list[dict[str, Any]]) -> dict[str, Any] | None:
+            nonlocal seen
+            for line in lines[seen:]:
+                seen += 1
+                if test(line):
+                    found.append(line)
+                    if len(found) == count:
+                        return line
+            return None
+
+        return self.wait_for(scan, timeout)  # type: ignore[no-any-return]
+
+    def response(self, request_id: Any, timeout: float = 15.0) -> dict[str, Any]:
+        return self.wait_line(lambda x: "jsonrpc" in x and x.get("id") == request_id, timeout)
+
+    def event(self, name: str, timeout: float = 15.0, **match: Any) -> dict[str, Any]:
+        return self.wait_line(lambda x: x.get("event") == name and all(x.get(k) == v for k, v in match.items()), timeout)
+
+    def events(self, name: str, **match: Any) -> list[dict[str, Any]]:
+        with self._changed:
+            return [x for x in self.lines if x.get("event") == name and all(x.get(k) == v for k, v in match.items())]
+
+
+class DeckProcess(Lines):
     """`deck run --frontend=jsonl` with its stdout read line by line on a thread."""
 
     def __init__(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+        super().__init__()
         self.popen = subprocess.Popen(
             [*DECK, "run", "--frontend=jsonl", *args],
             stdin=subprocess.PIPE,
@@ -37,56 +118,21 @@ class DeckProcess:
             env=env,
         )
         self.pid = self.popen.pid
-        self.lines: list[dict[str, Any]] = []
         self.stderr = b""
-        self._changed = threading.Condition()
-        self._out_done = False
         self._next_id = 0
-        self._out = threading.Thread(target=self._read_stdout, daemon=True)
+        self._out = threading.Thread(target=self.feed, args=(self.popen.stdout,), daemon=True)
         self._err = threading.Thread(target=self._read_stderr, daemon=True)
         self._out.start()
         self._err.start()
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _read_stdout(self) -> None:
-        assert self.popen.stdout is not None
-        for raw in self.popen.stdout:
-            line = json.loads(raw)
-            with self._changed:
-                self.lines.append(line)
-                self._changed.notify_all()
-        with self._changed:
-            self._out_done = True
-            self._changed.notify_all()
-
     def _read_stderr(self) -> None:
         assert self.popen.stderr is not None
         self.stderr = self.popen.stderr.read()
 
-    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], Any], timeout: float = 15.0) -> Any:
-        """Wait until `predicate(lines)` is true; return its value."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not (result := predicate(self.lines)):
-                left = deadline - time.monotonic()
-                if left <= 0 or self._out_done:
-                    raise AssertionError(f"not seen within {timeout}s; stdout so far: {self.lines}\nstderr: {self.stderr!r}")
-                self._changed.wait(left)
-            return result
-
-    def response(self, request_id: Any, timeout: float = 15.0) -> dict[str, Any]:
-        return self.wait_for(lambda lines: next((x for x in lines if "jsonrpc" in x and x.get("id") == request_id), None), timeout)
-
-    def event(self, name: str, timeout: float = 15.0, **match: Any) -> dict[str, Any]:
-        def find(lines: list[dict[str, Any]]) -> dict[str, Any] | None:
-            return next((x for x in lines if x.get("event") == name and all(x.get(k) == v for k, v in match.items())), None)
-
-        return self.wait_for(find, timeout)
-
-    def events(self, name: str, **match: Any) -> list[dict[str, Any]]:
-        with self._changed:
-            return [x for x in self.lines if x.get("event") == name and all(x.get(k) == v for k, v in match.items())]
+    def describe(self) -> str:
+        return f"\nstderr: {self.stderr!r}"
 
     def states(self, agent: str) -> list[str]:
         return [x["state"] for x in self.events("agent:state", agent=agent)]

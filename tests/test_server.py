@@ -25,7 +25,7 @@ import pytest
 from deck.serverdir import socket_path
 
 from .conftest import agent_block
-from .deck_process import DECK, DeckProcess, alive, wait_dead
+from .deck_process import DECK, DeckProcess, Lines, alive, wait_dead
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,79 +40,6 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
-
-
-class Lines:
-    """JSON lines read from a stream on a thread, with ways to wait for one."""
-
-    def __init__(self) -> None:
-        self.lines: list[dict[str, Any]] = []
-        self.raw: list[bytes] = []
-        self.done = False
-        self._changed = threading.Condition()
-
-    def feed(self, stream: Any) -> None:
-        """Read `stream` to its end, a chunk at a time: its lines are added, and waiters woken, once per chunk."""
-        rest = b""
-        try:
-            while chunk := stream.read1(1 << 16):
-                *raws, rest = (rest + chunk).split(b"\n")
-                lines = [json.loads(raw) for raw in raws]
-                with self._changed:
-                    self.raw += [raw + b"\n" for raw in raws]
-                    self.lines += lines
-                    self._changed.notify_all()
-        except (OSError, ValueError):
-            pass
-        finally:
-            with self._changed:
-                self.done = True
-                self._changed.notify_all()
-
-    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], Any], timeout: float = 15.0) -> Any:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not (result := predicate(self.lines)):
-                left = deadline - time.monotonic()
-                if left <= 0 or self.done:
-                    raise AssertionError(f"not seen within {timeout}s (ended: {self.done}); last lines: {self.lines[-5:]}")
-                self._changed.wait(left)
-            return result
-
-    def wait_end(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not self.done:
-                left = deadline - time.monotonic()
-                assert left > 0, "the stream did not end"
-                self._changed.wait(left)
-
-    def wait_line(self, test: Callable[[dict[str, Any]], Any], timeout: float = 15.0, count: int = 1) -> dict[str, Any]:
-        """The `count`th line that passes `test`, looking at each line once (a stream of 200k lines stays linear)."""
-        seen = 0
-        found: list[dict[str, Any]] = []
-
-        def scan(lines: list[dict[str, Any]]) -> dict[str, Any] | None:
-            nonlocal seen
-            for line in lines[seen:]:
-                seen += 1
-                if test(line):
-                    found.append(line)
-                    if len(found) == count:
-                        return line
-            return None
-
-        return self.wait_for(scan, timeout)  # type: ignore[no-any-return]
-
-    def response(self, request_id: Any, timeout: float = 15.0) -> dict[str, Any]:
-        return self.wait_line(lambda x: "jsonrpc" in x and x.get("id") == request_id, timeout)
-
-    def event(self, name: str, timeout: float = 15.0, **match: Any) -> dict[str, Any]:
-        return self.wait_line(lambda x: x.get("event") == name and all(x.get(k) == v for k, v in match.items()), timeout)
-
-    def events(self, name: str, **match: Any) -> list[dict[str, Any]]:
-        with self._changed:
-            return [x for x in self.lines if x.get("event") == name and all(x.get(k) == v for k, v in match.items())]
 
 
 class Raw(Lines):
