@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -626,3 +627,75 @@ async def test_a_merge_and_a_remove_are_refused_while_the_agent_works(make_deck,
     with pytest.raises(ServiceError, match="a is running in its worktree: stop it first"):
         await deck.call("WorktreeService.Remove", {"agent": "a", "force": True})
     await deck.call("AgentService.Stop", {"name": "a"})
+
+
+async def test_a_same_size_change_in_the_second_the_index_was_written_is_work_all_the_same(make_deck, repo):
+    """git takes an index entry whose recorded stat still matches for unchanged, unless the file may
+    have changed in the same second the index was written ("racily clean"): the copy deck stages
+    the work in keeps the index's time, or an edit of that kind is missed, and left out of a merge."""
+    git(repo, "config", "core.trustctime", "false")  # only the mtime tells: the test needs no clock tick
+    deck, rec = make_deck(worktree_agent("a", repo))
+    await deck.call("AgentService.Start", {"name": "a"})
+    path = Path(deck.agents["a"].cwd)
+    app = path / "src" / "app.py"
+    past = (int(time.time()) - 100) * 10**9
+    os.utime(app, ns=(past, past))
+    git(path, "update-index", "-q", "--refresh")  # the entry records that time; the index is written now
+    app.write_text("print('ho')\n")  # the same size, the same recorded time
+    os.utime(app, ns=(past, past))
+    index = Path(git(path, "rev-parse", "--path-format=absolute", "--git-path", "index").strip())
+    os.utime(index, ns=(past, past))  # as if the index was written in the second the file changed
+
+    row = rows_by_agent(await deck.call("WorktreeService.List", {}))["a"]
+    assert (row["changedFiles"], row["dirty"]) == (1, True)
+    assert "+print('ho')" in await deck.call("WorktreeService.Diff", {"agent": "a"})
+    await deck.call("AgentService.Stop", {"name": "a"})
+    assert (await deck.call("WorktreeService.Merge", {"agent": "a"}))["files"] == ["src/app.py"]
+    assert (repo / "src" / "app.py").read_text() == "print('ho')\n"
+
+
+async def test_work_left_in_a_worktree_from_before_overlaps_at_another_agent_s_turn(make_deck, repo):
+    """A worktree that holds work from an earlier run (no turn of its agent yet in this deck) counts
+    for the overlaps from the first turn of any agent on."""
+    deck, rec = make_deck(worktree_agent("a", repo) + worktree_agent("b", repo))
+    await deck.call("AgentService.Start", {"name": "b"})
+    (Path(deck.agents["b"].cwd) / "shared.txt").write_text("b's, from before\n")
+    await deck.call("AgentService.Stop", {"name": "b"})
+    await turn(deck, rec, "a", "write shared.txt from a")
+    assert rec.named("worktree:overlap") == [{"file": "shared.txt", "agents": ["a", "b"]}]
+
+
+async def test_a_forced_remove_needs_no_base_branch(make_deck, repo):
+    """The base branch renamed or deleted since: nothing can be merged, and force still removes."""
+    deck, rec = make_deck(worktree_agent("a", repo))
+    await turn(deck, rec, "a", "write wip.txt unfinished")
+    await deck.call("AgentService.Stop", {"name": "a"})
+    git(repo, "branch", "-m", "main", "trunk")
+    with pytest.raises(ServiceError, match="the base branch 'main' of a's worktree does not exist"):
+        await deck.call("WorktreeService.Remove", {"agent": "a"})
+    result = await deck.call("WorktreeService.Remove", {"agent": "a", "force": True})
+    assert result["branchDeleted"] and not Path(result["path"]).exists() and "deck/a" not in git(repo, "branch")
+
+
+async def test_files_named_beyond_ascii_are_told_by_their_names(make_deck, repo):
+    """git quotes such names (`"\\303\\251.txt"`) in its line output: the conflicts and the main
+    checkout's changes are told as the files are named."""
+    (repo / "é.txt").write_text("first\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "an accented file")
+    deck, rec = make_deck(worktree_agent("a", repo))
+    await turn(deck, rec, "a", "write é.txt agent's")
+    (repo / "é.txt").write_text("main's\n")
+    with pytest.raises(ServiceError, match=r"uncommitted changes \(é.txt\)") as dirty:
+        await deck.call("WorktreeService.Merge", {"agent": "a"})
+    assert dirty.value.data == {"files": ["é.txt"]}
+    git(repo, "commit", "-q", "-am", "main edits it")
+    with pytest.raises(ServiceError, match="conflicts with main in: é.txt; nothing was changed") as conflict:
+        await deck.call("WorktreeService.Merge", {"agent": "a"})
+    assert conflict.value.data == {"conflicts": ["é.txt"]}
+
+
+def test_a_rename_in_the_main_checkout_is_told_by_its_new_name():
+    from deck.plugins.worktrees.tree import porcelain_files
+
+    assert porcelain_files("R  new name.txt\0old.txt\0 M é.txt\0") == ["new name.txt", "é.txt"]

@@ -38,6 +38,8 @@ class Worktrees:
         #: (repository, file) → the agents changing it, as last announced (two or more).
         self.overlaps: dict[tuple[str, str], tuple[str, ...]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        #: Whether every worktree was looked at once (work left from before this deck counts too).
+        self._surveyed = False
 
     def lock(self, repo: str) -> asyncio.Lock:
         return self._locks.setdefault(repo, asyncio.Lock())
@@ -81,8 +83,27 @@ class Worktrees:
         except ServiceError as exc:
             log.warning("worktrees: %s after its turn: %s", name, exc)
             return
+        await self.survey()
         self.deck.emit(WorktreeChanged(name, len(found.files), found.ahead, found.dirty))
         await self.check_overlaps()
+
+    async def survey(self) -> None:
+        """Look once at every worktree not looked at yet: one that holds work from before this deck
+        (its agent has had no turn here) overlaps with the others all the same."""
+        if self._surveyed:
+            return
+        self._surveyed = True
+        try:
+            places = await self.places()
+        except ServiceError as exc:
+            log.warning("worktrees: looking at every worktree: %s", exc)
+            return
+        for place in places:
+            if place.agent not in self.changed:
+                try:
+                    await self.status(place.agent, place)
+                except ServiceError as exc:
+                    log.warning("worktrees: %s: %s", place.agent, exc)
 
     # -- finding worktrees ----------------------------------------------------------------------
 

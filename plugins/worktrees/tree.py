@@ -276,6 +276,12 @@ async def pending(place: Place, base: str) -> AsyncIterator[Pending]:
         try:
             with open(real, "rb") as src, open(index, "wb") as dst:
                 dst.write(src.read())
+                dst.flush()
+                # The copy keeps the index's time: git trusts an entry's recorded stat only when the
+                # index was written after that second; a copy dated now would hide a same-size edit
+                # made in the second the index was written ("racily clean").
+                written = os.fstat(src.fileno())
+                os.utime(dst.fileno(), ns=(written.st_atime_ns, written.st_mtime_ns))
         except FileNotFoundError:
             await git("read-tree", "HEAD", cwd=path, env=env)
         await git("add", "-A", "--", ".", cwd=path, env=env)
@@ -324,11 +330,23 @@ async def main_checkout_ready(place: Place, base: str) -> None:
     if branch != base:
         on = f"on {branch}" if branch else "on no branch"
         raise ServiceError(f"the main checkout {place.repo} is {on}, not on {base}: check out {base} there first")
-    changed = await git("status", "--porcelain", "--untracked-files=no", cwd=place.repo)
-    if changed.out.strip():
-        files = [line[3:] for line in changed.out.splitlines()][:10]
+    changed = await git("status", "--porcelain", "-z", "--untracked-files=no", cwd=place.repo)
+    if changed.out.strip("\0"):
+        files = porcelain_files(changed.out)[:10]
         raise ServiceError(f"the main checkout {place.repo} has uncommitted changes ({', '.join(files)}): "
                            "commit or stash them first", {"files": files})  # fmt: skip
+
+
+def porcelain_files(out: str) -> list[str]:
+    """The files of `git status --porcelain -z`, as they are named (git quotes names in its line output)."""
+    fields = iter(out.split("\0"))
+    files = []
+    for field in fields:
+        if len(field) > 3:
+            files.append(field[3:])
+            if field[0] in "RC":
+                next(fields, None)  # the name it was renamed or copied from
+    return files
 
 
 async def merge(place: Place, base: str, squash: bool, message: str | None) -> dict[str, Any]:
@@ -344,9 +362,9 @@ async def merge(place: Place, base: str, squash: bool, message: str | None) -> d
         target = (await git("rev-parse", f"refs/heads/{base}", cwd=place.repo)).out.strip()
         if (await git("merge-base", "--is-ancestor", commit, target, cwd=place.repo, check=False)).code == 0:
             raise ServiceError(f"nothing to merge: all of {place.agent}'s work is in {base} already")
-        trial = await git("merge-tree", "--write-tree", "--name-only", "--no-messages", target, commit,
+        trial = await git("merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", target, commit,
                           cwd=place.repo, check=False)  # fmt: skip
-        lines = [line for line in trial.out.splitlines() if line]
+        lines = [field for field in trial.out.split("\0") if field]  # the tree, then the files as named
         if trial.code == 1:
             conflicts = sorted(set(lines[1:]))
             raise ServiceError(f"{place.agent}'s work conflicts with {base} in: {', '.join(conflicts)}; nothing was "
@@ -371,24 +389,12 @@ async def merge(place: Place, base: str, squash: bool, message: str | None) -> d
 
 async def remove(place: Place, base: str | None, force: bool) -> dict[str, Any]:
     """Remove the worktree and its branch; refused while it holds work not in `base`, unless `force`."""
-    ahead = 0
-    if place.lost() and not force:
-        raise place.lost_error()
+    if not force:
+        await removable(place, base)
     if place.exists():
-        if base is not None:
-            found = await status(place, base)
-            ahead = found.ahead
-            if not force and found.dirty:
-                raise ServiceError(f"{place.agent}'s worktree has uncommitted work: merge it, or remove with force")
-        elif not force:
-            raise ServiceError(f"the base branch of {place.agent}'s worktree is not known: remove it with force")
-    elif base is not None and await branch_exists(place.repo, place.branch):
-        count = await git("rev-list", "--count", f"refs/heads/{base}..refs/heads/{place.branch}", cwd=place.repo)
-        ahead = int(count.out.strip() or 0)
-    if ahead and not force:
-        commits = f"{ahead} commit{'' if ahead == 1 else 's'}"
-        raise ServiceError(f"{place.branch} has {commits} not merged into {base}: merge it, or remove with force")
-    if place.exists():
+        # Forced, its work is not looked at (a base branch renamed or gone since stops nothing), but
+        # it must still be this repository's worktree, and no symlink.
+        await worktree_env(place)
         await git("worktree", "remove", *(["--force"] if force else []), place.path, cwd=place.repo)
     elif place.lost():  # forced: git cannot remove what it no longer sees as a worktree
         if os.path.islink(place.path):
@@ -402,3 +408,23 @@ async def remove(place: Place, base: str | None, force: bool) -> dict[str, Any]:
     with contextlib.suppress(FileNotFoundError):
         place.meta.unlink()
     return {"agent": place.agent, "path": place.path, "branch": place.branch, "branchDeleted": deleted}
+
+
+async def removable(place: Place, base: str | None) -> None:
+    """Refuse the removal of a worktree, or of the branch left of it, that holds work not in `base`."""
+    if place.lost():
+        raise place.lost_error()
+    ahead = 0
+    if place.exists():
+        if base is None:
+            raise ServiceError(f"the base branch of {place.agent}'s worktree is not known: remove it with force")
+        found = await status(place, base)
+        if found.dirty:
+            raise ServiceError(f"{place.agent}'s worktree has uncommitted work: merge it, or remove with force")
+        ahead = found.ahead
+    elif base is not None and await branch_exists(place.repo, place.branch):
+        count = await git("rev-list", "--count", f"refs/heads/{base}..refs/heads/{place.branch}", cwd=place.repo)
+        ahead = int(count.out.strip() or 0)
+    if ahead:
+        commits = f"{ahead} commit{'' if ahead == 1 else 's'}"
+        raise ServiceError(f"{place.branch} has {commits} not merged into {base}: merge it, or remove with force")
