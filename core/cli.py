@@ -356,7 +356,8 @@ def _serve_detached(config: Optional[Path], name: str, plugin: list[str]) -> int
     except OSError as exc:
         fail(f"cannot write {log_path}: {exc.strerror or exc}", ExitCode.ERROR)
     read_end, write_end = os.pipe()
-    args = [sys.executable, "-m", "deck.cli", "serve", "--name", name, "--ready-fd", str(write_end)]
+    # -P: the current folder stays off the import path, so a `deck` folder there is not taken for deck.
+    args = [sys.executable, "-P", "-m", "deck.cli", "serve", "--name", name, "--ready-fd", str(write_end)]
     if config is not None:
         args += ["--config", str(config)]
     for value in plugin:

@@ -40,9 +40,9 @@ T = TypeVar("T")
 Listener = Callable[[Event], None]
 
 
-def service_error(code: int, message: str) -> ServiceError:
-    """The `ServiceError` a call raises for the wire error `{code, message}`."""
-    error = ServiceError(message)
+def service_error(code: int, message: str, data: Any = None) -> ServiceError:
+    """The `ServiceError` a call raises for the wire error `{code, message, data?}`."""
+    error = ServiceError(message, data)
     error.code = code
     return error
 

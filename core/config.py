@@ -205,7 +205,8 @@ class Loaded:
 
 
 def embedded_default() -> str:
-    """The config used when there is no file anywhere: the demo agent only."""
+    """The config used when there is no file anywhere: the demo agent only (run with -P: a
+    `deck` folder in the current folder is not taken for deck)."""
     python = sys.executable.replace("\\", "\\\\").replace('"', '\\"')
     return (
         "# deck's built-in config: the demo agent shipped with deck.\n"
@@ -213,7 +214,7 @@ def embedded_default() -> str:
         'title = "Demo agent"\n'
         'icon = "D"\n'
         'description = "A scripted agent that shows what deck can display"\n'
-        f'command = ["{python}", "-m", "deck.demo"]\n'
+        f'command = ["{python}", "-P", "-m", "deck.demo"]\n'
     )
 
 

@@ -51,7 +51,7 @@ class DeckService:
 
         Read with the services' own methods, so each piece is exactly what a call of it returns:
         `agents` is `AgentService.List()`, `conversations` holds `ChatService.Conversation(agent)`
-        of each agent that has a conversation (one left out has none yet: it is empty), `pending` is
+        of each of those agents (an empty one for an agent that has none yet), `pending` is
         `ChatService.Pending()`, `config` is `ConfigService.Current()`. Should one of them wait
         while events go out, the snapshot is read again, so it never mixes two moments.
         """
@@ -59,8 +59,7 @@ class DeckService:
         for _ in range(SNAPSHOT_TRIES):
             seq = deck.seq
             agents = await deck.call("AgentService.List", None)
-            names = [name for name in deck.chat.conversations if name in deck.agents]
-            conversations = {name: await deck.call("ChatService.Conversation", {"agent": name}) for name in names}
+            conversations = {name: await deck.call("ChatService.Conversation", {"agent": name}) for name in deck.agents}
             pending = await deck.call("ChatService.Pending", None)
             config = await deck.call("ConfigService.Current", None)
             if deck.seq == seq:

@@ -174,7 +174,8 @@ class SocketClient(Client, asyncio.Protocol):
         error = message.get("error")
         if isinstance(error, dict):
             code = error.get("code")
-            future.set_exception(service_error(code if isinstance(code, int) else INTERNAL_ERROR, str(error.get("message"))))
+            code = code if isinstance(code, int) else INTERNAL_ERROR
+            future.set_exception(service_error(code, str(error.get("message")), error.get("data")))
         else:
             future.set_result(message.get("result"))
 

@@ -37,7 +37,7 @@ def agent_table(name: str, command: list[str], **keys: Any) -> str:
 
 def demo_agent(name: str = "demo", **keys: Any) -> str:
     """A table for deck's demo agent: a prompt "echo X" is answered "X" at once."""
-    return agent_table(name, [sys.executable, "-m", "deck.demo"], **keys)
+    return agent_table(name, [sys.executable, "-P", "-m", "deck.demo"], **keys)
 
 
 class Recorder:

@@ -60,9 +60,12 @@ def to_bytes(lines: list[str]) -> bytes:
     return ("\n".join(lines) + "\n").encode(errors="backslashreplace")
 
 
-def error_line(request_id: Any, code: int, message: str) -> str:
-    """A JSON-RPC error response line."""
-    return encode({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+def error_line(request_id: Any, code: int, message: str, data: Any = None) -> str:
+    """A JSON-RPC error response line; `data`, what the refusal names (e.g. the conflicting files), when there is."""
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return encode({"jsonrpc": "2.0", "id": request_id, "error": error})
 
 
 class RequestReader:
@@ -113,12 +116,12 @@ class RequestReader:
         try:
             result = await call
         except ServiceError as exc:
-            self.error(request_id, exc.code, str(exc))
+            self.error(request_id, exc.code, str(exc), exc.data)
         except Exception as exc:  # a bug must not end the bridge
             self.error(request_id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
         else:
             if request_id is not None:
                 self.write(encode({"jsonrpc": "2.0", "id": request_id, "result": result}))
 
-    def error(self, request_id: Any, code: int, message: str) -> None:
-        self.write(error_line(request_id, code, message))
+    def error(self, request_id: Any, code: int, message: str, data: Any = None) -> None:
+        self.write(error_line(request_id, code, message, data))

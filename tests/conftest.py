@@ -35,6 +35,16 @@ def private_xdg_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     monkeypatch.delenv("DECK_CONFIG", raising=False)
 
 
+@pytest.fixture
+def shadowing_folder(tmp_path: Path) -> Path:
+    """A folder holding a `deck` package of its own, as a user's project may: Python run there with
+    `-m` would import it instead of deck's."""
+    folder = tmp_path / "project"
+    (folder / "deck").mkdir(parents=True)
+    (folder / "deck" / "__init__.py").write_text('raise ImportError("the project\'s own deck package")\n')
+    return folder
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

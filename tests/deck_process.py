@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-DECK = [sys.executable, "-m", "deck"]  # as the `deck` script runs
+DECK = [sys.executable, "-P", "-m", "deck"]  # as the `deck` script runs (-P: the current folder is not on the import path)
 
 
 def write_config(path: Path, text: str) -> Path:

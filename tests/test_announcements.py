@@ -127,6 +127,14 @@ async def test_list_agents_names_titles_and_states(make_deck):
     ]
 
 
+async def test_the_tools_run_in_an_agent_folder_that_holds_a_deck_package_of_its_own(make_deck, shadowing_folder):
+    deck, rec = make_deck(agent_block("a", cwd=str(shadowing_folder)) + agent_block("b"))
+    deck.chat.send("a", "list-agents")
+    await turn_done(rec, "a")
+    (text,) = answers(deck, "a")
+    assert [agent["name"] for agent in json.loads(text.removeprefix("answer: "))] == ["a", "b"]
+
+
 async def test_asking_oneself_or_an_unknown_agent_is_an_error(make_deck):
     deck, rec = make_deck(agent_block("a") + agent_block("b"))
     deck.chat.send("a", "ask a multi")
@@ -233,7 +241,7 @@ async def test_mcp_server_entry_is_the_acp_stdio_form(make_deck):
     entry = server_entry(deck, "a")
     assert entry["name"] == "deck"
     assert os.path.isabs(entry["command"]) and entry["command"] == os.path.abspath(sys.executable)
-    assert entry["args"] == ["-m", "deck.plugins.announcements_mcp"]
+    assert entry["args"] == ["-P", "-m", "deck.plugins.announcements_mcp"]
     env = {e["name"]: e["value"] for e in entry["env"]}
     assert set(env) == {bridge.ENV_SOCKET, bridge.ENV_AGENT, bridge.ENV_TOKEN, bridge.ENV_ORIGIN}
     assert env[bridge.ENV_AGENT] == "a" and env[bridge.ENV_ORIGIN] == "conversation"

@@ -35,6 +35,7 @@ from deck.frontends.urwid.app import ConsoleApp
 from deck.frontends.urwid.common import canvas_text
 
 from .conftest import agent_block
+from .deck_process import DECK
 from .test_line import LineDeck
 from .test_urwid_e2e import TMUX, Console, gone
 
@@ -192,9 +193,6 @@ async def test_the_status_bar_counts_the_clients_attached(make_deck):
 
 
 # -- end to end: `deck serve`, `deck attach` -----------------------------------------------------
-
-DECK = [sys.executable, "-m", "deck"]
-
 
 class Server:
     """`deck serve --name NAME` of `config`, once it listens; its sockets in a folder of the test's own."""

@@ -136,6 +136,20 @@ def test_run_with_no_config_anywhere_runs_the_demo_agent(tmp_path):
         proc.kill_everything()
 
 
+def test_the_demo_agent_runs_in_a_folder_that_holds_a_deck_package_of_its_own(tmp_path, shadowing_folder):
+    proc = DeckProcess(env=_no_config_env(tmp_path), cwd=shadowing_folder)
+    try:
+        proc.call("ChatService.Send", {"agent": "demo", "text": "echo hi"})
+        proc.event("turn:changed", agent="demo", busy=False, queued=0, timeout=20)
+        answer = [e["message"] for e in proc.events("message:updated", agent="demo") if e["message"]["role"] == "agent"][-1]
+        assert answer["parts"] == [{"type": "text", "text": "hi"}]
+        assert "error" not in proc.states("demo")
+        proc.close_stdin()
+        assert proc.wait(15) == 0
+    finally:
+        proc.kill_everything()
+
+
 def test_unknown_frontend_is_one_line_exit_2(tmp_path):
     config = write_config(tmp_path / "deck.toml", agent_block("a"))
     result = deck("run", "--config", str(config), "--frontend", "nope")

@@ -55,6 +55,34 @@ def test_every_event_line_carries_its_seq_right_after_its_name(run_deck):
     assert deck.wait(15) == 0
 
 
+def test_a_snapshot_holds_a_conversation_for_every_agent_even_one_never_used(run_deck):
+    deck = run_deck(agent_block("a") + agent_block("b"))
+    snapshot = deck.call("DeckService.Snapshot")
+    assert [agent["name"] for agent in snapshot["agents"]] == ["a", "b"]
+    assert sorted(snapshot["conversations"]) == ["a", "b"]
+    for name in ("a", "b"):
+        conversation = snapshot["conversations"][name]
+        assert conversation == deck.call("ChatService.Conversation", {"agent": name})
+        assert conversation["messages"] == [] and conversation["busy"] is False
+    deck.close_stdin()
+    assert deck.wait(15) == 0
+
+
+def test_a_refusal_that_names_what_it_refuses_carries_it_as_the_errors_data(run_deck, tmp_path):
+    deck = run_deck(agent_block("a"))
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[agents.x]\ncommand = 5\n")
+    reply = deck.response(deck.request("ConfigService.Open", {"path": str(bad)}))
+    error = reply["error"]
+    assert error["code"] == SERVICE_ERROR and error["message"].startswith("not a valid config: ")
+    problems = error["data"]["problems"]
+    assert problems and problems[0]["line"] == 2 and "command" in problems[0]["message"]
+    # A refusal with nothing to name has no data.
+    assert "data" not in deck.response(deck.request("ChatService.Cancel", {"agent": "nobody"}))["error"]
+    deck.close_stdin()
+    assert deck.wait(15) == 0
+
+
 def _error(deck, raw: str, request_id=None) -> dict:
     """Send `raw`; return the error of the reply with `request_id` that arrives next."""
     seen = len(deck.lines)

@@ -797,6 +797,17 @@ def test_no_server_is_a_clear_error_naming_the_socket(runtime) -> None:
         assert str(runtime / "deck" / "nope.sock") in done.stderr and "deck serve --name nope" in done.stderr
 
 
+def test_serve_detach_works_from_a_folder_that_holds_a_deck_package_of_its_own(tmp_path, runtime, clients, shadowing_folder) -> None:
+    (tmp_path / "deck.toml").write_text(agent_block("a"))
+    done = subprocess.run([*DECK, "serve", "--config", str(tmp_path / "deck.toml"), "--name", "sh", "--detach"],
+                          capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL, cwd=shadowing_folder)  # fmt: skip
+    try:
+        assert done.returncode == 0, done.stderr
+        assert clients(socket_path("sh")).call("AgentService.List")[0]["name"] == "a"
+    finally:
+        cli("stop", "sh")
+
+
 def test_serve_detach_returns_once_it_listens(tmp_path, runtime, clients) -> None:
     (tmp_path / "deck.toml").write_text(agent_block("a"))
     done = cli("serve", "--config", str(tmp_path / "deck.toml"), "--name", "bg", "--detach")
@@ -896,7 +907,12 @@ async def test_the_socket_client_follows_calls_and_learns_that_the_server_went_a
     assert "".join(e.text for e in seen if isinstance(e, MessageDelta)) == "".join(f"c{i} " for i in range(50))
     with pytest.raises(ServiceError) as refused:
         await client.call("Nope.Nothing")
-    assert refused.value.code == METHOD_NOT_FOUND
+    assert refused.value.code == METHOD_NOT_FOUND and refused.value.data is None
+    bad = Path(tempfile.mkdtemp(prefix="dk-")) / "bad.toml"
+    bad.write_text("[agents.x]\ncommand = 5\n")
+    with pytest.raises(ServiceError, match="not a valid config") as invalid:
+        await client.call("ConfigService.Open", {"path": str(bad)})
+    assert invalid.value.data["problems"][0]["line"] == 2  # what the refusal names comes across too
     starting = client.call("AgentService.Start", {"name": "b"})  # its handshake takes 30 s: pending
     os.kill(server.pid, signal.SIGKILL)
     with pytest.raises(ServiceError, match="the deck server t went away"):

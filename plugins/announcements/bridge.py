@@ -88,7 +88,7 @@ class Bridge:
         return {
             "name": "deck",
             "command": os.path.abspath(sys.executable),
-            "args": ["-m", SERVER_MODULE],
+            "args": ["-P", "-m", SERVER_MODULE],  # -P: a `deck` folder in the agent's cwd is not this one
             "env": [{"name": k, "value": v} for k, v in env.items()],
         }
 

@@ -62,7 +62,7 @@ PRODUCER = HERE / "producer.py"
 FAKE_AGENT = ROOT / "tests" / "agents" / "fake_agent.py"
 TERMINAL_AGENT = ROOT / "tests" / "agents" / "terminal_agent.py"
 PY = sys.executable
-DECK = [PY, "-m", "deck"]
+DECK = [PY, "-P", "-m", "deck"]  # as the `deck` script runs
 #: The options of the "off" runs measured beside deck's default: no history plugin.
 HISTORY_OFF = ("-p", "no:history")
 
