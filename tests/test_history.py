@@ -487,6 +487,31 @@ async def test_another_config_opened_starts_new_conversations_under_its_path(mak
 
 
 @pytest.mark.anyio
+async def test_a_config_opened_brings_back_each_agents_latest_conversation_under_it(make_deck, tmp_path: Path) -> None:
+    other = write_config(tmp_path / "other.toml", agent_block("b"))
+    kept = {"id": "msg-0000000a-1", "agent": "b", "createdAt": "2026-01-01T00:00:00.000Z", "role": "user",
+            "parts": [{"type": "text", "text": "kept under other"}], "done": True, "queued": False}  # fmt: skip
+    with HistoryStore() as store:
+        cid = store.new_conversation(config_key(other), "b", title="kept under other")
+        store.put_messages(cid, [kept])
+    deck, rec = make_deck(agent_block("a"))
+    await deck.startup()
+    await deck.call("ConfigService.Open", {"path": str(other)})
+    assert await rec.wait_event("conversation:reset", agent="b") == {"agent": "b", "conversationId": cid}
+    assert (await deck.call("ChatService.Conversation", {"agent": "b"}))["messages"] == [kept]  # as at start
+    await send(deck, "b", "and more")
+    await turn_done(rec, "b")
+    [listed] = await deck.call("ChatService.History", {"agent": "b"})
+    assert (listed["id"], listed["messages"], listed["title"]) == (cid, 3, "kept under other")
+    shown = await deck.call("ChatService.Conversation", {"agent": "b"})
+    await deck.call("ConfigService.Open", {"path": str(other)})  # the same file again: the same conversation
+    await rec.wait(lambda r: len(r.named("conversation:reset", "b")) == 2)
+    assert (await deck.call("ChatService.Conversation", {"agent": "b"}))["messages"] == shown["messages"]
+    await deck.shutdown()
+    assert [c["id"] for c in stored(config_key(other))] == [cid]
+
+
+@pytest.mark.anyio
 async def test_old_conversations_are_pruned_at_start(make_deck) -> None:
     now = time.time()
     with HistoryStore(clock=lambda: now - 100 * DAY) as old:
@@ -577,6 +602,26 @@ async def test_the_agents_title_is_stored_on_one_line_and_bounded(make_deck) -> 
     assert len(listed["title"]) == recording.TITLE_MAX and "\n" not in listed["title"]
     (conversation,) = stored()
     assert conversation["title"] == listed["title"]
+
+
+@pytest.mark.anyio
+async def test_an_agent_that_drops_its_title_gives_a_restored_conversation_its_first_user_text(make_deck) -> None:
+    deck, rec = make_deck(agent_block("a"))
+    await deck.startup()
+    await send(deck, "a", "the first question")
+    await send(deck, "a", "session")  # the agent names the session
+    await turn_done(rec, "a", 2)
+    await deck.shutdown()
+    assert [c["title"] for c in stored()] == ["A title"]
+    script = Path(__file__).parent / "agents" / "terminal_agent.py"
+    deck, rec = make_deck(agent_block("a", command=[sys.executable, str(script)]))
+    await deck.startup()  # the conversation is restored, and this agent's session has no title
+    steps = [["update", {"sessionUpdate": "session_info_update", "title": None}]]
+    await send(deck, "a", json.dumps({"steps": steps}))
+    await turn_done(rec, "a")
+    [listed] = await deck.call("ChatService.History", {"agent": "a"})
+    await deck.shutdown()
+    assert listed["title"] == "the first question"  # not the title the agent dropped
 
 
 def test_a_huge_limit_on_the_command_line_lists_everything(recorded: Recorded) -> None:

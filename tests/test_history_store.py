@@ -244,6 +244,25 @@ def test_fts_syntax_in_a_query_is_plain_text(store: HistoryStore) -> None:
             store.search(blank)
 
 
+def test_a_word_found_all_through_a_long_message_is_found_at_once(store: HistoryStore) -> None:
+    """A log pasted whole: each search answers at once with a short snippet around a match
+    (FTS5's snippet() alone takes the square of the matches in a message: minutes for this one)."""
+    cid = store.new_conversation(CONFIG, "claude")
+    log = "".join(f"line {i}: the Ünïcode worker will retry now\n" for i in range(20_000))
+    store.put_messages(cid, [message("m1", "Here is the log:\n" + log + "the end")])
+    for query, found in [("retry", "retry"), ("unicode", "Ünïcode"), ("RETR*", "retry"), ("will retry", "will")]:
+        started = time.monotonic()
+        (hit,) = store.search(query)
+        assert time.monotonic() - started < 1.0, query
+        assert f"**{found}**" in hit["snippet"] and len(hit["snippet"].split()) <= 2 * history.SNIPPET_WORDS, hit
+        assert hit["snippet"].startswith("Here is the log") and hit["snippet"].endswith("…")
+    (hit,) = store.search("19999")  # a match far into the message: the snippet is around it
+    assert hit["snippet"].startswith("…") and "line **19999**:" in hit["snippet"]
+    store.put_messages(cid, [message("m2", "a " + "z" * 100_000 + " b")])
+    (hit,) = store.search("zzz*")
+    assert hit["snippet"].startswith("a **zzz") and len(hit["snippet"]) < 100  # one huge word, cut
+
+
 FTS_WORDS = st.sampled_from(
     ['"', "*", "-", ":", "(", ")", "^", "+", "{", "}", "AND", "OR", "NOT", "NEAR", "text", "scope", "\x00", " "]
 )
@@ -362,6 +381,22 @@ def test_a_corrupt_or_foreign_file_is_refused_untouched(tmp_path: Path, content:
         HistoryStore(path)
     assert reason in refused.value.reason and str(path) in refused.value.reason
     assert file_state(path) == before
+
+
+@pytest.mark.parametrize("through", ["the-file", "a-symlink"])
+def test_a_file_that_is_not_a_deck_database_keeps_its_mode(tmp_path: Path, through: str) -> None:
+    target = tmp_path / "notes.db"
+    target.write_bytes(_another_programs(tmp_path))
+    os.chmod(target, 0o644)
+    path = tmp_path / "state" / "history.db"
+    path.parent.mkdir()
+    if through == "a-symlink":
+        path.symlink_to(target)
+    else:
+        path = target
+    with pytest.raises(HistoryUnavailable, match="not a deck history database"):
+        HistoryStore(path)
+    assert os.stat(target).st_mode & 0o777 == 0o644
 
 
 def test_a_read_only_file_is_refused_untouched_even_by_root(tmp_path: Path) -> None:

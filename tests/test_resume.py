@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -356,6 +357,47 @@ async def test_an_agent_that_replays_on_resume_has_the_replay_dropped_and_its_co
                                       ("user", "recall"), ("agent", "I remember: hello")]  # fmt: skip
     assert [c["name"] for c in now["commands"]] == ["resumed"]  # what describes the session now is kept
     await deck.shutdown()
+
+
+#: An agent whose session/load replays its first user message in several chunks, as real agents do.
+CHUNKED_REPLAY_AGENT = r"""
+import json, sys
+def send(m):
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", **m}) + "\n")
+    sys.stdout.flush()
+def chunk(sid, kind, text):
+    update = {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+    send({"method": "session/update", "params": {"sessionId": sid, "update": update}})
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, rid, params = msg.get("method"), msg.get("id"), msg.get("params") or {}
+    if method == "initialize":
+        send({"id": rid, "result": {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}}})
+    elif method == "session/new":
+        send({"id": rid, "result": {"sessionId": "fresh"}})
+    elif method == "session/load":
+        for piece in ("several ", "words of ", "the first question"):
+            chunk(params["sessionId"], "user_message_chunk", piece)
+        chunk(params["sessionId"], "agent_message_chunk", "an answer")
+        send({"id": rid, "result": {}})
+    elif rid is not None:
+        send({"id": rid, "error": {"code": -32601, "message": "Method not found"}})
+"""
+
+
+@pytest.mark.anyio
+async def test_a_loaded_session_is_titled_by_its_whole_first_user_message(make_deck, tmp_path: Path) -> None:
+    script = tmp_path / "chunked_replay_agent.py"
+    script.write_text(CHUNKED_REPLAY_AGENT)
+    deck, _rec = make_deck(agent_block("a", command=[sys.executable, str(script)]))
+    await deck.startup()
+    opened = await deck.call("ChatService.OpenConversation", {"agent": "a", "sessionId": "kept"})
+    shown = (await deck.call("ChatService.Conversation", {"agent": "a"}))["messages"]
+    assert texts(shown) == [("user", "several words of the first question"), ("agent", "an answer")]
+    [listed] = await deck.call("ChatService.History", {"agent": "a"})
+    await deck.shutdown()
+    assert listed["id"] == opened["conversationId"]
+    assert listed["title"] == "several words of the first question"  # not its first chunk: "several"
 
 
 def test_a_session_list_entry_is_taken_only_as_far_as_it_makes_sense() -> None:

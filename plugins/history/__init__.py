@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from deck import Duration, hookimpl
-from deck.events import ConversationReset
+from deck.events import ConfigChanged, ConversationReset
 
 from .service import StoredConversations, follow
 
@@ -52,16 +52,27 @@ PER_DECK = "history.deck"
 
 class History:
     """One deck's recording: a plugin of its own, registered with that deck's plugin manager at
-    start while history is on, and gone at shutdown."""
+    start while history is on, and gone at shutdown. `keep` is the `[history] keep` read then."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: Recorder, keep: float) -> None:
         self.recorder = recorder
+        self.keep = keep
 
     @hookimpl
     def deck_event(self, event: Event) -> None:
+        recorder = self.recorder
         if type(event) is ConversationReset:
-            follow(self.recorder, event)
-        self.recorder.on_event(event)
+            follow(recorder, event)
+        config = recorder.config
+        recorder.on_event(event)
+        if type(event) is ConfigChanged and not recorder.closed:
+            deck = recorder.deck
+            if recorder.config == config and len(deck.chat.conversations):
+                return  # the same file, changed: the conversations go on
+            # A config file was opened (this one again, perhaps): the conversations shown were dropped,
+            # and its agents come back to their latest stored ones, as at start.
+            recorder.current.clear()
+            deck.spawn(restore_latest(deck, recorder, self.keep, opened=True), "history: restore")
 
     @hookimpl
     async def deck_shutdown(self) -> None:
@@ -105,27 +116,29 @@ async def deck_startup(deck: Deck) -> None:
         deck.spawn(report_when_shown(deck, "deck_startup", f"history is off: {e.reason}"), "history: unavailable")
         return
     recorder = Recorder(deck, store, current["path"])
-    deck.pm.register(History(recorder), name=PER_DECK)
+    deck.pm.register(History(recorder, settings.keep), name=PER_DECK)
     deck.chat.history = StoredConversations(recorder)  # ChatService.History, Search, OpenConversation
     await restore_latest(deck, recorder, settings.keep)
     recorder.prune(settings.keep)
 
 
-async def restore_latest(deck: Deck, recorder: Recorder, keep: float) -> None:
+async def restore_latest(deck: Deck, recorder: Recorder, keep: float, opened: bool = False) -> None:
     """Each agent's current conversation is its latest stored one, before any agent runs.
 
     Its new messages go on in the stored conversation; one that the pruning about to run
-    deletes (not updated for `keep` seconds) is not restored."""
+    deletes (not updated for `keep` seconds) is not restored. `opened`: another config file was
+    just opened and its agents may be in use already; an agent that was spoken to (or started)
+    while its conversation was read keeps the new one, and the frontends hear of each restored one."""
     import asyncio
     import time
     from datetime import datetime
 
     from .store import HistoryUnavailable
 
-    agents = list(deck.agents)
+    agents, config = list(deck.agents), recorder.config
 
     def read() -> list[dict[str, Any] | None]:
-        return [recorder.store.latest(recorder.config, name) for name in agents]
+        return [recorder.store.latest(config, name) for name in agents]
 
     try:
         found = await asyncio.to_thread(read)
@@ -138,8 +151,20 @@ async def restore_latest(deck: Deck, recorder: Recorder, keep: float) -> None:
             continue
         if cutoff is not None and datetime.fromisoformat(stored["updatedAt"]).timestamp() < cutoff:
             continue
+        if opened and not _untouched(deck, recorder, config, name):
+            continue
         recorder.continue_conversation(name, stored)  # first: a message the restore finishes goes there
         deck.chat.conversations.restore(name, stored)
+        if opened:
+            deck.emit(ConversationReset(name, stored["id"]))
+
+
+def _untouched(deck: Deck, recorder: Recorder, config: str, name: str) -> bool:
+    """The agent is still of config `config`, not running, and nothing is in its conversation."""
+    agent = deck.agents.get(name)
+    if agent is None or agent.running or recorder.closed or recorder.config != config:
+        return False
+    return name not in recorder.current and not deck.chat.conversations.of(name).messages
 
 
 @hookimpl

@@ -80,6 +80,12 @@ def one_line_title(text: str) -> str | None:
     return line if len(line) <= TITLE_MAX else line[: TITLE_MAX - 1].rstrip() + "…"
 
 
+def _first_user_message(messages: Any) -> dict[str, Any] | None:
+    if not isinstance(messages, list):
+        return None
+    return next((m for m in messages if isinstance(m, dict) and m.get("role") == "user"), None)
+
+
 class _Streaming:
     """A message still streaming: its stored conversation, what streamed into it since the last
     hand-off, and how long each of its text parts is.
@@ -167,6 +173,9 @@ class _Stored:
     session_id: str | None = None
     user_title: str | None = None  # from the first user message
     agent_title: str | None = None  # from the agent's session_info_update: it wins
+    #: The message `user_title` is read from: a replayed one grows chunk by chunk after it was first
+    #: stored, and its later versions title the conversation again.
+    titled_by: str | None = None
 
     @property
     def title(self) -> str | None:
@@ -285,21 +294,31 @@ class Recorder:
         if not message.get("done", True):
             self._streaming[mid] = _Streaming(cid, message)  # its chunks are followed from here
         stored = self._stored.get(cid)
-        if stored is not None and stored.user_title is None and message.get("role") == "user":
+        titles = stored is not None and (stored.user_title is None or stored.titled_by == mid)
+        if stored is not None and titles and message.get("role") == "user":
             old = stored.title
             stored.user_title = title_of(message)
+            stored.titled_by = mid if stored.user_title is not None else None
             if stored.title != old:
                 self.writer.set_title(cid, stored.title)
 
     def continue_conversation(self, agent: str, stored: dict[str, Any]) -> None:
         """The agent's conversation is `stored` again (restored at start): its new messages go on in it.
 
-        Its title stays as stored until the agent names the session; message ids are unique
-        across runs, so the new messages are added to it and none replaces a stored one."""
+        Its title stays as stored until the agent names the session, or drops the name it gave
+        (the first user text titles it again); message ids are unique across runs, so the new
+        messages are added to it and none replaces a stored one."""
         cid = stored["id"]
         self.current[agent] = cid
-        session_id, title = stored.get("sessionId"), stored.get("title")
-        self._stored[cid] = _Stored(session_id if isinstance(session_id, str) else None, user_title=title or None)
+        session_id, title = stored.get("sessionId"), stored.get("title") or None
+        session_id = session_id if isinstance(session_id, str) else None
+        first = _first_user_message(stored.get("messages"))
+        user_title = title_of(first) if first is not None else None
+        if first is None or user_title is None:  # no user text to fall back on: the stored title it is
+            self._stored[cid] = _Stored(session_id, user_title=title)
+        else:  # a stored title that is not the first user text is the agent's
+            agent_title = title if title != user_title else None
+            self._stored[cid] = _Stored(session_id, user_title, agent_title, titled_by=first.get("id"))
 
     def start_conversation(self, agent: str, session_id: str) -> str:
         """A new stored conversation for the agent's own session `session_id` (one it kept, opened

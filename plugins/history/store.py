@@ -32,8 +32,10 @@ import stat
 import sys
 import threading
 import time
+import unicodedata
 import urllib.parse
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -62,6 +64,10 @@ BUSY_TIMEOUT = 2.0
 FLUSH_INTERVAL = 1.0
 #: How many words a search snippet shows around the matches.
 SNIPPET_WORDS = 16
+#: The longest message text whose snippet FTS5 makes: its snippet() weighs each match against every
+#: other, so a word found 100,000 times in one pasted log would take it minutes. A longer message's
+#: snippet is the words around its first match, found here in one pass (`_snippet`).
+SNIPPET_DIRECT = 2000
 #: The shortest prefix a search may end with `*` (the index holds 3-letter prefixes).
 MIN_PREFIX = 3
 #: How much of a message's text search finds: its first 1 Mi characters. Indexing a message
@@ -213,11 +219,14 @@ _UPSERT = """
 # The agent and config filters are in the index too (the scope column), for the same reason;
 # the SQL filters only confirm them.
 _SEARCH = """
-    SELECT m.conversation_id, c.agent, m.id, m.role, snippet(messages_fts, 0, ?, ?, '…', ?), m.created_at
+    SELECT m.conversation_id, c.agent, m.id, m.role,
+        CASE WHEN length(m.text) <= ?1 THEN snippet(messages_fts, 0, ?2, ?3, '…', ?4) END,
+        CASE WHEN length(m.text) > ?1 THEN m.text END,
+        m.created_at
     FROM messages_fts
     JOIN messages AS m ON m.pk = messages_fts.rowid
     JOIN conversations AS c ON c.id = m.conversation_id
-    WHERE messages_fts MATCH ? {filters}
+    WHERE messages_fts MATCH ?5 {filters}
     ORDER BY messages_fts.rowid DESC
     LIMIT ?
 """
@@ -407,7 +416,8 @@ class HistoryStore:
         FTS5's own syntax is taken literally, so no query can fail. `marks` surround the matches
         in the snippet. ValueError for an empty query.
         """
-        words = fts_query(query)
+        terms = _terms(query)
+        words = _expression(terms)
         if words is None:
             return []
         expression = f"text : ({words})"
@@ -418,12 +428,16 @@ class HistoryStore:
         filters, args = _filters(("c.agent", agent), ("c.config_path", config_path), prefix="AND")
         with self._read() as db:
             rows = db.execute(
-                _SEARCH.format(filters=filters), (*marks, SNIPPET_WORDS, expression, *args, _limit(limit))
+                _SEARCH.format(filters=filters),
+                (SNIPPET_DIRECT, *marks, SNIPPET_WORDS, expression, *args, _limit(limit)),
             ).fetchall()
         return [
-            {"conversationId": c, "agent": a, "messageId": m, "role": r, "snippet": s, "at": at}
-            for c, a, m, r, s, at in rows
-        ]
+            {
+                "conversationId": c, "agent": a, "messageId": m, "role": r,
+                "snippet": s if long is None else _snippet(long, terms, marks), "at": at,
+            }
+            for c, a, m, r, s, long, at in rows
+        ]  # fmt: skip
 
     # -- internals ----------------------------------------------------------------------------------
 
@@ -768,6 +782,15 @@ def fts_query(query: str) -> str | None:
     shorter prefix would merge the index entries of thousands of words: it is a whole word).
     ValueError when the query is empty.
     """
+    return _expression(_terms(query))
+
+
+#: A word of a query: its text, and whether it ends with a prefix (`word*`).
+_Term = tuple[str, bool]
+
+
+def _terms(query: str) -> list[_Term]:
+    """The words of a query (ValueError when it is empty), `*` taken off those that end with a prefix."""
     if not isinstance(query, str) or not query.strip():
         raise ValueError("the search query is empty")
     # FTS5 reads its query as a C string (a NUL ends it) and SQLite as UTF-8 (no lone surrogates).
@@ -777,9 +800,70 @@ def fts_query(query: str) -> str | None:
         body = word.rstrip("*")
         if body:
             tokens = _TOKEN.findall(body)
-            prefix = body != word and bool(tokens) and len(tokens[-1]) >= MIN_PREFIX
-            terms.append('"' + body.replace('"', '""') + '"' + ("*" if prefix else ""))
-    return " ".join(terms) or None
+            terms.append((body, body != word and bool(tokens) and len(tokens[-1]) >= MIN_PREFIX))
+    return terms
+
+
+def _expression(terms: list[_Term]) -> str | None:
+    quoted = ['"' + body.replace('"', '""') + '"' + ("*" if prefix else "") for body, prefix in terms]
+    return " ".join(quoted) or None
+
+
+def _fold(token: str) -> str:
+    """A token as the index compares it (unicode61, remove_diacritics 2): its case and accents dropped."""
+    if token.isascii():
+        return token.lower()
+    decomposed = unicodedata.normalize("NFKD", token)
+    return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
+
+
+def _snippet(text: str, terms: list[_Term], marks: tuple[str, str], size: int = SNIPPET_WORDS) -> str:
+    """A long message's snippet, as FTS5 would show it: `size` words from a little before its first
+    match (from its start when that match comes early), the words of the query marked, `…` where
+    words are left out. One pass over the text up to the match, and a few words more."""
+    exact: set[str] = set()
+    prefixes: list[str] = []
+    for body, prefix in terms:
+        words = [_fold(t) for t in _TOKEN.findall(body)]
+        if prefix and words:
+            prefixes.append(words.pop())
+        exact.update(words)
+
+    def matches(token: str) -> bool:
+        folded = _fold(token)
+        return folded in exact or any(folded.startswith(p) for p in prefixes)
+
+    before: deque[re.Match[str]] = deque(maxlen=size)  # the last words read, the match last
+    tokens = _TOKEN.finditer(text)
+    window: list[re.Match[str]] = []
+    first = 0  # the index of the first word shown
+    for index, token in enumerate(tokens):
+        before.append(token)
+        if matches(token.group()):
+            first = index - size // 4 if index >= size - size // 4 else 0  # an early match: from the start
+            window = list(before)[first - index - 1 :]
+            break
+    else:  # nothing the index would match (its tokenizer differs): the message's start
+        tokens = _TOKEN.finditer(text)
+    for token in tokens:
+        if len(window) >= size:
+            break
+        window.append(token)
+    at = window[0].start() if first else 0
+    out = ["…" if first else ""]
+    for token in window:
+        out.append(_between(text, at, token.start(), size))
+        word = token.group()
+        shown = word if len(word) <= 4 * size else word[: 4 * size] + "…"  # a megabyte-long "word"
+        out.append(marks[0] + shown + marks[1] if matches(word) else shown)
+        at = token.end()
+    out.append("…" if _TOKEN.search(text, at) else _between(text, at, len(text), size))
+    return "".join(out)
+
+
+def _between(text: str, start: int, end: int, size: int) -> str:
+    """What lies between two words of a snippet: as it is, unless it is long (an emoji wall)."""
+    return text[start:end] if end - start <= 2 * size else text[start : start + size] + "…"
 
 
 # -- opening -----------------------------------------------------------------------------------------
@@ -790,6 +874,8 @@ def _open(path: Path, busy_timeout: float, private_folder: bool) -> sqlite3.Conn
     try:
         _prepare_file(path, private_folder)
         _inspect(path, busy_timeout)
+        for companion in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):  # ours, now that it is known to be
+            _make_private(companion, 0o600)
         db = _connect(path, "rw", busy_timeout)
     except sqlite3.Error as e:
         raise _unavailable(path, e) from e
@@ -817,7 +903,10 @@ def _open(path: Path, busy_timeout: float, private_folder: bool) -> sqlite3.Conn
 
 
 def _prepare_file(path: Path, private_folder: bool) -> None:
-    """Create the file 0600 before SQLite sees it; refuse one that is not ours to write; make it private."""
+    """Create the file 0600 before SQLite sees it; refuse one that is not ours to write.
+
+    An existing file is not made private here: until `_inspect` has found a deck database in it,
+    it may be another program's (or what a symlink there points to), and stays exactly as it is."""
     folder = path.parent
     if private_folder:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -840,8 +929,6 @@ def _prepare_file(path: Path, private_folder: bool) -> None:
         raise HistoryUnavailable(f"{path}: owned by another user (uid {info.st_uid})")
     if not info.st_mode & stat.S_IWUSR:  # a file made read-only stays untouched, even by root
         raise HistoryUnavailable(f"{path}: read-only (mode {stat.S_IMODE(info.st_mode):04o})")
-    for companion in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        _make_private(companion, 0o600)
 
 
 def _make_private(path: Path, mode: int) -> None:
