@@ -96,6 +96,9 @@ def check_params(method: Callable[..., Any], params: Any) -> dict[str, Any]:
         value = params[name]
         if kinds is None:
             continue
+        if value is None and not required and type(None) not in kinds:
+            params = {k: v for k, v in params.items() if k != name}  # an optional one given as null: left out
+            continue
         if isinstance(value, bool) and bool not in kinds and int in kinds:
             raise InvalidParams(f"parameter {name} must be an integer")
         if not isinstance(value, kinds):

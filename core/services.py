@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .approve import Approval
 from .conversation import Conversation
 from .conversations import Conversations
-from .errors import ServiceError
+from .errors import InvalidParams, ServiceError
 from .events import ConversationReset
 from .pending import PendingRequests
 from .rpc import rpc
@@ -374,7 +374,7 @@ class ConfigService:
 
 def _positive(limit: int) -> int:
     if limit < 1:
-        raise ServiceError(f"limit must be a positive integer, not {limit}")
+        raise InvalidParams(f"limit must be a positive integer, not {limit}")
     return limit
 
 

@@ -103,7 +103,7 @@ class RequestReader:
             return
         # Made at once, in the order of the lines; answered when done, in any order.
         call = self.client.call(request["method"], request.get("params"))
-        task = asyncio.get_running_loop().create_task(self._answer(request_id, call))
+        task = asyncio.get_running_loop().create_task(self._answer(request_id, call, "id" in request))
         self.requests.add(task)
         task.add_done_callback(self.requests.discard)
 
@@ -112,7 +112,9 @@ class RequestReader:
         while self.requests:
             await asyncio.gather(*self.requests, return_exceptions=True)
 
-    async def _answer(self, request_id: Any, call: Awaitable[Any]) -> None:
+    async def _answer(self, request_id: Any, call: Awaitable[Any], answered: bool) -> None:
+        """Await `call` and write its response; a result only when `answered` (a request with an
+        `id`, null included: one without is a notification), an error whatever it was."""
         try:
             result = await call
         except ServiceError as exc:
@@ -120,7 +122,7 @@ class RequestReader:
         except Exception as exc:  # a bug must not end the bridge
             self.error(request_id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
         else:
-            if request_id is not None:
+            if answered:
                 self.write(encode({"jsonrpc": "2.0", "id": request_id, "result": result}))
 
     def error(self, request_id: Any, code: int, message: str, data: Any = None) -> None:

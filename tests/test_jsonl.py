@@ -144,6 +144,28 @@ def test_a_notification_gets_no_reply(run_deck):
     assert [x for x in deck.lines if "jsonrpc" in x] == [deck.response(1)]  # only the call's reply
 
 
+def test_a_request_whose_id_is_null_or_not_a_number_json_has_is_answered_with_a_null_id(run_deck):
+    deck = run_deck(agent_block("a"))
+    for raw in ('{"jsonrpc": "2.0", "id": null, "method": "AgentService.List"}',
+                '{"jsonrpc": "2.0", "id": NaN, "method": "AgentService.List"}',
+                '{"jsonrpc": "2.0", "id": 1e400, "method": "AgentService.List"}'):  # fmt: skip
+        seen = len(deck.lines)
+        deck.send_raw(raw)
+        reply = deck.wait_for(lambda lines: next((x for x in lines[seen:] if "jsonrpc" in x), None))
+        assert reply["id"] is None and reply["result"][0]["name"] == "a", raw
+    deck.close_stdin()
+    assert deck.wait(15) == 0
+
+
+def test_an_optional_parameter_given_as_null_is_as_if_left_out(run_deck):
+    deck = run_deck(agent_block("a"))
+    assert deck.call("ChatService.History", {"agent": None, "limit": None}) == []
+    refused = deck.response(deck.request("ChatService.History", {"limit": 0}))["error"]
+    assert refused["code"] == INVALID_PARAMS and "limit must be a positive integer" in refused["message"]
+    deck.close_stdin()
+    assert deck.wait(15) == 0
+
+
 def test_end_of_stdin_finishes_the_work_in_hand_then_exits_0(run_deck):
     deck = run_deck(agent_block("a"))
     deck.send_raw(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ChatService.Send", "params": {"agent": "a", "text": "stream 20"}}))
