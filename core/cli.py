@@ -242,10 +242,11 @@ def run(
     deck.chat.approvals = approvals
     available = frontends(deck)
     name = frontend or deck.config.frontend or ("urwid" if sys.stdin.isatty() and sys.stdout.isatty() else "line")
-    if name not in available and frontend is None:
-        name = next((n for n in ("line", "jsonl") if n in available), name)
+    if name not in available and frontend is None and deck.config.frontend is None:
+        name = next((n for n in ("line", "jsonl") if n in available), name)  # the default one is switched off
     if name not in available:
-        fail(f"unknown frontend {name!r} (available: {', '.join(sorted(available)) or 'none'})")
+        given = "" if frontend else f" in {deck.config_path or 'the config'}"
+        fail(f"unknown frontend {name!r}{given} (available: {', '.join(sorted(available)) or 'none'})")
     options: dict[str, Any] = {"stay": stay} if name == "jsonl" else {}
     code = run_async(deck.run(available[name], **options))
     raise typer.Exit(code or ExitCode.OK)
@@ -584,7 +585,7 @@ def config_validate(
 
     One `path:line:col: message` line per problem; exit 1 on an error.
     """
-    where, loaded, _sections = _load_config(path)
+    where, loaded, _sections = _load_config(path, frontends=True)
     for problem in loaded.problems:
         typer.echo(problem.format(where))
     if loaded.errors:
@@ -625,8 +626,9 @@ def config_show(
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if as_json else to_toml(data), nl=as_json)
 
 
-def _load_config(path: Optional[Path]) -> tuple[str, Any, dict[str, Any]]:
-    """(where, Loaded, plugin sections) for `path`, else the config in use, else the built-in one."""
+def _load_config(path: Optional[Path], frontends: bool = False) -> tuple[str, Any, dict[str, Any]]:
+    """(where, Loaded, plugin sections) for `path`, else the config in use, else the built-in one;
+    with `frontends`, a `frontend` that none of the enabled plugins registers is warned of."""
     from .config import disabled_plugins, embedded_default, find_config, parse, read_text
 
     found, _source = find_config(str(path) if path else None)
@@ -640,16 +642,12 @@ def _load_config(path: Optional[Path]) -> tuple[str, Any, dict[str, Any]]:
             fail(f"config file not found: {found}")
         except (OSError, UnicodeDecodeError) as exc:
             fail(f"cannot read {found}: {exc}")
-    sections = _plugin_sections(disabled_plugins(text))
-    return where, parse(text, sections), sections
-
-
-def _plugin_sections(disabled: list[str]) -> dict[str, Any]:
-    """Config sections the enabled plugins contribute; a plugin that fails is reported and skipped."""
     from .hooks import PluginHooks
     from .pluginmanager import make_manager
 
-    return PluginHooks(make_manager(disabled), report_plugin_failure).config_sections()
+    hooks = PluginHooks(make_manager(disabled_plugins(text)), report_plugin_failure)
+    sections = hooks.config_sections()
+    return where, parse(text, sections, set(hooks.register_frontends()) if frontends else None), sections
 
 
 def report_plugin_failure(plugin: str, hook: str, exc: BaseException) -> None:

@@ -19,6 +19,7 @@ import sys
 import time
 import tomllib
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -348,12 +349,15 @@ def digest(text: str) -> str:
 # -- checking ---------------------------------------------------------------------------------
 
 
-def parse(text: str, sections: dict[str, type[BaseModel]] | None = None) -> Loaded:
+def parse(
+    text: str, sections: dict[str, type[BaseModel]] | None = None, frontends: Collection[str] | None = None
+) -> Loaded:
     """Check `text`; problems carry the line and column they point at.
 
     `sections` are the plugins' (`deck_config_sections`): a top-level table of the plugin's own,
     or, under the name of one of deck's tables (`limits`), keys the plugin adds to that table.
-    Either way its model validates what it declares; `Loaded.sections` holds the result."""
+    Either way its model validates what it declares; `Loaded.sections` holds the result.
+    `frontends`, when given, are the frontends there are: another `frontend` is warned of."""
     if (unfit := _unfit(text)) is not None:
         return Loaded(None, [unfit])
     try:
@@ -393,6 +397,10 @@ def parse(text: str, sections: dict[str, type[BaseModel]] | None = None) -> Load
             problems.append(Problem(*locate.key(loc), f"unknown key {_dotted(loc)}", warning=True))
     if config is not None:
         problems += _worktree_problems(config, locate)
+        if frontends is not None and config.frontend is not None and config.frontend not in frontends:
+            known = ", ".join(sorted(frontends)) or "none"
+            message = f"frontend: unknown frontend {config.frontend!r} (available: {known}), so `deck run` refuses it"
+            problems.append(Problem(*locate.value(("frontend",)), message, warning=True))
     if any(not p.warning for p in problems):
         config = None
     return Loaded(config, sorted(problems, key=lambda p: (p.line, p.column)), raw, validated)

@@ -158,6 +158,22 @@ def test_unknown_frontend_is_one_line_exit_2(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("deck: unknown frontend 'nope'") and "jsonl" in lines[0]
 
 
+def test_an_unknown_frontend_in_the_config_is_refused_and_validate_warns_of_it(tmp_path):
+    config = write_config(tmp_path / "deck.toml", 'frontend = "gtk"\n' + agent_block("a"))
+    result = deck("run", "--config", str(config))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"deck: unknown frontend 'gtk' in {config} (available: jsonl, line, urwid)"
+    ]  # never another frontend in its place
+    checked = deck("config", "validate", str(config))
+    assert checked.returncode == 0
+    assert f"{config}:1:12: warning: frontend: unknown frontend 'gtk' (available: jsonl, line, urwid)" in checked.stdout
+    # --frontend still chooses, and a frontend deck has is no warning.
+    assert deck("run", "--config", str(config), "-f", "jsonl").returncode == 0
+    write_config(config, 'frontend = "line"\n' + agent_block("a"))
+    assert "warning" not in deck("config", "validate", str(config)).stdout
+
+
 def test_no_command_prints_help():
     result = deck()
     assert result.returncode == 0
