@@ -102,18 +102,26 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
         SOURCES[ep.name] = f"{ep.dist.name} {ep.dist.version}" if ep.dist else ep.value
 
 
+#: The end of the name a plugin registers the part of it that serves one deck under (`history.deck`).
+PER_DECK = ".deck"
+
+
 def describe(pm: pluggy.PluginManager) -> list[dict[str, Any]]:
-    """Loaded plugins: name, where each comes from, the hooks it implements."""
-    rows = []
+    """Loaded plugins: name, where each comes from, the hooks it implements (those of the part
+    serving this deck, `NAME.deck`, included in NAME's)."""
+    rows: dict[str, dict[str, Any]] = {}
     for name, plugin in pm.list_name_plugin():
         if plugin is None:
             continue
-        rows.append(
-            {
-                "name": name,
-                "source": SOURCES.get(name, "built-in"),
-                "module": getattr(plugin, "__name__", type(plugin).__name__),
-                "hooks": sorted(h.name for h in pm.get_hookcallers(plugin) or []),
-            }
-        )
-    return rows
+        hooks = {h.name for h in pm.get_hookcallers(plugin) or []}
+        owner = rows.get(name.removesuffix(PER_DECK)) if name.endswith(PER_DECK) else None
+        if owner is not None:
+            owner["hooks"] = sorted(hooks.union(owner["hooks"]))
+            continue
+        rows[name] = {
+            "name": name,
+            "source": SOURCES.get(name, "built-in"),
+            "module": getattr(plugin, "__name__", type(plugin).__name__),
+            "hooks": sorted(hooks),
+        }
+    return list(rows.values())

@@ -252,6 +252,9 @@ def test_deck_plugins_command_lists_plugins_and_disabled(tmp_path):
     by_name = {row["name"]: row for row in data["plugins"]}
     assert "deck_before_start" in by_name["idle_stop"]["hooks"]
     assert "logs" not in by_name and data["disabled"] == ["logs"]
+    # The part of a plugin that serves one deck is listed as the plugin's own hooks, never as a row.
+    assert not [name for name in by_name if "." in name]
+    assert {"deck_register_services", "deck_before_start", "deck_event"} <= set(by_name["worktrees"]["hooks"])
 
 
 def test_a_log_file_that_cannot_be_written_goes_quiet(tmp_path, capfd):

@@ -28,7 +28,7 @@ def deck_register_services(deck: Deck) -> dict[str, object]:
     from .service import Worktrees
 
     worktrees = Worktrees(deck)
-    deck.pm.register(worktrees, name=f"worktrees.{id(deck)}")  # its hooks: for this deck only
+    deck.pm.register(worktrees, name="worktrees.deck")  # its hooks: for this deck only
     return {"WorktreeService": worktrees.service}
 
 
