@@ -348,11 +348,18 @@ class Conversation:
         self._chunk(update, "thought")
 
     def _user_chunk(self, update: dict[str, Any]) -> None:
-        # Replayed or echoed user text: shown as a user message of its own.
-        text = _block_text(update.get("content"))
+        # Replayed or echoed user text: shown as a user message of its own. A block that is no text
+        # (an image, a resource) is a line of its own there, never run into the text around it.
+        content = update.get("content")
+        text = _block_text(content)
         if not text:
             return
         last = self.messages[-1] if self.messages else None
+        if not (isinstance(content, dict) and isinstance(content.get("text"), str)):
+            text += "\n"
+            if last is not None and last.role == "user" and last.parts:
+                before = last.parts[-1].to_dict().get("text")
+                text = ("\n" if isinstance(before, str) and before and not before.endswith("\n") else "") + text
         if last is not None and last.role == "user" and last.text_for_prompt == "" and last.parts:
             last.parts[-1].append(text)  # type: ignore[union-attr]
             self.emit(MessageDelta(self.agent, last.id, len(last.parts) - 1, "text", text=text))

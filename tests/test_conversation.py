@@ -51,6 +51,22 @@ async def test_user_message_chunks_make_one_user_message(make_deck):
     assert added[0]["role"] == "user"
 
 
+def test_a_replayed_user_message_keeps_its_images_and_resources_on_lines_of_their_own():
+    conv = Conversation("a", lambda event: None)
+    conv.session_started("s1", {})
+    for block in (
+        {"type": "text", "text": "look at"},
+        {"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgo="},
+        {"type": "resource", "resource": {"uri": "file:///w/a.txt", "text": "RESOURCE BODY"}},
+        {"type": "text", "text": "and "},
+        {"type": "text", "text": "tell me"},
+    ):
+        conv.apply_update({"sessionUpdate": "user_message_chunk", "content": block})
+    (message,) = conv.messages
+    assert message.role == "user"
+    assert message.text == "look at\n[image image/png]\nRESOURCE BODY\nand tell me"
+
+
 async def test_tool_call_updates_change_only_the_fields_sent(make_deck):
     deck, rec = make_deck(agent_block("a"))
     reply = await ask(deck, rec, "tools")
