@@ -7,9 +7,11 @@ writes them). Nobody can answer a permission request here: `--approve PATTERN`
 or the agent's `permissions` policy may approve it (ChatService does that before
 asking), any other request is rejected with a note on stderr; questions are declined.
 
-A stream that is a terminal gets the agent's text with its control characters made
+A stdout that is a terminal gets the agent's text with its control characters made
 visible (`deck.tty.printable`; JSON lines get `\\u` escapes instead, the same JSON);
-written to a pipe or a file, it is data and stays exactly as the agent sent it.
+written to a pipe or a file, the answer is data and stays exactly as the agent sent it.
+stderr is for reading, wherever it goes (a terminal, often, even when stdout is piped):
+what goes there is always made visible so.
 """
 
 from __future__ import annotations
@@ -72,7 +74,6 @@ class SendFrontend(Frontend):
         self._ends_with_newline = True
         self._err_kind = ""  # what the last stderr write was, to start a new line between kinds
         self._out_tty = _isatty(self.out)
-        self._err_tty = _isatty(self.err)
         self._held_cr = False  # stdout is a terminal and the last text ended with a CR: the start of a CR LF?
 
     async def run(self) -> int:
@@ -186,7 +187,7 @@ class SendFrontend(Frontend):
         if kind != self._err_kind and self._err_kind == "thought":
             text = "\n" + text
         self._err_kind = kind
-        self.err.write(printable(text) if self._err_tty else text)
+        self.err.write(printable(text))
         self.err.flush()
 
     def write(self, text: str) -> None:

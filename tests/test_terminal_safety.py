@@ -116,13 +116,16 @@ def test_line_frontend_on_a_terminal_keeps_markdown_styling_and_shows_controls(t
 # -- deck send -----------------------------------------------------------------------------------
 
 
-def test_deck_send_keeps_the_answer_byte_exact_in_a_pipe(tmp_path):
+def test_deck_send_keeps_the_answer_byte_exact_in_a_pipe_and_shows_controls_on_stderr(tmp_path):
     config = tmp_path / "deck.toml"
     config.write_text(escapes_block())
     done = subprocess.run([*DECK, "send", "--config", str(config), "h", "hostile"], capture_output=True, timeout=30)
     assert done.returncode == 0
     assert done.stdout.decode() == f"some **bold** text {HOSTILE}\nwindows line\r\nlast line\n"  # data, as sent
-    assert f"thought {HOSTILE}" in done.stderr.decode()  # stderr is a pipe too: as sent
+    # stderr is for reading wherever it goes (often the terminal while stdout is piped): never raw.
+    err = done.stderr.decode()
+    assert_no_raw(err)
+    assert f"thought {SHOWN}" in err and f"tool {SHOWN}" in err
 
 
 def test_deck_send_on_a_terminal_shows_controls_in_the_answer_and_on_stderr(tmp_path):
