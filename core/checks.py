@@ -24,13 +24,26 @@ if TYPE_CHECKING:
 CHECK_TIMINGS = StopTimings(after_stdin_close=1.0, after_sigterm=2.0, after_sigkill=2.0)
 
 
-def find_command(cfg: AgentConfig) -> str | None:
-    """Where the agent's program is, as the supervisor would find it; None when it is missing."""
-    program = cfg.command[0]
+def find_command(cfg: AgentConfig) -> tuple[str | None, str | None]:
+    """(where the agent's program is, None) as the supervisor would find it, or (None, why it
+    cannot start): its working directory or its command missing, or the command not executable."""
+    cwd, program = cfg.resolved_cwd(), cfg.command[0]
+    if not os.path.isdir(cwd):
+        return None, f"working directory does not exist: {cwd}"
     if os.sep in program:  # a path: relative ones are relative to the agent's cwd, like Popen(cwd=…)
-        path = program if os.path.isabs(program) else os.path.join(cfg.resolved_cwd(), program)
-        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-    return shutil.which(program, path=cfg.env.get("PATH", os.environ.get("PATH", os.defpath)))
+        path = program if os.path.isabs(program) else os.path.join(cwd, program)
+    else:
+        search = cfg.env.get("PATH", os.environ.get("PATH", os.defpath))
+        found = shutil.which(program, path=search)
+        if found is not None:
+            return found, None
+        # which() passes over a file that is there but not executable: say so, as the start would.
+        path = next((p for d in search.split(os.pathsep) if d and os.path.isfile(p := os.path.join(d, program))), "")
+    if not os.path.isfile(path):
+        return None, f"command not found: {program}"
+    if not os.access(path, os.X_OK):
+        return None, f"command not executable: {program}"
+    return path, None
 
 
 async def handshake(deck: Deck, name: str) -> dict[str, Any]:
@@ -51,8 +64,10 @@ async def check_all(deck: Deck, with_handshake: bool) -> list[dict[str, Any]]:
     rows = []
     try:
         for agent in deck.agents.values():
-            found = find_command(agent.config)
+            found, problem = find_command(agent.config)
             row: dict[str, Any] = {"name": agent.name, "command": agent.config.command, "found": found}
+            if problem is not None:
+                row["problem"] = problem
             if with_handshake:
                 row["handshake"] = await handshake(deck, agent.name) if found else None
             rows.append(row)
@@ -70,9 +85,8 @@ def run_check(deck: Deck, with_handshake: bool, as_json: bool) -> ExitCode:
         typer.echo(json.dumps(rows, indent=2))
         return ExitCode.ERROR if failed else ExitCode.OK
     for row in rows:
-        program = row["command"][0]
         if not row["found"]:
-            typer.echo(f"✗ {row['name']:<16} command not found: {program}")
+            typer.echo(f"✗ {row['name']:<16} {row['problem']}")
             continue
         line = f"{row['name']:<16} command: {row['found']}"
         shake = row.get("handshake")

@@ -42,6 +42,27 @@ def test_check_reports_missing_commands(tmp_path):
     assert lines[3] == f"✓ relative         command: {tmp_path}/./agent.sh"
 
 
+def test_check_says_why_an_agent_cannot_start_as_its_start_would(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "plain").write_text("#!/bin/sh\nexec true\n")  # there, but not executable
+    config = tmp_path / "deck.toml"
+    config.write_text(
+        agent_block("nowhere", cwd=str(tmp_path / "gone"))
+        + agent_block("path", command=[str(tmp_path / "bin" / "plain")])
+        + agent_block("searched", command=["plain"])
+        + f"env = {{ PATH = {json.dumps(str(tmp_path / 'bin'))} }}\n"
+    )
+    result = deck_agents(config, "--check")
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        f"✗ nowhere          working directory does not exist: {tmp_path / 'gone'}",
+        f"✗ path             command not executable: {tmp_path / 'bin' / 'plain'}",
+        "✗ searched         command not executable: plain",
+    ]
+    rows = {row["name"]: row for row in json.loads(deck_agents(config, "--check", "--json").stdout)}
+    assert rows["nowhere"]["found"] is None and rows["nowhere"]["problem"].startswith("working directory")
+
+
 def test_check_with_handshake(tmp_path):
     config = write_config(tmp_path)
     result = deck_agents(config, "--check", "--handshake", "--json")
