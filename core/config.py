@@ -629,7 +629,11 @@ def _toml_type(value: Any) -> str:
 
 
 def _dotted(loc: tuple[str, ...]) -> str:
-    return ".".join(part if _BARE.fullmatch(part) else json.dumps(part) for part in loc)
+    """A key path as TOML writes it: `agents."é a".permissions` (a key that is not all printable
+    characters with its escapes, `\\u202e`, never the character)."""
+    return ".".join(
+        part if _BARE.fullmatch(part) else json.dumps(part, ensure_ascii=not part.isprintable()) for part in loc
+    )
 
 
 def _toml_problem(exc: tomllib.TOMLDecodeError, text: str) -> Problem:

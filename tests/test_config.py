@@ -130,6 +130,13 @@ def test_dotted_and_quoted_keys_are_located():
     ]
 
 
+def test_a_key_beyond_ascii_is_named_as_written_and_one_with_a_control_by_its_escape():
+    text = '[agents."é a"]\ncommand = "x"\npermissions = "no"\n[agents."b\u202ec"]\ncommand = "x"\npermissions = "no"\n'
+    assert [message.split(":")[0] for _line, _column, message, _warning in problems(text)] == [
+        'agents."é a".permissions', 'agents."b\\u202ec".permissions'
+    ]
+
+
 def test_values_and_defaults():
     loaded = parse('[limits]\nstopIdleAgentsAfter = 90\nhandshakeTimeout = "250ms"\n[agents.a]\ncommand = "npx -y \'an agent\'"\n')
     config, limits = loaded.config, loaded.sections["limits"]
