@@ -104,6 +104,23 @@ async def test_open_conversation_brings_back_the_first_ones_messages(make_deck) 
         await deck.shutdown()
 
 
+async def test_a_conversation_reopened_is_the_one_the_next_start_brings_back(make_deck) -> None:
+    deck, rec = await talked(make_deck, "first words")
+    (first,) = await deck.call("ChatService.History", {})
+    await deck.call("ChatService.NewConversation", {"agent": "a"})
+    await send(deck, "a", "second words")
+    await turn_done(rec, "a", 2)
+    await deck.call("ChatService.OpenConversation", {"id": first["id"]})
+    await deck.shutdown()  # nothing said in it since it was reopened
+    again, _rec = make_deck(agent_block("a"))
+    await again.startup()
+    try:
+        assert texts(await again.call("ChatService.Conversation", {"agent": "a"}))[0] == "first words"
+        assert [r["title"] for r in await again.call("ChatService.History", {})] == ["first words", "second words"]
+    finally:
+        await again.shutdown()
+
+
 @pytest.mark.parametrize(
     ("method", "params"),
     [

@@ -46,7 +46,10 @@ class StoredConversations:
         return stored
 
     def continue_conversation(self, agent: str, stored: dict[str, Any]) -> None:
+        """`ChatService.OpenConversation`: `stored` is the agent's current conversation, and its
+        latest too, so that the next start brings it back even if nothing is said in it first."""
         self.recorder.continue_conversation(agent, stored)
+        self.recorder.writer.touch(stored["id"])
 
     def start_conversation(self, agent: str, session_id: str) -> str:
         return self.recorder.start_conversation(agent, session_id)

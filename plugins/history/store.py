@@ -475,6 +475,8 @@ class HistoryStore:
             for cid, created in pending.created.items():
                 _insert_conversation(db, cid, created)
             for cid, fields in pending.meta.items():
+                if not fields:  # touched: the agent's latest conversation now
+                    db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (self._now(), cid))
                 for column, value in fields.items():
                     db.execute(
                         f"UPDATE conversations SET {column} = ?, updated_at = ? WHERE id = ?", (value, self._now(), cid)
@@ -1119,6 +1121,11 @@ class Writer:
     def set_session(self, conversation_id: str, session_id: str | None) -> None:
         with self._pending_changes() as pending:
             pending.meta.setdefault(conversation_id, {})["session_id"] = session_id
+
+    def touch(self, conversation_id: str) -> None:
+        """The conversation is updated now, changed or not: the one reopened is the latest."""
+        with self._pending_changes() as pending:
+            pending.meta.setdefault(conversation_id, {})
 
     def set_title(self, conversation_id: str, title: str | None) -> None:
         with self._pending_changes() as pending:
