@@ -100,6 +100,9 @@ class Agent:
         self._auth_method: str | None = None
         self._exit_watch: asyncio.Task[None] | None = None
         self._why_new = ""  # why the last start could not continue the conversation's earlier session
+        #: A session the agent exited during (or closed its output during) resuming or loading it, and
+        #: the note that says so: its next start opens a new session rather than try that one again.
+        self._broken_session: tuple[str, str] | None = None
         #: The commands it runs through deck (ACP terminal/*), for the current run.
         self.terminals: terminals.Terminals | None = None
         #: Where this run of the agent works, set by a plugin's `deck_before_start` (its worktree);
@@ -334,6 +337,8 @@ class Agent:
         if not isinstance(init, dict):
             raise ServiceError("initialize returned no result object")
         version = init.get("protocolVersion")
+        if "protocolVersion" not in init:
+            raise ServiceError(f"the agent's initialize answer has no protocolVersion; deck speaks version {PROTOCOL_VERSION}")
         if version != PROTOCOL_VERSION:
             raise ServiceError(f"agent speaks ACP protocol version {version!r}; deck speaks version {PROTOCOL_VERSION}")
         self.init_result = init
@@ -356,6 +361,7 @@ class Agent:
                 raise ServiceError(f"session/new: {exc}\n{self.auth_help()}") from exc
             if earlier:
                 session.restarted = self._why_new
+        self._broken_session = None
         self.session = session
 
     async def _continue_session(self, session_id: str, exited: Process) -> Session | None:
@@ -365,9 +371,14 @@ class Agent:
         loaded where the agent can, so that its replay forms the conversation.
 
         None when it cannot or refuses (an error answer): `_why_new` then says why, for the note
-        the conversation shows, and the caller opens a new session."""
+        the conversation shows, and the caller opens a new session. An agent that exits (or closes
+        its output) during the resume or load fails this start, and its next start does not try
+        that session again: it gets a new one, with a note that says why."""
         from .conversations import ReplaySink
 
+        if self._broken_session is not None and self._broken_session[0] == session_id:
+            self._why_new = self._broken_session[1]
+            return None
         conv = self.deck.chat.conversations.of(self.name)
         replay = ReplaySink(conv) if not conv.messages and self.can_load_sessions else None
         if replay is None and self.can_resume_sessions:
@@ -384,6 +395,12 @@ class Agent:
             self.log(f"deck: {method} {session_id} failed: {exc}")
             self._why_new = f"{method} failed: {str(exc)[:300]}: {FORGETS}"  # the agent's words: kept short
             return None
+        except ServiceError:
+            if not (exited.exited.done() or exited.stdout_closed.done()):
+                raise
+            why = f"the agent {_how_it_ended(exited, method)}"
+            self._broken_session = (session_id, f"{why[0].upper()}{why[1:]}: {FORGETS}")
+            raise ServiceError(why) from None
         finally:
             if replay is not None:
                 replay.finish()
@@ -483,8 +500,22 @@ class Agent:
         return await _unless_exited(self.tasks.spawn(coro, f"handshake step {self.name}", log_errors=False), process)
 
     async def _fail(self, reason: str) -> None:
-        await self._end_process(reason)
+        """The start failed: the agent is in error at once (the caller is answered), and a process
+        still running, which may take the whole stop escalation to end, is stopped after, in the
+        background; `stop` and the next start wait for that. One that exited is ended first, so
+        that the last lines it wrote to stderr are in the error."""
+        process = self.process
+        if process is not None and not process.exited.done():
+            self._stop_task = self.deck.spawn(self._end_failed_start(reason), f"stop {self.name}")
+        else:
+            await self._end_process(reason)
         transition(self, AgentState.ERROR, "\n".join([reason, *self._run_stderr]))
+
+    async def _end_failed_start(self, reason: str) -> None:
+        try:
+            await self._end_process(reason)
+        finally:
+            self._stop_task = None
 
     # -- sessions and requests from the agent ---------------------------------------------------
 
@@ -632,7 +663,10 @@ class Agent:
     # -- stop and exit --------------------------------------------------------------------------
 
     async def stop(self) -> None:
-        """Stop the agent; a start in progress ends first, then the agent stops."""
+        """Stop the agent; a start in progress ends first, then the agent stops. A stop already
+        under way (a failed start's process, being ended) is waited for."""
+        if self._stop_task is not None:
+            await asyncio.shield(self._stop_task)
         if self.state is AgentState.STARTING:
             self._stop_after_start = True
             if self._handshake_task is not None:
@@ -753,6 +787,14 @@ def _auth_hint(agent: Agent, method: dict[str, Any]) -> str:
         step = f"set env = {{ {keys} }} in [agents.{agent.name}] (or in deck's environment), then " if missing else ""
         return f"{label}: {step}{use}"
     return f"{label}: {use}"
+
+
+def _how_it_ended(process: Process, during: str) -> str:
+    """What the agent did during `during`, said after "the agent": exited, was killed, or closed its stdout."""
+    if not process.exited.done():
+        return f"closed its output (stdout) during {during}"
+    code = process.exited.result()
+    return f"exited during {during} (code {code})" if code >= 0 else f"was killed by signal {-code} during {during}"
 
 
 async def _unless_exited(task: asyncio.Task[T], process: Process) -> T:

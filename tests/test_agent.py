@@ -35,9 +35,32 @@ async def test_handshake_timeout_is_an_error(make_deck):
     assert deck.agents["a"].process is None
 
 
+async def test_a_handshake_timeout_is_an_error_at_once_and_the_agent_is_stopped_after(make_deck):
+    timings = StopTimings(after_stdin_close=1.5, after_sigterm=0.5, after_sigkill=1.0)
+    toml = '[limits]\nhandshakeTimeout = "0.3s"\n' + agent_block("a", "--hang-handshake", "--ignore-eof")
+    deck, rec = make_deck(toml, timings=timings)
+    started = time.monotonic()
+    with pytest.raises(ServiceError, match="handshake timed out after 0.3s"):
+        await deck.agent_service.start("a")
+    assert time.monotonic() - started < 1.2  # not once its stdin close, 1.5 s, and SIGTERM are through
+    assert rec.states("a") == ["starting", "error"]
+    assert descendants_of_self()  # it is being stopped, in the background
+    await deck.stop_all()  # which a stop waits for
+    assert not descendants_of_self()
+    assert any("SIGTERM" in line for line in deck.agents["a"].logs)
+    assert rec.states("a") == ["starting", "error"]
+
+
 async def test_other_protocol_version_is_refused(make_deck):
     deck, rec = make_deck(agent_block("a", "--protocol", "2"))
     with pytest.raises(ServiceError, match="protocol version 2"):
+        await deck.agent_service.start("a")
+    assert deck.agents["a"].state.value == "error"
+
+
+async def test_an_initialize_answer_without_a_protocol_version_is_refused_saying_so(make_deck):
+    deck, rec = make_deck(agent_block("a", "--no-protocol"))
+    with pytest.raises(ServiceError, match="the agent's initialize answer has no protocolVersion; deck speaks version 1"):
         await deck.agent_service.start("a")
     assert deck.agents["a"].state.value == "error"
 

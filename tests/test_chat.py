@@ -9,6 +9,7 @@ import logging
 
 import pytest
 
+from deck import turns as turns_module
 from deck.errors import ServiceError
 
 from .conftest import agent_block
@@ -133,6 +134,80 @@ async def test_late_updates_after_a_cancel_never_reach_the_next_turn(make_deck):
     assert next_started < late_b
     assert all(d["messageId"] == cancelled.id for d in deltas(rec, cancelled.id))
     assert [d["text"] for d in deltas(rec, nxt.id)] == ["slept"]
+
+
+async def test_an_agent_that_ignores_cancel_has_its_turn_ended_by_deck_and_goes_on(make_deck, monkeypatch):
+    monkeypatch.setattr(turns_module, "END_TURN_GRACE", 0.3)
+    deck, rec = make_deck(agent_block("a"))
+    user = deck.chat.turns.send("a", "deaf 1.5")  # ignores session/cancel; answers 1.5 s later all the same
+    await rec.wait_event("message:delta", agent="a")
+    assert deck.chat.cancel("a") == {"cancelled": True, "abandoned": 0}
+    following = deck.chat.turns.send("a", "next")  # queued behind the turn that does not end
+    cancelled = await wait_reply(deck, rec, user, timeout=1.5)
+    assert cancelled.stop_reason == "cancelled" and cancelled.text == "working "
+    assert cancelled.error == "the agent did not stop within 0.3s of the cancel: deck ended its turn"
+    assert any("no answer to session/prompt 0.3s after session/cancel" in line for line in deck.agents["a"].logs)
+    nxt = await wait_reply(deck, rec, following, timeout=2)  # the same agent, the same session
+    assert (nxt.text, nxt.stop_reason, nxt.error) == ("You said: next", "end_turn", None)
+    assert rec.states("a") == ["starting", "ready", "busy", "ready", "busy", "ready"]
+    await rec.wait_event("agent:log", agent="a", line="deaf: answered")  # its late answer changes nothing
+    await asyncio.wait_for(deck.chat.drain(), 1)  # what end of input waits for
+    assert (cancelled.stop_reason, cancelled.error is not None, nxt.stop_reason) == ("cancelled", True, "end_turn")
+    assert [m.role for m in deck.chat.conversation("a").messages] == ["user", "agent", "user", "agent"]
+
+
+async def test_an_agent_that_never_answers_leaves_nothing_waiting_after_a_cancel(make_deck, monkeypatch):
+    monkeypatch.setattr(turns_module, "END_TURN_GRACE", 0.3)
+    deck, rec = make_deck(agent_block("a"))
+    deck.chat.send("a", "deaf")
+    await rec.wait_event("message:delta", agent="a")
+    deck.chat.cancel("a")
+    await asyncio.wait_for(deck.chat.drain(), 1.5)  # end of input can finish: deck then exits
+    assert rec.named("turn:changed", "a")[-1] == {"agent": "a", "busy": False, "queued": 0}
+    assert deck.agents["a"].state.value == "ready"
+
+
+def turn_events(rec, since: int = 0) -> list[tuple[str, object]]:
+    """The turn and message events from `since` on, each as (name, what it says): busy and queued,
+    or the message's role and whether it is queued or done."""
+    out: list[tuple[str, object]] = []
+    for event in rec.events[since:]:
+        p = event.payload()
+        if event.name == "turn:changed":
+            out.append((event.name, (p["busy"], p["queued"])))
+        elif event.name == "message:updated":
+            m = p["message"]
+            out.append((event.name, (m["role"], "queued" if m.get("queued") else "done" if m["done"] else "open")))
+    return out
+
+
+async def test_a_turn_begins_with_turn_changed_and_cancel_announces_only_what_changed(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    assert deck.chat.cancel("a") == {"cancelled": False, "abandoned": 0}  # never used: nothing to say
+    first = deck.chat.turns.send("a", "sleep 0.3")
+    second = deck.chat.turns.send("a", "two")
+    await wait_reply(deck, rec, second)
+    assert turn_events(rec) == [
+        ("message:updated", ("user", "done")), ("message:updated", ("user", "queued")),
+        ("turn:changed", (True, 1)), ("message:updated", ("agent", "open")),  # the turn begins, then its answer
+        ("message:updated", ("agent", "done")), ("turn:changed", (False, 1)),
+        ("turn:changed", (True, 0)), ("message:updated", ("user", "done")),  # the queued one is sent
+        ("message:updated", ("agent", "open")), ("message:updated", ("agent", "done")), ("turn:changed", (False, 0)),
+    ]  # fmt: skip
+    assert (await wait_reply(deck, rec, first)).text == "slept"
+
+    seen = len(rec.events)
+    assert deck.chat.cancel("a") == {"cancelled": False, "abandoned": 0}  # idle: no turn:changed
+    ticks = len(rec.named("message:delta", "a"))
+    user = deck.chat.turns.send("a", "slow")
+    await rec.wait(lambda r: len(r.named("message:delta", "a")) > ticks)
+    assert deck.chat.cancel("a") == {"cancelled": True, "abandoned": 0}  # nothing queued: the turn's end says it
+    await wait_reply(deck, rec, user)
+    await rec.wait(lambda r: r.named("turn:changed", "a")[-1]["busy"] is False)
+    assert turn_events(rec, seen) == [
+        ("message:updated", ("user", "done")), ("turn:changed", (True, 0)), ("message:updated", ("agent", "open")),
+        ("message:updated", ("agent", "done")), ("turn:changed", (False, 0)),
+    ]  # fmt: skip
 
 
 async def test_cancel_while_the_agent_starts_sends_nothing(make_deck, caplog):
@@ -344,14 +419,14 @@ async def test_question_declined(make_deck):
     assert json.loads((await wait_reply(deck, rec, user)).text) == {"action": "decline"}
 
 
-async def test_cancel_declines_a_pending_question(make_deck):
+async def test_cancel_cancels_a_pending_question(make_deck):
     deck, rec = make_deck(agent_block("a"))
     user = deck.chat.turns.send("a", "slow-question")
     question = await rec.wait_event("question:requested", agent="a")
     deck.chat.cancel("a")
     await rec.wait_event("question:resolved", id=question["id"])
     reply = await wait_reply(deck, rec, user)
-    assert reply.text == 'asking {"action": "decline"}' and reply.stop_reason == "cancelled"
+    assert reply.text == 'asking {"action": "cancel"}' and reply.stop_reason == "cancelled"  # the user declined nothing
 
 
 # -- what waits for the user: one registry -------------------------------------------------------

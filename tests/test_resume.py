@@ -14,6 +14,7 @@ import pytest
 
 from deck.agent import FORGETS
 from deck.conversation import Conversation, DictPart, TextPart
+from deck.errors import ServiceError
 from deck.plugins.history.store import HistoryStore
 
 from .conftest import agent_block
@@ -139,6 +140,29 @@ async def test_an_agent_that_cannot_or_will_not_resume_gets_a_new_session_and_a_
     assert note["parts"][0]["text"] == why
     assert texts([user, reply]) == [("user", "recall"), ("agent", "I remember: ")]  # a new session
     assert deck.agents["a"].session_id != session_id
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("method", ["session/load", "session/resume"])
+async def test_an_agent_that_exits_while_it_continues_the_session_gets_a_new_one_at_its_next_start(
+    make_deck, tmp_path: Path, method: str
+) -> None:
+    run = Run(tmp_path, "--crash-load" if method == "session/load" else "--crash-resume")
+    before, session_id = await first_deck(make_deck, run, "hello")
+    deck, rec = make_deck(run.toml)
+    await deck.startup()
+    with pytest.raises(ServiceError, match=f"the agent exited during {method} \\(code 7\\)"):
+        await deck.call("AgentService.Start", {"name": "a"})
+    assert run.methods()[3:] == ["initialize", method]
+    await chat(deck, rec, "recall")  # the next start does not try that session again
+    assert run.methods()[5:] == ["initialize", "session/new", "session/prompt"]
+    now = (await deck.call("ChatService.Conversation", {"agent": "a"}))["messages"]
+    assert now[: len(before)] == before  # the replay cut short added nothing
+    user, note, reply = now[len(before) :]
+    assert (note["role"], note.get("code")) == ("system", "agent-restarted")
+    assert note["parts"][0]["text"] == f"The agent exited during {method} (code 7): {FORGETS}"
+    assert texts([user, reply]) == [("user", "recall"), ("agent", "I remember: ")]
+    assert deck.agents["a"].state.value == "ready" and deck.agents["a"].session_id != session_id
 
 
 def test_a_restored_message_is_the_message_it_was_and_an_unfinished_answer_is_finished() -> None:

@@ -18,7 +18,9 @@ ids then name the process), --requests FILE (each request deck sends appended to
 --resume-replays (lists it too, and session/resume replays like --load, then names its commands),
 --load (lists loadSession; session/load replays each prompt of the session and its echo as updates),
 --list (lists sessionCapabilities.list; session/list answers the sessions in FILE, two a page, titled
-with their first prompt; --list-pages-forever: every page has a nextCursor, a new one each time).
+with their first prompt; --list-pages-forever: every page has a nextCursor, a new one each time),
+--crash-load / --crash-resume (lists loadSession / sessionCapabilities.resume; session/load replays one
+user message chunk, session/resume nothing, then the agent exits with code 7).
 
 Prompt commands (first word): `stream N` (N chunks), `slow` (a chunk every 50 ms
 until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7),
@@ -29,7 +31,8 @@ until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7)
 `user` (user_message_chunks), `session` (mode, config option, session info and
 command updates), `perms N KIND` (N permission requests in one turn for a tool of
 KIND), `readlines PATH LINE LIMIT`, `stop REASON` (that stop reason),
-`sleep S`, `cancel-late` (like slow, chunks with a messageId, then late chunks
+`sleep S`, `deaf [S]` (a chunk, then session/cancel is ignored: the answer comes S seconds
+later, then "deaf: answered" on stderr; never without S), `cancel-late` (like slow, chunks with a messageId, then late chunks
 after the cancelled response: one at once, one 1 s later with the messageId),
 `slow-question` (an elicitation while chunks stream), `mode ID` (a current_mode_update alone),
 `mode-option ID` (a config_option_update alone, with the `mode` option set to ID),
@@ -57,6 +60,7 @@ import time
 parser = argparse.ArgumentParser()
 parser.add_argument("--hang-handshake", action="store_true")
 parser.add_argument("--protocol", type=int, default=1)
+parser.add_argument("--no-protocol", action="store_true")  # initialize answers without a protocolVersion
 parser.add_argument("--fail-start", action="store_true")
 parser.add_argument("--stderr-mb", type=int, default=0)
 parser.add_argument("--ignore-eof", action="store_true")
@@ -81,6 +85,8 @@ parser.add_argument("--load", action="store_true")
 parser.add_argument("--resume-replays", action="store_true")
 parser.add_argument("--list", action="store_true")
 parser.add_argument("--list-pages-forever", action="store_true")
+parser.add_argument("--crash-load", action="store_true")
+parser.add_argument("--crash-resume", action="store_true")
 args = parser.parse_args()
 
 lock = threading.Lock()
@@ -255,6 +261,14 @@ def turn(rid, sid: str, text: str) -> None:
     elif word == "sleep":
         time.sleep(float(rest))
         chunk(sid, "slept")
+    elif word == "deaf":
+        chunk(sid, "working ")
+        if not rest:
+            return
+        time.sleep(float(rest))
+        send({"id": rid, "result": result})
+        print("deaf: answered", file=sys.stderr, flush=True)
+        return
     elif word == "cancel-late":
         while sid not in cancelled:
             update(sid, {"sessionUpdate": "agent_message_chunk", "messageId": "m-cancelled",
@@ -428,14 +442,16 @@ def handle(msg: dict) -> None:
             out.write(b"this is not json\n{\"also\": broken\n[1,2,3]\n")
             out.flush()
         caps: dict = {}
-        if args.resume or args.refuse_resume or args.resume_replays:
+        if args.resume or args.refuse_resume or args.resume_replays or args.crash_resume:
             caps["sessionCapabilities"] = {"resume": {}}
-        if args.load:
+        if args.load or args.crash_load:
             caps["loadSession"] = True
         if args.list or args.list_pages_forever:
             caps.setdefault("sessionCapabilities", {})["list"] = {}
-        send({"id": rid, "result": {"protocolVersion": args.protocol, "agentCapabilities": caps,
-                                    "authMethods": args.auth_methods}})
+        answer = {"protocolVersion": args.protocol, "agentCapabilities": caps, "authMethods": args.auth_methods}
+        if args.no_protocol:
+            del answer["protocolVersion"]
+        send({"id": rid, "result": answer})
     elif method == "authenticate":
         if args.require_auth:
             refused = auth_refusal(params.get("methodId"))
@@ -447,6 +463,12 @@ def handle(msg: dict) -> None:
         print(f"authenticated with {params.get('methodId')}", file=sys.stderr, flush=True)
     elif method == "session/new" and args.require_auth and not authenticated:
         send({"id": rid, "error": {"code": -32000, "message": "Authentication required"}})
+    elif method in ("session/load", "session/resume") and (args.crash_load or args.crash_resume):
+        if method == "session/load":
+            update(params.get("sessionId"), {"sessionUpdate": "user_message_chunk",
+                                             "content": {"type": "text", "text": "a replay cut short"}})
+        sys.stdout.flush()
+        os._exit(7)
     elif method == "session/resume" and args.resume_replays:
         replay(params.get("sessionId"))
         update(params.get("sessionId"), {"sessionUpdate": "available_commands_update",
