@@ -374,17 +374,19 @@ class Agent:
         the conversation shows, and the caller opens a new session. An agent that exits (or closes
         its output) during the resume or load fails this start, and its next start does not try
         that session again: it gets a new one, with a note that says why."""
-        from .conversations import ReplaySink
+        from .conversations import MatchedReplay, ReplaySink
 
         if self._broken_session is not None and self._broken_session[0] == session_id:
             self._why_new = self._broken_session[1]
             return None
         conv = self.deck.chat.conversations.of(self.name)
         replay = ReplaySink(conv) if not conv.messages and self.can_load_sessions else None
+        matched: MatchedReplay | None = None
         if replay is None and self.can_resume_sessions:
             method, step = "session/resume", Session.resume
         elif self.can_load_sessions:
-            method, step = "session/load", functools.partial(Session.load, replay=replay)
+            matched = MatchedReplay(conv) if replay is None else None
+            method, step = "session/load", functools.partial(Session.load, replay=replay or matched)
         else:
             self._why_new = f"The agent cannot resume sessions: {FORGETS}"
             return None
@@ -404,6 +406,8 @@ class Agent:
         finally:
             if replay is not None:
                 replay.finish()
+        if matched is not None and (added := matched.finish()):
+            self.log(f"deck: {method} {session_id} replayed {len(added)} message(s) deck did not hold: added")
         return session
 
     # -- the agent's own sessions (ACP sessionCapabilities, loadSession) ------------------------

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .conversation import Conversation
-from .session import CONVERSATION
+from .conversation import Conversation, Message
+from .session import CONVERSATION, REPLAYED
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -59,6 +59,66 @@ class ReplaySink:
         conv.current = None
         for message in conv.messages[self.start :]:
             conv.updated(message)
+
+
+class MatchedReplay:
+    """The sink of a `session/load` whose history the conversation holds already.
+
+    The replay forms a copy of its own, never shown. Once it is over (`finish`) the copy is matched
+    against the conversation: the turns it does not hold — made on the agent's side since, by
+    another client — are added once, at its end, and what it holds already is never added again.
+    The rest of the replay (commands, modes, the title) is the session as it is now: it goes to the
+    conversation as it comes."""
+
+    __slots__ = ("conv", "copy", "_replay")
+
+    def __init__(self, conv: Conversation) -> None:
+        self.conv = conv
+        self.copy = Conversation(conv.agent, _nowhere)
+        self._replay = ReplaySink(self.copy)
+
+    def on_update(self, update: dict[str, Any]) -> None:
+        if update.get("sessionUpdate") in REPLAYED:
+            self._replay.on_update(update)
+        else:
+            self.conv.apply_update(update)
+
+    def finish(self) -> list[Message]:
+        """Add what the replay holds beyond the conversation; the messages added."""
+        self._replay.finish()
+        added = unheld(self.conv.messages, self.copy.messages)
+        for message in added:
+            self.conv.add(message)
+        return added
+
+
+def unheld(held: list[Message], replayed: list[Message]) -> list[Message]:
+    """The replayed messages that come after everything `held` has: those after the replay's last
+    user message with the text of the last one held (an agent may put words of its own before
+    it), past that message's answer when it is held too. Nothing when the replay has no such
+    message: without a place to start from, adding would risk a turn twice."""
+    said = [m for m in held if m.role in ("user", "agent")]
+    last = next((m for m in reversed(said) if m.role == "user" and _words(m)), None)
+    if last is None:
+        return []
+    words = _words(last)
+    at = next((i for i in range(len(replayed) - 1, -1, -1)
+               if replayed[i].role == "user" and _words(replayed[i]).endswith(words)), None)  # fmt: skip
+    if at is None:
+        return []
+    rest = [m for m in replayed[at + 1 :] if m.role in ("user", "agent")]
+    if said[-1] is not last:  # its answer is held: the replay's is the same
+        while rest and rest[0].role == "agent":
+            rest.pop(0)
+    return rest
+
+
+def _words(message: Message) -> str:
+    return " ".join(message.text.split())
+
+
+def _nowhere(_event: Any) -> None:
+    """Where a replay's copy reports its changes: nobody sees it."""
 
 
 class Conversations(Mapping[str, Conversation]):

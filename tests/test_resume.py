@@ -114,6 +114,59 @@ async def test_a_loaded_session_replays_its_history_and_nothing_is_added_twice(m
 
 
 @pytest.mark.anyio
+async def test_a_loaded_session_adds_once_the_turns_made_elsewhere_since(make_deck, tmp_path: Path) -> None:
+    run = Run(tmp_path, "--load")
+    before, session_id = await first_deck(make_deck, run, "hello")
+    sessions = tmp_path / "sessions.json"
+    kept = json.loads(sessions.read_text())
+    kept[session_id].append("from another client")  # the agent's session went on without deck
+    sessions.write_text(json.dumps(kept))
+    deck, rec = make_deck(run.toml)
+    await deck.startup()
+    await deck.call("AgentService.Start", {"name": "a"})
+    now = (await deck.call("ChatService.Conversation", {"agent": "a"}))["messages"]
+    assert now[: len(before)] == before
+    assert texts(now[len(before) :]) == [("user", "from another client"), ("agent", "You said: from another client")]
+    assert any("replayed 2 message(s) deck did not hold: added" in line for line in deck.agents["a"].logs)
+    await chat(deck, rec, "recall")
+    await deck.shutdown()
+    # The next deck holds all of it, and its load, replaying all of it, adds nothing.
+    again, _rec = make_deck(run.toml)
+    await again.startup()
+    await again.call("AgentService.Start", {"name": "a"})
+    shown = texts((await again.call("ChatService.Conversation", {"agent": "a"}))["messages"])
+    assert shown == [("user", "hello"), ("agent", "You said: hello"), ("user", "from another client"),
+                     ("agent", "You said: from another client"), ("user", "recall"),
+                     ("agent", "I remember: hello | from another client")]  # fmt: skip
+    await again.shutdown()
+
+
+def test_what_a_replay_holds_beyond_the_conversation_is_found_from_its_last_user_message() -> None:
+    from deck.conversations import unheld
+
+    def conv(*said: tuple[str, str]) -> list[Any]:
+        c = Conversation("a", lambda event: None)
+        for role, text in said:
+            if role == "user":
+                c.add_user(text, False)
+            elif role == "system":
+                c.add_system("note", text=text)
+            else:
+                c.begin_reply().parts.append(TextPart("text", text))
+        return c.messages
+
+    held = conv(("user", "one"), ("agent", "1"), ("system", "restarted"), ("user", "two"), ("agent", "2"))
+    same = conv(("user", "one"), ("agent", "1"), ("user", "/model x two"), ("agent", "2"))
+    assert unheld(held, same) == []  # words the agent puts before the user's are no new turn
+    more = conv(("user", "one"), ("agent", "1"), ("user", "two"), ("agent", "2"), ("user", "three"), ("agent", "3"))
+    assert [m.text for m in unheld(held, more)] == ["three", "3"]
+    assert unheld(held, conv(("user", "other"), ("agent", "x"))) == []  # no place to start from: nothing
+    unanswered = conv(("user", "one"), ("agent", "1"), ("user", "two"))
+    assert [m.text for m in unheld(unanswered, more)] == ["2", "three", "3"]  # the answer deck missed too
+    assert unheld(conv(), more) == []
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize(
     ("flag", "why"),
     [
