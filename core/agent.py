@@ -92,6 +92,7 @@ class Agent:
         self._early_flood = False  # the oldest sessions' updates are being dropped: said once
         self._early_dropped = 0  # updates dropped so, said when a real session turns up
         self._detached: deque[str] = deque(maxlen=64)
+        self._said_closed: deque[str] = deque(maxlen=64)  # closed sessions whose late update was logged
         self._start_task: asyncio.Task[None] | None = None
         self._stop_task: asyncio.Task[None] | None = None
         self._stop_after_start = False
@@ -606,6 +607,9 @@ class Agent:
             session.on_update(update)
             return
         if session_id in self._detached:
+            if session_id not in self._said_closed:
+                self._said_closed.append(session_id)
+                self.log(f"deck: updates for closed session {session_id[:100]!r} dropped")
             return
         self._keep_early(str(session_id), update, self.conn.line_bytes if self.conn is not None else 0)
 
@@ -710,6 +714,9 @@ class Agent:
             if self.conn is not None:
                 self.conn.close(reason)
             self.tasks.cancel()  # what the connection still runs; the next start waits for the end of it
+            if kept := sum(len(early.updates) for early in self._early.values()):
+                self.log(f"deck: {kept} update(s) for sessions never opened dropped: the agent stopped")
+            self._early.clear()
 
     def _take_pending_config(self) -> None:
         """No process any more: a definition changed in the config applies now."""

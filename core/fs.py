@@ -12,6 +12,8 @@ component at a time with O_NOFOLLOW — and what was opened is what is read or w
   regular file: a FIFO or a device is refused, and never blocks a worker thread;
 - a write creates its temp file in the target's directory through that directory's descriptor,
   and renames it over the target there: readers see the old file or the new one, never half;
+  the folders it lacks are made first, as `mkdir -p` would, one at a time beneath the descriptor
+  of the one before (`_walk`), never in deck's folders nor in place of deck's own names;
 - deck's own files (`Private`) are compared by device and inode, whatever the path's spelling.
 
 A read streams the file and returns at most MAX_READ_BYTES; lines end at "\\n".
@@ -41,6 +43,11 @@ from .files import NEW_FILE_MODE, replace_in, state_dir
 MAX_READ_BYTES = 10 * 1024 * 1024
 #: Symlinks followed for one path, as Linux does (MAXSYMLINKS).
 MAX_SYMLINKS = 40
+#: Folders one fs/write_text_file may make on the way to its file: far more than a source tree
+#: nests, and a path of a million new levels cannot keep a worker thread (and its descriptors) busy.
+MAX_NEW_FOLDERS = 100
+#: A new folder's mode before the umask, as mkdir(1) gives it.
+NEW_FOLDER_MODE = 0o777
 _CHUNK = 64 * 1024
 
 _DIR_FLAGS = os.O_DIRECTORY | os.O_CLOEXEC | getattr(os, "O_PATH", os.O_RDONLY)
@@ -165,6 +172,8 @@ def _answers(path: str, verb: str) -> Iterator[None]:
     except _Outside as exc:
         raise AcpError(INVALID_PARAMS, f"path outside the agent's working directory refused: {path}") from exc
     except _Own as exc:
+        if exc.what == "name":
+            raise AcpError(INVALID_PARAMS, f"refused: {path} would take the place of deck's own files or folders") from exc
         if exc.what == "file":
             raise AcpError(INVALID_PARAMS, f"refused: {path} is one of deck's own files: agents may not {verb} it") from exc
         raise AcpError(INVALID_PARAMS, f"refused: {path} is in deck's own state or runtime folder: agents may not {verb} there") from exc
@@ -174,6 +183,8 @@ def _answers(path: str, verb: str) -> Iterator[None]:
         raise AcpError(RESOURCE_NOT_FOUND, f"no such file: {path}") from exc
     except IsADirectoryError as exc:
         raise AcpError(INVALID_PARAMS, f"is a directory: {path}") from exc
+    except NotADirectoryError as exc:  # a file where the path needs a folder
+        raise AcpError(INVALID_PARAMS, f"not a directory: {path} goes through something that is not a folder") from exc
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a socket, a device without its driver
             raise AcpError(INVALID_PARAMS, f"not a regular file: {path}") from exc
@@ -195,8 +206,9 @@ def _path(params: dict[str, Any]) -> str:
 class _Root:
     """The working directory, held open: every path is resolved beneath this descriptor."""
 
-    def __init__(self, path: str, folders: set[tuple[int, int]]) -> None:
+    def __init__(self, path: str, folders: set[tuple[int, int]], names: set[tuple[int, int, str]] | None = None) -> None:
         self.folders = folders  # deck's own, never entered
+        self.names = names or set()  # (folder, name) of deck's own files and folders: never made here
         self.path = os.path.realpath(path)
         self.parts = _components(self.path)
         try:
@@ -252,8 +264,9 @@ def _components(path: str) -> list[str]:
     return [p for p in path.split("/") if p not in ("", ".")]
 
 
-def _open_dir(root: _Root, parts: list[str]) -> int:
-    """A descriptor of the directory `parts` names beneath the root, symlinks followed inside only."""
+def _open_dir(root: _Root, parts: list[str], make: bool = False) -> int:
+    """A descriptor of the directory `parts` names beneath the root, symlinks followed inside only;
+    with `make`, the directories missing on the way are made (by the walk)."""
     if not parts:
         return os.dup(root.fd)
     if _openat2 is not None:
@@ -261,25 +274,27 @@ def _open_dir(root: _Root, parts: list[str]) -> int:
             try:
                 return _openat2(root.fd, "/".join(parts), _DIR_FLAGS)
             except OSError as exc:
-                if exc.errno == errno.EXDEV:
-                    break  # an absolute symlink, or a way out: the walk tells which
+                if exc.errno == errno.EXDEV or (make and exc.errno == errno.ENOENT):
+                    break  # an absolute symlink, or a way out, or folders to make: the walk does it
                 if exc.errno != errno.EAGAIN:  # EAGAIN: a rename raced a "..", try again
                     raise
-    return _walk(root, parts)
+    return _walk(root, parts, make)
 
 
-def _walk(root: _Root, parts: list[str]) -> int:
+def _walk(root: _Root, parts: list[str], make: bool = False) -> int:
     """`_open_dir` without openat2: one component at a time, each opened with O_NOFOLLOW
     beneath the descriptor of the one before.
 
     A symlink met on the way is read (readlinkat) and its target resolved the same way: from
     the link's directory if relative, from the root if absolute and lexically inside it; a
     ".." goes back to the directory held before, never above the root. The directories are
-    held open all along, so a rename meanwhile cannot move the walk elsewhere.
+    held open all along, so a rename meanwhile cannot move the walk elsewhere. With `make`, a
+    component that does not exist is made (mkdirat in the directory held) and then opened like
+    any other: what was swapped in for it meanwhile is resolved, or refused, as ever.
     """
     todo = list(reversed(parts))  # the next component last
     held: list[int] = []  # the directories below the root, deepest last
-    links = 0
+    links = made = 0
     try:
         while todo:
             name = todo.pop()
@@ -291,6 +306,15 @@ def _walk(root: _Root, parts: list[str]) -> int:
             here = held[-1] if held else root.fd
             try:
                 held.append(os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=here))
+                continue
+            except FileNotFoundError:
+                if not make:
+                    raise
+                made += 1
+                if made > MAX_NEW_FOLDERS:
+                    raise AcpError(INVALID_PARAMS, f"more than {MAX_NEW_FOLDERS} folders to make for one file") from None
+                _make_folder(root, here, name)
+                todo.append(name)  # opened on the next turn, whatever is there by then
                 continue
             except OSError as exc:
                 if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
@@ -321,6 +345,16 @@ def _walk(root: _Root, parts: list[str]) -> int:
             os.close(fd)
 
 
+def _make_folder(root: _Root, here: int, name: str) -> None:
+    """Make folder `name` in directory `here` (mode 0777 less the umask), unless `here` is one of
+    deck's folders or `name` one of deck's own names there; one made meanwhile will do."""
+    root.check(here)
+    if (*_identity(os.fstat(here)), name) in root.names:
+        raise _Own("name")
+    with suppress(FileExistsError):  # made meanwhile, or a symlink: the walk looks at it again
+        os.mkdir(name, NEW_FOLDER_MODE, dir_fd=here)
+
+
 class _Target(NamedTuple):
     """Where a path leads: its directory (held open) and its name there (None: the path is that
     directory); what is there, never a symlink (None: nothing yet); for a read, the file opened."""
@@ -331,8 +365,9 @@ class _Target(NamedTuple):
     fd: int | None = None
 
 
-def _locate(root: _Root, path: str, open_flags: int | None = None) -> _Target:
-    """Resolve `path` beneath the root, and open it with `open_flags` if given.
+def _locate(root: _Root, path: str, open_flags: int | None = None, make: bool = False) -> _Target:
+    """Resolve `path` beneath the root, and open it with `open_flags` if given; with `make`, the
+    folders missing above its last component are made.
 
     The last component is looked at (or opened) with O_NOFOLLOW: a symlink there is read and
     its target resolved like the rest, so what is opened is never reached through a symlink
@@ -348,7 +383,7 @@ def _locate(root: _Root, path: str, open_flags: int | None = None) -> _Target:
                 os.close(directory)
                 raise
             return _Target(directory, None, None)
-        directory, name = _open_dir(root, parts[:-1]), parts[-1]
+        directory, name = _open_dir(root, parts[:-1], make), parts[-1]
         try:
             root.check(directory)  # before anything in it is opened
             if open_flags is None:
@@ -467,7 +502,8 @@ def open_directory(root: str, path: str, private: Private = Private()) -> int:
 
 
 def write_text_file(root: str, params: dict[str, Any], private: Private = Private()) -> dict[str, Any]:
-    """ACP fs/write_text_file: replace (or create) the file at once, keeping an existing file's mode."""
+    """ACP fs/write_text_file: replace (or create) the file at once, keeping an existing file's mode;
+    the folders it lacks are made, as `mkdir -p` would."""
     path = _path(params)
     content = params.get("content")
     if not isinstance(content, str):
@@ -477,8 +513,8 @@ def write_text_file(root: str, params: dict[str, Any], private: Private = Privat
     except UnicodeEncodeError as exc:
         raise AcpError(INVALID_PARAMS, f"content is not valid text for UTF-8: {exc.reason}") from exc
     ids = private.identities()
-    with _answers(path, "write"), _Root(root, ids.folders) as base:
-        target = _locate(base, path)
+    with _answers(path, "write"), _Root(root, ids.folders, ids.names) as base:
+        target = _locate(base, path, make=True)
         try:
             if target.name is not None:
                 where = (*_identity(os.fstat(target.dir)), target.name)

@@ -6,19 +6,22 @@ announced by `permission:requested` / `question:requested` and listed by
 (`ChatService.AnswerPermission` / `AnswerQuestion`); `ChatService.Cancel`, the end of the
 session that asked, or the end of input (nobody is left to answer) cancel it. A permission
 the `--approve` patterns or the agent's `permissions` policy grant is answered at once and
-never becomes pending.
+never becomes pending; one that offers no option to choose is refused at once (nobody could
+answer it). An answer to a question is checked against the form the agent asked for
+(`answer_problem`): what goes back to the agent is always a valid ACP answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from .approve import Approval, approval
+from .approve import Approval, allow_option, approval
 from .conversation import tool_part
-from .errors import ServiceError
+from .errors import INVALID_PARAMS, AcpError, InvalidParams, ServiceError
 from .events import Event, PermissionRequested, PermissionResolved, QuestionRequested, QuestionResolved
 
 if TYPE_CHECKING:
@@ -28,13 +31,14 @@ if TYPE_CHECKING:
 Kind = Literal["permission", "question"]
 PERMISSION: Kind = "permission"
 QUESTION: Kind = "question"
-ALLOW_KINDS = ("allow_once", "allow_always")
 READ_KINDS = frozenset({"read", "search"})
 #: What the agent is told when nobody answers: the request was cancelled.
 CANCELLED_PERMISSION: dict[str, Any] = {"outcome": {"outcome": "cancelled"}}
 CANCELLED_QUESTION: dict[str, Any] = {"action": "cancel"}
-#: A question declined (by Cancel, or by answering `null` values).
+#: A question declined (answered with `null` values).
 DECLINED = False
+#: The values an integer field may take: ACP's int64.
+INT64 = (-(2**63), 2**63 - 1)
 
 _ids = itertools.count(1)
 
@@ -112,8 +116,13 @@ class PendingRequests:
     async def ask_permission(self, asker: Asker, params: dict[str, Any]) -> dict[str, Any]:
         """An ACP `session/request_permission` → its answer: granted by a rule, or by the user."""
         agent = asker.agent
-        options = [o for o in params.get("options") or [] if isinstance(o, dict) and "optionId" in o]
-        raw_call = params.get("toolCall") or {}
+        raw_options = params.get("options")
+        options = [o for o in raw_options if isinstance(o, dict) and "optionId" in o] if isinstance(raw_options, list) else []
+        if not options:  # nobody could answer it: it would wait for ever
+            agent.log(f"deck: permission request with no options to choose from refused: {str(params)[:200]}")
+            raise AcpError(INVALID_PARAMS, "no options to choose from")
+        raw_call = params.get("toolCall")
+        raw_call = raw_call if isinstance(raw_call, dict) else {}
         tool_call = asker.tool(str(raw_call.get("toolCallId", ""))) or {}
         if raw_call:
             tool_call = tool_part(raw_call, tool_call or None)
@@ -182,17 +191,24 @@ class PendingRequests:
         return {"id": pending_id, "optionId": option_id}
 
     def answer_question(self, pending_id: str, values: dict[str, Any] | None) -> dict[str, Any]:
-        """Answer with `values`; None declines the question."""
-        self.get(pending_id, QUESTION).future.set_result(values if values is not None else DECLINED)
+        """Answer with `values`; None declines the question. Values that do not fit the question's
+        form are refused (InvalidParams), and the question waits for another answer."""
+        pending = self.get(pending_id, QUESTION)
+        if values is not None:
+            problem = answer_problem(pending.payload.get("schema"), values)
+            if problem is not None:
+                raise InvalidParams(f"answer to {pending_id} refused: {problem}; the question still waits for an answer")
+        pending.future.set_result(values if values is not None else DECLINED)
         return {"id": pending_id}
 
     # -- cancelling ---------------------------------------------------------------------------
 
     def cancel_agent(self, agent: str) -> None:
-        """`ChatService.Cancel`: the agent's permission requests are cancelled, its questions declined."""
+        """`ChatService.Cancel`: what the agent asked is cancelled (ACP's `cancelled` outcome, `cancel`
+        action): the user declined nothing, the turn was stopped."""
         for pending in self:
             if pending.agent == agent:
-                pending.future.set_result(None if pending.kind == PERMISSION else DECLINED)
+                pending.future.set_result(None)
 
     def cancel_from(self, asker: Asker) -> None:
         """The session that asked is closed: what it asked is cancelled."""
@@ -217,8 +233,104 @@ def _by_policy(agent: Agent, tool_call: dict[str, Any], options: list[dict[str, 
     policy = agent.config.permissions
     if policy == "ask" or (policy == "allow-reads" and tool_call.get("kind") not in READ_KINDS):
         return None
-    for kind in ALLOW_KINDS:
-        for option in options:
-            if option.get("kind") == kind:
-                return str(option["optionId"])
+    return allow_option(options)
+
+
+# -- answers to questions -------------------------------------------------------------------------
+
+
+def answer_problem(schema: Any, values: Any) -> str | None:
+    """What makes `values` no answer to a form asking `schema` (ACP's ElicitationSchema); None: it fits.
+
+    An answer is a flat object: every required field given, no field the form does not ask,
+    each value of its field's type (a string, a number, an integer, a boolean, or a list of
+    strings), within its `enum` or `oneOf` choices and its min/max bounds. A field of a type
+    deck does not know (a newer ACP's) takes any of those values. A string's `pattern` and
+    `format` are not checked: the agent's regular expression could take exponential time.
+    """
+    if not isinstance(values, dict):
+        return "values must be an object of field values, or null to decline"
+    schema = schema if isinstance(schema, dict) else {}
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    raw_required = schema.get("required")
+    required = [r for r in raw_required if isinstance(r, str)] if isinstance(raw_required, list) else []
+    for name in required:
+        if values.get(name) is None:
+            return f"field {_name(name)} is required"
+    for name, value in values.items():
+        if name not in properties and name not in required:
+            asked = ", ".join(_name(n) for n in list(properties)[:20]) or "none"
+            return f"field {_name(name)} is not one the question asks (its fields: {asked})"
+        prop = properties.get(name)
+        problem = _value_problem(prop if isinstance(prop, dict) else {}, value)
+        if problem is not None:
+            return f"field {_name(name)} {problem}"
     return None
+
+
+def _value_problem(prop: dict[str, Any], value: Any) -> str | None:
+    """What is wrong with `value` for the field `prop` describes; None: nothing."""
+    kind = prop.get("type")
+    if value is None:
+        return "is null: leave an optional field out instead"
+    if kind == "string":
+        if not isinstance(value, str):
+            return "must be a string"
+        choices = _choices(prop.get("enum"), prop.get("oneOf"))
+        if choices is not None and value not in choices:
+            return f"must be one of {_listed(choices)}"
+        return _bounds(len(value), prop, "minLength", "maxLength", "characters")
+    if kind in ("number", "integer"):
+        if isinstance(value, bool) or not isinstance(value, int if kind == "integer" else (int, float)):
+            return "must be an integer" if kind == "integer" else "must be a number"
+        if isinstance(value, float) and not math.isfinite(value):
+            return "must be a finite number"
+        if kind == "integer" and not INT64[0] <= value <= INT64[1]:
+            return "must be a 64-bit integer"
+        return _bounds(value, prop, "minimum", "maximum")
+    if kind == "boolean":
+        return None if isinstance(value, bool) else "must be true or false"
+    if kind == "array":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return "must be a list of strings"
+        items = prop.get("items")
+        items = items if isinstance(items, dict) else {}
+        choices = _choices(items.get("enum"), items.get("anyOf"))
+        if choices is not None and (wrong := next((v for v in value if v not in choices), None)) is not None:
+            return f"holds {_name(wrong)}: each item must be one of {_listed(choices)}"
+        return _bounds(len(value), prop, "minItems", "maxItems", "items")
+    if isinstance(value, (str, bool, int, float)) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        return None
+    return "must be a string, a number, a boolean or a list of strings"
+
+
+def _choices(enum: Any, titled: Any) -> dict[str, None] | None:
+    """The strings a field may be, in the form's order, from `enum` or from the `const`s of
+    `oneOf`/`anyOf` (a dict: looked up at once); None: any string."""
+    if isinstance(enum, list):
+        return dict.fromkeys(c for c in enum if isinstance(c, str))
+    if isinstance(titled, list):
+        return dict.fromkeys(o["const"] for o in titled if isinstance(o, dict) and isinstance(o.get("const"), str))
+    return None
+
+
+def _bounds(measure: float, prop: dict[str, Any], low: str, high: str, unit: str = "") -> str | None:
+    """Whether `measure` (a value, a length, a count of items) is within the field's `low`/`high` bounds."""
+    for key, word in ((low, "at least"), (high, "at most")):
+        bound = prop.get(key)
+        if isinstance(bound, (int, float)) and not isinstance(bound, bool):
+            if measure < bound if key == low else measure > bound:
+                return f"must have {word} {bound} {unit}" if unit else f"must be {word} {bound}"
+    return None
+
+
+def _name(name: Any) -> str:
+    """A field name (or a value) as shown in an error: quoted, and cut if long."""
+    text = repr(name)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _listed(choices: dict[str, None]) -> str:
+    shown = list(choices)
+    return ", ".join(_name(c) for c in shown[:20]) + (", ..." if len(shown) > 20 else "") if shown else "(no choice given)"

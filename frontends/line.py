@@ -28,7 +28,7 @@ from rich.segment import Segment, Segments
 from rich.text import Text
 
 from deck import hookimpl
-from deck.errors import ServiceError
+from deck.errors import INVALID_PARAMS, ServiceError
 from deck.events import (
     AgentAnnouncement,
     AgentStateChanged,
@@ -705,7 +705,17 @@ class LineFrontend(Frontend):
                 return
         del self._asks[question["id"]]  # answered: the next /answer is for the next question
         answering = self.client.call("ChatService.AnswerQuestion", {"id": question["id"], "values": values})
-        self._spawn(answering, question["agent"])
+        self._spawn(self._answered(question, answering), question["agent"])
+
+    async def _answered(self, question: dict[str, Any], answering: Awaitable[Any]) -> None:
+        """An answer refused (it does not fit the form) leaves the question waiting: the next
+        /answer is for it again."""
+        try:
+            await answering
+        except ServiceError as exc:
+            if exc.code == INVALID_PARAMS:
+                self._asks = {question["id"]: ("question", question), **self._asks}
+            raise
 
     def _help(self) -> None:
         for line in HELP.splitlines():
@@ -948,6 +958,8 @@ def question_values(text: str, schema: dict[str, Any]) -> dict[str, Any]:
             values[key] = raw.lower() in ("1", "true", "yes", "y", "on", "oui")
         elif kind in ("integer", "number"):
             values[key] = int(raw) if kind == "integer" else float(raw)
+        elif kind == "array":  # a list of strings: a,b,c
+            values[key] = [item.strip() for item in raw.split(",") if item.strip()]
         else:
             values[key] = raw
     return values

@@ -1,15 +1,21 @@
-"""JSON-RPC line framing and dispatch (deck.acp): LineFramer and Connection, without a process."""
+"""JSON-RPC line framing and dispatch (deck.acp): LineFramer and Connection, without a process, and
+JSON-RPC batches from a real agent."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from deck.acp import MAX_LINE_BYTES, Connection, LineFramer
 from deck.errors import AcpError, ConnectionClosed
+
+from .conftest import agent_table
+from .turns import ask
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -174,7 +180,7 @@ async def test_garbage_and_stray_responses_are_reported_and_skipped():
     peer = Peer()
     got: list[Any] = []
     peer.conn.on_notification("n", lambda params: got.append(params))
-    peer.receive(b"this is not json", b"[1, 2]", {"jsonrpc": "2.0", "id": 99, "result": {}}, {"jsonrpc": "2.0", "method": "n", "params": {"x": 1}})
+    peer.receive(b"this is not json", b"42", {"jsonrpc": "2.0", "id": 99, "result": {}}, {"jsonrpc": "2.0", "method": "n", "params": {"x": 1}})
     assert len(peer.bad) == 3
     assert "not JSON" in peer.bad[0]
     assert got == [{"x": 1}]
@@ -217,3 +223,65 @@ async def test_close_fails_pending_requests():
         await pending
     with pytest.raises(ConnectionClosed):
         peer.conn.notify("session/cancel", {})
+
+
+# -- batches ------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_batch_is_handled_as_its_messages_one_by_one():
+    peer = Peer()
+    got: list[Any] = []
+    peer.conn.on_notification("n", lambda params: got.append(params["i"]))
+
+    async def handler(params: dict[str, Any]) -> dict[str, Any]:
+        return {"echo": params["i"]}
+
+    peer.conn.on_request("r", handler)
+    ours = asyncio.ensure_future(peer.conn.request("ours", {}))
+    await asyncio.sleep(0)
+    our_id = peer.sent.pop()["id"]
+    peer.receive([
+        {"jsonrpc": "2.0", "method": "n", "params": {"i": 1}},
+        {"jsonrpc": "2.0", "id": "a", "method": "r", "params": {"i": 2}},
+        {"jsonrpc": "2.0", "id": our_id, "result": {"answered": True}},
+        {"jsonrpc": "2.0", "method": "n", "params": {"i": 3}},
+        {"jsonrpc": "2.0", "id": "b", "method": "r", "params": {"i": 4}},
+    ])  # fmt: skip
+    assert got == [1, 3]  # in order, at once
+    assert await ours == {"answered": True}
+    await asyncio.sleep(0.01)
+    assert sorted(peer.sent, key=lambda m: m["id"]) == [
+        {"jsonrpc": "2.0", "id": "a", "result": {"echo": 2}}, {"jsonrpc": "2.0", "id": "b", "result": {"echo": 4}}]  # fmt: skip
+    assert peer.bad == []
+
+
+@pytest.mark.anyio
+async def test_an_empty_batch_and_values_that_are_no_object_are_logged_and_skipped():
+    peer = Peer()
+    got: list[Any] = []
+    peer.conn.on_notification("n", lambda params: got.append(params))
+    peer.receive([], [1, "two", None, {"jsonrpc": "2.0", "method": "n", "params": {"x": 1}}, [3]], [{"jsonrpc": "2.0", "id": 99, "result": {}}])
+    assert got == [{"x": 1}]
+    assert len(peer.bad) == 3
+    assert "empty JSON-RPC batch" in peer.bad[0]
+    assert "4 value(s) in a JSON-RPC batch that are no object" in peer.bad[1] and "'two'" in peer.bad[1]
+    assert "response to no pending request" in peer.bad[2]
+
+
+ASKING = Path(__file__).parent / "agents" / "asking_agent.py"
+
+
+@pytest.mark.anyio
+async def test_an_agent_s_batches_are_served(make_deck, tmp_path):
+    (tmp_path / "given.txt").write_text("given")
+    deck, rec = make_deck(agent_table("a", [sys.executable, str(ASKING)], cwd=str(tmp_path)))
+    async with asyncio.timeout(20):
+        reply = await ask(deck, rec, "batch")
+    text, _, answers = reply.text.partition("; ")
+    assert text == "from a batch" and reply.stop_reason == "end_turn"  # the prompt's answer came in a batch
+    assert json.loads(answers) == [{"result": {}}, {"result": {"content": "given"}}]
+    assert (tmp_path / "batched.txt").read_text() == "both"
+    logs = deck.agents["a"].logs
+    assert [line for line in logs if "empty JSON-RPC batch" in line]
+    assert [line for line in logs if "3 value(s) in a JSON-RPC batch that are no object" in line]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from pathlib import Path
 import time
 
 import pytest
@@ -56,6 +57,29 @@ async def test_other_protocol_version_is_refused(make_deck):
     with pytest.raises(ServiceError, match="protocol version 2"):
         await deck.agent_service.start("a")
     assert deck.agents["a"].state.value == "error"
+
+
+async def test_updates_for_a_closed_session_or_one_never_opened_are_dropped_with_a_log_line(make_deck):
+    asking = [sys.executable, str(Path(__file__).parent / "agents" / "asking_agent.py")]
+    deck, rec = make_deck(agent_block("a", command=asking))
+    await deck.agent_service.start("a")
+    agent = deck.agents["a"]
+    seen: list[dict] = []
+
+    class Sink:
+        def on_update(self, update: dict) -> None:
+            seen.append(update)
+
+    closed = await agent.open_session(Sink(), "test")
+    closed.close()
+    deck.chat.send("a", f"stray {closed.id} {closed.id} never never")
+    await rec.wait(lambda r: any(not p["busy"] for p in r.named("turn:changed", "a")))
+    assert seen == []
+    assert [line for line in agent.logs if "closed session" in line] == [
+        f"deck: updates for closed session {closed.id!r} dropped"
+    ]  # once, however many come
+    await deck.agent_service.stop("a")
+    assert "deck: 2 update(s) for sessions never opened dropped: the agent stopped" in agent.logs
 
 
 async def test_an_initialize_answer_without_a_protocol_version_is_refused_saying_so(make_deck):

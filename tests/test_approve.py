@@ -1,10 +1,18 @@
-"""`--approve PATTERN`: which tool calls a pattern names, and which option approves them."""
+"""`--approve PATTERN`: which tool calls a pattern names, and which option approves them; the same
+option for the agent's `permissions` policy, with a real agent."""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
 
 import pytest
 
 from deck.approve import Approval, approval
+
+from .conftest import agent_table
+from .turns import wait_reply
 
 ONCE = {"optionId": "once", "name": "Allow", "kind": "allow_once"}
 ALWAYS = {"optionId": "always", "name": "Always", "kind": "allow_always"}
@@ -62,3 +70,24 @@ def test_the_help_lists_the_kinds_a_pattern_may_name():
     from deck.cli import ApproveOption
 
     assert f"KIND ({', '.join(KINDS)})" in " ".join(ApproveOption.help.split())
+
+
+ASKING = Path(__file__).parent / "agents" / "asking_agent.py"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("options", "chosen"),
+    [([REJECT, ALWAYS, ONCE], "once"), ([ALWAYS, REJECT], "always"), ([REJECT], None)],
+)
+async def test_the_allow_policy_picks_allow_once_before_allow_always_whatever_their_order(make_deck, options, chosen):
+    deck, rec = make_deck(agent_table("a", [sys.executable, str(ASKING)], permissions="allow"))
+    user = deck.chat.turns.send("a", "perm " + json.dumps(options))
+    if chosen is None:  # nothing approves: the user is asked
+        asked = await rec.wait_event("permission:requested", agent="a")
+        deck.chat.answer_permission(asked["id"], "no")
+        chosen = "no"
+    reply = await wait_reply(deck, rec, user)
+    assert json.loads(reply.text) == {"result": {"outcome": {"outcome": "selected", "optionId": chosen}}}
+    granted = [line for line in deck.agents["a"].logs if "granted by the config" in line]
+    assert len(granted) == (chosen != "no")

@@ -7,6 +7,7 @@ import contextlib
 import errno
 import json
 import os
+import stat
 import sys
 import tempfile
 import tracemalloc
@@ -17,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deck import fs
+from deck import files, fs
 from deck.plugins.announcements.bridge import MAX_SOCKET_PATH
 
 from .conftest import agent_table
@@ -195,19 +196,81 @@ async def test_errors_inside_the_cwd(make_deck, layout, resolver):
     (work / "up-and-back.txt").symlink_to("../work/sub/f.txt")  # leaves the cwd, even if it comes back
     deck, rec = make_deck(hostile(cwd=str(work)))
     answers = await attack(deck, rec, [
-        read(work / "missing.txt"), read(work / "nodir" / "x.txt"), write(work / "nodir" / "x.txt", "x"),
+        read(work / "missing.txt"), read(work / "nodir" / "x.txt"),
         read(work / "sub"), write(work / "sub", "x"), read(work), read(work / "loop"), read(work / "up-and-back.txt"),
         read(work / "sub" / "f.txt" / "x"), write(work / "sub" / "bad.txt", "\ud800"),
+        write(work / "sub" / "f.txt" / "x" / "y.txt", "x"),
     ])  # fmt: skip
     codes = [a["error"]["code"] for a in answers]
     messages = [a["error"]["message"] for a in answers]
-    assert codes[:3] == [fs.RESOURCE_NOT_FOUND] * 3  # ACP's resource-not-found
-    assert ["is a directory" in m for m in messages[3:6]] == [True] * 3
-    assert "symbolic links" in messages[6]
-    assert "outside the agent's working directory" in messages[7]
-    assert "not a directory" in messages[8].lower()
-    assert codes[9] == -32602 and "UTF-8" in messages[9]
-    assert sorted(p.name for p in (work / "sub").iterdir()) == ["f.txt"]
+    assert codes[:2] == [fs.RESOURCE_NOT_FOUND] * 2  # ACP's resource-not-found
+    assert ["is a directory" in m for m in messages[2:5]] == [True] * 3
+    assert "symbolic links" in messages[5]
+    assert "outside the agent's working directory" in messages[6]
+    assert codes[7] == codes[9] == -32602 and "not a directory" in messages[7] and "not a directory" in messages[9]
+    assert codes[8] == -32602 and "UTF-8" in messages[8]
+    assert sorted(p.name for p in (work / "sub").iterdir()) == ["f.txt"] and not (work / "nodir").exists()
+
+
+# -- folders made for a new file ------------------------------------------------------------------
+
+
+async def test_a_write_makes_the_folders_it_lacks_inside_the_cwd_only(make_deck, layout, resolver):
+    work, outside = layout
+    (work / "out").symlink_to(outside)  # a way out
+    (work / "alias").symlink_to("sub")  # a way in
+    before = tree(outside)
+    deck, rec = make_deck(hostile(cwd=str(work)))
+    answers = await attack(deck, rec, [
+        write(work / "src" / "newpkg" / "x.py", "x = 1"), write(work / "a" / ".." / "b" / "y.txt", "y"),
+        write(work / "alias" / "deep" / "z.txt", "z"),
+        write(work / "out" / "new" / "evil.txt", "x"), write(work / ".." / "outside" / "new" / "evil.txt", "x"),
+        write(work / "c" / ".." / ".." / "outside" / "new" / "evil.txt", "x"),
+        write(work / "sub" / "f.txt" / "new" / "x.txt", "x"),
+    ])  # fmt: skip
+    assert answers[:3] == [{"result": {}}] * 3
+    assert (work / "src" / "newpkg" / "x.py").read_text() == "x = 1" and (work / "b" / "y.txt").read_text() == "y"
+    assert (work / "sub" / "deep" / "z.txt").read_text() == "z"
+    mode = 0o777 & ~files.UMASK  # as mkdir -p makes them
+    assert {stat.S_IMODE((work / d).stat().st_mode) for d in ("src", "src/newpkg", "a", "b", "sub/deep")} == {mode}
+    assert [refused_as_outside(a) for a in answers[3:6]] == [True] * 3
+    assert answers[6]["error"]["code"] == -32602 and "not a directory" in answers[6]["error"]["message"]
+    assert tree(outside) == before
+    logged = [line for line in deck.agents["a"].logs if "refused" in line]
+    assert len(logged) == 4
+
+
+def test_a_write_makes_no_folder_in_deck_s_folders_nor_past_the_limit(tmp_path, monkeypatch, resolver):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / "state").mkdir()
+    with pytest.raises(fs.AcpError, match="take the place of deck's own"):  # deck's state folder, not made yet
+        fs.write_text_file(str(tmp_path), {"path": str(tmp_path / "state" / "deck" / "x.txt"), "content": "x"})
+    assert list((tmp_path / "state").iterdir()) == []
+    (tmp_path / "state" / "deck").mkdir()
+    with pytest.raises(fs.AcpError, match="deck's own state"):
+        fs.write_text_file(str(tmp_path), {"path": str(tmp_path / "state" / "deck" / "new" / "x.txt"), "content": "x"})
+    assert list((tmp_path / "state" / "deck").iterdir()) == []
+    deep = "/".join(["d"] * (fs.MAX_NEW_FOLDERS + 1))
+    with pytest.raises(fs.AcpError, match=f"more than {fs.MAX_NEW_FOLDERS} folders"):
+        fs.write_text_file(str(tmp_path), {"path": f"{tmp_path}/{deep}/x.txt", "content": "x"})
+    deep = "/".join(["e"] * fs.MAX_NEW_FOLDERS)
+    assert fs.write_text_file(str(tmp_path), {"path": f"{tmp_path}/{deep}/x.txt", "content": "x"}) == {}
+    assert (tmp_path / deep / "x.txt").read_text() == "x"
+
+
+@linux_only
+async def test_a_folder_swapped_for_a_symlink_while_folders_are_made_never_lets_them_out(make_deck, layout, resolver):
+    work, outside = layout
+    (work / "link").symlink_to(outside)  # swapped with work/sub: a folder made in "sub" would be made outside
+    before = tree(outside)
+    deck, rec = make_deck(hostile(cwd=str(work)))
+    requests = [write(work / "sub" / f"n{i}" / "deeper" / "x.txt", f"{i}") for i in range(200)]
+    answers = await attack(deck, rec, requests, [(work / "sub", work / "link")])
+    assert [a for a in answers if a.get("result") != {} and not refused_as_outside(a)] == []
+    assert any("error" in a for a in answers) and any("result" in a for a in answers)  # the race did happen both ways
+    assert tree(outside) == before  # not a folder made there
+    made = [i for i, a in enumerate(answers) if "result" in a]
+    assert all((work / "sub" / f"n{i}" / "deeper" / "x.txt").read_text() == f"{i}" for i in made)
 
 
 # -- memory ---------------------------------------------------------------------------------------

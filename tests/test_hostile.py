@@ -387,13 +387,22 @@ def test_the_acp_decoder_never_raises_and_accounts_for_every_line(texts, data):
 
 
 def _accounted(line: bytes) -> int:
-    """1 when a Connection must do something visible with `line`; 0 for a blank line or a notification nobody handles."""
+    """How many visible things a Connection must do with `line`: one for a message or a line it
+    skips, one for each message of a batch (and one for its values that are no object, or for an
+    empty batch); 0 for a blank line or a notification nobody handles."""
     if not line.decode(errors="replace").strip():
         return 0
     try:
         value = decode_line(line.decode())
     except ValueError:
         return 1
+    if isinstance(value, list):
+        objects = [v for v in value if isinstance(v, dict)]
+        return sum(map(_one, objects)) + (len(objects) < len(value) or not value)
+    return _one(value)
+
+
+def _one(value: Any) -> int:
     return 0 if isinstance(value, dict) and value.get("method") not in (None, "n") and "id" not in value else 1
 
 
@@ -447,6 +456,8 @@ def test_the_jsonl_parser_answers_every_request_exactly_once_in_strict_json(text
     well_formed = isinstance(request, dict) and request.get("jsonrpc") == "2.0" and isinstance(request.get("method"), str)
     if well_formed and valid_id:
         assert len(out) == 1 and out[0]["id"] == request_id and ("result" in out[0]) != ("error" in out[0])
+    elif well_formed and "id" in request and request_id is None and request["method"] == "Echo.Params":
+        assert len(out) == 1 and out[0]["id"] is None and "result" in out[0]  # a null id is answered, with null
     elif well_formed and request_id is None and request["method"] == "Echo.Params":
         assert out == []  # a notification that worked: no reply
     else:

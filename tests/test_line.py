@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import io
 import os
 import re
@@ -388,6 +389,20 @@ def test_questions_are_answered_or_declined(line_deck):
     deck.expect(r'\[a\] \{"action": "decline"\}')
     deck.send("/answer name=x")  # nothing pending any more
     deck.expect(r"\[deck\] no question is waiting for an answer")
+    assert deck.close() == 0
+
+
+def test_an_answer_the_form_refuses_leaves_the_question_for_the_next_answer(line_deck):
+    asking = [sys.executable, str(Path(__file__).parent / "agents" / "asking_agent.py")]
+    deck = line_deck(agent_block("a", command=asking))
+    schema = {"type": "object", "required": ["age"],
+              "properties": {"age": {"type": "integer"}, "tags": {"type": "array", "items": {"type": "string"}}}}  # fmt: skip
+    deck.send("ask " + json.dumps(schema))
+    deck.expect(r"\[a\] question: .*")
+    deck.send('/answer {"age": "x"}')
+    deck.expect(r"\[a\] .*field 'age' must be an integer; the question still waits for an answer")
+    deck.send("/answer age=3 tags=red,green")
+    deck.expect(r'\[a\] .*"action": "accept", "content": \{"age": 3, "tags": \["red", "green"\]\}.*')
     assert deck.close() == 0
 
 

@@ -7,6 +7,7 @@ core's own event classes, so a change of wire format breaks these tests too.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import urwid
@@ -310,6 +311,21 @@ async def test_permission_dialog_from_real_requests_of_two_agents(make_deck):
 def type_keys(widget, size, text: str) -> None:
     for ch in text:
         widget.keypress(size, ch)
+
+
+def test_a_list_field_is_answered_as_a_list_of_its_comma_separated_values():
+    question = {"id": "q", "agent": "a", "message": "Pick", "schema": {"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["red", "green", "blue"]}}}}}
+    answers: list[Any] = []
+    dialog = QuestionDialog(Strings("en"), [question], 0, {}, lambda *a: answers.append(a), print, print)
+    size = (80, 24)
+    assert "values separated by commas" in canvas_text(dialog, *size)
+    type_keys(dialog, size, "red, blue")
+    dialog.keypress(size, "enter")
+    assert answers == [("q", {"tags": ["red", "blue"]})]
+    type_keys(dialog, size, ", pink")
+    dialog.keypress(size, "enter")
+    assert len(answers) == 1 and "red, green, blue" in canvas_text(dialog, *size)  # not a choice: not sent
 
 
 async def test_question_dialog_from_a_real_question(make_deck):

@@ -184,7 +184,7 @@ class QuestionDialog(AskDialog):
         if isinstance(prop.get("enum"), list) and prop["enum"]:
             return self.strings("question_choices", choices=", ".join(str(c) for c in prop["enum"]))
         kind = str(prop.get("type") or "string")
-        return self.strings(f"question_type_{kind}") if kind in ("number", "integer", "boolean") else ""
+        return self.strings(f"question_type_{kind}") if kind in ("number", "integer", "boolean", "array") else ""
 
     def _default(self, prop: dict[str, Any]) -> str:
         default = prop.get("default")
@@ -227,6 +227,13 @@ class QuestionDialog(AskDialog):
                 value = int(text)
             except ValueError:
                 raise ValueError(s("question_bad_integer", field=label)) from None
+        elif kind == "array":  # a list of strings, typed a, b, c
+            value = [item.strip() for item in text.split(",") if item.strip()]
+            items = prop.get("items")
+            choices = items.get("enum") if isinstance(items, dict) else None
+            if isinstance(choices, list) and choices and any(item not in choices for item in value):
+                raise ValueError(s("question_choices_error", field=label, choices=", ".join(str(c) for c in choices)))
+            return value
         elif kind == "number":
             try:
                 value = int(text)
