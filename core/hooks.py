@@ -46,7 +46,7 @@ Report = Callable[[str, str, BaseException], None]
 
 
 def log_failure(plugin: str, hook: str, exc: BaseException) -> None:
-    log.error("plugin %s failed in %s: %r", plugin, hook, exc)
+    log.error("plugin %s failed in %s: %r", plugin, hook, exc, exc_info=exc)  # its traceback: for the log file
 
 
 class PluginHooks:

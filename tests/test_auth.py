@@ -81,7 +81,8 @@ async def test_session_new_refused_fails_the_start_with_every_method_explained(m
     assert lines[4].startswith("- 'login' (Log in): run `LOGIN_MODE=1 ") and "fake_agent.py --require-auth" in lines[4]
     assert "--login` once in a terminal, then restart a" in lines[4]
     assert (await deck.agent_service.list_agents())[0]["error"] == error
-    assert not descendants_of_self()
+    await agent.stop()  # its process, stopped in the background since the failure, is waited for
+    assert not descendants_of_self() and rec.states("a") == ["starting", "error"]
 
 
 async def test_env_var_already_set_only_needs_the_method(make_deck):
@@ -172,6 +173,7 @@ async def test_authenticate_with_an_unknown_method_is_a_clear_error(make_deck):
     with pytest.raises(ServiceError, match="empty methodId"):
         await deck.agent_service.authenticate("a", " ")
     assert trace.sent == ["initialize"] and rec.states("a") == ["starting", "error"]
+    await deck.agents["a"].stop()  # its process, stopped in the background since the failure, is waited for
     assert not descendants_of_self()
 
 

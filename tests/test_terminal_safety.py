@@ -178,22 +178,52 @@ def log_file() -> Path:
     return Path(os.environ["XDG_STATE_HOME"]) / "deck" / "deck.log"
 
 
-def test_handler_failures_are_one_line_each_on_stderr_and_tracebacks_in_the_log_file(run_deck):
-    deck: DeckProcess = run_deck(escapes_block())
-    deck.call("ChatService.Send", {"agent": "h", "text": "malformed 3"})
-    deck.event("message:delta", agent="h", text="done")
+@pytest.fixture
+def failing_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A third-party plugin, installed on the path of the decks the test starts, that fails on every
+    event about a message holding "fail me" (as a plugin with a bug would): its name."""
+    site = tmp_path / "site"
+    info = site / "deckfail-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: deckfail\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[deck]\ndeckfail = deckfail_plugin\n")
+    (site / "deckfail_plugin.py").write_text(
+        "import json\nfrom deck import hookimpl\n\n"
+        "@hookimpl\ndef deck_event(deck, event):\n"
+        "    if event.name == 'message:updated' and 'fail me' in json.dumps(event.payload()):\n"
+        "        raise RuntimeError('the plugin broke')\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    return "deckfail"
+
+
+def test_problems_are_one_line_each_on_stderr_and_tracebacks_in_the_log_file(run_deck, failing_plugin):
+    deck: DeckProcess = run_deck(escapes_block(), env=dict(os.environ))
+    for n in range(3):
+        deck.call("ChatService.Send", {"agent": "h", "text": f"fail me {n}"})
+    deck.event("turn:changed", agent="h", busy=False, queued=0)
     deck.close_stdin()
     assert deck.wait(15) == 0
     stderr = deck.stderr.decode()
     lines = stderr.splitlines()
     assert "Traceback" not in stderr and lines, stderr
     assert all(line.startswith("deck: ") and "(details in " in line for line in lines), lines
-    assert len(lines) == len(set(lines)) == 1  # three failures, one problem: one line
-    assert all("handler for session/request_permission failed: TypeError" in line for line in lines)
+    assert len(lines) == len(set(lines)) == 1  # many failures, one problem: one line
+    assert "plugin deckfail failed in deck_event: RuntimeError('the plugin broke')" in lines[0]
     logged = log_file().read_text()
-    assert logged.count("handler for session/request_permission failed") == 3  # the options that are a number
-    assert logged.count("Traceback (most recent call last)") == 3
-    assert logged.count("unknown session") == 0  # a session id that is a list is refused as such, not a failure
+    assert logged.count("plugin deckfail failed in deck_event") == logged.count("Traceback (most recent call last)") >= 3
+
+
+def test_malformed_requests_are_refused_with_nothing_on_stderr(run_deck):
+    deck: DeckProcess = run_deck(escapes_block())
+    deck.call("ChatService.Send", {"agent": "h", "text": "malformed 3"})
+    deck.event("message:delta", agent="h", text="done")
+    logs = deck.call("AgentService.Logs", {"name": "h"})
+    assert any("permission request with no options to choose from refused" in line for line in logs), logs
+    deck.close_stdin()
+    assert deck.wait(15) == 0
+    assert deck.stderr == b""  # refused as ACP errors to the agent: no failure of deck's
+    assert not log_file().exists() or "Traceback" not in log_file().read_text()
 
 
 def test_terminal_log_lines_are_printable_and_bounded(capsys):
@@ -218,7 +248,7 @@ def test_terminal_log_lines_are_printable_and_bounded(capsys):
 
 
 @pytest.mark.skipif(not shutil.which("tmux"), reason="needs tmux")
-def test_console_shows_problems_in_its_status_bar_not_over_the_screen(tmp_path):
+def test_console_shows_problems_in_its_status_bar_not_over_the_screen(tmp_path, failing_plugin):
     from .test_urwid_e2e import Console
 
     config = tmp_path / "deck.toml"
@@ -230,10 +260,10 @@ def test_console_shows_problems_in_its_status_bar_not_over_the_screen(tmp_path):
         console.keys("Enter")
         screen = console.wait("last line")
         assert "some bold text osc␛]52;c;aGk=␇ clear␛[2J" in screen and "cr␍over bs␈" in screen
-        console.type("malformed 2")
+        console.type("fail me")
         console.keys("Enter")
-        screen = console.wait("handler for session/request_permission failed")
-        assert "Traceback" not in screen and "deck: handler for" in screen
+        screen = console.wait("plugin deckfail failed in deck_event")
+        assert "Traceback" not in screen and "deck: plugin deckfail" in screen
         assert "Traceback" in (tmp_path / "state" / "deck" / "deck.log").read_text()
     finally:
         console.close()
