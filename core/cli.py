@@ -241,7 +241,8 @@ def run(
     deck.trace_path = trace
     deck.chat.approvals = approvals
     available = frontends(deck)
-    name = frontend or deck.config.frontend or ("urwid" if sys.stdin.isatty() and sys.stdout.isatty() else "line")
+    name = next((n for n in (frontend, deck.config.frontend) if n is not None), None)
+    name = name if name is not None else ("urwid" if sys.stdin.isatty() and sys.stdout.isatty() else "line")
     if name not in available and frontend is None and deck.config.frontend is None:
         name = next((n for n in ("line", "jsonl") if n in available), name)  # the default one is switched off
     if name not in available:

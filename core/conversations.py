@@ -94,16 +94,17 @@ class MatchedReplay:
 
 def unheld(held: list[Message], replayed: list[Message]) -> list[Message]:
     """The replayed messages that come after everything `held` has: those after the replay's last
-    user message with the text of the last one held (an agent may put words of its own before
-    it), past that message's answer when it is held too. Nothing when the replay has no such
-    message: without a place to start from, adding would risk a turn twice."""
-    said = [m for m in held if m.role in ("user", "agent")]
+    user message ending with the words of the last one held that the agent got (an agent may put
+    words of its own before them; one never sent, or abandoned, it never saw), past that
+    message's answer when it is held too. Nothing when the replay has no such message: without a
+    place to start from, adding would risk a turn twice."""
+    said = [m for m in held if m.role == "agent" or (m.role == "user" and not m.queued and not m.error)]
     last = next((m for m in reversed(said) if m.role == "user" and _words(m)), None)
     if last is None:
         return []
     words = _words(last)
     at = next((i for i in range(len(replayed) - 1, -1, -1)
-               if replayed[i].role == "user" and _words(replayed[i]).endswith(words)), None)  # fmt: skip
+               if replayed[i].role == "user" and _words(replayed[i])[-len(words) :] == words), None)  # fmt: skip
     if at is None:
         return []
     rest = [m for m in replayed[at + 1 :] if m.role in ("user", "agent")]
@@ -113,8 +114,8 @@ def unheld(held: list[Message], replayed: list[Message]) -> list[Message]:
     return rest
 
 
-def _words(message: Message) -> str:
-    return " ".join(message.text.split())
+def _words(message: Message) -> list[str]:
+    return message.text.split()
 
 
 def _nowhere(_event: Any) -> None:

@@ -117,7 +117,10 @@ class PendingRequests:
         """An ACP `session/request_permission` → its answer: granted by a rule, or by the user."""
         agent = asker.agent
         raw_options = params.get("options")
-        options = [o for o in raw_options if isinstance(o, dict) and "optionId" in o] if isinstance(raw_options, list) else []
+        options = (
+            [o for o in raw_options if isinstance(o, dict) and isinstance(o.get("optionId"), str)]
+            if isinstance(raw_options, list) else []
+        )  # fmt: skip  (ACP's optionId is a string: no other could be chosen)
         if not options:  # nobody could answer it: it would wait for ever
             agent.log(f"deck: permission request with no options to choose from refused: {str(params)[:200]}")
             raise AcpError(INVALID_PARAMS, "no options to choose from")
@@ -198,7 +201,7 @@ class PendingRequests:
             problem = answer_problem(pending.payload.get("schema"), values)
             if problem is not None:
                 raise InvalidParams(f"answer to {pending_id} refused: {problem}; the question still waits for an answer")
-        pending.future.set_result(values if values is not None else DECLINED)
+        pending.future.set_result(_as_typed(pending.payload.get("schema"), values) if values is not None else DECLINED)
         return {"id": pending_id}
 
     # -- cancelling ---------------------------------------------------------------------------
@@ -269,6 +272,18 @@ def answer_problem(schema: Any, values: Any) -> str | None:
     return None
 
 
+def _as_typed(schema: Any, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` (they fit the form) with an integer field's whole float (3.0) as the integer it is."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return values
+    def integer(name: str) -> bool:
+        prop = properties.get(name)
+        return isinstance(prop, dict) and prop.get("type") == "integer"
+
+    return {name: int(value) if isinstance(value, float) and integer(name) else value for name, value in values.items()}
+
+
 def _value_problem(prop: dict[str, Any], value: Any) -> str | None:
     """What is wrong with `value` for the field `prop` describes; None: nothing."""
     kind = prop.get("type")
@@ -282,10 +297,12 @@ def _value_problem(prop: dict[str, Any], value: Any) -> str | None:
             return f"must be one of {_listed(choices)}"
         return _bounds(len(value), prop, "minLength", "maxLength", "characters")
     if kind in ("number", "integer"):
-        if isinstance(value, bool) or not isinstance(value, int if kind == "integer" else (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return "must be an integer" if kind == "integer" else "must be a number"
         if isinstance(value, float) and not math.isfinite(value):
             return "must be a finite number"
+        if kind == "integer" and isinstance(value, float) and not value.is_integer():  # 3.0 is one: JSON Schema's rule
+            return "must be an integer"
         if kind == "integer" and not INT64[0] <= value <= INT64[1]:
             return "must be a 64-bit integer"
         return _bounds(value, prop, "minimum", "maximum")

@@ -172,6 +172,8 @@ def test_an_unknown_frontend_in_the_config_is_refused_and_validate_warns_of_it(t
     assert deck("run", "--config", str(config), "-f", "jsonl").returncode == 0
     write_config(config, 'frontend = "line"\n' + agent_block("a"))
     assert "warning" not in deck("config", "validate", str(config)).stdout
+    write_config(config, 'frontend = ""\n' + agent_block("a"))  # empty is no frontend either
+    assert deck("run", "--config", str(config)).returncode == 2 and "warning" in deck("config", "validate", str(config)).stdout
 
 
 def test_no_command_prints_help():

@@ -100,6 +100,15 @@ async def test_an_answer_that_does_not_fit_the_form_is_refused_and_the_question_
     assert json.loads((await wait_reply(deck, rec, user)).text) == {"action": "accept", "content": good}
 
 
+async def test_a_whole_float_for_an_integer_field_is_taken_and_sent_as_the_integer(make_deck):
+    deck, rec = make_deck(asking())
+    user, asked = await question(deck, rec)
+    deck.chat.answer_question(asked["id"], {"name": "Ann", "age": 7.0, "ratio": 2.5})
+    reply = json.loads((await wait_reply(deck, rec, user)).text)
+    assert reply == {"action": "accept", "content": {"name": "Ann", "age": 7, "ratio": 2.5}}
+    assert type(reply["content"]["age"]) is int
+
+
 async def test_a_refused_answer_over_the_wire_is_invalid_params_naming_the_field(make_deck):
     deck, rec = make_deck(asking())
     user, asked = await question(deck, rec)
@@ -121,7 +130,10 @@ async def test_a_form_without_fields_takes_an_empty_answer_only(make_deck):
 # -- permission requests nobody could answer -------------------------------------------------------
 
 
-@pytest.mark.parametrize("options", ["[]", "-", '[{"name": "no id"}]', '"allow"'])
+@pytest.mark.parametrize("options", [
+    "[]", "-", '[{"name": "no id"}]', '"allow"', '[{"optionId": ["a"], "kind": "allow_once"}]',
+    '[{"optionId": null}, {"optionId": 1}]',
+])  # fmt: skip
 async def test_a_permission_request_without_options_is_refused_at_once(make_deck, options):
     deck, rec = make_deck(asking())
     reply = await ask(deck, rec, f"perm {options}")

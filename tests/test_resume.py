@@ -164,6 +164,13 @@ def test_what_a_replay_holds_beyond_the_conversation_is_found_from_its_last_user
     unanswered = conv(("user", "one"), ("agent", "1"), ("user", "two"))
     assert [m.text for m in unheld(unanswered, more)] == ["2", "three", "3"]  # the answer deck missed too
     assert unheld(conv(), more) == []
+    book = conv(("user", "one"), ("agent", "1"), ("user", "two"), ("agent", "2"), ("user", "the two"), ("agent", "x"))
+    assert [m.text for m in unheld(held, book)] == []  # ends with the words "two": the last such is the match
+    ok = conv(("user", "ok"), ("agent", "A"), ("user", "book"), ("agent", "B"))
+    assert [m.text for m in unheld(conv(("user", "ok"), ("agent", "A")), ok)] == ["book", "B"]  # words, not letters
+    never_sent = conv(("user", "one"), ("agent", "1"), ("user", "two"), ("agent", "2"), ("user", "one"))
+    never_sent[-1].error = "cancelled"  # abandoned in the queue: the agent never saw it
+    assert unheld(never_sent, more[:4]) == []
 
 
 @pytest.mark.anyio
