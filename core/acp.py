@@ -14,7 +14,7 @@ import math
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from .errors import INTERNAL_ERROR, METHOD_NOT_FOUND, REQUEST_CANCELLED, AcpError, ConnectionClosed
+from .errors import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, REQUEST_CANCELLED, AcpError, ConnectionClosed
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,10 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 #: with a value afterwards (encoding it again for a frontend, the trace, a log line)
 #: far below Python's recursion limit.
 MAX_DEPTH = 200
+#: The most messages deck serves of one JSON-RPC batch (a line holding an array of them). A batch
+#: is handled at once, as one line is: a longer one would hold the event loop (and every other
+#: agent) for seconds. It is refused whole, with one error answer of no id.
+MAX_BATCH = 1000
 _DEEP_LINE = 2 * MAX_DEPTH  # no line this short nests deeper: each level takes two characters at least, "[…]"
 
 
@@ -303,6 +307,11 @@ class Connection:
         said in one log line."""
         if not batch:
             self._on_bad_line("empty JSON-RPC batch, skipped")
+            return
+        if len(batch) > MAX_BATCH:
+            why = f"a JSON-RPC batch of {len(batch)} messages refused: deck serves {MAX_BATCH} at most in one"
+            self._on_bad_line(why)
+            self._reply_error(None, INVALID_REQUEST, why)
             return
         skipped = [item for item in batch if not isinstance(item, dict)]
         if skipped:

@@ -257,6 +257,22 @@ async def test_a_batch_is_handled_as_its_messages_one_by_one():
 
 
 @pytest.mark.anyio
+async def test_a_batch_longer_than_the_limit_is_refused_whole_with_one_answer():
+    from deck.acp import MAX_BATCH
+
+    peer = Peer()
+    got: list[Any] = []
+    peer.conn.on_notification("n", lambda params: got.append(params["i"]))
+    peer.receive([{"jsonrpc": "2.0", "method": "n", "params": {"i": i}} for i in range(MAX_BATCH)])
+    assert len(got) == MAX_BATCH and peer.bad == [] and peer.sent == []  # as long as the limit: served
+    got.clear()
+    peer.receive([{"jsonrpc": "2.0", "method": "n", "params": {"i": i}} for i in range(MAX_BATCH + 1)])
+    assert got == []
+    assert peer.bad == [f"a JSON-RPC batch of {MAX_BATCH + 1} messages refused: deck serves {MAX_BATCH} at most in one"]
+    assert peer.sent == [{"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": peer.bad[0]}}]
+
+
+@pytest.mark.anyio
 async def test_an_empty_batch_and_values_that_are_no_object_are_logged_and_skipped():
     peer = Peer()
     got: list[Any] = []
