@@ -188,6 +188,8 @@ def _answers(path: str, verb: str) -> Iterator[None]:
     except OSError as exc:
         if exc.errno == errno.ENXIO:  # a socket, a device without its driver
             raise AcpError(INVALID_PARAMS, f"not a regular file: {path}") from exc
+        if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP):  # the path the agent gave: its problem, not deck's
+            raise AcpError(INVALID_PARAMS, f"cannot {verb} {path}: {exc.strerror}") from exc
         raise AcpError(INTERNAL_ERROR, f"cannot {verb} {path}: {exc.strerror}") from exc
 
 
@@ -195,6 +197,8 @@ def _path(params: dict[str, Any]) -> str:
     path = params.get("path")
     if not isinstance(path, str) or not path:
         raise AcpError(INVALID_PARAMS, "path must be a non-empty string")
+    if "\0" in path:
+        raise AcpError(INVALID_PARAMS, "path must not hold a NUL character")
     if not os.path.isabs(path):
         raise AcpError(INVALID_PARAMS, f"path must be absolute: {path}")
     return path
@@ -295,6 +299,7 @@ def _walk(root: _Root, parts: list[str], make: bool = False) -> int:
     todo = list(reversed(parts))  # the next component last
     held: list[int] = []  # the directories below the root, deepest last
     links = made = 0
+    new: list[tuple[int, str]] = []  # the folders made: (a descriptor of the folder above, the name)
     try:
         while todo:
             name = todo.pop()
@@ -313,7 +318,8 @@ def _walk(root: _Root, parts: list[str], make: bool = False) -> int:
                 made += 1
                 if made > MAX_NEW_FOLDERS:
                     raise AcpError(INVALID_PARAMS, f"more than {MAX_NEW_FOLDERS} folders to make for one file") from None
-                _make_folder(root, here, name)
+                if _make_folder(root, here, name):
+                    new.append((os.dup(here), name))
                 todo.append(name)  # opened on the next turn, whatever is there by then
                 continue
             except OSError as exc:
@@ -340,19 +346,30 @@ def _walk(root: _Root, parts: list[str], make: bool = False) -> int:
             else:
                 todo.extend(reversed(_components(target)))
         return held.pop() if held else os.dup(root.fd)
+    except BaseException:
+        for above, name in reversed(new):  # a refused write leaves no folder of its own behind
+            with suppress(OSError):
+                os.rmdir(name, dir_fd=above)
+        raise
     finally:
         for fd in held:
             os.close(fd)
+        for above, _name in new:
+            os.close(above)
 
 
-def _make_folder(root: _Root, here: int, name: str) -> None:
+def _make_folder(root: _Root, here: int, name: str) -> bool:
     """Make folder `name` in directory `here` (mode 0777 less the umask), unless `here` is one of
-    deck's folders or `name` one of deck's own names there; one made meanwhile will do."""
+    deck's folders or `name` one of deck's own names there; one made meanwhile will do. Whether
+    this made it."""
     root.check(here)
     if (*_identity(os.fstat(here)), name) in root.names:
         raise _Own("name")
-    with suppress(FileExistsError):  # made meanwhile, or a symlink: the walk looks at it again
+    try:
         os.mkdir(name, NEW_FOLDER_MODE, dir_fd=here)
+    except FileExistsError:  # made meanwhile, or a symlink: the walk looks at it again
+        return False
+    return True
 
 
 class _Target(NamedTuple):
@@ -514,6 +531,8 @@ def write_text_file(root: str, params: dict[str, Any], private: Private = Privat
         raise AcpError(INVALID_PARAMS, f"content is not valid text for UTF-8: {exc.reason}") from exc
     ids = private.identities()
     with _answers(path, "write"), _Root(root, ids.folders, ids.names) as base:
+        if path.endswith(("/", "/.", "/..")):  # names a folder, never a file to write
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         target = _locate(base, path, make=True)
         try:
             if target.name is not None:

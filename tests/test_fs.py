@@ -236,8 +236,24 @@ async def test_a_write_makes_the_folders_it_lacks_inside_the_cwd_only(make_deck,
     assert [refused_as_outside(a) for a in answers[3:6]] == [True] * 3
     assert answers[6]["error"]["code"] == -32602 and "not a directory" in answers[6]["error"]["message"]
     assert tree(outside) == before
+    assert not (work / "c").exists()  # made on the way out, then taken away: a refused write leaves nothing
     logged = [line for line in deck.agents["a"].logs if "refused" in line]
     assert len(logged) == 4
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "says"),
+    [
+        ("new/.", -32602, "is a directory"), ("new/", -32602, "is a directory"), ("new/..", -32602, "is a directory"),
+        ("a\0b", -32602, "NUL"), ("x" * 300, -32602, "File name too long"), ("loop/x.txt", -32602, "symbolic links"),
+    ],
+)  # fmt: skip
+def test_a_path_that_names_no_file_to_write_is_the_agents_error(tmp_path, resolver, name, code, says):
+    (tmp_path / "loop").symlink_to("loop")
+    with pytest.raises(fs.AcpError, match=says) as refused:
+        fs.write_text_file(str(tmp_path), {"path": f"{tmp_path}/{name}", "content": "x"})
+    assert refused.value.code == code
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loop"]  # nothing made, not even a file named "new"
 
 
 def test_a_write_makes_no_folder_in_deck_s_folders_nor_past_the_limit(tmp_path, monkeypatch, resolver):
@@ -253,6 +269,7 @@ def test_a_write_makes_no_folder_in_deck_s_folders_nor_past_the_limit(tmp_path, 
     deep = "/".join(["d"] * (fs.MAX_NEW_FOLDERS + 1))
     with pytest.raises(fs.AcpError, match=f"more than {fs.MAX_NEW_FOLDERS} folders"):
         fs.write_text_file(str(tmp_path), {"path": f"{tmp_path}/{deep}/x.txt", "content": "x"})
+    assert not (tmp_path / "d").exists()  # none of the hundred made is left
     deep = "/".join(["e"] * fs.MAX_NEW_FOLDERS)
     assert fs.write_text_file(str(tmp_path), {"path": f"{tmp_path}/{deep}/x.txt", "content": "x"}) == {}
     assert (tmp_path / deep / "x.txt").read_text() == "x"
