@@ -263,6 +263,20 @@ def test_a_word_found_all_through_a_long_message_is_found_at_once(store: History
     assert hit["snippet"].startswith("a **zzz") and len(hit["snippet"]) < 100  # one huge word, cut
 
 
+def test_a_match_at_the_end_of_a_megabyte_is_snipped_at_once_whatever_the_query(store: HistoryStore) -> None:
+    cid = store.new_conversation(CONFIG, "claude")
+    store.put_messages(cid, [message("m1", "ж " * 520_000 + "needle zebra")])
+    many = " ".join(f"ж{i}*" for i in range(300))  # prefixes of words all there: "ж" + digits are not
+    for query in ["needle", "need*", "zebra* needle"]:
+        started = time.monotonic()
+        (hit,) = store.search(query)
+        assert time.monotonic() - started < 1.0, query
+        assert "**needle**" in hit["snippet"] and hit["snippet"].startswith("…"), hit
+    started = time.monotonic()
+    assert store.search(many + " needle") == []  # no such words: nothing, at once
+    assert time.monotonic() - started < 1.0
+
+
 FTS_WORDS = st.sampled_from(
     ['"', "*", "-", ":", "(", ")", "^", "+", "{", "}", "AND", "OR", "NOT", "NEAR", "text", "scope", "\x00", " "]
 )

@@ -819,10 +819,21 @@ def _fold(token: str) -> str:
     return "".join(c for c in decomposed if not unicodedata.combining(c)).casefold()
 
 
+#: How far back from a match found by a plain search a snippet starts reading words (characters).
+SNIPPET_BACK = 1024
+#: The most words a snippet reads looking for a match the plain search did not find (one folded
+#: only: "cafe" for "café"); past them it shows the message's start.
+SNIPPET_SCAN = 20_000
+
+
 def _snippet(text: str, terms: list[_Term], marks: tuple[str, str], size: int = SNIPPET_WORDS) -> str:
     """A long message's snippet, as FTS5 would show it: `size` words from a little before its first
     match (from its start when that match comes early), the words of the query marked, `…` where
-    words are left out. One pass over the text up to the match, and a few words more."""
+    words are left out.
+
+    The match is looked for first by a plain search of the text (case left aside, in C): the
+    words are then read from a little before it. One the plain search misses (found by the
+    index's accent folding) is looked for word by word, over the first SNIPPET_SCAN words."""
     exact: set[str] = set()
     prefixes: list[str] = []
     for body, prefix in terms:
@@ -830,20 +841,26 @@ def _snippet(text: str, terms: list[_Term], marks: tuple[str, str], size: int = 
         if prefix and words:
             prefixes.append(words.pop())
         exact.update(words)
+    starts = tuple(prefixes)
 
     def matches(token: str) -> bool:
         folded = _fold(token)
-        return folded in exact or any(folded.startswith(p) for p in prefixes)
+        return folded in exact or (bool(starts) and folded.startswith(starts))
 
+    start = _near_a_match(text, exact, starts)
     before: deque[re.Match[str]] = deque(maxlen=size)  # the last words read, the match last
-    tokens = _TOKEN.finditer(text)
+    tokens = _TOKEN.finditer(text, start)
     window: list[re.Match[str]] = []
-    first = 0  # the index of the first word shown
+    first = 0  # the index of the first word shown (counted from the message's start when 0)
     for index, token in enumerate(tokens):
         before.append(token)
         if matches(token.group()):
-            first = index - size // 4 if index >= size - size // 4 else 0  # an early match: from the start
-            window = list(before)[first - index - 1 :]
+            late = start > 0 or index >= size - size // 4  # an early match: from the start
+            first = max(1, index - size // 4) if late else 0
+            window = list(before)[-(min(index, size // 4) + 1) :] if late else list(before)
+            break
+        if index >= SNIPPET_SCAN:
+            tokens = _TOKEN.finditer(text)  # looked far enough: the message's start
             break
     else:  # nothing the index would match (its tokenizer differs): the message's start
         tokens = _TOKEN.finditer(text)
@@ -861,6 +878,24 @@ def _snippet(text: str, terms: list[_Term], marks: tuple[str, str], size: int = 
         at = token.end()
     out.append("…" if _TOKEN.search(text, at) else _between(text, at, len(text), size))
     return "".join(out)
+
+
+def _near_a_match(text: str, exact: set[str], starts: tuple[str, ...]) -> int:
+    """Where to read a snippet's words from: a little before the first place a plain search finds
+    a word of the query, or 0 when it finds none, or finds it early. Every word of the query is in
+    the message (the index found it so): one is enough to look for, the longest (the rarest, most
+    likely), then the next two should the plain search miss it."""
+    words = sorted([(w, True) for w in exact] + [(p, False) for p in starts], key=lambda t: -len(t[0]))
+    found = None
+    for word, whole in words[:3]:
+        pattern = r"(?<![^\W_])" + re.escape(word) + (r"(?![^\W_])" if whole else "")
+        if (found := re.search(pattern, text, re.IGNORECASE)) is not None:
+            break
+    if found is None or found.start() <= SNIPPET_BACK:
+        return 0
+    back = found.start() - SNIPPET_BACK
+    gap = re.compile(r"[\W_]").search(text, back)  # not in the middle of a word
+    return gap.end() if gap is not None and gap.end() <= found.start() else found.start()
 
 
 def _between(text: str, start: int, end: int, size: int) -> str:
