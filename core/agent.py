@@ -104,6 +104,8 @@ class Agent:
         #: A session the agent exited during (or closed its output during) resuming or loading it, and
         #: the note that says so: its next start opens a new session rather than try that one again.
         self._broken_session: tuple[str, str] | None = None
+        #: (session id, method) while the start resumes or loads a session: a timeout then breaks it.
+        self._continuing: tuple[str, str] | None = None
         #: The commands it runs through deck (ACP terminal/*), for the current run.
         self.terminals: terminals.Terminals | None = None
         #: Where this run of the agent works, set by a plugin's `deck_before_start` (its worktree);
@@ -230,13 +232,17 @@ class Agent:
 
     async def _start(self) -> None:
         limit = self.deck.config.limits.handshake_timeout
+        self._continuing = None
         try:
             await self._spawn()
             self._handshake_task = self.tasks.spawn(self._handshake(), f"handshake {self.name}", log_errors=False)
             async with asyncio.timeout(limit):
                 await self._handshake_task
         except TimeoutError:
-            await self._fail(f"handshake timed out after {limit:g}s")
+            during = self._continuing
+            if during is not None:  # its next start does not wait for that session again
+                self._broken_session = (during[0], f"The agent did not answer {during[1]} within {limit:g}s: {FORGETS}")
+            await self._fail(f"handshake timed out after {limit:g}s" + (f" during {during[1]}" if during else ""))
             return
         except asyncio.CancelledError:
             current = asyncio.current_task()
@@ -392,9 +398,12 @@ class Agent:
             self._why_new = f"The agent cannot resume sessions: {FORGETS}"
             return None
         session = Session(self, CONVERSATION)
+        self._continuing = (session_id, method)
         try:
             await self._unless_exited(step(session, session_id), exited)
+            self._continuing = None
         except AcpError as exc:
+            self._continuing = None
             self.log(f"deck: {method} {session_id} failed: {exc}")
             self._why_new = f"{method} failed: {str(exc)[:300]}: {FORGETS}"  # the agent's words: kept short
             return None

@@ -225,6 +225,25 @@ async def test_an_agent_that_exits_while_it_continues_the_session_gets_a_new_one
     assert deck.agents["a"].state.value == "ready" and deck.agents["a"].session_id != session_id
 
 
+@pytest.mark.anyio
+async def test_an_agent_that_never_answers_session_load_gets_a_new_session_at_its_next_start(
+    make_deck, tmp_path: Path
+) -> None:
+    run = Run(tmp_path, "--hang-load")
+    before, session_id = await first_deck(make_deck, run, "hello")
+    deck, rec = make_deck('[limits]\nhandshakeTimeout = "1s"\n' + run.toml)
+    await deck.startup()
+    with pytest.raises(ServiceError, match="handshake timed out after 1s during session/load"):
+        await deck.call("AgentService.Start", {"name": "a"})
+    await chat(deck, rec, "recall")  # not that session again: a new one, at once
+    assert run.methods()[3:] == ["initialize", "session/load", "initialize", "session/new", "session/prompt"]
+    now = (await deck.call("ChatService.Conversation", {"agent": "a"}))["messages"]
+    assert now[: len(before)] == before
+    note = now[len(before) + 1]
+    assert note["parts"][0]["text"] == f"The agent did not answer session/load within 1s: {FORGETS}"
+    await deck.shutdown()
+
+
 def test_a_restored_message_is_the_message_it_was_and_an_unfinished_answer_is_finished() -> None:
     events: list[Any] = []
     earlier = Conversation("a", events.append)

@@ -20,7 +20,8 @@ ids then name the process), --requests FILE (each request deck sends appended to
 --list (lists sessionCapabilities.list; session/list answers the sessions in FILE, two a page, titled
 with their first prompt; --list-pages-forever: every page has a nextCursor, a new one each time),
 --crash-load / --crash-resume (lists loadSession / sessionCapabilities.resume; session/load replays one
-user message chunk, session/resume nothing, then the agent exits with code 7).
+user message chunk, session/resume nothing, then the agent exits with code 7), --hang-load (lists
+loadSession; session/load is never answered).
 
 Prompt commands (first word): `stream N` (N chunks), `slow` (a chunk every 50 ms
 until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7),
@@ -87,6 +88,7 @@ parser.add_argument("--list", action="store_true")
 parser.add_argument("--list-pages-forever", action="store_true")
 parser.add_argument("--crash-load", action="store_true")
 parser.add_argument("--crash-resume", action="store_true")
+parser.add_argument("--hang-load", action="store_true")  # lists loadSession; session/load is never answered
 args = parser.parse_args()
 
 lock = threading.Lock()
@@ -444,7 +446,7 @@ def handle(msg: dict) -> None:
         caps: dict = {}
         if args.resume or args.refuse_resume or args.resume_replays or args.crash_resume:
             caps["sessionCapabilities"] = {"resume": {}}
-        if args.load or args.crash_load:
+        if args.load or args.crash_load or args.hang_load:
             caps["loadSession"] = True
         if args.list or args.list_pages_forever:
             caps.setdefault("sessionCapabilities", {})["list"] = {}
@@ -463,6 +465,8 @@ def handle(msg: dict) -> None:
         print(f"authenticated with {params.get('methodId')}", file=sys.stderr, flush=True)
     elif method == "session/new" and args.require_auth and not authenticated:
         send({"id": rid, "error": {"code": -32000, "message": "Authentication required"}})
+    elif method == "session/load" and args.hang_load:
+        pass  # never answered
     elif method in ("session/load", "session/resume") and (args.crash_load or args.crash_resume):
         if method == "session/load":
             update(params.get("sessionId"), {"sessionUpdate": "user_message_chunk",
