@@ -241,10 +241,10 @@ def run(
     deck.trace_path = trace
     deck.chat.approvals = approvals
     available = frontends(deck)
-    name = next((n for n in (frontend, deck.config.frontend) if n is not None), None)
-    name = name if name is not None else ("urwid" if sys.stdin.isatty() and sys.stdout.isatty() else "line")
-    if name not in available and frontend is None and deck.config.frontend is None:
-        name = next((n for n in ("line", "jsonl") if n in available), name)  # the default one is switched off
+    name = frontend if frontend is not None else deck.config.frontend
+    if name is None:  # the default, unless it is switched off
+        name = "urwid" if sys.stdin.isatty() and sys.stdout.isatty() else "line"
+        name = name if name in available else next((n for n in ("line", "jsonl") if n in available), name)
     if name not in available:
         given = "" if frontend else f" in {deck.config_path or 'the config'}"
         fail(f"unknown frontend {name!r}{given} (available: {', '.join(sorted(available)) or 'none'})")

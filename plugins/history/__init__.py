@@ -60,19 +60,25 @@ class History:
 
     @hookimpl
     def deck_event(self, event: Event) -> None:
+        kind = type(event)
+        if kind is ConfigChanged:
+            self._config_changed(event)
+            return
+        if kind is ConversationReset:
+            follow(self.recorder, event)
+        self.recorder.on_event(event)
+
+    def _config_changed(self, event: ConfigChanged) -> None:
         recorder = self.recorder
-        if type(event) is ConversationReset:
-            follow(recorder, event)
         config = recorder.config
         recorder.on_event(event)
-        if type(event) is ConfigChanged and not recorder.closed:
-            deck = recorder.deck
-            if recorder.config == config and len(deck.chat.conversations):
-                return  # the same file, changed: the conversations go on
-            # A config file was opened (this one again, perhaps): the conversations shown were dropped,
-            # and its agents come back to their latest stored ones, as at start.
-            recorder.current.clear()
-            deck.spawn(restore_latest(deck, recorder, self.keep, opened=True), "history: restore")
+        deck = recorder.deck
+        if recorder.closed or (recorder.config == config and len(deck.chat.conversations)):
+            return  # the same file, changed: the conversations go on
+        # A config file was opened (this one again, perhaps): the conversations shown were dropped,
+        # and its agents come back to their latest stored ones, as at start.
+        recorder.current.clear()
+        deck.spawn(restore_latest(deck, recorder, self.keep, opened=True), "history: restore")
 
     @hookimpl
     async def deck_shutdown(self) -> None:
