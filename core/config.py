@@ -32,8 +32,10 @@ from pydantic import (
     PlainSerializer,
     ValidationError,
     WithJsonSchema,
+    model_validator,
 )
 
+from .conversation import CONVERSATION_MAX, MESSAGE_MAX
 from .files import state_dir
 from .files import write_atomic as replace_file
 
@@ -95,6 +97,46 @@ Duration = Annotated[
 ]
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1 << 10, "mb": 1000**2, "mib": 1 << 20, "gb": 1000**3, "gib": 1 << 30}
+_SIZE_HINT = 'use a number of bytes or a string like "512 KiB", "8 MiB", "1 GiB"'
+
+
+def parse_size(value: Any) -> int:
+    """"8 MiB", "512KiB", "2 GB" or a number of bytes → bytes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError("a size cannot be negative")
+        return value
+    if isinstance(value, str) and (m := _SIZE.match(value)):
+        return int(float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()])
+    raise ValueError(f"bad size {json.dumps(value)}: {_SIZE_HINT}")
+
+
+def format_size(size: int) -> str:
+    """8388608 → "8 MiB", 1500 → "1500": the shortest exact spelling."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return str(size)
+
+
+#: Bytes in Python; "8 MiB" or a number in the file and in `deck config show`.
+Size = Annotated[
+    int,
+    BeforeValidator(parse_size),
+    PlainSerializer(format_size, return_type=str),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMG]i?B|B)?\s*$"},
+            ]
+        }
+    ),
+]
+
+
 def _split_command(value: Any) -> Any:
     if isinstance(value, str):
         value = shlex.split(value)
@@ -131,6 +173,20 @@ class Limits(_Model):
     handshake_timeout: Duration = Field(
         30.0, alias="handshakeTimeout", gt=0, description='Longest ACP handshake ("30s"); more than 0.'
     )
+    message_size: Size = Field(
+        MESSAGE_MAX, alias="messageSize", ge=4096,
+        description='What one message keeps from its start ("8 MiB"); past it, its last eighth of that more.',
+    )  # fmt: skip
+    conversation_size: Size = Field(
+        CONVERSATION_MAX, alias="conversationSize", ge=8192,
+        description='What a conversation keeps in memory ("32 MiB"); past it, its oldest messages are let go.',
+    )  # fmt: skip
+
+    @model_validator(mode="after")
+    def _room_for_a_message(self) -> Limits:
+        if self.conversation_size < 2 * self.message_size:
+            raise ValueError("conversationSize must be at least twice messageSize")
+        return self
 
 
 class Plugins(_Model):

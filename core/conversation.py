@@ -10,6 +10,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -43,6 +44,23 @@ TERMINALS_KEPT = 64
 EXIT_CODE_MAX = 2**32 - 1
 #: The longest signal name kept from an adapter's `_meta.terminal_exit` ("SIGTERM" is 7).
 SIGNAL_MAX = 64
+#: `[limits] messageSize`: the text (and tool calls) one message keeps from its start. Past it a
+#: message keeps only its last TAIL_SHARE of that much more, and says how much was cut between.
+MESSAGE_MAX = 8 << 20
+TAIL_SHARE = 8
+#: `[limits] conversationSize`: what a conversation keeps in memory. Past it its oldest messages
+#: (but the first) are let go, down to three quarters of it; the history keeps them all.
+CONVERSATION_MAX = 32 << 20
+#: What a tool call's list item (a diff, a location, a terminal) or a plan entry counts beyond its text.
+ITEM_SIZE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """How much of an agent's output a conversation keeps: a message's and the whole's bytes."""
+
+    message: int = MESSAGE_MAX
+    conversation: int = CONVERSATION_MAX
 
 
 def new_id(prefix: str) -> str:
@@ -103,6 +121,53 @@ class DictPart:
 Part = TextPart | DictPart
 
 
+def text_size(text: str) -> int:
+    """`text`'s size in UTF-8 bytes (an ASCII string's length: known without reading it)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def format_size(size: int) -> str:
+    """1536 → "1.5 KiB", 8388608 → "8 MiB"."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} bytes"
+
+
+class _Cut:
+    """What a message past its cap still keeps: the newest text chunks, up to `limit` bytes, and
+    how many bytes went (text, thoughts and tool calls that came past the cap)."""
+
+    __slots__ = ("chunks", "size", "cap", "limit", "dropped")
+
+    def __init__(self, cap: int) -> None:
+        self.chunks: deque[tuple[str, int]] = deque()
+        self.size = 0
+        self.cap = cap  # the message's
+        self.limit = max(cap // TAIL_SHARE, 1)
+        self.dropped = 0
+
+    def add(self, text: str, size: int) -> None:
+        if size > self.limit:  # one chunk bigger than the whole tail: its end only
+            kept = text[-self.limit :]
+            self.dropped += size - text_size(kept)
+            text, size = kept, text_size(kept)
+        self.chunks.append((text, size))
+        self.size += size
+        while self.size > self.limit:
+            _, gone = self.chunks.popleft()
+            self.size -= gone
+            self.dropped += gone
+
+    def part(self) -> TextPart:
+        """The text part that ends the message: a note of what was cut, then the tail kept."""
+        note = (
+            f"\n\n[… deck cut {format_size(self.dropped)} of this message here: it keeps the first"
+            f" {format_size(self.cap)} and the last {format_size(self.limit)} …]\n\n"
+        )
+        return TextPart("text", note + "".join(text for text, _ in self.chunks))
+
+
 def part_from_dict(data: dict[str, Any]) -> Part:
     """A part from its `to_dict` form (as the history keeps it)."""
     if data.get("type") in ("text", "thought"):
@@ -113,7 +178,7 @@ def part_from_dict(data: dict[str, Any]) -> Part:
 class Message:
     __slots__ = (
         "id", "agent", "created_at", "role", "parts", "done", "queued", "stop_reason",
-        "error", "code", "duration_ms", "usage", "started", "text_for_prompt",
+        "error", "code", "duration_ms", "usage", "started", "text_for_prompt", "size", "cut",
     )  # fmt: skip
 
     def __init__(self, agent: str, role: str, *, done: bool = True, queued: bool = False) -> None:
@@ -131,14 +196,21 @@ class Message:
         self.usage: dict[str, Any] | None = None
         self.started = time.monotonic()
         self.text_for_prompt = ""
+        #: The bytes its parts hold (kept by the conversation as they change).
+        self.size = 0
+        #: Set once the message passed its cap: what it keeps of its end.
+        self.cut: _Cut | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        parts = [p.to_dict() for p in self.parts]
+        if self.cut is not None:  # still growing past its cap: its end as it is now
+            parts.append(self.cut.part().to_dict())
         out: dict[str, Any] = {
             "id": self.id,
             "agent": self.agent,
             "createdAt": self.created_at,
             "role": self.role,
-            "parts": [p.to_dict() for p in self.parts],
+            "parts": parts,
             "done": self.done,
             "queued": self.queued,
         }
@@ -166,6 +238,7 @@ class Message:
         message.code = data.get("code")
         message.duration_ms = data.get("durationMs")
         message.usage = data.get("usage")
+        message.size = sum(part_size(p.to_dict()) for p in message.parts)
         return message
 
     @property
@@ -177,10 +250,18 @@ class Conversation:
     """Messages of one agent plus what its session reports: usage, commands, modes, options."""
 
     def __init__(
-        self, agent: str, emit: Callable[[Event], None], permissions: Callable[[], list[dict[str, Any]]] = list
+        self,
+        agent: str,
+        emit: Callable[[Event], None],
+        permissions: Callable[[], list[dict[str, Any]]] = list,
+        caps: Caps = Caps(),
     ) -> None:
         self.agent = agent
         self.emit = emit
+        self.caps = caps
+        #: The bytes its messages hold; `cut` counts the messages let go to keep it under its cap.
+        self.size = 0
+        self.cut = {"messages": 0, "bytes": 0}
         #: The permission requests of its session waiting for an answer (kept by the deck's pending requests).
         self.permissions = permissions
         self.messages: list[Message] = []
@@ -212,7 +293,10 @@ class Conversation:
     def add(self, message: Message) -> Message:
         self.messages.append(message)
         self.by_id[message.id] = message
+        self.size += message.size
         self.updated(message)
+        if self.size > self.caps.conversation:
+            self._trim()
         return message
 
     def updated(self, message: Message) -> None:
@@ -221,6 +305,7 @@ class Conversation:
     def add_user(self, text: str, queued: bool) -> Message:
         message = Message(self.agent, "user", queued=queued)
         message.parts.append(TextPart("text", text))
+        message.size = text_size(text)
         message.text_for_prompt = text
         return self.add(message)
 
@@ -230,6 +315,7 @@ class Conversation:
         message.error = error
         if text:
             message.parts.append(TextPart("text", text))
+            message.size = text_size(text)
         return self.add(message)
 
     def begin_reply(self) -> Message:
@@ -237,6 +323,8 @@ class Conversation:
         return self.current
 
     def finish(self, message: Message, stop_reason: str | None, error: str | None = None) -> None:
+        if message.cut is not None:
+            self._seal(message)
         message.done = True
         message.stop_reason = stop_reason
         message.error = error
@@ -254,17 +342,27 @@ class Conversation:
             "modes": self.modes,
             "configOptions": self.config_options,
             "title": self.title,
+            "cut": self.cut,
         }
 
-    def restore(self, messages: list[dict[str, Any]], session_id: str | None, title: str | None) -> list[Message]:
+    def restore(
+        self,
+        messages: list[dict[str, Any]],
+        session_id: str | None,
+        title: str | None,
+        cut: dict[str, int] | None = None,
+    ) -> list[Message]:
         """Take a conversation kept from an earlier run (messages in their `to_dict` form), before
-        the agent runs: `session_id` is the session its next start resumes, or loads.
+        the agent runs: `session_id` is the session its next start resumes, or loads; `cut` counts
+        the messages before these that were not read (`{messages, bytes}`).
 
         Nothing is emitted for the messages (a frontend reads them with the snapshot), except one
         `message:updated` for each message the earlier run left unfinished: it is finished now,
         as no answer can come to it any more. Those are returned."""
         self.messages = [Message.from_dict(m) for m in messages]
         self.by_id = {m.id: m for m in self.messages}
+        self.size = sum(m.size for m in self.messages)
+        self.cut = dict(cut) if cut else {"messages": 0, "bytes": 0}
         self.session_id, self.title = session_id, title
         self.queue.clear()
         self.current = None
@@ -294,6 +392,74 @@ class Conversation:
         setattr(self, attr, value)
         key = {"config_options": "configOptions"}.get(attr, attr)
         self.emit(ConversationChanged(self.agent, key, value))
+
+    # -- caps: what an agent's output may take -----------------------------------------------------
+
+    def _past_cap(self, message: Message, kind: str, text: str, size: int) -> None:
+        """Text that would take `message` past its cap: the newest answer text is kept, the rest counted."""
+        cut = message.cut
+        if cut is None:
+            cut = message.cut = _Cut(self.caps.message)
+            self._resized(message, 0, cut.limit)  # what its end may take from here
+            log.warning("%s: message %s passed %s: only its end is kept from here", self.agent, message.id,
+                        format_size(self.caps.message))  # fmt: skip
+        if kind == "text":
+            cut.add(text, size)
+        else:
+            cut.dropped += size
+
+    def _seal(self, message: Message) -> None:
+        """The message past its cap ends: what it kept of its end becomes its last part."""
+        cut = message.cut
+        assert cut is not None
+        message.cut = None
+        part = cut.part()
+        message.parts.append(part)
+        self._resized(message, cut.limit, text_size(part.text))
+        self.emit(MessageDelta(self.agent, message.id, len(message.parts) - 1, "text", text=part.text))
+
+    def _resized(self, message: Message, old: int, new: int) -> None:
+        message.size += new - old
+        self.size += new - old
+        if self.size > self.caps.conversation:
+            self._trim()
+
+    def _fits(self, message: Message, part: dict[str, Any], old: int = 0) -> dict[str, Any] | None:
+        """`part` cut to what `message` has room for (`old`: the size of the part it replaces); None
+        when `part` is a new one and the message has no room left: it is counted as cut."""
+        room = self.caps.message - message.size + old
+        if not old and (message.cut is not None or room < ITEM_SIZE * 4):
+            self._past_cap(message, part["type"], "", part_size(part))
+            return None
+        return fit_part(part, max(room, ITEM_SIZE * 4))
+
+    def _trim(self) -> None:
+        """Let go of the oldest messages but the first, down to three quarters of the cap: never
+        the one receiving updates, nor one waiting in the queue, nor the last."""
+        target = self.caps.conversation * 3 // 4
+        end, gone, last = 1, 0, len(self.messages) - 1
+        while end < last and self.size - gone > target:
+            message = self.messages[end]
+            if message is self.current or message.queued:
+                break
+            gone += message.size
+            end += 1
+        removed = self.messages[1:end]
+        if not removed:
+            return
+        del self.messages[1:end]
+        for message in removed:
+            del self.by_id[message.id]
+        self.size -= gone
+        gone_ids = {m.id for m in removed}  # nothing more lands in them
+        for held in (self._tools, self._acp_messages, self._terminal_parts):
+            for key in [k for k, v in held.items() if (v[0] if isinstance(v, tuple) else v).id in gone_ids]:
+                del held[key]
+        self.cut = {"messages": self.cut["messages"] + len(removed), "bytes": self.cut["bytes"] + gone}
+        log.warning("%s: the conversation passed %s: %d earlier message(s) let go (%s); the history keeps them",
+                    self.agent, format_size(self.caps.conversation), len(removed), format_size(gone))  # fmt: skip
+        value = {**self.cut, "messageIds": [m.id for m in removed]}
+        self.emit(ConversationChanged(self.agent, "cut", value))
 
     # -- session/update -------------------------------------------------------------------
 
@@ -325,6 +491,14 @@ class Conversation:
         if not text:
             return
         message = self._for_acp_message(update.get("messageId"))
+        size = len(text) if text.isascii() else text_size(text)
+        if message.cut is not None or message.size + size > self.caps.message:
+            self._past_cap(message, kind, text, size)
+            return
+        message.size += size
+        self.size += size
+        if self.size > self.caps.conversation:
+            self._trim()
         parts = message.parts
         if parts and parts[-1].type == kind:
             parts[-1].append(text)  # type: ignore[union-attr]
@@ -360,12 +534,23 @@ class Conversation:
             if last is not None and last.role == "user" and last.parts:
                 before = last.parts[-1].to_dict().get("text")
                 text = ("\n" if isinstance(before, str) and before and not before.endswith("\n") else "") + text
+        size = text_size(text)
         if last is not None and last.role == "user" and last.text_for_prompt == "" and last.parts:
+            if last.cut is not None or last.size + size > self.caps.message:
+                self._past_cap(last, "text", text, size)
+                return
             last.parts[-1].append(text)  # type: ignore[union-attr]
+            self._resized(last, 0, size)
             self.emit(MessageDelta(self.agent, last.id, len(last.parts) - 1, "text", text=text))
             return
         message = Message(self.agent, "user")
-        message.parts.append(TextPart("text", text))
+        if size > self.caps.message:
+            message.cut = _Cut(self.caps.message)
+            message.size = message.cut.limit
+            message.cut.add(text, size)
+        else:
+            message.parts.append(TextPart("text", text))
+            message.size = size
         self.add(message)
 
     def _tool_call(self, update: dict[str, Any]) -> None:
@@ -375,10 +560,14 @@ class Conversation:
             self._tool_update(update)
             return
         message = self._target()  # an id reused in a later turn starts a new part there
-        message.parts.append(DictPart(tool_part(update)))
+        part = self._fits(message, tool_part(update))
+        if part is None:
+            return
+        message.parts.append(DictPart(part))
         index = len(message.parts) - 1
         self._tools[call_id] = (message, index)
         self._show_terminals(message, index)
+        self._resized(message, 0, part_size(message.parts[index].to_dict()))
         self.emit(MessageDelta(self.agent, message.id, index, "tool", part=message.parts[index].to_dict()))
         self._meta_terminal(update)
 
@@ -388,9 +577,13 @@ class Conversation:
             self._tool_call(update)
             return
         message, index = found
-        part = tool_part(update, message.parts[index].to_dict())
+        old = message.parts[index].to_dict()
+        old_size = part_size(old)
+        part = self._fits(message, tool_part(update, old), old_size)
+        assert part is not None  # it replaces a part
         message.parts[index] = DictPart(part)
         self._show_terminals(message, index)
+        self._resized(message, old_size, part_size(part))
         self.emit(MessageDelta(self.agent, message.id, index, "tool", part=part))
         self._meta_terminal(update)
 
@@ -486,7 +679,11 @@ class Conversation:
             }
             for e in _dicts(update.get("entries"))
         ]
-        part = DictPart({"type": "plan", "entries": entries})
+        old_size = next((part_size(p.to_dict()) for p in message.parts if p.type == "plan"), 0)
+        fitted = self._fits(message, {"type": "plan", "entries": entries}, old_size)
+        if fitted is None:
+            return
+        part = DictPart(fitted)
         for index, old in enumerate(message.parts):
             if old.type == "plan":
                 message.parts[index] = part
@@ -494,6 +691,7 @@ class Conversation:
         else:
             message.parts.append(part)
             index = len(message.parts) - 1
+        self._resized(message, old_size, part_size(fitted))
         self.emit(MessageDelta(self.agent, message.id, index, "plan", part=part.data))
 
     def _commands(self, update: dict[str, Any]) -> None:
@@ -591,6 +789,48 @@ def tool_part(call: dict[str, Any], old: dict[str, Any] | None = None) -> dict[s
     if call.get("rawOutput") is not None and not part["output"]:
         part["output"] = compact_json(call["rawOutput"])
     return part
+
+
+def part_size(part: dict[str, Any]) -> int:
+    """About the bytes a part holds: its texts, and ITEM_SIZE for each item of its lists."""
+    if part.get("type") in ("text", "thought"):
+        return text_size(_string(part.get("text")))
+    size = sum(text_size(_string(part.get(key))) for key in ("title", "input", "output"))
+    for diff in part.get("diffs") or ():
+        size += ITEM_SIZE + sum(text_size(_string(diff.get(k))) for k in ("path", "oldText", "newText"))
+    for entry in part.get("entries") or ():
+        size += ITEM_SIZE + text_size(_string(entry.get("content")))
+    for entry in part.get("terminals") or ():
+        size += ITEM_SIZE + text_size(_string(entry.get("output")))
+    return size + ITEM_SIZE * len(part.get("locations") or ())
+
+
+def fit_part(part: dict[str, Any], limit: int) -> dict[str, Any]:
+    """A tool or plan part of at most about `limit` bytes: its lists and texts cut, each text
+    keeping its start and a note of what went."""
+    if part_size(part) <= limit:
+        return part
+    items = max(limit // (ITEM_SIZE * 4), 1)  # lists shortened first: what is left goes to the texts
+    part = {**part, **{k: part[k][:items] for k in ("diffs", "entries", "locations", "terminals") if part.get(k)}}
+    texts = 3 + 3 * len(part.get("diffs") or ()) + len(part.get("entries") or ()) + len(part.get("terminals") or ())
+    each = max((limit - ITEM_SIZE * items) // texts, ITEM_SIZE)
+    for key in ("title", "input", "output"):
+        if key in part:
+            part[key] = _head(_string(part[key]), each)
+    if part.get("diffs"):
+        part["diffs"] = [{**d, **{k: _head(_string(d.get(k)), each) for k in ("path", "oldText", "newText")}}
+                         for d in part["diffs"]]  # fmt: skip
+    if part.get("entries"):
+        part["entries"] = [{**e, "content": _head(_string(e.get("content")), each)} for e in part["entries"]]
+    return part
+
+
+def _head(text: str, limit: int) -> str:
+    """`text`'s first `limit` bytes or so, with a note of what was cut."""
+    if text_size(text) <= limit:
+        return text
+    kept = text[:limit] if text.isascii() else text.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore")
+    return f"{kept}\n[… deck cut {format_size(text_size(text) - text_size(kept))} here …]"
 
 
 def _embed_terminals(part: dict[str, Any], ids: list[str]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .conversation import Conversation, Message
+from .conversation import Caps, Conversation, Message
 from .session import CONVERSATION, REPLAYED
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class MatchedReplay:
 
     def __init__(self, conv: Conversation) -> None:
         self.conv = conv
-        self.copy = Conversation(conv.agent, _nowhere)
+        self.copy = Conversation(conv.agent, _nowhere, caps=conv.caps)
         self._replay = ReplaySink(self.copy)
 
     def on_update(self, update: dict[str, Any]) -> None:
@@ -148,8 +148,13 @@ class Conversations(Mapping[str, Conversation]):
             def permissions() -> list[dict[str, Any]]:
                 return pending.permissions_of(agent, CONVERSATION)
 
-            conv = self._conversations[agent] = Conversation(agent, self._deck.emit, permissions)
+            conv = self._conversations[agent] = Conversation(agent, self._deck.emit, permissions, self.caps())
         return conv
+
+    def caps(self) -> Caps:
+        """What a conversation keeps, from the config's `[limits]` (read when the conversation is made)."""
+        limits = self._deck.config.limits
+        return Caps(limits.message_size, limits.conversation_size)
 
     def forget(self) -> None:
         """Drop every conversation (another config was opened)."""
@@ -159,12 +164,13 @@ class Conversations(Mapping[str, Conversation]):
         """Make a conversation kept from an earlier run `agent`'s conversation, before the agent
         runs: `stored` as the history gives it (`messages` as wire dicts, `sessionId`, `title`);
         the agent's next start continues its session (`Agent._continue_session`)."""
-        messages = stored.get("messages")
+        messages, cut = stored.get("messages"), stored.get("cut")
         session_id, title = stored.get("sessionId"), stored.get("title")
         self.of(agent).restore(
             [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else [],
             session_id if isinstance(session_id, str) and session_id else None,
             title if isinstance(title, str) else None,
+            cut if isinstance(cut, dict) else None,
         )
 
     def reset(self, agent: str) -> None:

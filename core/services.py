@@ -86,8 +86,10 @@ class HistoryProvider(Protocol):
         """Messages matching `query`, newest first: `conversationId, agent, messageId, role, snippet, at`."""
         ...
 
-    async def get(self, conversation_id: str) -> dict[str, Any]:
-        """One stored conversation, its `messages` as wire dicts, with `agent`, `sessionId`, `title`."""
+    async def get(self, conversation_id: str, tail: int | None = None) -> dict[str, Any]:
+        """One stored conversation, its `messages` as wire dicts, with `agent`, `sessionId`, `title`.
+        With `tail`, only its last messages holding at most that many bytes, and `cut {messages,
+        bytes}` counting those left out."""
         ...
 
     def continue_conversation(self, agent: str, stored: dict[str, Any]) -> None:
@@ -208,7 +210,7 @@ class ChatService:
                 raise ServiceError("give the id of a stored conversation, or an agent and one of its sessionIds")
             return await self._open_agent_session(agent, sessionId)
         history = self._history()
-        stored = await history.get(id)
+        stored = await history.get(id, self.conversations.caps().conversation * 3 // 4)
         agent = stored["agent"]
         await self._leave_conversation(agent)
         history.continue_conversation(agent, stored)  # first: a message the restore finishes goes there

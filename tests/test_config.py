@@ -305,7 +305,10 @@ def test_config_show_prints_the_effective_config(cli, tmp_path):
     assert result.exit_code == 0
     shown = tomllib.loads(result.stdout)
     assert shown["language"] == "fr"
-    assert shown["limits"] == {"maxRunningAgents": 4, "stopIdleAgentsAfter": "10m", "handshakeTimeout": "30s"}
+    assert shown["limits"] == {
+        "maxRunningAgents": 4, "stopIdleAgentsAfter": "10m", "handshakeTimeout": "30s",
+        "messageSize": "8 MiB", "conversationSize": "32 MiB",
+    }  # fmt: skip
     assert shown["agents"]["a"]["command"] == ["a", "b"] and shown["agents"]["a"]["permissions"] == "ask"
     as_json = json.loads(cli("config", "show", "--json").stdout)
     assert as_json == shown

@@ -24,6 +24,7 @@ from deck.events import (
     AgentLog,
     ClientsChanged,
     ConfigChanged,
+    ConversationChanged,
     ConversationReset,
     Event,
     Handlers,
@@ -354,6 +355,11 @@ class ConsoleApp(Handlers):
     @handles(ConversationReset)
     def _conversation_reset(self, e: ConversationReset) -> None:
         self.reload()  # no message events say what went or came back: the snapshot does
+
+    @handles(ConversationChanged)
+    def _conversation_changed(self, e: ConversationChanged) -> None:
+        if e.field == "cut":  # earlier messages were let go to keep the conversation under its cap
+            self.reload()
 
     @handles(PermissionRequested, QuestionRequested)
     def _asked(self, e: PermissionRequested | QuestionRequested) -> None:

@@ -142,9 +142,10 @@ async def restore_latest(deck: Deck, recorder: Recorder, keep: float, opened: bo
     from .store import HistoryUnavailable
 
     agents, config = list(deck.agents), recorder.config
+    tail = deck.chat.conversations.caps().conversation * 3 // 4  # what a start shows: never a whole oversized one
 
     def read() -> list[dict[str, Any] | None]:
-        return [recorder.store.latest(config, name) for name in agents]
+        return [recorder.store.latest(config, name, tail) for name in agents]
 
     try:
         found = await asyncio.to_thread(read)

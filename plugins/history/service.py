@@ -38,9 +38,9 @@ class StoredConversations:
         recorder = self.recorder
         return await self._read(lambda: recorder.store.search(query, agent, recorder.config, limit))
 
-    async def get(self, conversation_id: str) -> dict[str, Any]:
+    async def get(self, conversation_id: str, tail: int | None = None) -> dict[str, Any]:
         recorder = self.recorder
-        stored = await self._read(lambda: recorder.store.get(conversation_id))
+        stored = await self._read(lambda: recorder.store.get(conversation_id, tail))
         if stored is None or stored["configPath"] != recorder.config:
             raise ServiceError(f"no conversation {conversation_id!r} in the history of this config")
         return stored

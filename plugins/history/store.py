@@ -338,23 +338,24 @@ class HistoryStore:
             _insert_conversation(db, conversation_id, (config_path, agent, session_id, title, self._now()))
         return conversation_id
 
-    def latest(self, config_path: str, agent: str) -> Conversation | None:
-        """The agent's most recently updated conversation under `config_path`, with its messages."""
+    def latest(self, config_path: str, agent: str, tail: int | None = None) -> Conversation | None:
+        """The agent's most recently updated conversation under `config_path`, with its messages
+        (with `tail`, only its last ones that hold at most that many bytes: see `_with_messages`)."""
         with self._read() as db:
             row = db.execute(
                 f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE config_path = ? AND agent = ?"
                 " ORDER BY updated_at DESC, created_at DESC LIMIT 1",
                 (config_path, agent),
             ).fetchone()
-            return _with_messages(db, row) if row else None
+            return _with_messages(db, row, tail) if row else None
 
-    def get(self, conversation_id: str) -> Conversation | None:
-        """One conversation with its messages, or None."""
+    def get(self, conversation_id: str, tail: int | None = None) -> Conversation | None:
+        """One conversation with its messages (`tail` as for `latest`), or None."""
         with self._read() as db:
             row = db.execute(
                 f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = ?", (conversation_id,)
             ).fetchone()
-            return _with_messages(db, row) if row else None
+            return _with_messages(db, row, tail) if row else None
 
     def list(
         self, config_path: str | None = None, agent: str | None = None, limit: int = 50
@@ -595,21 +596,51 @@ def _config_token(config_path: str) -> str:
     return "c" + hashlib.sha256(config_path.encode("utf-8", "replace")).hexdigest()[:16]
 
 
-def _with_messages(db: sqlite3.Connection, row: tuple[Any, ...]) -> Conversation:
+# A stored message's size: its row's texts and its chunks (measured by SQLite: nothing is read into Python).
+_SIZES = """
+    SELECT m.seq, length(m.data) + COALESCE(length(m.parts), 0)
+        + COALESCE((SELECT SUM(length(body)) FROM message_chunks WHERE message_pk = m.pk), 0)
+    FROM messages AS m WHERE m.conversation_id = ? ORDER BY m.seq DESC
+"""
+
+
+def _with_messages(db: sqlite3.Connection, row: tuple[Any, ...], tail: int | None = None) -> Conversation:
+    """The conversation of `row` with its messages. With `tail`, only its last messages that hold
+    at most `tail` bytes: `cut` then counts those left out (`{messages, bytes}`), so that a start
+    never reads a whole oversized conversation."""
+    first, cut = 0, {"messages": 0, "bytes": 0}
+    if tail is not None:
+        first, cut = _tail_from(db, row[0], tail)
     rows = db.execute(
-        "SELECT pk, parts, data FROM messages WHERE conversation_id = ? ORDER BY seq", (row[0],)
+        "SELECT pk, parts, data FROM messages WHERE conversation_id = ? AND seq >= ? ORDER BY seq", (row[0], first)
     ).fetchall()
     messages = {pk: _message(parts, data) for pk, parts, data in rows}
     chunks: dict[int, list[tuple[int, str, str | bytes]]] = {}
     for pk, index, kind, body in db.execute(  # in the index's order: no sort of the bodies
-        "SELECT message_pk, part, kind, body FROM message_chunks"
-        " WHERE message_pk IN (SELECT pk FROM messages WHERE conversation_id = ?) ORDER BY message_pk, pk",
-        (row[0],),
+        "SELECT message_pk, part, kind, body FROM message_chunks WHERE message_pk IN"
+        " (SELECT pk FROM messages WHERE conversation_id = ? AND seq >= ?) ORDER BY message_pk, pk",
+        (row[0], first),
     ):
         chunks.setdefault(pk, []).append((index, kind, body))
     for pk, found in chunks.items():
         _extend(messages[pk], found)
-    return {**_conversation(row), "messages": list(messages.values())}
+    out = {**_conversation(row), "messages": list(messages.values())}
+    if cut["messages"]:
+        out["cut"] = cut
+    return out
+
+
+def _tail_from(db: sqlite3.Connection, conversation_id: str, tail: int) -> tuple[int, dict[str, int]]:
+    """The first `seq` of the conversation's last messages that hold at most `tail` bytes, and what is before it."""
+    kept, first, cut = 0, 2**62, {"messages": 0, "bytes": 0}
+    for seq, size in db.execute(_SIZES, (conversation_id,)):
+        if cut["messages"] or kept + size > tail:
+            cut["messages"] += 1
+            cut["bytes"] += size
+        else:
+            kept += size
+            first = seq
+    return first, cut
 
 
 def _extend(message: Message, chunks: Iterable[tuple[int, str, str | bytes]]) -> None:
