@@ -158,22 +158,37 @@ def setup_logging() -> None:
     logging.captureWarnings(True)  # Python warnings too, instead of raw on stderr
 
 
-def make_deck(config: Optional[Path], disabled: tuple[str, ...] = ()) -> Deck:
+def make_deck(config: Optional[Path], disabled: tuple[str, ...] = (), warn: bool = False) -> Deck:
+    """The deck of the config deck finds (`--config`, else discovery); `warn`: its warnings (unknown
+    keys, with the key meant) are said on stderr, one line each, before it runs."""
     from .app import Deck
-    from .config import find_config
     from .errors import UsageError
 
     setup_logging()
-    path, source = find_config(str(config) if config else None)
-    if path is not None and not path.exists():  # not is_file(): `--config <(…)` is a pipe
-        fail(f"config file not found: {path}")
+    path, source = _config_file(config)
     try:
-        return Deck(path, source, disabled=disabled)
+        deck = Deck(path, source, disabled=disabled)
     except UsageError as exc:
         *first, last = exc.lines()  # "invalid config: PATH:LINE:COL: MESSAGE", one per problem, compiler style
         for line in first:
             typer.echo(f"deck: {line}", err=True)
         fail(last)
+    if warn:
+        where = str(deck.config_path or "<config>")
+        for problem in deck.problems:
+            if problem.warning:
+                typer.echo(f"deck: {problem.format(where)}", err=True)
+    return deck
+
+
+def _config_file(config: Optional[Path]) -> tuple[Path | None, str]:
+    """The config file deck runs with, and how it was found; a usage error when it is missing."""
+    from .config import find_config
+
+    path, source = find_config(str(config) if config else None)
+    if path is not None and not path.exists():  # not is_file(): `--config <(…)` is a pipe
+        fail(f"config file not found: {path}")
+    return path, source
 
 
 def _disabled(values: list[str]) -> tuple[str, ...]:
@@ -231,13 +246,18 @@ def run(
     plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
     trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help="Write every ACP line exchanged to this JSONL file."),
     approve: list[str] = ApproveOption,
+    new: bool = typer.Option(False, "--new", help="Run apart even when a deck server (deck serve) runs this config."),
 ) -> None:
     """Start deck with a frontend.
 
-    With no config file anywhere, deck runs the built-in demo agent.
+    With no config file anywhere, deck runs the built-in demo agent. When a deck server runs the
+    same config, `deck run` attaches to it instead (--new runs a deck of its own all the same).
     """
     approvals = _approvals(approve)
-    deck = make_deck(config, _disabled(plugin))
+    disabled = _disabled(plugin)
+    if not new:
+        _attach_instead(config, frontend, stay=stay, changed=bool(plugin or trace or approve))
+    deck = make_deck(config, disabled, warn=True)
     deck.trace_path = trace
     deck.chat.approvals = approvals
     available = frontends(deck)
@@ -277,13 +297,37 @@ def send(
             fail("--attach sends through a server, which follows its own config: no --config or --approve with it")
         raise typer.Exit(_attached(attach, SendFrontend, agent=agent, text=text, as_json=as_json) or ExitCode.OK)
     approvals = _approvals(approve)
-    deck = make_deck(config)
+    deck = make_deck(config, warn=True)
     deck.chat.approvals = approvals
     code = run_async(deck.run(SendFrontend, agent=agent, text=text, as_json=as_json))
     raise typer.Exit(code or ExitCode.OK)
 
 
 NameArgument = typer.Argument("default", metavar="NAME", help="The server's name.")
+
+
+def _attach_instead(config: Optional[Path], frontend: Optional[str], stay: bool, changed: bool) -> None:
+    """`deck run` of a config a deck server runs already: attach to it (saying so) rather than start
+    second copies of its agents in the same folders; refused when an option asks for what only a
+    deck of its own can do. Returns when no server runs the config."""
+    from .client import server_of
+
+    path, _source = _config_file(config)
+    if path is None or not path.is_file():
+        return
+    name = server_of(path)
+    if name is None:
+        return
+    if changed or stay:
+        fail(f"the deck server {name} runs {path} already: `deck attach {name}` to use it, or"
+             " `deck run --new` to run a deck of its own beside it (second copies of its agents)")  # fmt: skip
+    typer.echo(f"deck: the deck server {name} runs {path}: attaching to it (deck run --new runs apart)", err=True)
+    if frontend is None:
+        from .config import load_file
+
+        _text, loaded = load_file(path)
+        frontend = loaded.config.frontend if loaded.config is not None else None
+    attach(name=name, frontend=frontend, plugin=[])
 
 
 def _attached(name: str, frontend_cls: Any, **options: Any) -> int:
@@ -319,7 +363,7 @@ def serve(
         fail(str(exc))
     if detach:
         raise typer.Exit(_serve_detached(config, name, plugin))
-    deck = make_deck(config, _disabled(plugin))
+    deck = make_deck(config, _disabled(plugin), warn=True)
     _log_server()
     try:
         listening = listen(name, str(deck.config_path.absolute()) if deck.config_path else "<built-in>")
@@ -370,8 +414,13 @@ def _serve_detached(config: Optional[Path], name: str, plugin: list[str]) -> int
             args, stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=True, pass_fds=(write_end,)
         )
     os.close(write_end)
-    with os.fdopen(read_end, "rb") as ready:
-        said = ready.read(6)  # "ready\n" once it listens; nothing if it ended first
+    try:
+        with os.fdopen(read_end, "rb") as ready:
+            said = ready.read(6)  # "ready\n" once it listens; nothing if it ended first
+    except KeyboardInterrupt:  # interrupted: nothing is left behind
+        _end_server(server)
+        typer.echo(f"deck: interrupted: the deck server {name} was stopped before it started", err=True)
+        return ExitCode.INTERRUPTED
     if said == b"ready\n":
         typer.echo(f"deck server {name} running (pid {server.pid}) on {socket_path(name)}; log: {log_path}")
         return ExitCode.OK
@@ -385,6 +434,25 @@ def _serve_detached(config: Optional[Path], name: str, plugin: list[str]) -> int
     for line in text.strip().splitlines()[-20:]:
         typer.echo(line, err=True)
     return code or ExitCode.ERROR
+
+
+def _end_server(server: Any) -> None:
+    """Stop a server process started in the background, and what it started, and wait for it."""
+    import os
+    import signal
+    import subprocess
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not leave it half stopped
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(server.pid, sig)  # its session's group: the server and its agents' parents
+        except ProcessLookupError:
+            pass
+        try:
+            server.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 @app.command(cls=Command)

@@ -446,11 +446,12 @@ def parse(
         except ValidationError as exc:
             if name in raw:
                 problems += _problems(exc, (name,), locate)
-    for loc in _unknown_keys(DeckConfig, core, ()):
-        problems.append(Problem(*locate.key(loc), f"unknown key {_dotted(loc)}", warning=True))
+    unknown = _unknown_keys(DeckConfig, core, ())
     for name, model in sections.items():
-        for loc in _unknown_keys(model, raw.get(name), (name,)):
-            problems.append(Problem(*locate.key(loc), f"unknown key {_dotted(loc)}", warning=True))
+        unknown += _unknown_keys(model, raw.get(name), (name,))
+    for loc, close in unknown:
+        hint = f" (did you mean {close}?)" if close else ""
+        problems.append(Problem(*locate.key(loc), f"unknown key {_dotted(loc)}{hint}", warning=True))
     if config is not None:
         problems += _worktree_problems(config, locate)
         if frontends is not None and config.frontend is not None and config.frontend not in frontends:
@@ -718,16 +719,19 @@ def _model_in(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
     return None, False
 
 
-def _unknown_keys(model: type[BaseModel], raw: Any, prefix: tuple[str, ...]) -> list[tuple[str, ...]]:
-    """Keys written in `raw` that `model` does not know, found in the raw TOML so errors do not hide them."""
+def _unknown_keys(
+    model: type[BaseModel], raw: Any, prefix: tuple[str, ...]
+) -> list[tuple[tuple[str, ...], str | None]]:
+    """Keys written in `raw` that `model` does not know, each with the known key it is closest to
+    (a typo's), found in the raw TOML so errors do not hide them."""
     if not isinstance(raw, dict) or model.model_config.get("extra") == "forbid":
         return []  # a wrong type is an error already; "forbid" models report extras themselves
     by_key = {(info.alias or name): info for name, info in model.model_fields.items()}
-    found: list[tuple[str, ...]] = []
+    found: list[tuple[tuple[str, ...], str | None]] = []
     for key, value in raw.items():
         info = by_key.get(key)
         if info is None:
-            found.append((*prefix, key))
+            found.append(((*prefix, key), _closest(key, by_key)))
             continue
         sub, is_table = _model_in(info.annotation)
         if sub is not None and is_table and isinstance(value, dict):
@@ -736,6 +740,17 @@ def _unknown_keys(model: type[BaseModel], raw: Any, prefix: tuple[str, ...]) -> 
         elif sub is not None:
             found += _unknown_keys(sub, value, (*prefix, key))
     return found
+
+
+def _closest(key: str, known: Collection[str]) -> str | None:
+    """The known key `key` is most likely a typo of (letters swapped, missing or doubled), or None."""
+    import difflib
+
+    if len(key) > 64:  # no typo of a real key
+        return None
+    lowered = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.75)
+    return lowered[close[0]] if close else None
 
 
 # -- locating keys in the text ----------------------------------------------------------------
