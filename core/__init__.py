@@ -40,6 +40,7 @@ __all__ = [
     "Command",
     # public modules
     "client",
+    "diffs",
     "errors",
     "events",
     "frontend",
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from . import client, errors, events, frontend, states, tty
+    from . import client, diffs, errors, events, frontend, states, tty
     from .acp import TooDeep, decode_line
     from .agent import Agent
     from .app import Deck
@@ -87,7 +88,7 @@ _LAZY = {
     "state_dir": ("files", "state_dir"),
     "Command": ("cli", "Command"),
 }
-_MODULES = frozenset({"client", "errors", "events", "frontend", "states", "tty"})
+_MODULES = frozenset({"client", "diffs", "errors", "events", "frontend", "states", "tty"})
 
 
 def __getattr__(name: str) -> Any:

@@ -3,7 +3,9 @@
 A server's socket is `socket_path(NAME)`: `$XDG_RUNTIME_DIR/deck/NAME.sock`, else
 `/tmp/deck-UID/NAME.sock`, in a folder of the user's own that nobody else may enter (0700; a
 folder owned by another user, open to others, or a symlink is refused, never repaired);
-`connect` reaches one, after checking that folder, with one clear line when there is none.
+`connect` reaches one, after checking that folder, with one clear line when there is none, and
+checks that the process at the other end runs as the user (`SO_PEERCRED`, on Linux), as the
+server checks each client: a socket planted by another user, root included, is refused.
 
 The standard library alone, and little of it: `deck attach --frontend=jsonl` (`deck.relay`)
 starts with this module and no other of deck's.
@@ -16,6 +18,7 @@ import os
 import re
 import socket
 import stat
+import struct
 from pathlib import Path
 
 from .errors import DeckError
@@ -24,6 +27,7 @@ from .errors import DeckError
 NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 DEFAULT_NAME = "default"
 _DIR_FLAGS = os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
 
 
 class ServerError(DeckError):
@@ -148,4 +152,31 @@ def connect(name: str, path: Path | None = None) -> tuple[Path, socket.socket]:
     except OSError as exc:
         sock.close()
         raise ServerError(f"cannot reach the deck server {name} at {path}: {exc.strerror or exc}") from None
+    try:
+        check_peer(sock, name, path)
+    except ServerError:
+        sock.close()
+        raise
     return path, sock
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of the Unix socket `sock` (SO_PEERCRED); None on a
+    system without that option; an OSError when it cannot be read."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    _pid, uid, _gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, option, _PEERCRED.size))
+    return int(uid)
+
+
+def check_peer(sock: socket.socket, name: str, path: Path, uid: int | None = None) -> None:
+    """A ServerError unless the server at the other end of `sock` runs as `uid` (by default, the
+    user's): its socket could have been put there by another user."""
+    expected = os.getuid() if uid is None else uid
+    try:
+        found = peer_uid(sock)
+    except OSError as exc:
+        raise ServerError(f"refused the deck server {name} at {path}: cannot tell whose it is ({exc.strerror or exc})") from None
+    if found is not None and found != expected:
+        raise ServerError(f"refused the deck server {name} at {path}: it runs as uid {found}, not as you ({expected})")

@@ -7,13 +7,16 @@ are the same bytes whichever process writes them.
 Every line is strict JSON (RFC 8259, what JavaScript's JSON.parse reads): input is decoded
 by `decode_line` (non-finite numbers read as null, nesting bounded), the encoder refuses NaN
 and Infinity, and a lone surrogate goes out as its JSON escape (`\\ud800`, `to_bytes`), so the
-bytes are valid UTF-8.
+bytes are valid UTF-8. What JSON may leave raw in a string but a terminal, an editor or a
+JavaScript reader may act on — DEL, the C1 controls, the line and paragraph separators, the bidi
+embeddings, overrides and isolates — goes out as its `\\u` escape too, as JSON writes C0 controls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any
@@ -29,6 +32,8 @@ __all__ = ["RequestReader", "encode", "encode_event", "error_line", "to_bytes"]
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
 _str = encode_basestring  # a str as a JSON string, as _dumps writes it
+#: What JSON writes raw in its strings and a reader of the line may still act on (see above).
+_RAW = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _DELTA = '{"event":"message:delta","seq":%d,"agent":%s,"messageId":%s,"index":%d,"kind":%s,"text":%s}'
 
 
@@ -36,13 +41,33 @@ def _null(name: str) -> None:
     return None  # NaN, Infinity, -Infinity: JSON has no such values
 
 
+def _escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def _escaped(line: str) -> str:
+    """A JSON text with each character of `_RAW` as its `\\u` escape: the same JSON value.
+
+    Outside its strings JSON is ASCII, so only string contents change. A line of ASCII (nearly
+    every line) costs a flag test and a search for DEL; any other, a test that it is printable
+    (JSON escaped the C0 controls: a printable line holds none of `_RAW`).
+    """
+    if line.isascii():
+        if "\x7f" not in line:
+            return line
+    elif line.isprintable():
+        return line
+    return _RAW.sub(_escape, line)
+
+
 def encode(obj: Any) -> str:
     """`obj` as one line of strict JSON (no newline); a value JSON has no form for goes as text,
     NaN and Infinity as null."""
     try:
-        return _dumps(obj)
+        line = _dumps(obj)
     except (TypeError, ValueError):
-        return _dumps(json.loads(json.dumps(obj, default=str), parse_constant=_null))
+        line = _dumps(json.loads(json.dumps(obj, default=str), parse_constant=_null))
+    return _escaped(line)
 
 
 def encode_event(event: Event) -> str:
@@ -51,7 +76,7 @@ def encode_event(event: Event) -> str:
         # The hot path (one event per streamed chunk): the same line as the generic
         # encoding below, without building a dict per chunk.
         agent, message_id, kind = _str(event.agent), _str(event.message_id), _str(event.kind)
-        return _DELTA % (event.seq, agent, message_id, event.index, kind, _str(event.text))
+        return _escaped(_DELTA % (event.seq, agent, message_id, event.index, kind, _str(event.text)))
     return encode({"event": event.name, "seq": event.seq, **event.payload()})
 
 

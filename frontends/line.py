@@ -12,7 +12,6 @@ goes idle, as in the jsonl frontend.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import io
 import json
 import os
@@ -28,11 +27,13 @@ from rich.segment import Segment, Segments
 from rich.text import Text
 
 from deck import hookimpl
+from deck.diffs import compare
 from deck.errors import INVALID_PARAMS, ServiceError
 from deck.events import (
     AgentAnnouncement,
     AgentStateChanged,
     ConfigChanged,
+    ConversationChanged,
     ConversationReset,
     MessageDelta,
     MessageUpdated,
@@ -479,12 +480,23 @@ class LineFrontend(Frontend):
         else:
             self.emit(e.agent, f"conversation {e.conversation_id} opened", "dim")
 
+    @handles(ConversationChanged)
+    def _conversation_changed(self, e: ConversationChanged) -> None:
+        if e.field == "cut" and isinstance(e.value, dict):
+            count = e.value.get("messageIds") or ()
+            self.emit(e.agent, f"{len(count)} earlier message(s) let go to keep the conversation under its"
+                      " cap ([limits] conversationSize): the history keeps them", "dim")  # fmt: skip
+
     @handles(WorktreeOverlap)
     def _worktree_overlap(self, e: WorktreeOverlap) -> None:
-        if len(e.agents) >= 2:
-            self.emit(DECK, f"{e.file} is changed in the worktrees of {', '.join(e.agents)}", "yellow")
+        agents = ", ".join(e.agents)
+        if e.count == 1:
+            self.emit(DECK, f"{e.file} is changed in the worktrees of {agents}", "yellow")
+        elif e.count:
+            shown = ", ".join(e.files[:5]) + (", …" if e.count > 5 else "")
+            self.emit(DECK, f"{e.count} files are changed in the worktrees of {agents}: {shown}", "yellow")
         else:
-            self.emit(DECK, f"{e.file} is no longer changed in two worktrees", "dim")
+            self.emit(DECK, f"the worktrees of {agents} no longer change the same files", "dim")
 
     @handles(PluginError)
     def _plugin_error(self, e: PluginError) -> None:
@@ -893,18 +905,15 @@ def _local(iso: str) -> str:
         return iso
 
 
-def diff_summary(diffs: list[dict[str, Any]]) -> str:
-    """`+N -M path` for each diff of a tool call."""
+def diff_summary(tool_diffs: list[dict[str, Any]]) -> str:
+    """`+N -M path` for each diff of a tool call (`path changed: N → M lines, too large to compare`
+    for one `deck.diffs` does not compare). Each is compared once, however often its call is updated."""
     shown = []
-    for diff in diffs:
-        old, new = (diff.get("oldText") or "").splitlines(), (diff.get("newText") or "").splitlines()
-        added = removed = 0
-        for line in difflib.unified_diff(old, new, lineterm="", n=0):
-            if line.startswith("+") and not line.startswith("+++"):
-                added += 1
-            elif line.startswith("-") and not line.startswith("---"):
-                removed += 1
-        shown.append(f"+{added} -{removed} {diff.get('path', '')}" + (" (new)" if diff.get("newFile") else ""))
+    for diff in tool_diffs:
+        comparison = compare(str(diff.get("oldText") or ""), str(diff.get("newText") or ""))
+        path = diff.get("path", "")
+        words = f"{comparison.summary()} {path}" if comparison.compared else f"{path} {comparison.summary()}"
+        shown.append(words + (" (new)" if diff.get("newFile") else ""))
     return ", ".join(shown)
 
 

@@ -38,8 +38,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 ROOT = Path(__file__).parents[1]
 #: What a frontend may import of deck: the client, the events, the labels, the terminal helpers,
-#: its own base, the errors and `hookimpl` (from `deck` itself, nothing else from there).
-ALLOWED = {"deck.client", "deck.events", "deck.states", "deck.tty", "deck.frontend", "deck.errors"}
+#: the diffs of tool calls, its own base, the errors and `hookimpl` (from `deck` itself, nothing else from there).
+ALLOWED = {"deck.client", "deck.events", "deck.states", "deck.tty", "deck.diffs", "deck.frontend", "deck.errors"}
 #: Names a frontend must not reach the core's objects through.
 INTERNALS = {"deck", "chat", "agent_service", "config_service", "services", "supervisor"}
 

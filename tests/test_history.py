@@ -34,6 +34,7 @@ from deck.plugins.history.store import HistoryStore, default_path
 
 from .conftest import agent_block
 from .deck_process import DECK, DeckProcess, write_config
+from .test_diffs import DIFF_PATH, TOO_LARGE, diff_agent, forget_comparisons, timed
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -175,12 +176,26 @@ def test_export_as_a_markdown_transcript_and_as_json(recorded: Recorded) -> None
     assert "## User · " in text and "## Agent · " in text
     for said in (PREAMBLE, MIDDLE, CONCLUSION):
         assert said in text
-    assert "> **Thought**\n>\n> pondering 0\n" in text
+    assert "> **Thought**\n>\n> ```text\n> pondering 0\n> ```\n" in text
+    assert f"```markdown\n{CONCLUSION} \n```\n" in text  # what the agent wrote is fenced, never the transcript's Markdown
     assert "### Tool: Step 0\n\nread · completed\n" in text
     assert text.index(PREAMBLE) < text.index("Step 0") < text.index(MIDDLE) < text.index(CONCLUSION)
     as_json = json.loads(recorded.cli("export", row["id"], "--format", "json").stdout)
     assert {k: as_json[k] for k in ("id", "agent", "title")} == {"id": row["id"], "agent": "a", "title": "multi"}
     assert CONCLUSION in as_json["messages"][1]["parts"][-1]["text"]
+
+
+def test_a_diff_made_to_stall_difflib_exports_at_once(tmp_path: Path) -> None:
+    """The hostile diff (tests/test_diffs.py) recorded from a real agent: difflib took seconds on it."""
+    env = private_env(tmp_path)
+    config = write_config(tmp_path / "deck.toml", diff_agent(tmp_path, updates=1))
+    run_and_exit(config, env, "rewrite")
+    (row,) = json.loads(cli_here(env, "history", "--json", "--config", str(config)).stdout)
+    forget_comparisons()
+    exported, took = timed(cli_here, env, "export", row["id"])
+    assert exported.returncode == 0, exported.stderr
+    assert took < 0.5
+    assert f"```diff\n--- {DIFF_PATH}\n+++ {DIFF_PATH}\n{TOO_LARGE}\n```\n" in exported.stdout
 
 
 def test_forget_deletes_one_conversation_and_an_unknown_id_is_an_error(recorded: Recorded, tmp_path: Path) -> None:

@@ -321,3 +321,47 @@ def test_a_stdout_that_cannot_be_written_is_reported_and_ends_deck(tmp_path):
         )  # fmt: skip
     assert out.returncode == 1
     assert out.stderr.decode().strip().splitlines()[-1] == "deck: cannot write to stdout: No space left on device"
+
+
+# -- characters JSON writes raw -----------------------------------------------------------------------
+
+#: What JSON leaves raw in a string but a terminal or an editor may act on: DEL, the C1 controls,
+#: the line and paragraph separators, the bidi embeddings, overrides and isolates.
+RAW_UNSAFE = "\x7f" + "".join(map(chr, range(0x80, 0xA0))) + "\u2028\u2029" + "".join(map(chr, (*range(0x202A, 0x202F), *range(0x2066, 0x206A))))
+
+
+def unsafe_in(data: bytes) -> list[str]:
+    """The characters of RAW_UNSAFE (and C0 controls) found raw in UTF-8 `data`."""
+    text = data.decode()
+    return sorted({c for c in text if c in RAW_UNSAFE or (c < " " and c != "\n")})
+
+
+def test_the_wire_escapes_what_json_would_write_raw():
+    from deck.events import MessageDelta
+    from deck.wire import encode, encode_event, to_bytes
+
+    text = f"a\x1b[2J {RAW_UNSAFE} é 日本 \U0001f600 \ud800 end"
+    event = MessageDelta("a", "m", 0, "text", text=text)
+    object.__setattr__(event, "seq", 7)
+    lines = [encode_event(event), encode({"jsonrpc": "2.0", "id": 1, "result": {"text": text, RAW_UNSAFE: 1}})]
+    data = to_bytes(lines)
+    assert unsafe_in(data) == []
+    delta, response = (json.loads(line) for line in data.decode().splitlines())
+    assert delta["text"] == text and response["result"] == {"text": text, RAW_UNSAFE: 1}
+    assert "\\u202e" in lines[0] and "\\u0085" in lines[0] and "\\u2028" in lines[0] and "é 日本" in lines[0]
+    plain = MessageDelta("a", "m", 0, "text", text="plain ASCII text")
+    object.__setattr__(plain, "seq", 8)
+    assert encode_event(plain) == json.dumps({"event": "message:delta", "seq": 8, **plain.payload()}, separators=(",", ":"))
+
+
+def test_an_agents_c1_and_bidi_characters_reach_stdout_escaped(run_deck):
+    deck = run_deck(agent_block("a"))
+    said = f"evil {RAW_UNSAFE} \u202egnp.exe end"
+    deck.call("ChatService.Send", {"agent": "a", "text": said})
+    deck.event("turn:changed", agent="a", busy=False, queued=0)
+    deck.close_stdin()
+    assert deck.wait(15) == 0
+    assert unsafe_in(b"".join(deck.raw)) == []
+    answer = [e for e in deck.events("message:updated", agent="a") if e["message"]["role"] == "agent"][-1]
+    assert answer["message"]["parts"] == [{"type": "text", "text": f"You said: {said}"}]
+    assert "".join(d["text"] for d in deck.events("message:delta", agent="a")) == f"You said: {said}"

@@ -20,6 +20,7 @@ from deck.frontends import line as line_frontend
 from deck.frontends.line import context_share, diff_summary
 
 from .conftest import agent_block
+from .test_diffs import DIFF_PATH, TOO_LARGE, diff_agent
 
 DECK = [sys.executable, "-c", "from deck.cli import main; main()"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -287,6 +288,22 @@ def test_diff_summary_counts_lines():
         {"path": "new.py", "oldText": "", "newText": "1\n2\n", "newFile": True},
     ]
     assert diff_summary(diffs) == "+2 -1 a.py, +2 -0 new.py (new)"
+
+
+def test_a_diff_made_to_stall_difflib_is_shown_at_once_however_often_its_call_is_updated(line_deck, tmp_path):
+    """The hostile diff (tests/test_diffs.py) in a tool call, then in 3 updates and the one that
+    completes it: difflib took 4-5 s on each; now the turn shows in well under half a second each."""
+    deck = line_deck(diff_agent(tmp_path, updates=3))
+    deck.send("/start a")
+    deck.expect(r"\[a\] ready")
+    start = time.monotonic()
+    deck.send("@a rewrite")
+    deck.expect(re.escape(f"[a] Rewrite big.txt [pending]  {DIFF_PATH} {TOO_LARGE}"))
+    deck.expect(re.escape(f"[a] Rewrite big.txt [completed]  {DIFF_PATH} {TOO_LARGE}"))
+    deck.expect(r"\[a\] after")
+    took = time.monotonic() - start
+    assert took < 5 * 0.5, f"{took:.2f} s for 5 updates carrying the diff"
+    assert deck.close() == 0
 
 
 # -- under a pseudo-terminal ------------------------------------------------------------------------

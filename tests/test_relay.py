@@ -9,15 +9,19 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
+from deck import serverdir
 from deck.__main__ import relayed
 
 from .conftest import agent_block
@@ -156,15 +160,74 @@ def test_a_last_line_without_its_newline_is_answered(serve) -> None:
 
 @pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv to be another uid")
 def test_a_client_of_another_uid_is_told_it_was_refused(serve) -> None:
-    """The refusal is the server's first line, and the one line of no id the relay takes for the end of this client."""
+    """The refusal is the server's first line to a client that does not check the server (not
+    deck's); deck's own refuses the server first, the other way round, in one line."""
     server = serve(agent_block("a"))
-    code = "import sys; from pathlib import Path; from deck.relay import relay; sys.exit(relay('t', Path(sys.argv[1])))"
     as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                  "--inh-caps=+dac_override", "--ambient-caps=+dac_override"]  # fmt: skip
+    raw = "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print(s.makefile().readline(), end='')"
+    done = subprocess.run([*as_nobody, sys.executable, "-c", raw, str(server.path)], capture_output=True, timeout=20)
+    assert json.loads(done.stdout)["error"]["message"] == "refused: this deck server is uid 0's, and you are uid 65534"
+    code = "import sys; from pathlib import Path; from deck.relay import relay; sys.exit(relay('t', Path(sys.argv[1])))"
     command = [*as_nobody, sys.executable, "-c", code, str(server.path)]
     done = subprocess.run(command, input=request(1, "AgentService.List"), capture_output=True, timeout=20)
     assert done.returncode == 1, done
-    assert done.stderr == b"deck: the deck server t refused this client: this deck server is uid 0's, and you are uid 65534\n"
+    assert done.stderr == f"deck: refused the deck server t at {server.path}: it runs as uid 0, not as you (65534)\n".encode()
+
+
+def test_a_server_of_our_own_uid_passes_the_check_and_one_of_another_is_refused() -> None:
+    """The check a client makes on connecting, on a real pair of sockets (both ends ours)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours, theirs:
+        assert serverdir.peer_uid(ours) == os.getuid()
+        serverdir.check_peer(ours, "t", Path("t.sock"))
+        with pytest.raises(serverdir.ServerError) as refused:
+            serverdir.check_peer(ours, "t", Path("t.sock"), uid=os.getuid() + 1)
+    assert str(refused.value) == f"refused the deck server t at t.sock: it runs as uid {os.getuid()}, not as you ({os.getuid() + 1})"
+
+
+def test_connecting_to_a_server_of_another_uid_is_refused_and_the_socket_closed(tmp_path, monkeypatch) -> None:
+    """A real listening socket; this process made to be of another uid than the one that listens."""
+    path, mine = tmp_path / "t.sock", os.getuid()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen()
+        _path, connected = serverdir.connect("t", path)  # ours: connected
+        connected.close()
+        monkeypatch.setattr(serverdir.os, "getuid", lambda: mine + 4242)
+        with pytest.raises(serverdir.ServerError) as refused:
+            serverdir.connect("t", path)
+        monkeypatch.undo()
+        listener.accept()[0].close()
+        accepted, _ = listener.accept()
+        with accepted:
+            assert accepted.recv(100) == b""  # the refused client closed its end, having sent nothing
+    assert str(refused.value) == f"refused the deck server t at {path}: it runs as uid {mine}, not as you ({mine + 4242})"
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv to be another uid")
+def test_attach_refuses_a_server_socket_another_user_listens_on(tmp_path) -> None:
+    """Another user's process listens where the client looks (a socket given by its path): `deck
+    attach` says so in one line and exits 1, having sent nothing."""
+    folder = tempfile.mkdtemp(prefix="dk-", dir="/tmp")
+    os.chmod(folder, 0o777)
+    path = Path(folder) / "t.sock"
+    listen = ("import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(); "
+              "print('ready', flush=True); c, _ = s.accept(); print(repr(c.recv(100)), flush=True); time.sleep(5)")
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    server = subprocess.Popen([*as_nobody, sys.executable, "-c", listen, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline() == "ready\n"
+        code = "import sys; from pathlib import Path; from deck.relay import relay; sys.exit(relay('t', Path(sys.argv[1])))"
+        done = subprocess.run([sys.executable, "-c", code, str(path)], input=request(1, "AgentService.List"),
+                              capture_output=True, timeout=20)  # fmt: skip
+        assert done.returncode == 1, done
+        assert done.stderr == f"deck: refused the deck server t at {path}: it runs as uid 65534, not as you (0)\n".encode()
+        assert server.stdout.readline() == "b''\n"  # connected, then closed: not a byte sent
+    finally:
+        server.kill()
+        server.wait()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize("redirect", ["<&-", "</dev/null"])

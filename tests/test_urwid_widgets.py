@@ -38,6 +38,7 @@ from deck.frontends.urwid.model import Model
 from deck.frontends.urwid.views import LogsView
 
 from .conftest import agent_block
+from .test_diffs import DIFF_PATH, HOSTILE_LINES, diff_agent, forget_comparisons, timed
 
 pytestmark = pytest.mark.anyio
 
@@ -158,6 +159,24 @@ async def test_conversation_shows_thoughts_plan_tool_and_diff(make_deck):
     view.toggle_all("thoughts")
     text = canvas_text(view, 90, 60)
     assert "∴ thought (1 line, Ctrl-T to show)" in text and "thinking" not in text.replace("thinking (", "")
+
+
+async def test_a_diff_made_to_stall_difflib_renders_at_once_hidden_or_shown(make_deck, tmp_path):
+    """The hostile diff (tests/test_diffs.py) from a real agent: difflib took 3.9 s per render of it."""
+    deck, rec = make_deck(diff_agent(tmp_path, updates=1))
+    model = roster("a")
+    deck.subscribe(model.apply)
+    deck.chat.send("a", "rewrite")
+    await rec.wait(lambda r: any(not p["busy"] for p in r.named("turn:changed", "a")))
+    shown = f"diff {DIFF_PATH} ({HOSTILE_LINES} → {HOSTILE_LINES} lines, too large to compare)"
+    forget_comparisons()
+    (view, text), took = timed(conversation_text, model, "a", size=(120, 40))
+    assert took < 0.5 and shown in text and "after" in text
+    view.toggle_all("diffs")
+    text, took = timed(canvas_text, view, 120, 40)
+    assert took < 0.5 and shown in text
+    french, took = timed(conversation_text, model, "a", "fr", size=(120, 40))
+    assert took < 0.5 and f"diff {DIFF_PATH} ({HOSTILE_LINES} → {HOSTILE_LINES} lignes, trop grand pour être comparé)" in french[1]
 
 
 async def test_conversation_thought_collapses_by_click(make_deck):

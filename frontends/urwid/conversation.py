@@ -8,13 +8,13 @@ its last block.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import urwid
 
 from . import markdown
+from deck.diffs import compare, unified_lines
 from deck.tty import sgr_spans, terminal_text
 
 from .common import Clickable, LineBox, Text
@@ -33,14 +33,17 @@ WORDED_CODES = ("agent-restarted", "agent-unavailable")
 PLAN_MARKS = {"completed": ("ok", "[x]"), "in_progress": ("status in_progress", "[~]"), "pending": ("dim", "[ ]")}
 
 
+def _texts(diff: dict[str, Any]) -> tuple[str, str]:
+    """A tool diff's old and new text."""
+    return str(diff.get("oldText") or ""), str(diff.get("newText") or "")
+
+
 def diff_lines(diff: dict[str, Any]) -> list[tuple[str, str]]:
-    """A tool diff as (attribute, line) pairs of a unified diff."""
-    old = str(diff.get("oldText") or "").splitlines()
-    new = str(diff.get("newText") or "").splitlines()
+    """A tool diff as (attribute, line) pairs of a unified diff (`deck.diffs`: compared once, in bounded time)."""
     path = str(diff.get("path") or "")
+    before, after = (f"a{path}", f"b{path}") if path.startswith("/") else (f"a/{path}", f"b/{path}")
     out = []
-    for line in difflib.unified_diff(old, new, f"a{path}" if path.startswith("/") else f"a/{path}",
-                                     f"b{path}" if path.startswith("/") else f"b/{path}", lineterm="", n=2):  # fmt: skip
+    for line in unified_lines(*_texts(diff), before, after, context=2):
         if line.startswith(("+++", "---")):
             out.append(("dim", line))
         elif line.startswith("+"):
@@ -54,11 +57,24 @@ def diff_lines(diff: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def diff_counts(diff: dict[str, Any]) -> tuple[int, int]:
-    lines = diff_lines(diff)
-    added = sum(1 for a, ln in lines if a == "diff add")
-    removed = sum(1 for a, ln in lines if a == "diff del")
-    return added, removed
+def _diff_widgets(
+    diff: dict[str, Any], strings: Strings, show_diff: bool, on_toggle: Callable[[], None] | None
+) -> list[AbstractFlowWidget]:
+    """A tool diff: its lines when shown, else a line counting them; one line saying so when too large to compare."""
+    path = diff.get("path", "")
+    comparison = compare(*_texts(diff))
+    if not comparison.compared:
+        words = strings("diff_too_large", path=path, old=comparison.old_lines, new=comparison.new_lines)
+        return [_pad(Clickable(("diff hunk", words), on_toggle), INDENT + 2)]
+    if not show_diff:
+        summary = strings("diff_hidden", path=path, added=comparison.added, removed=comparison.removed)
+        return [_pad(Clickable(("diff hunk", summary), on_toggle), INDENT + 2)]
+    out: list[AbstractFlowWidget] = []
+    if diff.get("newFile"):
+        out.append(_pad(Text(("dim", f"{strings('diff_new')}: {path}")), INDENT + 2))
+    markup: list[Any] = [(attr, ("\n" if i else "") + line) for i, (attr, line) in enumerate(diff_lines(diff))]
+    out.append(_pad(Clickable(markup or "", on_toggle), INDENT + 2))
+    return out
 
 
 def tool_widgets(
@@ -84,18 +100,7 @@ def tool_widgets(
         if isinstance(terminal, dict):
             out += terminal_widgets(terminal, strings, show_diff, on_toggle)
     for diff in part.get("diffs") or []:
-        if show_diff:
-            rows = diff_lines(diff)
-            if diff.get("newFile"):
-                out.append(_pad(Text(("dim", f"{strings('diff_new')}: {diff.get('path', '')}")), INDENT + 2))
-            markup: list[Any] = []
-            for i, (attr, line) in enumerate(rows):
-                markup.append((attr, ("\n" if i else "") + line))
-            out.append(_pad(Clickable(markup or "", on_toggle), INDENT + 2))
-        else:
-            added, removed = diff_counts(diff)
-            summary = strings("diff_hidden", path=diff.get("path", ""), added=added, removed=removed)
-            out.append(_pad(Clickable(("diff hunk", summary), on_toggle), INDENT + 2))
+        out += _diff_widgets(diff, strings, show_diff, on_toggle)
     return out
 
 

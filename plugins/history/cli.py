@@ -12,7 +12,6 @@ what a terminal could run either way).
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -24,7 +23,7 @@ from typing import Any, NoReturn, Optional
 
 import typer
 
-from deck import Command
+from deck import Command, diffs
 from deck.errors import ExitCode
 from deck.tty import json_printable, printable
 
@@ -248,7 +247,7 @@ def to_markdown(conversation: dict[str, Any]) -> str:
     lines += [f"- Started: {_local(conversation.get('createdAt') or '')}", f"- Updated: {_local(conversation.get('updatedAt') or '')}"]
     lines += [f"- Conversation: {conversation.get('id')}"]
     if conversation.get("sessionId"):
-        lines.append(f"- Agent session: {conversation['sessionId']}")
+        lines.append(f"- Agent session: {_one_line(str(conversation['sessionId']))}")
     lines.append("")
     for message in conversation.get("messages") or []:
         if isinstance(message, dict):
@@ -264,14 +263,14 @@ def _message(message: dict[str, Any]) -> list[str]:
     lines = [f"## {head} · {_local(str(message.get('createdAt') or ''))}", ""]
     for part in message.get("parts") or []:
         if isinstance(part, dict):
-            lines += _part(part)
+            lines += _part(part, role)
     notes = []
     if message.get("queued"):
         notes.append("queued, not sent yet")
     if not message.get("done", True):
         notes.append("unfinished")
     if message.get("stopReason") not in (None, "end_turn"):
-        notes.append(f"stopped: {message['stopReason']}")
+        notes.append(f"stopped: {_one_line(str(message['stopReason']))}")
     if message.get("error"):
         notes.append(f"error: {_one_line(str(message['error']))}")
     if notes:
@@ -279,19 +278,20 @@ def _message(message: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _part(part: dict[str, Any]) -> list[str]:
+def _part(part: dict[str, Any], role: str) -> list[str]:
+    """One part of a message: the text anyone but deck wrote is fenced, a line of it is never the transcript's."""
     kind = part.get("type")
     if kind == "text":
         text = str(part.get("text") or "")
-        return [text, ""] if text else []
+        return [*_fenced(text, "markdown" if role == "agent" else "text"), ""] if text else []
     if kind == "thought":
         text = str(part.get("text") or "")
-        return ["> **Thought**", ">", *(f"> {line}".rstrip() for line in text.splitlines()), ""] if text else []
+        return ["> **Thought**", ">", *(f"> {line}".rstrip() for line in _fenced(text, "text")), ""] if text else []
     if kind == "tool":
         return _tool(part)
     if kind == "plan":
         entries = [e for e in part.get("entries") or [] if isinstance(e, dict)]
-        return ["**Plan**", "", *(f"- {_PLAN_BOXES.get(str(e.get('status')), '[ ]')} {e.get('content', '')}" for e in entries), ""]
+        return ["**Plan**", "", *(f"- {_PLAN_BOXES.get(str(e.get('status')), '[ ]')} {_one_line(str(e.get('content', '')))}" for e in entries), ""]
     return []
 
 
@@ -301,7 +301,7 @@ def _tool(part: dict[str, Any]) -> list[str]:
     for location in part.get("locations") or []:
         if isinstance(location, dict) and location.get("path"):
             line = f":{location['line']}" if location.get("line") is not None else ""
-            lines += [f"- `{location['path']}{line}`"]
+            lines += [f"- `{_one_line(str(location['path']))}{line}`"]
     if part.get("locations"):
         lines.append("")
     if part.get("input"):
@@ -315,16 +315,17 @@ def _tool(part: dict[str, Any]) -> list[str]:
 
 
 def _unified(diff: dict[str, Any]) -> str:
-    path = str(diff.get("path") or "")
+    """A tool diff as a unified diff (`deck.diffs`: in bounded time, or a line saying it is too large to compare)."""
+    path = _one_line(str(diff.get("path") or ""))
     old = "" if diff.get("newFile") else str(diff.get("oldText") or "")
     new = str(diff.get("newText") or "")
     before = "/dev/null" if diff.get("newFile") else path
-    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), before, path, lineterm="")
-    return "\n".join(lines) or f"--- {before}\n+++ {path}"
+    return "\n".join(diffs.unified_lines(old, new, before, path)) or f"--- {before}\n+++ {path}"
 
 
 def _fenced(text: str, language: str) -> list[str]:
-    """`text` in a code fence longer than any run of backticks in it."""
+    """`text` in a code fence longer than any run of backticks in it: nothing in it can close the
+    fence, so nothing in it is Markdown structure (a heading, a list, another fence)."""
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     return [fence + language, *text.splitlines(), fence]

@@ -32,6 +32,11 @@ Benchmarks and targets:
                 is measured beside the same run without the flood ("quiet") and with the same flood
                 outside deck, read at the pace deck reads it ("outside": what it costs the machine)
 
+`--base PYTHON` also runs the throughput with the deck that PYTHON imports (another checkout
+installed in its own venv: `git worktree add /tmp/base REV && python -m venv /tmp/base-venv &&
+/tmp/base-venv/bin/pip install -e /tmp/base`), as "deck base", and prints deck ÷ deck base:
+what a change costs the hot path, measured side by side in one run.
+
 The history database of search and startup is built once (a few minutes) and kept in
 $TMPDIR/deck-bench-history/ for later runs, rebuilt when the file's schema version
 (`PRAGMA user_version`) is not the store's; delete that folder to rebuild it.
@@ -65,6 +70,8 @@ PY = sys.executable
 DECK = [PY, "-P", "-m", "deck"]  # as the `deck` script runs
 #: The options of the "off" runs measured beside deck's default: no history plugin.
 HISTORY_OFF = ("-p", "no:history")
+#: `--base PYTHON`: the interpreter of the deck the throughput is compared with, if any.
+BASE: str | None = None
 
 
 def config(agents: dict[str, list[str]], extra: str = "") -> Path:
@@ -118,6 +125,9 @@ def bench_throughput(rounds: int, count: int = 200_000, size: int = 32) -> dict[
         runs["floor"].append(timed([PY, str(HERE / "floor.py"), str(count), str(size)]))
         for label, options in _on_and_off(n):
             runs[f"deck {label}".strip()].append(timed([*command, *options], send, deck_env()))
+        if BASE is not None:
+            base = [BASE, "-P", "-m", "deck", *command[len(DECK) :]]
+            runs.setdefault("deck base", []).append(timed(base, send, deck_env()))
         if "sdk peer" not in runs:
             continue
         try:
@@ -603,7 +613,7 @@ BENCHES = {
 }
 #: Ratios printed for information: (measure, peer it is compared with).
 RATIOS = {
-    "throughput": [("sdk peer", "floor"), ("deck off", "floor"), ("deck", "deck off")],
+    "throughput": [("sdk peer", "floor"), ("deck off", "floor"), ("deck", "deck off"), ("deck", "deck base")],
     "latency": [("p99 ms", "off p99 ms"), ("p99 ms", "floor p99 ms"), ("off p99 ms", "floor p99 ms")],
     "memory": [("RSS growth MB", "off RSS growth MB")],
     "mcp": [("initialize ms", "python -c pass ms")],
@@ -619,7 +629,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="*", choices=[*BENCHES, []], help="benchmarks to run (default: all)")
     parser.add_argument("-r", "--rounds", type=int, default=5)
+    parser.add_argument("--base", metavar="PYTHON", help="also run the throughput with the deck this interpreter imports")
     args = parser.parse_args()
+    global BASE
+    BASE = args.base
     names = args.names or list(BENCHES)
     print(f"{'benchmark':<12} {'measure':<16} {'median':>10} {'runs':>6}   result")
     for name in names:
