@@ -228,12 +228,15 @@ class WorktreeChanged(Event):
 
 @dataclass(frozen=True, slots=True)
 class WorktreeOverlap(Event):
-    """`file` is changed in the worktrees of every agent in `agents` (two or more); when that is
-    no longer true, the same event again with the agents still changing it (fewer than two: cleared)."""
+    """The worktrees of the two `agents` change `count` of the same files: `files` the first of them
+    by name (50 at most), `file` the first; when they share none any more, the same event with
+    `count` 0 (cleared)."""
 
     name: ClassVar[str] = "worktree:overlap"
     file: str
     agents: list[str]
+    files: list[str]
+    count: int
 
 
 @dataclass(frozen=True, slots=True)

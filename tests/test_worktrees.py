@@ -219,16 +219,20 @@ async def test_remove_is_refused_with_work_unless_forced(make_deck, repo):
     assert (repo / "done.txt").read_text() == "ok"
 
 
+#: The `worktree:overlap` of agents a and b both changing shared.txt.
+SHARED = {"file": "shared.txt", "agents": ["a", "b"], "files": ["shared.txt"], "count": 1}
+
+
 async def test_two_worktrees_changing_one_file_overlap_until_one_no_longer_does(make_deck, repo):
     deck, rec = make_deck(worktree_agent("a", repo) + worktree_agent("b", repo))
     await turn(deck, rec, "a", "write shared.txt from a")
     await turn(deck, rec, "b", "write own.txt b")
     assert rec.named("worktree:overlap") == []
     await turn(deck, rec, "b", "fswrite shared.txt from b")
-    assert rec.named("worktree:overlap") == [{"file": "shared.txt", "agents": ["a", "b"]}]
+    assert rec.named("worktree:overlap") == [SHARED]
     os.unlink(Path(deck.agents["b"].cwd) / "shared.txt")
     await deck.call("WorktreeService.List", {})
-    assert rec.named("worktree:overlap")[-1] == {"file": "shared.txt", "agents": ["a"]}  # cleared
+    assert rec.named("worktree:overlap")[-1] == {"file": "", "agents": ["a", "b"], "files": [], "count": 0}  # cleared
     await deck.call("WorktreeService.List", {})
     assert len(rec.named("worktree:overlap")) == 2  # said once
 
@@ -447,7 +451,7 @@ async def test_the_console_shows_changed_files_overlaps_a_diff_and_merges(make_d
         assert (repo / "both.txt").read_text() == "from a"
         shown = screen()
         assert "a: merged into main as" in shown and "no change against its base" in shown
-        await rec.wait_event("worktree:overlap", agents=["b"])  # a changes nothing against main now
+        await rec.wait_event("worktree:overlap", agents=["a", "b"], count=0)  # a changes nothing against main now
         assert "⚠" not in screen()
         app.root.keypress(size, "esc")
         assert app.view == "chat"
@@ -662,7 +666,7 @@ async def test_work_left_in_a_worktree_from_before_overlaps_at_another_agent_s_t
     (Path(deck.agents["b"].cwd) / "shared.txt").write_text("b's, from before\n")
     await deck.call("AgentService.Stop", {"name": "b"})
     await turn(deck, rec, "a", "write shared.txt from a")
-    assert rec.named("worktree:overlap") == [{"file": "shared.txt", "agents": ["a", "b"]}]
+    assert rec.named("worktree:overlap") == [SHARED]
 
 
 async def test_a_forced_remove_needs_no_base_branch(make_deck, repo):

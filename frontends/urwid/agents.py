@@ -46,7 +46,7 @@ def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) 
     if agent.changed_files:
         work: list[Any] = [("dim", strings("changed_files", n=agent.changed_files))]
         if agent.overlaps:
-            work += [" ", ("warning", strings("overlap", n=len(agent.overlaps)))]
+            work += [" ", ("warning", strings("overlap", n=agent.shared_files()))]
         lines.append(_under(Text(work, wrap="ellipsis")))
     if agent.outdated:
         outdated = OUTDATED_LABEL.get(strings.language, OUTDATED_LABEL["en"])

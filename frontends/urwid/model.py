@@ -116,10 +116,16 @@ class AgentModel:
     announcements: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=ANNOUNCEMENTS))
     #: Requesters currently talking to this agent, by ticket id.
     asks: dict[str, str] = field(default_factory=dict)
-    #: Files its worktree changes against its base (None: no worktree seen), and those of them
-    #: another agent's worktree changes too.
+    #: Files its worktree changes against its base (None: no worktree seen), and, by each other
+    #: agent whose worktree changes some of them too, how many and the first of them.
     changed_files: int | None = None
-    overlaps: set[str] = field(default_factory=set)
+    overlaps: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)
+
+    def shared_files(self) -> int:
+        """How many of its changed files another agent's worktree changes too: exact while each
+        overlap names all its files, else at least the largest overlap."""
+        names: set[str] = set().union(*(files for _, files in self.overlaps.values()))
+        return max([len(names), *(count for count, _ in self.overlaps.values())])
 
     def set_info(self, info: dict[str, Any]) -> None:
         self.title = str(info.get("title") or self.name)
@@ -331,14 +337,17 @@ class Model(Handlers):
 
     @handles(WorktreeOverlap)
     def _worktree_overlap(self, e: WorktreeOverlap) -> None:
-        """Each agent's set of shared files: `file` in it for the agents named, out of it for the others."""
-        shared = len(e.agents) >= 2
-        for agent in self.agents.values():
-            if shared and agent.name in e.agents:
-                agent.overlaps.add(str(e.file))
-            elif str(e.file) in agent.overlaps:
-                agent.overlaps.discard(str(e.file))
-            else:
+        """Each of the two agents' overlap with the other: kept, or dropped once cleared (`count` 0)."""
+        if len(e.agents) != 2:
+            return
+        first, second = (str(name) for name in e.agents)
+        for name, other in ((first, second), (second, first)):
+            agent = self._agent(name)
+            if agent is None:
+                continue
+            if e.count:
+                agent.overlaps[other] = (int(e.count), frozenset(str(file) for file in e.files))
+            elif agent.overlaps.pop(other, None) is None:
                 continue
             self.changes.agents.add(agent.name)
 

@@ -4,6 +4,8 @@ A worktree's files are the agent's, so untrusted: nothing deck runs there may ru
 name. Every git command runs with `core.hooksPath=/dev/null` (no hook, not even one a relative
 `core.hooksPath` would find in the worktree) and `core.fsmonitor=false`, without a pager or a
 prompt, and with none of the caller's `GIT_*` variables (a `GIT_DIR` would point it elsewhere).
+Commands in a worktree add their own options (`tree.Checkout`): the repository named explicitly,
+never found through files there, and no look into a folder there that has a `.git` of its own.
 A failure is a `GitError` (a `ServiceError`) that says which command failed and git's own words.
 """
 
@@ -12,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from deck.errors import ServiceError
 
@@ -54,18 +58,21 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 async def git(
-    *args: str, cwd: str, check: bool = True, env: dict[str, str] | None = None, limit: int = MAX_OUTPUT
+    *args: str, cwd: str, check: bool = True, env: dict[str, str] | None = None, limit: int = MAX_OUTPUT,
+    options: Sequence[str] = (), into: BinaryIO | None = None,
 ) -> Result:
-    """Run `git ARGS` in `cwd`; a non-zero exit raises GitError unless `check` is off.
+    """Run `git OPTIONS ARGS` in `cwd`; a non-zero exit raises GitError unless `check` is off.
 
-    A caller cancelled meanwhile waits up to CANCEL_GRACE seconds for git to finish on its own, so
-    that no lock file or half-made worktree is left behind; then git is killed."""
+    `options` go before the command (`--git-dir`, more `-c`); with `into` (a file) the output is
+    written there, whatever its size, and not read. A caller cancelled meanwhile waits up to
+    CANCEL_GRACE seconds for git to finish on its own, so that no lock file or half-made worktree
+    is left behind; then git is killed."""
     if not os.path.isdir(cwd):
         raise GitError(f"{cwd} does not exist (or is not a folder)")
     try:
         process = await asyncio.create_subprocess_exec(
-            "git", *SAFE, *args, cwd=cwd, env=clean_env(env), stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            "git", *SAFE, *options, *args, cwd=cwd, env=clean_env(env), stdin=asyncio.subprocess.DEVNULL,
+            stdout=into or asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
         )  # fmt: skip
     except FileNotFoundError as exc:
         raise GitMissing("git is not installed (or not on PATH)") from exc
@@ -83,9 +90,11 @@ async def git(
 
 
 async def _collect(process: asyncio.subprocess.Process, limit: int) -> Result:
-    assert process.stdout is not None and process.stderr is not None
+    assert process.stderr is not None
 
     async def read_out() -> tuple[bytes, bool]:
+        if process.stdout is None:  # written to a file
+            return b"", False
         chunks, size = [], 0
         while chunk := await process.stdout.read(1 << 16):  # type: ignore[union-attr]
             if size + len(chunk) > limit:

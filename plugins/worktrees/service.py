@@ -2,21 +2,25 @@
 after each of its turns (`worktree:changed`), compared with each other (`worktree:overlap`).
 
 Work on one repository's worktrees runs one at a time (a lock per repository): git's own locks
-would make two at once fail rather than wait.
+would make two at once fail rather than wait. An agent running in its worktree holds that
+worktree's lock file (`running.py`), so that no other deck removes it meanwhile. Overlaps are told
+per pair of agents, with how many files they share and the first 50 by name, worked out off the
+event loop: two worktrees of 200,000 files each make one event, not 200,000.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import os
 from typing import TYPE_CHECKING, Any
 
 from deck import AgentState, hookimpl, rpc_method
 from deck.errors import ServiceError, StartFailed
-from deck.events import TurnChanged, WorktreeChanged, WorktreeOverlap
+from deck.events import AgentStateChanged, TurnChanged, WorktreeChanged, WorktreeOverlap
 
-from . import tree
+from . import running, tree
 from .git import GitMissing
 from .tree import Place, Status
 
@@ -25,6 +29,14 @@ if TYPE_CHECKING:
     from deck.events import Event
 
 log = logging.getLogger(__name__)
+
+#: The most files one `worktree:overlap` names (the first by name); `count` says how many there are.
+OVERLAP_FILES = 50
+#: The states of an agent that runs no more: its worktree's lock file is let go.
+ENDED = (AgentState.STOPPED.value, AgentState.ERROR.value)
+
+#: Two agents' names (in order) → how many files both their worktrees change, and the first of them.
+Overlaps = dict[tuple[str, str], tuple[int, tuple[str, ...]]]
 
 
 class Worktrees:
@@ -35,9 +47,12 @@ class Worktrees:
         self.service = WorktreeService(self)
         #: The files each agent's worktree changes against its base, by repository, as last seen.
         self.changed: dict[str, tuple[str, frozenset[str]]] = {}
-        #: (repository, file) → the agents changing it, as last announced (two or more).
-        self.overlaps: dict[tuple[str, str], tuple[str, ...]] = {}
+        #: The overlaps of each pair of agents, as last announced.
+        self.overlaps: Overlaps = {}
+        self._overlaps_lock = asyncio.Lock()
         self._locks: dict[str, asyncio.Lock] = {}
+        #: Agent → the worktree it runs in and the descriptor of that worktree's lock file, held.
+        self._running: dict[str, tuple[str, int]] = {}
         #: Whether every worktree was looked at once (work left from before this deck counts too).
         self._surveyed = False
 
@@ -55,18 +70,41 @@ class Worktrees:
     async def _prepare(self, agent: Agent) -> None:
         try:
             place = await tree.locate(agent.name, agent.config.resolved_cwd())
+            self._claim(place)
             async with self.lock(place.repo):
                 await tree.ensure(place)
             os.makedirs(place.workdir, exist_ok=True)  # a cwd folder git does not track
         except ServiceError as exc:
+            self._release(agent.name)
             raise StartFailed(f"no worktree: {exc}") from exc
         except OSError as exc:
+            self._release(agent.name)
             raise StartFailed(f"no worktree: {exc.strerror or exc}") from exc
+        except BaseException:
+            self._release(agent.name)
+            raise
         agent.workdir = place.workdir
+
+    def _claim(self, place: Place) -> None:
+        """Hold the lock file of the worktree `place`'s agent is about to run in, until it stops."""
+        held = self._running.get(place.agent)
+        if held is not None and held[0] == place.path:
+            return
+        self._release(place.agent)
+        self._running[place.agent] = (place.path, running.claim(place))
+
+    def _release(self, name: str) -> None:
+        held = self._running.pop(name, None)
+        if held is not None:
+            os.close(held[1])
 
     @hookimpl
     def deck_event(self, deck: Deck, event: Event) -> None:
-        if deck is not self.deck or type(event) is not TurnChanged or event.busy:
+        if deck is not self.deck:
+            return
+        if type(event) is AgentStateChanged and event.state in ENDED:
+            self._release(event.agent)
+        if type(event) is not TurnChanged or event.busy:
             return
         agent = deck.agents.get(event.agent)
         if agent is not None and agent.config.worktree and agent.workdir is not None:
@@ -76,6 +114,8 @@ class Worktrees:
     def deck_shutdown(self, deck: Deck) -> None:
         if deck is self.deck:
             deck.pm.unregister(self)
+            for name in list(self._running):
+                self._release(name)
 
     async def _after_turn(self, name: str) -> None:
         try:
@@ -84,8 +124,8 @@ class Worktrees:
             log.warning("worktrees: %s after its turn: %s", name, exc)
             return
         await self.survey()
+        await self.check_overlaps()  # told before the change, so that it is known when the change is
         self.deck.emit(WorktreeChanged(name, len(found.files), found.ahead, found.dirty))
-        await self.check_overlaps()
 
     async def survey(self) -> None:
         """Look once at every worktree not looked at yet: one that holds work from before this deck
@@ -132,7 +172,7 @@ class Worktrees:
         place = place or await self.place(name)
         async with self.lock(place.repo):
             found = await tree.status(place, await self.base(place))
-        self.changed[name] = (place.repo, frozenset(found.files))
+        self.changed[name] = (place.repo, await asyncio.to_thread(frozenset, found.files))
         return found
 
     async def places(self) -> list[Place]:
@@ -159,20 +199,34 @@ class Worktrees:
         return found + tree.orphans({Place("", repo).folder for repo in repos}, known)
 
     async def check_overlaps(self) -> None:
-        """Announce each file two agents' worktrees change, and each such overlap that has ended."""
-        now: dict[tuple[str, str], set[str]] = {}
-        for agent, (repo, files) in self.changed.items():
-            for file in files:
-                now.setdefault((repo, file), set()).add(agent)
-        for key in sorted(set(now) | set(self.overlaps)):
-            agents = tuple(sorted(now.get(key, ())))
-            before = self.overlaps.get(key)
-            if len(agents) >= 2 and agents != before:
-                self.overlaps[key] = agents
-                self.deck.emit(WorktreeOverlap(key[1], list(agents)))
-            elif len(agents) < 2 and before is not None:
-                del self.overlaps[key]
-                self.deck.emit(WorktreeOverlap(key[1], list(agents)))  # cleared
+        """Announce each pair of agents whose worktrees change some of the same files, again when
+        what it says changes, and once more with `count` 0 when they share none any more."""
+        async with self._overlaps_lock:  # two checks at once would announce out of order
+            now = await asyncio.to_thread(overlaps, dict(self.changed))
+            for pair in sorted(set(now) | set(self.overlaps)):
+                count, files = now.get(pair, (0, ()))
+                if (count, files) == self.overlaps.get(pair, (0, ())):
+                    continue
+                if count:
+                    self.overlaps[pair] = (count, files)
+                else:
+                    del self.overlaps[pair]
+                self.deck.emit(WorktreeOverlap(files[0] if files else "", list(pair), list(files), count))
+
+
+def overlaps(changed: dict[str, tuple[str, frozenset[str]]]) -> Overlaps:
+    """Each pair of agents whose worktrees (of one repository) change some of the same files: how
+    many, and the first OVERLAP_FILES of them by name. Run in a thread: it is linear in the files."""
+    found: Overlaps = {}
+    agents = sorted(changed)
+    for i, first in enumerate(agents):
+        repo, files = changed[first]
+        for second in agents[i + 1 :]:
+            other_repo, other_files = changed[second]
+            shared = files & other_files if repo == other_repo else frozenset()
+            if shared:
+                found[(first, second)] = (len(shared), tuple(heapq.nsmallest(OVERLAP_FILES, shared)))
+    return found
 
 
 class WorktreeService:
@@ -211,8 +265,8 @@ class WorktreeService:
         worktrees = self.worktrees
         if message is not None and "\0" in message:  # no argument of a command can hold one
             raise ServiceError("the commit message cannot contain NUL characters")
-        running = worktrees.deck.agents.get(agent)
-        if running is not None and running.state is AgentState.BUSY:
+        live = worktrees.deck.agents.get(agent)
+        if live is not None and live.state is AgentState.BUSY:
             raise ServiceError(f"{agent} is busy: merge once its turn is over")
         place = await worktrees.made(agent)
         async with worktrees.lock(place.repo):
@@ -225,13 +279,14 @@ class WorktreeService:
     @rpc_method("WorktreeService.Remove")
     async def remove(self, agent: str, force: bool = False) -> dict[str, Any]:
         worktrees = self.worktrees
-        running = worktrees.deck.agents.get(agent)
-        if running is not None and running.state not in (AgentState.STOPPED, AgentState.ERROR):
+        live = worktrees.deck.agents.get(agent)
+        if live is not None and live.state not in (AgentState.STOPPED, AgentState.ERROR):
             raise ServiceError(f"{agent} is running in its worktree: stop it first")
         place = await worktrees.made(agent)
         base = tree.read_meta(place).get("base")
         async with worktrees.lock(place.repo):
-            result = await tree.remove(place, base if isinstance(base, str) else None, force)
+            with running.removing(place):  # refused while another deck runs it there (`deck run`)
+                result = await tree.remove(place, base if isinstance(base, str) else None, force)
         worktrees.changed.pop(agent, None)
         await worktrees.check_overlaps()
         return result

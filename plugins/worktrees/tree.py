@@ -9,9 +9,13 @@ agent is gone from the config. The agent runs in the same subfolder as its cwd.
 
 What the agent has not committed counts as its work: it is staged in a temporary index (a copy
 of the worktree's, so only changed files are read again), never in the worktree's own, and
-written as a tree. Its diff, its changed files and a merge are of that tree against the
-merge-base with the base branch. A merge is computed first (`git merge-tree --write-tree`,
-git 2.38 or later) and only then applied, so a refusal changes nothing anywhere.
+written as a tree. Every git command in a worktree is told its repository (`Checkout`), taken
+from the main checkout's list of worktrees: nothing there — its `.git` file, a submodule's, any
+file the agent writes — ever gives git a config, hooks or objects to use (of a nested repository
+not tracked yet, git reads only its HEAD and repository version, to stage it as a submodule).
+Its diff, its changed files and a merge are of that tree against the merge-base with the base
+branch. A merge is computed first (`git merge-tree --write-tree`, git 2.38 or later) and only
+then applied, so a refusal changes nothing anywhere.
 """
 
 from __future__ import annotations
@@ -26,12 +30,18 @@ import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from deck import state_dir, worktree_name_problem
 from deck.errors import ServiceError
 
-from .git import GitError, git
+from .git import MAX_OUTPUT, GitError, Result, git
+
+#: Options of every git command in a worktree: git never goes into a folder of it holding a `.git`
+#: of its own (a submodule's, or one the agent wrote), whose config could name programs to run.
+IN_WORKTREE = ("-c", "submodule.recurse=false", "-c", "diff.submodule=short")
+#: The mode git records a submodule (a gitlink) with, in `git ls-files --stage`.
+GITLINK = b"160000 "
 
 #: Who commits the work deck commits, when git knows no one (no user.name / user.email).
 FALLBACK_IDENTITY = {
@@ -69,6 +79,11 @@ class Place:
         return self.folder / f"{self.agent}.json"
 
     @property
+    def lock(self) -> Path:
+        """The lock file a deck running the agent in this worktree holds (`running.py`)."""
+        return self.folder / f"{self.agent}.lock"
+
+    @property
     def branch(self) -> str:
         return f"deck/{self.agent}"
 
@@ -83,6 +98,10 @@ class Place:
         """Its folder is there without its `.git` (the agent's to delete): files git no longer sees as
         the worktree, kept in sight, never reused nor dropped unless forced."""
         return os.path.isdir(self.path) and not self.exists()
+
+    def refuse_symlink(self) -> None:
+        if os.path.islink(self.path):
+            raise ServiceError(f"{self.path} is a symlink, not {self.agent}'s worktree: deck does not follow it")
 
     def lost_error(self) -> ServiceError:
         return ServiceError(f"{self.path} is there without its .git file: git no longer sees it as {self.agent}'s "
@@ -178,7 +197,7 @@ async def ensure(place: Place) -> str:
     if place.lost():
         raise place.lost_error()  # `git worktree add` would fail there, after a prune that forgets its entry
     if place.exists():
-        await worktree_env(place)  # a worktree of this repository, registered there
+        await checkout_of(place)  # a worktree of this repository, registered there
         base = base or await current_branch(place.repo)
         if base is None:
             raise ServiceError(f"the base branch of {place.path} is not known and {place.repo} is on no branch")
@@ -201,15 +220,36 @@ async def ensure(place: Place) -> str:
     return base
 
 
-async def worktree_env(place: Place) -> dict[str, str]:
-    """`GIT_DIR` and `GIT_WORK_TREE` for git commands in `place`'s worktree, from the main repository.
+@dataclass(frozen=True)
+class Checkout:
+    """A worktree as deck points git at it: its repository `gitdir` (the main checkout's record of
+    it, `.git/worktrees/ID`) and its files `path`."""
+
+    gitdir: str
+    path: str
+
+    async def git(
+        self, *args: str, index: str | None = None, env: dict[str, str] | None = None, check: bool = True,
+        into: BinaryIO | None = None, limit: int = MAX_OUTPUT,
+    ) -> Result:
+        """`git ARGS` in the worktree, its repository and files given both ways (`--git-dir` and
+        `--work-tree`, `GIT_DIR` and `GIT_WORK_TREE`), with `index` for its index if given."""
+        where = {"GIT_DIR": self.gitdir, "GIT_WORK_TREE": self.path, **({"GIT_INDEX_FILE": index} if index else {})}
+        options = (*IN_WORKTREE, f"--git-dir={self.gitdir}", f"--work-tree={self.path}")
+        return await git(*args, cwd=self.path, env={**where, **(env or {})}, check=check, options=options, into=into,
+                         limit=limit)  # fmt: skip
+
+
+async def checkout_of(place: Place) -> Checkout:
+    """`place`'s worktree as git is pointed at it, its repository taken from the main checkout.
 
     Never found through the worktree's own `.git`: that file is the agent's to rewrite, and a
-    repository it points to could name programs in its config (a clean filter) that `git add`
-    would run. Nor through a symlink put in the worktree's place: it could lead to another
-    agent's worktree, whose work would be taken for this one's (diffed, merged, reset)."""
-    if os.path.islink(place.path):
-        raise ServiceError(f"{place.path} is a symlink, not {place.agent}'s worktree: deck does not follow it")
+    repository it points to could name programs in its config (a clean filter, an ssh command
+    for a lazy fetch) that git would run. Nor through a symlink put in the worktree's place: it
+    could lead to another agent's worktree, whose work would be taken for this one's (diffed,
+    merged, reset). The repository found (and a `config.worktree` in it) must be out of the
+    worktree, where the agent cannot write."""
+    place.refuse_symlink()
     common = await git("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=place.repo)
     admin = Path(common.out.strip()) / "worktrees"
     target = os.path.realpath(place.path)
@@ -218,8 +258,14 @@ async def worktree_env(place: Place) -> dict[str, str]:
             with contextlib.suppress(OSError):
                 gitdir = (entry / "gitdir").read_text(encoding="utf-8", errors="replace").strip()
                 if os.path.realpath(os.path.dirname(gitdir)) == target:
-                    return {"GIT_DIR": str(entry), "GIT_WORK_TREE": place.path}
+                    if inside(os.path.realpath(entry), target) or inside(os.path.realpath(admin), target):
+                        raise ServiceError(f"the repository of {place.path} is inside it: deck does not use it")
+                    return Checkout(str(entry), place.path)
     raise ServiceError(f"{place.path} is not a worktree of {place.repo} (`git worktree list` there does not have it)")
+
+
+def inside(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder
 
 
 async def branch_exists(repo: str, branch: str) -> bool:
@@ -252,9 +298,9 @@ class Pending:
     head_tree: str
     tree: str
     merge_base: str
-    #: The worktree's repository (`worktree_env`), and the same with the temporary index.
-    own: dict[str, str]
-    env: dict[str, str]
+    #: The worktree (`checkout_of`), and the temporary index its work is staged in.
+    checkout: Checkout
+    index: str
 
     @property
     def dirty(self) -> bool:
@@ -265,14 +311,12 @@ class Pending:
 async def pending(place: Place, base: str) -> AsyncIterator[Pending]:
     if not place.exists():
         raise place.lost_error() if place.lost() else ServiceError(f"{place.agent} has no worktree at {place.path}")
-    path = place.path
     if not await branch_exists(place.repo, base):
         raise ServiceError(f"the base branch {base!r} of {place.agent}'s worktree does not exist in {place.repo}")
-    own = await worktree_env(place)
+    checkout = await checkout_of(place)
     with tempfile.TemporaryDirectory(prefix="deck-worktree-") as temp:
         index = os.path.join(temp, "index")
-        env = {**own, "GIT_INDEX_FILE": index}
-        real = (await git("rev-parse", "--path-format=absolute", "--git-path", "index", cwd=path, env=own)).out.strip()
+        real = (await checkout.git("rev-parse", "--path-format=absolute", "--git-path", "index")).out.strip()
         try:
             with open(real, "rb") as src, open(index, "wb") as dst:
                 dst.write(src.read())
@@ -283,30 +327,60 @@ async def pending(place: Place, base: str) -> AsyncIterator[Pending]:
                 written = os.fstat(src.fileno())
                 os.utime(dst.fileno(), ns=(written.st_atime_ns, written.st_mtime_ns))
         except FileNotFoundError:
-            await git("read-tree", "HEAD", cwd=path, env=env)
-        await git("add", "-A", "--", ".", cwd=path, env=env)
-        tree = (await git("write-tree", cwd=path, env=env)).out.strip()
-        head = (await git("rev-parse", "HEAD", cwd=path, env=own)).out.strip()
-        head_tree = (await git("rev-parse", "HEAD^{tree}", cwd=path, env=own)).out.strip()
-        merge_base = (await git("merge-base", f"refs/heads/{base}", head, cwd=path, env=own)).out.strip()
-        yield Pending(head, head_tree, tree, merge_base, own, env)
+            await checkout.git("read-tree", "HEAD", index=index)
+        await stage(checkout, index, temp)
+        tree = (await checkout.git("write-tree", index=index)).out.strip()
+        head = (await checkout.git("rev-parse", "HEAD")).out.strip()
+        head_tree = (await checkout.git("rev-parse", "HEAD^{tree}")).out.strip()
+        merge_base = (await checkout.git("merge-base", f"refs/heads/{base}", head)).out.strip()
+        yield Pending(head, head_tree, tree, merge_base, checkout, index)
+
+
+async def stage(checkout: Checkout, index: str, temp: str) -> None:
+    """`git add -A` of the worktree into `index`, but for its submodules, kept as recorded: to see
+    whether one changed, git would run `git status` in it, with the config of the repository its
+    `.git` names — a file the agent can write."""
+    listing = os.path.join(temp, "listing")
+    with open(listing, "wb") as out:
+        await checkout.git("ls-files", "--stage", "-z", index=index, into=out)
+    links = await asyncio.to_thread(gitlinks, listing)
+    spec = os.path.join(temp, "pathspec")
+    with open(spec, "wb") as f:
+        f.write(b".\0" + b"".join(b":(exclude,literal)" + link + b"\0" for link in links))
+    await checkout.git("add", "-A", f"--pathspec-from-file={spec}", "--pathspec-file-nul", index=index)
+
+
+def gitlinks(listing: str) -> list[bytes]:
+    """The paths of the submodules in the file `listing`, output of `git ls-files --stage -z`."""
+    found: list[bytes] = []
+    rest = b""
+    with open(listing, "rb") as f:
+        while chunk := f.read(1 << 20):
+            *entries, rest = (rest + chunk).split(b"\0")
+            found += [entry.partition(b"\t")[2] for entry in entries if entry.startswith(GITLINK)]
+    return found
+
+
+def names(out: str) -> tuple[str, ...]:
+    """The files of a `git diff --name-only -z`."""
+    return tuple(name for name in out.split("\0") if name)
 
 
 async def status(place: Place, base: str) -> Status:
     async with pending(place, base) as work:
-        names = await git("diff", "--cached", "--no-renames", "--name-only", "-z", work.merge_base, cwd=place.path,
-                          env=work.env)  # fmt: skip
-        ahead = await git("rev-list", "--count", f"refs/heads/{base}..{work.head}", cwd=place.path, env=work.own)
-    files = tuple(n for n in names.out.split("\0") if n)
+        listed = await work.checkout.git("diff", "--cached", "--no-renames", "--name-only", "-z", work.merge_base,
+                                         index=work.index)  # fmt: skip
+        ahead = await work.checkout.git("rev-list", "--count", f"refs/heads/{base}..{work.head}")
+    files = await asyncio.to_thread(names, listed.out)  # 200,000 names: never on the event loop
     return Status(place, base, int(ahead.out.strip() or 0), files, work.dirty)
 
 
 async def diff(place: Place, base: str) -> str:
     """The unified diff of the worktree (commits, uncommitted and untracked files) against its merge-base."""
     async with pending(place, base) as work:
-        found = await git(
-            "diff", "--cached", "--no-ext-diff", "--no-textconv", "--no-color", "-M", work.merge_base,
-            cwd=place.path, env=work.env,
+        found = await work.checkout.git(
+            "diff", "--cached", "--no-ext-diff", "--no-textconv", "--no-color", "--submodule=short", "-M",
+            work.merge_base, index=work.index,
         )  # fmt: skip
     if found.truncated:
         return found.out + f"\n… the diff is longer than {len(found.out.encode()) >> 20} MiB: the rest is left out\n"
@@ -356,8 +430,8 @@ async def merge(place: Place, base: str, squash: bool, message: str | None) -> d
     async with pending(place, base) as work:
         commit = work.head
         if work.dirty:
-            made = await git("commit-tree", work.tree, "-p", work.head, "-m", f"{place.agent}: work not committed yet",
-                             cwd=place.path, env={**work.own, **who})  # fmt: skip
+            made = await work.checkout.git("commit-tree", work.tree, "-p", work.head, "-m",
+                                           f"{place.agent}: work not committed yet", env=who)  # fmt: skip
             commit = made.out.strip()
         target = (await git("rev-parse", f"refs/heads/{base}", cwd=place.repo)).out.strip()
         if (await git("merge-base", "--is-ancestor", commit, target, cwd=place.repo, check=False)).code == 0:
@@ -377,10 +451,10 @@ async def merge(place: Place, base: str, squash: bool, message: str | None) -> d
         files = await git("diff", "--name-only", "-z", target, merged, cwd=place.repo)
         await git("merge", "--ff-only", "-q", merged, cwd=place.repo)  # the main checkout's files and its branch
         if commit != work.head:  # the pending work is that commit now, its files untouched
-            await git("update-ref", "-m", "deck: pending work", "HEAD", commit, work.head, cwd=place.path, env=work.own)
-            await git("reset", "-q", cwd=place.path, env=work.own)
+            await work.checkout.git("update-ref", "-m", "deck: pending work", "HEAD", commit, work.head)
+            await work.checkout.git("reset", "-q")
     try:
-        await git("reset", "-q", "--keep", merged, cwd=place.path, env=work.own)  # the worktree goes on from the merge
+        await work.checkout.git("reset", "-q", "--keep", merged)  # the worktree goes on from the merge
     except GitError as exc:
         raise ServiceError(f"merged into {base} as {merged[:12]}, but {place.path} stays where it was: {exc}") from exc
     return {"agent": place.agent, "base": base, "commit": merged, "squash": squash,
@@ -388,18 +462,23 @@ async def merge(place: Place, base: str, squash: bool, message: str | None) -> d
 
 
 async def remove(place: Place, base: str | None, force: bool) -> dict[str, Any]:
-    """Remove the worktree and its branch; refused while it holds work not in `base`, unless `force`."""
-    if not force:
-        await removable(place, base)
+    """Remove the worktree and its branch; refused while it holds work not in `base`, unless `force`.
+
+    git's own `git worktree remove` is never run: it reads the worktree's `.git` file (the agent's)
+    and runs `git status` in the repository that file names. deck's checks are made with the
+    repository taken from the main checkout; then deck deletes the folder itself, without
+    following a symlink out of it, and `git worktree prune` in the main checkout forgets it."""
+    place.refuse_symlink()
     if place.exists():
         # Forced, its work is not looked at (a base branch renamed or gone since stops nothing), but
-        # it must still be this repository's worktree, and no symlink.
-        await worktree_env(place)
-        await git("worktree", "remove", *(["--force"] if force else []), place.path, cwd=place.repo)
-    elif place.lost():  # forced: git cannot remove what it no longer sees as a worktree
-        if os.path.islink(place.path):
-            raise ServiceError(f"{place.path} is a symlink, not {place.agent}'s worktree: deck does not follow it")
-        await asyncio.to_thread(shutil.rmtree, place.path)
+        # it must still be this repository's worktree, whatever its `.git` file says now.
+        checkout = await checkout_of(place)
+        if os.path.exists(os.path.join(checkout.gitdir, "locked")):
+            raise ServiceError(f"{place.path} is locked (git worktree lock): unlock it first")
+    if not force:
+        await removable(place, base)
+    if place.exists() or place.lost():  # lost: forced, git no longer sees it as a worktree
+        await delete_folder(place.path)
     await git("worktree", "prune", cwd=place.repo)
     deleted = False
     if await branch_exists(place.repo, place.branch) and (force or base is not None):
@@ -408,6 +487,17 @@ async def remove(place: Place, base: str | None, force: bool) -> dict[str, Any]:
     with contextlib.suppress(FileNotFoundError):
         place.meta.unlink()
     return {"agent": place.agent, "path": place.path, "branch": place.branch, "branchDeleted": deleted}
+
+
+async def delete_folder(path: str) -> None:
+    """Delete `path` and all in it, off the event loop; a symlink in it is deleted, never followed
+    (`shutil.rmtree` works through descriptors, so one swapped in meanwhile leads nowhere either)."""
+    if not shutil.rmtree.avoids_symlink_attacks:  # type: ignore[attr-defined]
+        raise ServiceError("this system cannot delete a folder safely (no openat): remove it by hand")
+    try:
+        await asyncio.to_thread(shutil.rmtree, path)
+    except OSError as exc:
+        raise ServiceError(f"cannot delete {path}: {exc.strerror or exc}") from exc
 
 
 async def removable(place: Place, base: str | None) -> None:
