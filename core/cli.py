@@ -174,11 +174,16 @@ def make_deck(config: Optional[Path], disabled: tuple[str, ...] = (), warn: bool
             typer.echo(f"deck: {line}", err=True)
         fail(last)
     if warn:
-        where = str(deck.config_path or "<config>")
-        for problem in deck.problems:
-            if problem.warning:
-                typer.echo(f"deck: {problem.format(where)}", err=True)
+        say_warnings(deck)
     return deck
+
+
+def say_warnings(deck: Deck) -> None:
+    """The config's warnings (unknown keys, with the key meant) on stderr, one line each."""
+    where = str(deck.config_path or "<config>")
+    for problem in deck.problems:
+        if problem.warning:
+            typer.echo(f"deck: {problem.format(where)}", err=True)
 
 
 def _config_file(config: Optional[Path]) -> tuple[Path | None, str]:
@@ -257,7 +262,7 @@ def run(
     disabled = _disabled(plugin)
     if not new:
         _attach_instead(config, frontend, stay=stay, changed=bool(plugin or trace or approve))
-    deck = make_deck(config, disabled, warn=True)
+    deck = make_deck(config, disabled)
     deck.trace_path = trace
     deck.chat.approvals = approvals
     available = frontends(deck)
@@ -268,6 +273,8 @@ def run(
     if name not in available:
         given = "" if frontend else f" in {deck.config_path or 'the config'}"
         fail(f"unknown frontend {name!r}{given} (available: {', '.join(sorted(available)) or 'none'})")
+    if name not in ("line", "urwid"):  # those two show the config's warnings where they show the rest
+        say_warnings(deck)
     options: dict[str, Any] = {"stay": stay} if name == "jsonl" else {}
     code = run_async(deck.run(available[name], **options))
     raise typer.Exit(code or ExitCode.OK)

@@ -77,7 +77,8 @@ COMMANDS = (
     ("/stop [AGENT]", "stop it"),
     ("/restart [AGENT]", "restart it"),
     ("/cancel [AGENT]", "stop its answer, drop its queue and its waiting /allow and /deny"),
-    ("/allow [N]", "answer the current agent's permission request with option N (default: its first allow)"),
+    ("/allow [N]", "answer the current agent's permission request with option N (default: allow once)"),
+    ("/allow always", "answer it with the agent's allow-always option"),
     ("/deny", "answer it with its first reject option"),
     ("", f"with no request waiting, /allow and /deny answer the next one (within {ANSWER_WAIT:g} s)"),
     ("/answer K=V ...", 'answer the waiting question (or /answer {"k": "v"})'),
@@ -107,6 +108,7 @@ class _EarlyAnswer:
     number: int | None  # /allow N
     deny: bool
     timer: asyncio.TimerHandle | None = None
+    always: bool = False  # /allow always
 
 
 @dataclass
@@ -253,7 +255,16 @@ class LineFrontend(Frontend):
         self.agents = [info["name"] for info in snapshot["agents"]]
         self._settings(snapshot["config"])
         self.current = self.agents[0] if self.agents else None
-        self._asks = {p["id"]: (p["kind"], p) for p in snapshot["pending"]}
+        self._asks = {}
+        for pending in snapshot["pending"]:  # what waits already (this frontend attached to a server) is shown
+            if pending.get("kind") == "permission":
+                self._show_permission(pending)
+            elif pending.get("kind") == "question":
+                self._show_question(pending)
+        config = snapshot.get("config") or {}
+        for problem in config.get("warnings") or []:  # a typo in the config is said where the user looks
+            where = f"{config.get('path') or 'config'}:{problem.get('line')}:{problem.get('column')}"
+            self.emit(DECK, f"{where}: warning: {problem.get('message')}", "yellow")
 
     def _settings(self, config: dict[str, Any]) -> None:
         self.theme, self.language = config.get("theme") or "dark", config.get("language") or "en"
@@ -281,6 +292,7 @@ class LineFrontend(Frontend):
             shown += f" · {OUTDATED_LABEL.get(language, OUTDATED_LABEL['en'])}"
         if state == AgentState.ERROR.value:
             self.error(agent, f"{shown}: {error}" if error else shown)
+            self.emit(agent, f"/logs {agent} shows its last stderr lines", "dim")
         else:
             self.emit(agent, shown, "dim" if state in ("busy", "starting") else "")
 
@@ -409,9 +421,12 @@ class LineFrontend(Frontend):
 
     @handles(PermissionRequested)
     def _permission_requested(self, e: PermissionRequested) -> None:
-        p = e.payload()
-        agent, call = e.agent, e.tool_call or {}
-        self._asks[e.id] = ("permission", p)
+        self._show_permission(e.payload())
+
+    def _show_permission(self, p: dict[str, Any]) -> None:
+        """A permission request that waits: its tool call, its options, how to answer."""
+        agent, call = str(p["agent"]), p.get("toolCall") or {}
+        self._asks[p["id"]] = ("permission", p)
         self._end_stream(agent)
         self._permission_options[p["id"]] = p["options"]
         line = [("permission? ", "bold yellow"), (str(call.get("title") or call.get("kind") or "a tool"), "")]
@@ -423,7 +438,10 @@ class LineFrontend(Frontend):
             line.append((f"  (refused {times} this turn)", "dim"))
         self.emit(agent, line)
         choices = "   ".join(f"{n}. {o.get('name') or o['optionId']}" for n, o in enumerate(p["options"], 1))
-        self.emit(agent, f"  {choices}   → /allow N, /deny", "yellow")
+        once = any(o.get("kind") == "allow_once" for o in p["options"])
+        always = any(o.get("kind") == "allow_always" for o in p["options"])
+        keys = ["/allow (once)"] * once + ["/allow always"] * always + ["/allow N", "/deny"]
+        self.emit(agent, f"  {choices}   → {', '.join(keys)}", "yellow")
         early = self._early.get(agent)
         if early:  # typed before the request came: it answers it now, before end of input could cancel it
             answer = early.pop(0)
@@ -431,7 +449,7 @@ class LineFrontend(Frontend):
                 del self._early[agent]
             if answer.timer is not None:
                 answer.timer.cancel()
-            self._give(agent, p["id"], p["options"], answer.number, answer.deny)
+            self._give(agent, p["id"], p["options"], answer.number, answer.deny, answer.always)
 
     @handles(PermissionResolved)
     def _permission_resolved(self, e: PermissionResolved) -> None:
@@ -442,8 +460,11 @@ class LineFrontend(Frontend):
 
     @handles(QuestionRequested)
     def _question_requested(self, e: QuestionRequested) -> None:
-        p = e.payload()
-        self._asks[e.id] = ("question", p)
+        self._show_question(e.payload())
+
+    def _show_question(self, p: dict[str, Any]) -> None:
+        """A question that waits: its fields, how to answer."""
+        self._asks[p["id"]] = ("question", p)
         self.emit(p["agent"], f"question: {p['message']}", "bold yellow")
         schema = p.get("schema") or {}
         required = set(schema.get("required") or [])
@@ -661,7 +682,8 @@ class LineFrontend(Frontend):
             else:
                 self._spawn(self.client.call(f"AgentService.{name.title()}", {"name": agent}), agent)
         elif name == "allow":
-            self._answer(args[0] if args else None)
+            always = args[:1] == ["always"]
+            self._answer(None if always or not args else args[0], always=always)
         elif name == "deny":
             self._answer(None, deny=True)
         elif name in ("answer", "decline"):
@@ -769,6 +791,10 @@ class LineFrontend(Frontend):
             shown = f"{info['title']} · {label(AgentState(info['state']), language)}"
             if info["outdated"]:
                 shown += f" · {OUTDATED_LABEL.get(language, OUTDATED_LABEL['en'])}"
+            waiting = [kind for kind, p in self._asks.values() if p.get("agent") == info["name"]]
+            if waiting:
+                kinds = " and ".join(sorted({"a permission request" if k == "permission" else "a question" for k in waiting}))
+                shown += f" · waits for your answer: {kinds} ({len(waiting)})"
             if info["name"] == self.current:
                 shown += "  (current)"
             if info["error"]:
@@ -794,7 +820,11 @@ class LineFrontend(Frontend):
             self.emit(DECK, "nothing found", "dim")
         for hit in hits:
             snippet = " ".join(hit["snippet"].split())
-            self.emit(hit["agent"], f"{hit['conversationId']}  {hit['role']}: {snippet}")
+            pieces: Pieces = [(f"{hit['conversationId']}  {hit['role']}: ", "")]
+            for n, piece in enumerate(snippet.split("**")):  # the words found are between ** marks: bold
+                if piece:
+                    pieces.append((piece, "bold" if n % 2 else ""))
+            self.emit(hit["agent"], pieces)
 
     async def _diff(self, agent: str) -> None:
         text = await self.client.call("WorktreeService.Diff", {"agent": agent})
@@ -814,7 +844,7 @@ class LineFrontend(Frontend):
         opened = await self.client.call("ChatService.OpenConversation", {"id": conversation_id})
         self.current = opened["agent"]
 
-    def _answer(self, number: str | None, deny: bool = False) -> None:
+    def _answer(self, number: str | None, deny: bool = False, always: bool = False) -> None:
         """/allow [N], /deny: the current agent's oldest waiting request, else its next one.
 
         A script types its answers before the requests come: each waits ANSWER_WAIT seconds
@@ -831,13 +861,13 @@ class LineFrontend(Frontend):
             self.error(agent, "/allow N: N is an option number" + (f", 1 to {len(ask['options'])}" if ask else ""))
             return
         if ask is not None:
-            self._give(agent, ask["id"], ask["options"], chosen, deny)
+            self._give(agent, ask["id"], ask["options"], chosen, deny, always)
             return
-        command = "/deny" if deny else f"/allow {number}" if number is not None else "/allow"
+        command = "/deny" if deny else "/allow always" if always else f"/allow {number}" if number is not None else "/allow"
         if len(self._early.get(agent, [])) >= ANSWERS_MAX:
             self.error(agent, f"{command} refused: {ANSWERS_MAX} answers already wait for {agent}'s requests")
             return
-        early = _EarlyAnswer(agent, command, chosen, deny)
+        early = _EarlyAnswer(agent, command, chosen, deny, always=always)
         early.timer = asyncio.get_running_loop().call_later(ANSWER_WAIT, self._expire, early)
         self._early.setdefault(agent, []).append(early)
         shown = f"waiting up to {ANSWER_WAIT:g} s for a permission request from {agent}: {command} answers it"
@@ -846,17 +876,27 @@ class LineFrontend(Frontend):
             shown += f" ({others[0]} has one waiting: @{others[0]}, then {command})"
         self.emit(agent, shown, "dim")
 
-    def _give(self, agent: str, pending_id: str, options: list[dict[str, Any]], number: int | None, deny: bool) -> None:
-        """Answer request `pending_id` with the option /deny or /allow [N] picks among `options`."""
+    def _give(
+        self, agent: str, pending_id: str, options: list[dict[str, Any]], number: int | None, deny: bool,
+        always: bool = False,
+    ) -> None:
+        """Answer request `pending_id` with the option /deny, /allow always or /allow [N] picks among
+        `options`: a bare /allow allows once wherever the agent offers it, never always."""
         if deny:
             option = next((o for o in options if str(o.get("kind", "")).startswith("reject")), None)
             if option is None:
                 self.error(agent, f"no reject option: /allow N (1-{len(options)}) or /cancel {agent}")
                 return
-        elif number is None:
-            option = next((o for o in options if str(o.get("kind", "")).startswith("allow")), None)
+        elif always:
+            option = next((o for o in options if o.get("kind") == "allow_always"), None)
             if option is None:
-                self.error(agent, f"no allow option: /allow N (1-{len(options)})")
+                self.error(agent, f"no allow-always option: /allow N (1-{len(options)})")
+                return
+        elif number is None:
+            option = next((o for o in options if o.get("kind") == "allow_once"), None)
+            if option is None:
+                always = any(o.get("kind") == "allow_always" for o in options)
+                self.error(agent, f"no allow-once option: {'/allow always or ' if always else ''}/allow N (1-{len(options)})")
                 return
         elif 1 <= number <= len(options):
             option = options[number - 1]

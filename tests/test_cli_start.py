@@ -86,3 +86,27 @@ def test_a_typo_in_the_config_is_said_with_its_place_and_the_key_meant_when_deck
     assert line == f"deck: {config}:3:1: warning: unknown key agents.a.permisions (did you mean permissions?)"
     jsonl = run("run", "--config", str(config), "--frontend", "jsonl")
     assert "(did you mean permissions?)" in jsonl.stderr
+
+
+def test_a_line_frontend_that_attaches_while_a_request_waits_shows_it_and_the_outcome(serve, clients) -> None:  # noqa: F811
+    from .test_server import Attached
+
+    server = serve(agent_block("a"))
+    watcher = clients(server.path)
+    watcher.request("ChatService.Send", {"agent": "a", "text": "perm"})
+    watcher.event("permission:requested", agent="a", timeout=20)
+    line = Attached("t", "--frontend", "line", json_lines=False)
+
+    def shown(needle: bytes) -> bool:
+        return line.wait_for(lambda _lines: needle in line.out or line.done, timeout=20) and needle in line.out
+
+    try:
+        assert shown(b"[a] permission? Edit file") and shown(b"/allow (once)")
+        line.send("/agents")
+        assert shown(b"waits for your answer: a permission request (1)")
+        line.send("/allow")
+        watcher.event("message:delta", agent="a", text="permission: yes", timeout=20)
+        assert shown(b"[a] permission: Allow") and b"cancelled" not in line.out
+    finally:
+        line.popen.kill()
+        line.popen.wait(5)

@@ -159,7 +159,7 @@ def test_permission_allow_and_deny_by_number(line_deck):
     deck.send("@a perm")
     deck.expect(r"\[a\] Edit file \[pending\]  \+1 -1 /x")
     deck.expect(r"\[a\] permission\? Edit file  \+1 -1 /x")
-    deck.expect(r"\[a\]   1\. Allow   2\. Reject   → /allow N, /deny")
+    deck.expect(r"\[a\]   1\. Allow   2\. Reject   → /allow \(once\), /allow N, /deny")
     deck.send("/allow 3")
     deck.expect(r"\[a\] /allow N: N is an option number, 1 to 2")
     deck.send("/allow 1")
@@ -614,3 +614,19 @@ async def test_an_early_answer_expires(make_deck, monkeypatch):
         transport.close()
         for fd in open_ends:
             os.close(fd)
+
+
+def test_a_bare_allow_allows_once_and_always_only_when_asked(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("@a perm-always-first")
+    deck.expect(r"\[a\]   1\. Always Allow   2\. Allow   3\. Reject   → /allow \(once\), /allow always, /allow N, /deny")
+    deck.send("/allow")
+    deck.expect(r"\[a\] permission: Allow$")
+    deck.expect(r"\[a\] permission: allow$")  # what the agent got: its allow-once option
+    deck.expect(r"\[a\] ready")
+    deck.send("perm-always-first")
+    deck.expect(r"\[a\] permission\? Edit greet.py")
+    deck.send("/allow always")
+    deck.expect(r"\[a\] permission: Always Allow")
+    deck.expect(r"\[a\] permission: allow_always")
+    assert deck.close() == 0

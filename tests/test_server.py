@@ -186,7 +186,9 @@ class Attached(Lines):
 
     def _keep(self, stream: Any) -> None:
         for line in stream:
-            self.out += line
+            with self._changed:  # `wait_for` wakes on the output kept too
+                self.out += line
+                self._changed.notify_all()
         with self._changed:
             self.done = True
             self._changed.notify_all()

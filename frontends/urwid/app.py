@@ -69,15 +69,17 @@ def config_problem(path: str, problems: list[dict[str, Any]], strings: Strings) 
     (the path relative to the current folder when it is in it, else as deck was given it); "" when
     there is none (warnings are for the config view)."""
     errors = [p for p in problems if not p.get("warning")]
-    if not errors:
+    shown = errors or [p for p in problems if p.get("warning")]  # a typo is said too, until it is fixed
+    if not shown:
         return ""
     where = path or "<config>"
     with contextlib.suppress(ValueError):
         where = str(Path(path).absolute().relative_to(Path.cwd()))
-    first = errors[0]
-    more = strings("config_more", n=len(errors) - 1) if len(errors) > 1 else ""
-    problem = f"{where}:{first.get('line', '?')}:{first.get('column', '?')}: {first.get('message', '')}"
-    return strings("config_banner", problem=problem, more=more)
+    first = shown[0]
+    more = strings("config_more", n=len(shown) - 1) if len(shown) > 1 else ""
+    kind = "" if errors else "warning: "
+    problem = f"{where}:{first.get('line', '?')}:{first.get('column', '?')}: {kind}{first.get('message', '')}"
+    return strings("config_banner" if errors else "config_warning_banner", problem=problem, more=more)
 
 
 class CountingLoop(urwid.MainLoop):
@@ -209,7 +211,8 @@ class ConsoleApp(Handlers):
         self.model.load(snapshot)
         if self.selected not in self.model.agents:
             self.selected = next(iter(self.model.agents), "")
-        self.config_problem = config_problem(path, list(config.get("problems") or []), self.strings)
+        problems = [*(config.get("problems") or []), *(config.get("warnings") or [])]
+        self.config_problem = config_problem(path, problems, self.strings)
         self.refresh()
         self.load_worktrees()
 
@@ -346,8 +349,7 @@ class ConsoleApp(Handlers):
 
     @handles(ConfigChanged)
     def _config_changed(self, e: ConfigChanged) -> None:
-        problems = [] if e.valid else list(e.problems or [])
-        self.config_problem = config_problem(str(e.path or ""), problems, self.strings)
+        self.config_problem = config_problem(str(e.path or ""), list(e.problems or []), self.strings)
         self.reload()  # the agents may have changed; another file starts afresh
         if self.view == "config":
             self.show_config()

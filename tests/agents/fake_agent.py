@@ -191,6 +191,14 @@ def turn(rid, sid: str, text: str) -> None:
         chunk(sid, f"permission: {chosen}")
         if chosen == "cancelled" or sid in cancelled:
             result["stopReason"] = "cancelled"
+    elif word == "perm-always-first":  # options in the order Claude Code's adapter sends them
+        answer = ask("session/request_permission", {
+            "sessionId": sid, "toolCall": {"toolCallId": "t1", "title": "Edit greet.py", "kind": "edit"},
+            "options": [{"optionId": "allow_always", "name": "Always Allow", "kind": "allow_always"},
+                        {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                        {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]})
+        outcome = answer.get("result", {}).get("outcome", {})
+        chunk(sid, f"permission: {outcome.get('optionId') if outcome.get('outcome') == 'selected' else 'cancelled'}")
     elif word == "read":
         answer = ask("fs/read_text_file", {"sessionId": sid, "path": rest})
         chunk(sid, json.dumps(answer.get("result") or answer.get("error")))
