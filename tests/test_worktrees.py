@@ -124,7 +124,9 @@ async def test_merge_commits_the_pending_work_and_merges_it_into_the_base(make_d
     assert (repo / "feature.txt").read_text() == "done"
     assert git(repo, "status", "--porcelain") == ""
     parents = git(repo, "log", "-1", "--format=%P").split()
-    assert len(parents) == 2 and git(repo, "log", "-1", "--format=%s").strip() == "Merge deck/a"
+    assert len(parents) == 2 and git(repo, "log", "-1", "--format=%s").strip() == "Merge deck/a: write feature.txt done"
+    # The pending work's commit says what the work is (the first user line), never a placeholder.
+    assert git(repo, "log", "-1", "--format=%s", parents[1]).strip() == "a: write feature.txt done"
     row = rows_by_agent(await deck.call("WorktreeService.List", {}))["a"]
     assert (row["ahead"], row["changedFiles"], row["dirty"]) == (0, 0, False)
     assert rec.named("worktree:changed", "a")[-1] == {"agent": "a", "changedFiles": 0, "ahead": 0, "dirty": False}
@@ -165,6 +167,7 @@ async def test_a_conflicting_merge_is_refused_with_the_files_and_nothing_changes
     with pytest.raises(ServiceError, match="conflicts with main in: README.md") as info:
         await deck.call("WorktreeService.Merge", {"agent": "a"})
     assert info.value.data == {"conflicts": ["README.md"]}
+    assert f"run `git merge main` in {worktree}" in str(info.value) and "then `deck merge a` again" in str(info.value)
     assert snapshot(repo, worktree) == before
 
 
@@ -364,6 +367,7 @@ async def test_the_commands_work_with_no_deck_running(make_deck, repo, tmp_path)
     assert shown.exit_code == 0 and "+\x1b[31mred" in shown.stdout  # a pipe gets the data as it is
     refused = await cli("worktree", "remove", "a")
     assert refused.exit_code == 1 and refused.stderr.startswith("deck: a's worktree has uncommitted work")
+    assert "`deck worktree remove a --force` drops it" in refused.stderr  # the way on, named
     merged = await cli("merge", "a", "--squash", "-m", "From the CLI")
     assert merged.exit_code == 0, merged.output
     assert git(repo, "log", "-1", "--format=%s").strip() == "From the CLI"
@@ -406,7 +410,7 @@ def test_the_line_frontend_shows_a_diff_and_merges(repo, tmp_path):
         deck.send("/merge a")
         deck.expect(r"\[a\] merged into main as [0-9a-f]{12} \(1 file\)")
         deck.send("/merge b")
-        deck.expect(r"\[b\] b's work conflicts with main in: both.txt; nothing was changed")
+        deck.expect(r"\[b\] b's work conflicts with main in: both.txt; nothing was changed\. To go on: .*")
         assert deck.close() == 0
     finally:
         if deck.proc.poll() is None:

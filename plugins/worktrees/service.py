@@ -269,12 +269,28 @@ class WorktreeService:
         if live is not None and live.state is AgentState.BUSY:
             raise ServiceError(f"{agent} is busy: merge once its turn is over")
         place = await worktrees.made(agent)
+        about = await self._about(agent)
         async with worktrees.lock(place.repo):
-            result = await tree.merge(place, await worktrees.base(place), squash, message)
+            result = await tree.merge(place, await worktrees.base(place), squash, message, about)
         found = await worktrees.status(agent, place)
         worktrees.deck.emit(WorktreeChanged(agent, len(found.files), found.ahead, found.dirty))
         await worktrees.check_overlaps()
         return result
+
+    async def _about(self, agent: str) -> str:
+        """What the agent's work is, for its commits: its conversation's title, else its first user
+        line, on one line of 72 printable characters at most ("" when there is neither)."""
+        try:
+            conv = await self.worktrees.deck.call("ChatService.Conversation", {"agent": agent})
+        except ServiceError:
+            return ""
+        first = next((m for m in conv.get("messages") or [] if m.get("role") == "user"), None)
+        text = conv.get("title") or "".join(
+            p.get("text", "") for p in (first or {}).get("parts") or [] if p.get("type") == "text"
+        )
+        first_line = next(iter(str(text).strip().splitlines()), "")
+        line = " ".join("".join(c for c in first_line if c.isprintable() or c.isspace()).split())
+        return line if len(line) <= 72 else line[:71].rstrip() + "…"
 
     @rpc_method("WorktreeService.Remove")
     async def remove(self, agent: str, force: bool = False) -> dict[str, Any]:

@@ -105,7 +105,7 @@ class Place:
 
     def lost_error(self) -> ServiceError:
         return ServiceError(f"{self.path} is there without its .git file: git no longer sees it as {self.agent}'s "
-                            "worktree; its files are kept (move them away to start afresh, or remove with force)")  # fmt: skip
+                            "worktree; its files are kept (move them away to start afresh, or `deck worktree remove {self.agent} --force`)")  # fmt: skip
 
 
 def check_name(agent: str) -> None:
@@ -423,15 +423,18 @@ def porcelain_files(out: str) -> list[str]:
     return files
 
 
-async def merge(place: Place, base: str, squash: bool, message: str | None) -> dict[str, Any]:
-    """Commit the worktree's pending work, merge it into `base` in the main checkout, move the worktree there."""
+async def merge(place: Place, base: str, squash: bool, message: str | None, about: str = "") -> dict[str, Any]:
+    """Commit the worktree's pending work, merge it into `base` in the main checkout, move the worktree there.
+
+    The commits say what the work is: `message`, else `about` (the agent's conversation title,
+    or its first user line), else only whose it is."""
+    subject = message or (f"{place.agent}: {about}" if about else f"{place.agent}'s work")
     await main_checkout_ready(place, base)
     who = await identity(place.repo)
     async with pending(place, base) as work:
         commit = work.head
         if work.dirty:
-            made = await work.checkout.git("commit-tree", work.tree, "-p", work.head, "-m",
-                                           f"{place.agent}: work not committed yet", env=who)  # fmt: skip
+            made = await work.checkout.git("commit-tree", work.tree, "-p", work.head, "-m", subject, env=who)
             commit = made.out.strip()
         target = (await git("rev-parse", f"refs/heads/{base}", cwd=place.repo)).out.strip()
         if (await git("merge-base", "--is-ancestor", commit, target, cwd=place.repo, check=False)).code == 0:
@@ -441,11 +444,15 @@ async def merge(place: Place, base: str, squash: bool, message: str | None) -> d
         lines = [field for field in trial.out.split("\0") if field]  # the tree, then the files as named
         if trial.code == 1:
             conflicts = sorted(set(lines[1:]))
-            raise ServiceError(f"{place.agent}'s work conflicts with {base} in: {', '.join(conflicts)}; nothing was "
-                               "changed", {"conflicts": conflicts})  # fmt: skip
+            raise ServiceError(
+                f"{place.agent}'s work conflicts with {base} in: {', '.join(conflicts)}; nothing was changed. To go on: "
+                f"ask {place.agent} to merge {base} into its branch and resolve them (or run `git merge {base}` in "
+                f"{place.path} yourself), then `deck merge {place.agent}` again; `deck diff {place.agent}` shows its work",
+                {"conflicts": conflicts},
+            )
         if trial.code != 0 or not lines:
             raise GitError(f"git merge-tree failed in {place.repo}: {trial.err.strip() or trial.code} (it needs git 2.38+)")
-        text = message or (f"{place.agent}'s work, squashed from {place.branch}" if squash else f"Merge {place.branch}")
+        text = (message or subject) if squash else message or f"Merge {place.branch}" + (f": {about}" if about else "")
         parents = ["-p", target] if squash else ["-p", target, "-p", commit]
         merged = (await git("commit-tree", lines[0], *parents, "-m", text, cwd=place.repo, env=who)).out.strip()
         files = await git("diff", "--name-only", "-z", target, merged, cwd=place.repo)
@@ -507,14 +514,17 @@ async def removable(place: Place, base: str | None) -> None:
     ahead = 0
     if place.exists():
         if base is None:
-            raise ServiceError(f"the base branch of {place.agent}'s worktree is not known: remove it with force")
+            raise ServiceError(f"the base branch of {place.agent}'s worktree is not known: "
+                               f"`deck worktree remove {place.agent} --force` removes it")  # fmt: skip
         found = await status(place, base)
         if found.dirty:
-            raise ServiceError(f"{place.agent}'s worktree has uncommitted work: merge it, or remove with force")
+            raise ServiceError(f"{place.agent}'s worktree has uncommitted work: `deck merge {place.agent}` keeps it, "
+                               f"`deck worktree remove {place.agent} --force` drops it")  # fmt: skip
         ahead = found.ahead
     elif base is not None and await branch_exists(place.repo, place.branch):
         count = await git("rev-list", "--count", f"refs/heads/{base}..refs/heads/{place.branch}", cwd=place.repo)
         ahead = int(count.out.strip() or 0)
     if ahead:
         commits = f"{ahead} commit{'' if ahead == 1 else 's'}"
-        raise ServiceError(f"{place.branch} has {commits} not merged into {base}: merge it, or remove with force")
+        raise ServiceError(f"{place.branch} has {commits} not merged into {base}: `deck merge {place.agent}` "
+                           f"keeps them, `deck worktree remove {place.agent} --force` drops them")  # fmt: skip
