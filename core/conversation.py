@@ -259,6 +259,7 @@ class Conversation:
         self.agent = agent
         self.emit = emit
         self.caps = caps
+        self._message_max, self._size_max = caps.message, caps.conversation  # read once per chunk
         #: The bytes its messages hold; `cut` counts the messages let go to keep it under its cap.
         self.size = 0
         self.cut = {"messages": 0, "bytes": 0}
@@ -492,12 +493,12 @@ class Conversation:
             return
         message = self._for_acp_message(update.get("messageId"))
         size = len(text) if text.isascii() else text_size(text)
-        if message.cut is not None or message.size + size > self.caps.message:
+        if message.cut is not None or message.size + size > self._message_max:
             self._past_cap(message, kind, text, size)
             return
         message.size += size
         self.size += size
-        if self.size > self.caps.conversation:
+        if self.size > self._size_max:
             self._trim()
         parts = message.parts
         if parts and parts[-1].type == kind:
