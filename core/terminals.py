@@ -7,6 +7,10 @@ by the event loop as it comes, and kept bounded:
 
 - what `terminal/output` returns is the last `outputByteLimit` bytes (1 MiB when the agent
   gives none, MAX_OUTPUT_LIMIT at most), cut from the start at a UTF-8 character boundary;
+- what one agent's terminals keep is MAX_TOTAL_OUTPUT in all: a create asking for more than is
+  left gets what is left, and is refused when less than MIN_OUTPUT_LIMIT is; an agent holds at
+  most MAX_TERMINALS terminals, its place taken as the request comes, before anything is awaited
+  (a burst of creates cannot all pass the count);
 - what goes live to the frontends (`on_output`) is sent at most every LIVE_EVERY seconds, each
   time at most LIVE_MAX bytes: the newest, as a flood shows only its end anyway;
 - past READ_BUDGET bytes between two such sends, reading pauses until the next: a command that
@@ -30,7 +34,7 @@ import os
 import signal
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +45,12 @@ from .supervisor import Process, SpawnError, StopTimings
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
 #: The most it keeps whatever the agent asks: the answer is one JSON line.
 MAX_OUTPUT_LIMIT = 16 * 1024 * 1024
-#: Terminals one agent may hold at once (running or not, until released).
+#: Terminals one agent may hold at once (running, starting or exited, until released).
 MAX_TERMINALS = 16
+#: What all of one agent's terminals keep of their output, in all (their limits added up).
+MAX_TOTAL_OUTPUT = 32 * 1024 * 1024
+#: The least a terminal is given of what is left of MAX_TOTAL_OUTPUT: with less, terminal/create is refused.
+MIN_OUTPUT_LIMIT = 64 * 1024
 #: How often live output goes to the frontends at most, in seconds: a flood is not one event per read.
 LIVE_EVERY = 0.03
 #: The most live output sent at once, in bytes: the newest.
@@ -106,6 +114,9 @@ class Output:
     def add(self, chunk: bytes) -> None:
         if not chunk:
             return
+        if not self.limit:
+            self.truncated = True
+            return
         self.chunks.append(chunk)
         self.size += len(chunk)
         excess = self.size - self.limit
@@ -118,6 +129,11 @@ class Output:
             excess -= len(chunks.popleft())
         if excess:
             chunks[0] = chunks[0][excess:]
+
+    def drop(self) -> None:
+        """Keep nothing from now on (the terminal was released: nobody can read it)."""
+        self.chunks.clear()
+        self.size = self.limit = 0
 
     def text(self, final: bool) -> str:
         """The output as text, from a character boundary; while it runs, without a character still cut."""
@@ -307,6 +323,8 @@ class Terminals:
         self._log = log
         self.grace = grace
         self.terminals: dict[str, Terminal] = {}
+        self.starting = 0  # creates that took a place and have not ended yet
+        self.kept = 0  # the output limits of the terminals held and starting, added up
         self.closed = False
 
     async def create(
@@ -317,23 +335,56 @@ class Terminals:
         if self.closed:
             raise AcpError(INTERNAL_ERROR, "the agent is stopping: no new terminal")
         spec = Spec.parse(params)
-        if len(self.terminals) >= MAX_TERMINALS:
-            raise AcpError(
-                INVALID_PARAMS,
-                f"too many terminals: {MAX_TERMINALS} are open; release one (terminal/release) before creating another",
-            )
-        directory, path = await asyncio.to_thread(cwd, spec.cwd)
-        terminal = Terminal(f"term-{_RUN}-{next(_ids)}", spec.limit, self._on_output, self._on_exit)
+        limit = self._reserve(spec.limit)  # before the first await: concurrent creates see each other
+        terminal: Terminal | None = None
         try:
-            # The command starts in the very directory resolved (a path could be swapped meanwhile);
-            # where there is no /proc, in the path checked.
-            where = f"/proc/self/fd/{directory}" if os.path.isdir("/proc/self/fd") else path
-            await terminal.start(spec, where, env, self._log)
-        finally:
-            os.close(directory)
+            directory, path = await asyncio.to_thread(cwd, spec.cwd)
+            terminal = Terminal(f"term-{_RUN}-{next(_ids)}", limit, self._on_output, self._on_exit)
+            try:
+                # The command starts in the very directory resolved (a path could be swapped meanwhile);
+                # where there is no /proc, in the path checked.
+                where = f"/proc/self/fd/{directory}" if os.path.isdir("/proc/self/fd") else path
+                await terminal.start(spec, where, env, self._log)
+            finally:
+                os.close(directory)
+            if self.closed:  # the agent stopped meanwhile: its terminals were killed, this one goes too
+                raise AcpError(INTERNAL_ERROR, "the agent is stopping: no new terminal")
+        except BaseException:
+            self.starting -= 1
+            self.kept -= limit
+            if terminal is not None and terminal.process is not None:
+                _background(terminal.kill(self.grace))
+            raise
+        self.starting -= 1
         self.terminals[terminal.id] = terminal
         self._spawn(terminal.watch(), f"terminal {terminal.id}")
         return {"terminalId": terminal.id}
+
+    def _reserve(self, asked: int) -> int:
+        """A place among MAX_TERMINALS and a share of MAX_TOTAL_OUTPUT for a new terminal: the output limit
+        it gets (`asked`, or what is left when that is less). Refused with a JSON-RPC error."""
+        if len(self.terminals) + self.starting >= MAX_TERMINALS:
+            raise AcpError(
+                INVALID_PARAMS,
+                f"too many terminals: {MAX_TERMINALS} are open or starting; release one (terminal/release) "
+                "before creating another",
+            )
+        left = MAX_TOTAL_OUTPUT - self.kept
+        limit = min(asked, left)
+        if limit < min(asked, MIN_OUTPUT_LIMIT):
+            raise AcpError(
+                INVALID_PARAMS,
+                f"too much terminal output kept: an agent's terminals keep {_mib(MAX_TOTAL_OUTPUT)} in all and "
+                f"{left} bytes are left; release a terminal (terminal/release) or ask for a smaller outputByteLimit",
+            )
+        if limit < asked:
+            self._log(
+                f"terminal/create: outputByteLimit {asked} cut to {limit}, what is left of the "
+                f"{_mib(MAX_TOTAL_OUTPUT)} an agent's terminals keep in all"
+            )
+        self.starting += 1
+        self.kept += limit
+        return limit
 
     def get(self, params: dict[str, Any]) -> Terminal:
         terminal_id = params.get("terminalId")
@@ -358,6 +409,8 @@ class Terminals:
     async def release(self, params: dict[str, Any]) -> dict[str, Any]:
         terminal = self.get(params)
         del self.terminals[terminal.id]
+        self.kept -= terminal.output.limit
+        terminal.output.drop()  # what it still prints while it dies is nobody's
         await terminal.kill(self.grace)
         return {}
 
@@ -368,5 +421,19 @@ class Terminals:
         self.terminals.clear()
         running = [t for t in terminals if t.running]
         if running:
-            self._log(f"deck: killing {len(running)} terminal(s) of the agent")
+            self._log(f"killing {len(running)} terminal(s) of the agent")
         await asyncio.gather(*(t.kill(self.grace) for t in terminals), return_exceptions=True)
+
+
+_killing: set[asyncio.Task[None]] = set()
+
+
+def _background(kill: Coroutine[Any, Any, None]) -> None:
+    """A kill that must go on though the request that started the command failed or was cancelled."""
+    task = asyncio.ensure_future(kill)
+    _killing.add(task)
+    task.add_done_callback(_killing.discard)
+
+
+def _mib(size: int) -> str:
+    return f"{size // (1024 * 1024)} MiB"

@@ -31,8 +31,10 @@ ENV_SOCKET = "DECK_ASK_SOCKET"
 ENV_AGENT = "DECK_ASK_AGENT"
 ENV_TOKEN = "DECK_ASK_TOKEN"
 ENV_ORIGIN = "DECK_ASK_ORIGIN"
-#: A question or an answer may be long; far above any real one. Longer lines are refused.
-MAX_LINE = 16 * 1024 * 1024
+#: The longest request line deck takes on its socket (the bridge's MAX_LINE): a longer question is the tool's error.
+MAX_LINE = 1024 * 1024
+#: The longest line this server reads, from its client or from deck; longer lines are refused.
+MAX_MESSAGE = 16 * 1024 * 1024
 
 #: The MCP revisions whose `initialize` handshake this server speaks, newest first.
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
@@ -93,6 +95,13 @@ class DeckRequest:
         path = self.env.get(ENV_SOCKET)
         if not path:
             return {"error": f"deck's socket is unknown: {ENV_SOCKET} is not set"}
+        message = request_line({
+            "agent": self.env.get(ENV_AGENT, ""), "token": self.env.get(ENV_TOKEN, ""),
+            "origin": self.env.get(ENV_ORIGIN, ""), "method": self.method, "params": self.params,
+        })  # fmt: skip
+        if len(message) > MAX_LINE + 1:
+            return {"error": f"too long: deck takes requests of {MAX_LINE // 1024 // 1024} MiB at most, "
+                             f"this one is {len(message)} bytes; ask a shorter question"}  # fmt: skip
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with self._lock:
@@ -102,13 +111,9 @@ class DeckRequest:
             sock.connect(path)
             if self.cancelled:  # between the two: `cancel()` could not shut an unconnected socket
                 return {"error": "cancelled"}
-            message = {
-                "agent": self.env.get(ENV_AGENT, ""), "token": self.env.get(ENV_TOKEN, ""),
-                "origin": self.env.get(ENV_ORIGIN, ""), "method": self.method, "params": self.params,
-            }  # fmt: skip
-            sock.sendall(json.dumps(message).encode() + b"\n")
+            sock.sendall(message)
             with sock.makefile("rb") as answers:
-                line = answers.readline(MAX_LINE + 1)
+                line = answers.readline(MAX_MESSAGE + 1)
         except OSError as exc:
             return {"error": "cancelled" if self.cancelled else f"cannot reach deck: {exc.strerror or exc}"}
         finally:
@@ -118,7 +123,7 @@ class DeckRequest:
         if self.cancelled:
             return {"error": "cancelled"}
         if not line.endswith(b"\n"):
-            too_long = len(line) > MAX_LINE
+            too_long = len(line) > MAX_MESSAGE
             return {"error": "deck's answer is too long" if too_long else "deck closed the connection without an answer"}
         try:
             answer = json.loads(line)
@@ -137,6 +142,15 @@ class DeckRequest:
                     self._sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass  # not connected yet, or already closed: `send()` sees `cancelled`
+
+
+def request_line(message: dict[str, Any]) -> bytes:
+    """A request as deck reads it: one JSON line, UTF-8 as it is (escaped only where a string holds a lone
+    surrogate, which UTF-8 cannot carry)."""
+    try:
+        return json.dumps(message, ensure_ascii=False).encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(message).encode() + b"\n"
 
 
 def request(method: str, params: dict[str, Any], env: Mapping[str, str] = os.environ) -> dict[str, Any]:
@@ -221,9 +235,9 @@ class Server:
                 call.cancel()
 
     def handle(self, line: bytes | None) -> None:
-        """One line from the client; None is a line over MAX_LINE (already skipped)."""
+        """One line from the client; None is a line over MAX_MESSAGE (already skipped)."""
         if line is None:
-            self.send_error(None, INVALID_REQUEST, f"message longer than {MAX_LINE} bytes")
+            self.send_error(None, INVALID_REQUEST, f"message longer than {MAX_MESSAGE} bytes")
             return
         if not line.strip():
             return
@@ -339,12 +353,12 @@ class Server:
 
 
 def read_lines(stdin: BinaryIO) -> Iterator[bytes | None]:
-    """stdin's lines; None for a line over MAX_LINE, whose rest is skipped (memory stays bounded)."""
-    while line := stdin.readline(MAX_LINE + 1):
-        if len(line) <= MAX_LINE or line.endswith(b"\n"):
+    """stdin's lines; None for a line over MAX_MESSAGE, whose rest is skipped (memory stays bounded)."""
+    while line := stdin.readline(MAX_MESSAGE + 1):
+        if len(line) <= MAX_MESSAGE or line.endswith(b"\n"):
             yield line
             continue
-        while (rest := stdin.readline(MAX_LINE)) and not rest.endswith(b"\n"):
+        while (rest := stdin.readline(MAX_MESSAGE)) and not rest.endswith(b"\n"):
             pass
         yield None
 

@@ -229,7 +229,7 @@ async def test_a_deck_that_is_gone_is_the_tools_error(make_deck, pipes):
 
 
 def test_a_line_over_the_limit_is_skipped_whole(monkeypatch):
-    monkeypatch.setattr(announcements_mcp, "MAX_LINE", 10)
+    monkeypatch.setattr(announcements_mcp, "MAX_MESSAGE", 10)
     stdin = io.BytesIO(b"x" * 25 + b"\n" + b'{"a": 1}\n' + b"0123456789\n" + b"tail")
     assert list(announcements_mcp.read_lines(stdin)) == [None, b'{"a": 1}\n', b"0123456789\n", b"tail"]
 

@@ -9,8 +9,10 @@ requester. The server's entry names the session it was given to (`Session.origin
 ask knows which turn or ask of the requester it serves, and ends with it.
 
 Refused, with the tool's error as the reason: asking oneself, an unknown agent, a
-target that cannot start (limits), and a cycle — an agent asking one that is itself
-waiting, directly or through others, for the asker's answer (it would wait forever).
+target that cannot start (limits), a cycle — an agent asking one that is itself
+waiting, directly or through others, for the asker's answer (it would wait forever) —
+and an ask past MAX_ASKS_FROM in progress for its requester or MAX_ASKS_TO for its target.
+What the socket takes of each agent (connections, line sizes, bytes held) is bounded too.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from deck import CONVERSATION, AcpError, ConnectionClosed, ServiceError, now_iso
@@ -12,7 +15,16 @@ from deck.events import AgentAnnouncement, AskChanged
 if TYPE_CHECKING:
     from deck import Agent, Deck
 
+log = logging.getLogger(__name__)
+
 NO_REPLY = "target returned no reply"
+#: Asks one agent may have in progress at once (until their targets' sessions ended, cancelled ones too).
+MAX_ASKS_FROM = 4
+#: Ask sessions one target may have open at once, whoever asks: more than one requester's share, so
+#: that one requester alone cannot take them all.
+MAX_ASKS_TO = 8
+#: A refusal repeated faster than this, in seconds, is counted, not logged each time.
+NOTE_EVERY = 1.0
 #: Session updates that end the message being streamed: a new tool call (not a late
 #: status update of an earlier one, which may arrive in the middle of the text).
 BOUNDARIES = frozenset({"tool_call"})
@@ -22,6 +34,24 @@ _tickets = itertools.count(1)
 
 class AskError(Exception):
     """An ask that cannot give an answer; the message is the tool's error."""
+
+
+class Notes:
+    """Log lines about refusals, at most one per NOTE_EVERY seconds: a flood of them is one line and a count."""
+
+    def __init__(self, write: Callable[[str], None]) -> None:
+        self._write = write
+        self._said = -NOTE_EVERY
+        self._unsaid = 0
+
+    def note(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self._said < NOTE_EVERY:
+            self._unsaid += 1
+            return
+        more = f" ({self._unsaid} more since the last such line)" if self._unsaid else ""
+        self._said, self._unsaid = now, 0
+        self._write(text + more)
 
 
 class Messages:
@@ -141,7 +171,22 @@ class Asks:
 
     def __init__(self, deck: Deck) -> None:
         self.deck = deck
-        self.active: dict[str, Ask] = {}
+        self.active: dict[str, Ask] = {}  # whose requester waits for the answer
+        self.running: dict[str, Ask] = {}  # whose target's session is still open: waited for or not
+        self._notes: dict[str, Notes] = {}
+
+    def note(self, agent: str, text: str) -> None:
+        """A line for `agent`'s log (and deck's), throttled: refusals come as fast as an agent asks."""
+        notes = self._notes.get(agent)
+        if notes is None:
+            notes = self._notes[agent] = Notes(lambda line: self._log(agent, line))
+        notes.note(text)
+
+    def _log(self, agent: str, line: str) -> None:
+        log.info("announcements: %s: %s", agent, line)
+        found = self.deck.agents.get(agent)
+        if found is not None:
+            found.log(f"deck: {line}")
 
     def list_agents(self, requester: str) -> list[dict[str, Any]]:
         return [
@@ -171,9 +216,12 @@ class Asks:
                 f"refused: {' → '.join(chain)} is waiting for an answer, so {requester} asking {target_name} "
                 "would wait forever"
             )
+        self._check_room(requester, target_name)
         ask = Ask(self, requester, target, question, origin or CONVERSATION)
-        task = ask.task = self.deck.spawn(ask.run(), f"ask {ask.ticket_id}", log_errors=False)  # AskError: the tool's
+        task = ask.task = self.deck.spawn(self._run(ask), f"ask {ask.ticket_id}", log_errors=False)  # AskError: the tool's
         self.active[ask.ticket_id] = ask
+        self.running[ask.ticket_id] = ask
+        task.add_done_callback(lambda _: self.running.pop(ask.ticket_id, None))  # cancelled before it ran
         self.deck.emit(AskChanged(requester, target.name, ask.ticket_id, True))
         try:
             return await asyncio.shield(task)
@@ -184,6 +232,27 @@ class Asks:
             self.active.pop(ask.ticket_id, None)
             self.deck.emit(AskChanged(requester, target.name, ask.ticket_id, False))
             self._end_asks_from(ask.ticket_id)  # what the target asked while answering is moot now
+
+    async def _run(self, ask: Ask) -> str:
+        """The ask, no longer counted once it ended: as its target turns ready, it has room for another."""
+        try:
+            return await ask.run()
+        finally:
+            self.running.pop(ask.ticket_id, None)
+
+    def _check_room(self, requester: str, target: str) -> None:
+        """AskError when `requester` has MAX_ASKS_FROM asks in progress, or `target` MAX_ASKS_TO ask sessions open."""
+        asking = sum(1 for ask in self.running.values() if ask.requester == requester)
+        answering = sum(1 for ask in self.running.values() if ask.target.name == target)
+        if asking >= MAX_ASKS_FROM:
+            why = (f"too many asks: {requester} has {asking} in progress, the most one agent may have; "
+                   "ask again once one has ended")  # fmt: skip
+        elif answering >= MAX_ASKS_TO:
+            why = f"{target} is busy: it is answering {answering} asks, the most it takes at once; ask again later"
+        else:
+            return
+        self.note(requester, f"ask_agent {target} refused: {why}")
+        raise AskError(why)
 
     def _chain(self, start: str, goal: str) -> list[str]:
         """A path of asks in progress from `start` to `goal` (start asks X asks … goal), or []."""
