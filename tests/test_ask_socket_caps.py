@@ -153,3 +153,18 @@ def test_long_lines_on_many_connections_cost_deck_little_memory(run_deck):
     assert all(r["sent"] < 2 * MIB for r in flooded)  # closed at the first MiB, not read to the end
     logs = deck.call("AgentService.Logs", {"name": "a"})
     assert any("ask socket: a connection refused" in line for line in logs), logs
+
+
+def test_a_targets_answer_is_cut_past_its_cap_with_a_note() -> None:
+    from deck.plugins.announcements.asks import ANSWER_MAX, Messages
+
+    said: list[str] = []
+    messages = Messages(said.append)
+    for _ in range(3 * ANSWER_MAX // 65536):
+        messages.text("y" * 65536)
+    messages.boundary()
+    messages.text("second")
+    messages.boundary()
+    first = said[0]
+    assert len(first) < ANSWER_MAX + 200 and first.endswith(f"an answer keeps {ANSWER_MAX:,} characters]")
+    assert messages._last == "second"  # the next message is whole again

@@ -54,12 +54,17 @@ class Notes:
         self._write(text + more)
 
 
+#: The characters one message of a target's answer keeps (each goes to the asking agent whole).
+ANSWER_MAX = 1 << 20
+
+
 class Messages:
     """Splits the target's streamed text into messages; all but the last are announced at once."""
 
     def __init__(self, announce: Any) -> None:
         self._announce = announce
         self._chunks: list[str] = []  # the message being streamed
+        self._size = 0  # its characters so far: past ANSWER_MAX the rest is cut
         self._message_id: Any = None
         self._last: str | None = None  # the last finished message: the final, unless another follows
 
@@ -72,6 +77,11 @@ class Messages:
             # A new message starts: the previous one is not the final after all.
             self._announce(self._last)
             self._last = None
+        if self._size > ANSWER_MAX:
+            return  # cut: the note says so
+        self._size += len(text)
+        if self._size > ANSWER_MAX:
+            text = text[: max(ANSWER_MAX - self._size + len(text), 0)] + f"\n[… the rest was cut: an answer keeps {ANSWER_MAX:,} characters]"
         self._chunks.append(text)
 
     def boundary(self) -> None:
@@ -79,6 +89,7 @@ class Messages:
         # Blank lines around a message go, but not the indentation of its first line (code).
         message = "".join(self._chunks).lstrip("\r\n").rstrip()
         self._chunks = []
+        self._size = 0
         self._message_id = None
         if message:
             if self._last is not None:
