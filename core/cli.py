@@ -283,31 +283,66 @@ def run(
 @app.command(cls=Command)
 def send(
     agent: str = typer.Argument(..., metavar="AGENT", autocompletion=_complete_agents, help="The agent to ask."),
-    text: str = typer.Argument(..., metavar="TEXT", help="The prompt."),
+    text: Optional[str] = typer.Argument(None, metavar="TEXT", help="The prompt; `-`, or none with stdin not a terminal: stdin."),
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="Every event as a JSON line on stdout instead of the answer."),
     approve: list[str] = ApproveOption,
     attach: Optional[str] = typer.Option(None, "--attach", metavar="NAME", help="Send through the running deck server NAME (deck serve)."),
+    keep: bool = typer.Option(False, "--continue", help="Continue the agent's latest conversation (with --attach: the default)."),
+    conversation: Optional[str] = typer.Option(None, "--conversation", metavar="ID", help="Continue the stored conversation ID (or a unique start of it)."),
 ) -> None:
     """Send one prompt and stream the answer to stdout.
 
-    A permission request is approved by --approve or the agent's `permissions`
-    policy, else refused; a question is declined.
+    The prompt goes to a conversation of its own, unless --continue or --conversation
+    (through a server, --attach, to the agent's current one). A permission request is
+    approved by --approve or the agent's `permissions` policy, else refused; a question
+    is declined. Ctrl-C cancels the turn.
 
     Exit code: 0 end_turn, 3 max_tokens, 4 max_turn_requests, 5 refusal, 6 cancelled,
-    1 when the agent failed, 2 for a usage error.
+    1 when the agent failed, 2 for a usage error, 130 interrupted.
     """
     from .send import SendFrontend
 
+    if keep and conversation is not None:
+        fail("--continue and --conversation: give one of them")
+    if attach is not None and (approve or config is not None):
+        fail("--attach sends through a server, which follows its own config: no --config or --approve with it")
+    options: dict[str, Any] = {"agent": agent, "text": _prompt(text), "as_json": as_json, "conversation": conversation}
     if attach is not None:
-        if approve or config is not None:
-            fail("--attach sends through a server, which follows its own config: no --config or --approve with it")
-        raise typer.Exit(_attached(attach, SendFrontend, agent=agent, text=text, as_json=as_json) or ExitCode.OK)
+        code = _attached(attach, SendFrontend, keep=True, **options)  # the conversation its console shows
+        raise typer.Exit(code or ExitCode.OK)
     approvals = _approvals(approve)
     deck = make_deck(config, warn=True)
     deck.chat.approvals = approvals
-    code = run_async(deck.run(SendFrontend, agent=agent, text=text, as_json=as_json))
+    code = run_async(deck.run(SendFrontend, keep=keep, **options))
     raise typer.Exit(code or ExitCode.OK)
+
+
+def _prompt(text: Optional[str]) -> str:
+    """The prompt: TEXT, else what stdin holds (TEXT `-`, or no TEXT and stdin no terminal)."""
+    if text is not None and text != "-":
+        return text
+    if sys.stdin is None or (text is None and sys.stdin.isatty()):
+        fail("no TEXT: give the prompt as TEXT, or on stdin (`… | deck send AGENT`, or TEXT `-`)")
+    return _read_prompt(sys.stdin.buffer)
+
+
+def _read_prompt(stream: Any) -> str:
+    """All of `stream` as UTF-8 text, of at most the size of a line deck reads; else a usage error."""
+    from .acp import MAX_LINE_BYTES
+
+    try:
+        data = stream.read(MAX_LINE_BYTES + 1)
+    except KeyboardInterrupt:
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except OSError as exc:
+        fail(f"cannot read the prompt from stdin: {exc.strerror or exc}")
+    if len(data) > MAX_LINE_BYTES:
+        fail(f"the prompt on stdin is over {MAX_LINE_BYTES >> 20} MiB: deck reads {MAX_LINE_BYTES >> 20} MiB at most")
+    try:
+        return str(data.decode())
+    except UnicodeDecodeError as exc:
+        fail(f"the prompt on stdin is not UTF-8 text (byte {exc.start} is not)")
 
 
 NameArgument = typer.Argument("default", metavar="NAME", help="The server's name.")
@@ -698,8 +733,17 @@ def config_show(
         for problem in loaded.problems:
             typer.echo(problem.format(where), err=True)
         raise typer.Exit(ExitCode.ERROR)
-    data = effective(loaded.config, loaded.sections)
+    data = _as_shown(effective(loaded.config, loaded.sections))
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if as_json else to_toml(data), nl=as_json)
+
+
+def _as_shown(data: dict[str, Any]) -> dict[str, Any]:
+    """The effective config with each agent's title and icon as deck shows them (`Agent.title`,
+    `Agent.icon`): one left unset is the agent's name, and its first letter, not ""."""
+    for name, agent in (data.get("agents") or {}).items():
+        agent["title"] = agent.get("title") or name
+        agent["icon"] = agent.get("icon") or name[:1].upper()
+    return data
 
 
 def _load_config(path: Optional[Path], frontends: bool = False) -> tuple[str, Any, dict[str, Any]]:

@@ -494,8 +494,26 @@ class Conversation:
         message = self._for_acp_message(update.get("messageId"))
         size = len(text) if text.isascii() else text_size(text)
         if message.cut is not None or message.size + size > self._message_max:
+            if message.cut is None:  # the chunk that passes the cap: what fits is the head's end
+                head = _fitting(text, self._message_max - message.size)
+                if head:
+                    self._append(message, kind, head, text_size(head))
+                    text, size = text[len(head) :], size - text_size(head)
             self._past_cap(message, kind, text, size)
             return
+        message.size += size  # the hot path: `_append`, inlined
+        self.size += size
+        if self.size > self._size_max:
+            self._trim()
+        parts = message.parts
+        if parts and parts[-1].type == kind:
+            parts[-1].append(text)  # type: ignore[union-attr]
+        else:
+            parts.append(TextPart(kind, text))
+        self.emit(MessageDelta(self.agent, message.id, len(parts) - 1, kind, text=text))
+
+    def _append(self, message: Message, kind: str, text: str, size: int) -> None:
+        """`text` streamed into `message`'s last part of `kind` (or a new one), and sent out."""
         message.size += size
         self.size += size
         if self.size > self._size_max:
@@ -824,6 +842,15 @@ def fit_part(part: dict[str, Any], limit: int) -> dict[str, Any]:
     if part.get("entries"):
         part["entries"] = [{**e, "content": _head(_string(e.get("content")), each)} for e in part["entries"]]
     return part
+
+
+def _fitting(text: str, limit: int) -> str:
+    """The start of `text` that holds at most `limit` bytes, cut at a character boundary."""
+    if limit <= 0:
+        return ""
+    if text.isascii():
+        return text[:limit]
+    return text.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore")
 
 
 def _head(text: str, limit: int) -> str:

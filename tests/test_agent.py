@@ -122,7 +122,8 @@ async def test_crash_mid_turn_is_error_never_restarted(make_deck):
 
 
 async def test_twenty_mib_line_arrives_intact(make_deck):
-    deck, rec = make_deck(agent_block("a"))
+    limits = '[limits]\nmessageSize = "32 MiB"\nconversationSize = "64 MiB"\n'  # the caps are not what is tested
+    deck, rec = make_deck(limits + agent_block("a"))
     size = 20 * 1024 * 1024
     deck.chat.send("a", f"big {size}")
     await rec.wait_event("turn:changed", agent="a", busy=False, timeout=60)

@@ -185,3 +185,12 @@ def test_the_caps_are_checked_in_the_config(tmp_path: Path) -> None:
     assert any("at least twice messageSize" in p.message for p in problems)
     problems = parse('[limits]\nmessageSize = "huge"\n').problems
     assert any("bad size" in p.message and p.line == 2 for p in problems)
+
+
+def test_a_single_chunk_past_the_cap_keeps_what_fits_as_the_head() -> None:
+    conv = Conversation("a", lambda e: None, caps=Caps(16 * KIB, 64 * KIB))
+    conv.begin_reply()
+    conv.apply_update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "h" * 100 * KIB}})
+    conv.finish(conv.messages[-1], "end_turn")
+    text = conv.messages[-1].text
+    assert text.startswith("h" * 16 * KIB + "\n\n[… deck cut") and text.endswith("h" * 2 * KIB)

@@ -180,3 +180,99 @@ def test_no_command_prints_help():
     result = deck()
     assert result.returncode == 0
     assert "Commands:" in result.stdout and "run" in result.stdout
+
+
+def test_config_show_gives_each_agent_the_title_and_icon_it_is_shown_with(tmp_path):
+    config = write_config(tmp_path / "deck.toml", agent_block("alpha") + agent_block("zeta", title="Zeta agent", icon="Z"))
+    shown = json.loads(deck("config", "show", "--json", "--config", str(config)).stdout)["agents"]
+    listed = json.loads(deck("agents", "--json", "--config", str(config)).stdout)
+    assert [(name, a["title"], a["icon"]) for name, a in shown.items()] == [(r["name"], r["title"], r["icon"]) for r in listed]
+    assert (shown["alpha"]["title"], shown["alpha"]["icon"]) == ("alpha", "A")  # unset: the name, its first letter
+    toml = deck("config", "show", "--config", str(config)).stdout
+    assert '[agents.alpha]\ntitle = "alpha"\nicon = "A"\n' in toml and 'icon = ""' not in toml
+
+
+def test_diff_of_an_agent_the_config_does_not_have_names_the_config_and_its_agents(tmp_path):
+    config = write_config(tmp_path / "deck.toml", agent_block("a") + agent_block("b"))
+    done = deck("diff", "zzz", "--config", str(config), cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"deck: no agent zzz in {config} (agents: a, b)\n"
+
+
+# -- the history's commands ---------------------------------------------------------------------
+
+
+def _conversations(*rows: tuple[str, str, str, int]) -> list[str]:
+    """Stored conversations (config path, agent, title, how many messages): their ids."""
+    from deck.plugins.history.store import HistoryStore, default_path
+
+    ids = []
+    with HistoryStore(default_path()) as store:
+        for config, agent, title, count in rows:
+            cid = store.new_conversation(config, agent, title=title)
+            store.put_messages(cid, [_message(f"m{i}", agent) for i in range(count)])
+            ids.append(cid)
+    return ids
+
+
+def _message(mid: str, agent: str) -> dict[str, Any]:
+    return {"id": mid, "agent": agent, "createdAt": "2025-03-01T10:00:00.000Z", "role": "user",
+            "parts": [{"type": "text", "text": "hi"}], "done": True, "queued": False}  # fmt: skip
+
+
+def test_export_takes_a_unique_start_of_an_id_and_lists_the_ids_an_ambiguous_one_starts():
+    ids = _conversations(*((f"/c{i}.toml", "a", f"title {i}", 1) for i in range(17)))  # two share a first digit
+    first = sorted(ids, key=lambda i: i[0])
+    shared = next(i[0] for i, j in zip(first, first[1:]) if i[0] == j[0])
+    target = ids[0]
+    start = next(target[:n] for n in range(1, 37) if sum(i.startswith(target[:n]) for i in ids) == 1)
+    found = deck("export", start, "--format", "json")
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["id"] == target
+    ambiguous = deck("export", shared)
+    assert (ambiguous.returncode, ambiguous.stdout) == (2, "")
+    lines = ambiguous.stderr.splitlines()
+    assert lines[0] == f"deck: {shared!r} is the start of several conversation ids: give more of it"
+    assert lines[1:] == [f"  {i}" for i in sorted(i for i in ids if i.startswith(shared))]
+    missing = deck("export", "zz")
+    assert missing.returncode == 1 and missing.stderr == "deck: no conversation 'zz' in the history\n"
+
+
+def test_export_format_md_is_markdown_and_an_unknown_format_lists_them():
+    [cid] = _conversations(("/c.toml", "a", "the title", 1))
+    markdown = deck("export", cid, "--format", "md")
+    assert markdown.returncode == 0 and markdown.stdout.startswith("# the title\n"), markdown.stderr
+    unknown = deck("export", cid, "--format", "xml")
+    assert (unknown.returncode, unknown.stdout) == (2, "")
+    assert unknown.stderr == "deck: unknown --format 'xml': use markdown (or md) or json\n"
+
+
+def _cells(text: str) -> int:
+    """The columns `text` takes on a terminal: two for each wide character."""
+    import unicodedata
+
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def test_history_all_is_a_table_whose_columns_line_up(tmp_path):
+    rows = [
+        (str(tmp_path / "設定" / "deck.toml"), "日本語", "wide 名前 title", 12),
+        ("/x.toml", "a", "short", 1),
+        ("", "bb", "built-in", 3),
+    ]
+    _conversations(*rows)
+    done = deck("history", "--all")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3
+    starts: dict[str, set[int]] = {"time": set(), "config": set(), "title": set(), "count ends": set()}
+    for config, agent, title, count in rows:
+        [line] = [line for line in lines if line.endswith(f"  {title}")]
+        after_id = line[36:]
+        assert after_id.startswith(f"  {agent} "), line
+        counted = f"{count} message{'' if count == 1 else 's'}"
+        starts["time"].add(_cells(line[: line.index(" 20")]))  # the first column after the agent's
+        starts["config"].add(_cells(line[: line.index(config or "(built-in config)")]))
+        starts["title"].add(_cells(line[: line.rindex(title)]))
+        starts["count ends"].add(_cells(line[: line.index(f" {counted}") + 1 + len(counted)]))
+    assert all(len(columns) == 1 for columns in starts.values()), (starts, lines)

@@ -85,7 +85,7 @@ def test_top_level_help_has_no_cut_descriptions():
 
 def test_argument_names_read_plainly():
     result = deck("send", "--help")
-    assert result.stdout.splitlines()[0].endswith(" send [OPTIONS] AGENT TEXT")
+    assert result.stdout.splitlines()[0].endswith(" send [OPTIONS] AGENT [TEXT]")
     assert "<str>" not in result.stdout and "{" not in result.stdout
     assert re.search(r"(?m)^  AGENT\s+The agent to ask\.", result.stdout)
     validate = deck("config", "validate", "--help")

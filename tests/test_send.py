@@ -90,7 +90,8 @@ def test_json_prints_every_event_as_a_line(tmp_path):
     assert done.returncode == 0
     events = [json.loads(line) for line in done.stdout.splitlines()]
     names = [e["event"] for e in events]
-    assert names[0] == "message:updated" and "turn:changed" in names and "agent:state" in names
+    assert names[:2] == ["conversation:reset", "message:updated"]  # a conversation of its own, then the prompt
+    assert "turn:changed" in names and "agent:state" in names
     assert [e["text"] for e in events if e["event"] == "message:delta"] == ["c0 ", "c1 ", "c2 "]
     finished = [e["message"] for e in events if e["event"] == "message:updated" and e["message"].get("stopReason")]
     assert finished[0]["stopReason"] == "end_turn" and finished[0]["parts"] == [{"type": "text", "text": "c0 c1 c2 "}]

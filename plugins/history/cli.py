@@ -87,14 +87,33 @@ def history(
         typer.echo(_nothing(store, "no conversations", agent, every))
         return
     tty = _is_terminal()
-    width = max(len(row["agent"]) for row in rows)
+    for line in _aligned([_fields(row, every, tty) for row in rows], right={3}):
+        typer.echo(line)
+
+
+def _fields(row: dict[str, Any], every: bool, tty: bool) -> list[str]:
+    """A conversation's cells in `deck history`: id, agent, update, messages, (config,) title."""
+    count = f"{row['messages']} message{'' if row['messages'] == 1 else 's'}"
+    fields = [row["id"], row["agent"], _local(row["updatedAt"]), count]
+    if every:
+        fields.append(row["configPath"] or "(built-in config)")
+    fields.append(_one_line(row["title"] or ""))
+    return [_shown(field, tty) for field in fields]
+
+
+def _aligned(rows: list[list[str]], right: set[int]) -> list[str]:
+    """`rows` as the lines of a table, two spaces between columns: each column but the last as wide
+    as its widest cell on a terminal (a wide character takes two columns), those in `right`
+    aligned to the right."""
+    from rich.cells import cell_len
+
+    widths = [max(cell_len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
     for row in rows:
-        count = f"{row['messages']} message{'' if row['messages'] == 1 else 's'}"
-        fields = [row["id"], row["agent"].ljust(width), _local(row["updatedAt"]), count.rjust(12)]
-        if every:
-            fields.append(row["configPath"] or "(built-in config)")
-        fields.append(_one_line(row["title"] or ""))
-        typer.echo(_shown("  ".join(fields), tty))
+        pads = [" " * (width - cell_len(cell)) for cell, width in zip(row, widths)]
+        cells = [pad + cell if i in right else cell + pad for i, (cell, pad) in enumerate(zip(row, pads))]
+        lines.append("  ".join([*cells, row[-1]]))
+    return lines
 
 
 def search(
@@ -131,23 +150,52 @@ def search(
 
 
 def export(
-    conversation_id: str = typer.Argument(..., metavar="ID", help="The conversation (an id from `deck history`)."),
-    output: Format = typer.Option(Format.markdown, "--format", "-f", help="markdown: a readable transcript; json: as stored."),
+    conversation_id: str = typer.Argument(..., metavar="ID", help="The conversation: an id from `deck history`, or a unique start of it."),
+    output: str = typer.Option("markdown", "--format", "-f", metavar="markdown|json", help="markdown (or md): a readable transcript; json: as stored."),
 ) -> None:
     """Print one conversation as Markdown or JSON.
 
     As a Markdown transcript (messages, thoughts, tool calls and their diffs),
     or as JSON with its messages as stored.
     """
+    chosen = _format(output)
     store = _open()
-    conversation = None if store is None else _closing(store, lambda: store.get(conversation_id))
+    conversation = None if store is None else _closing(store, lambda: _conversation(store, conversation_id))
     if conversation is None:
         _fail(f"no conversation {conversation_id!r} in the history" + ("" if store else " (no history yet)"))
-    if output is Format.json:
+    if chosen is Format.json:
         _echo_json(conversation)
         return
     text = to_markdown(conversation)
     typer.echo(printable(text) if _is_terminal() else text, nl=False)
+
+
+#: The `--format` of `deck export` by its names.
+FORMATS = {"markdown": Format.markdown, "md": Format.markdown, "json": Format.json}
+#: How many of the conversations an ambiguous id starts are named.
+CANDIDATES_SHOWN = 10
+
+
+def _format(name: str) -> Format:
+    """The format `--format` names; another name is a usage error that lists them."""
+    if name not in FORMATS:
+        _fail(f"unknown --format {name!r}: use markdown (or md) or json", ExitCode.USAGE)
+    return FORMATS[name]
+
+
+def _conversation(store: HistoryStore, wanted: str) -> dict[str, Any] | None:
+    """The stored conversation whose id is `wanted`, or starts with it, as git takes a commit's
+    (a start of several is an error that lists them); None when there is none."""
+    found = store.get(wanted)
+    if found is not None or not wanted:
+        return found
+    ids = store.ids_starting(wanted, CANDIDATES_SHOWN + 1)
+    if len(ids) > 1:
+        shown = ids[:CANDIDATES_SHOWN] + (["…"] if len(ids) > CANDIDATES_SHOWN else [])
+        typer.echo(f"deck: {wanted!r} is the start of several conversation ids: give more of it", err=True)
+        typer.echo(printable("\n".join(f"  {i}" for i in shown)), err=True)
+        raise typer.Exit(ExitCode.USAGE)
+    return store.get(ids[0]) if ids else None
 
 
 def _forget(conversation_id: str) -> None:

@@ -357,6 +357,15 @@ class HistoryStore:
             ).fetchone()
             return _with_messages(db, row, tail) if row else None
 
+    def ids_starting(self, prefix: str, limit: int = 50) -> builtins.list[str]:
+        """The ids that start with `prefix`, in order, at most `limit` of them (a range of the index)."""
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT id FROM conversations WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+                (prefix, prefix + "\U0010ffff", _limit(limit)),
+            ).fetchall()
+        return [row[0] for row in rows]
+
     def list(
         self, config_path: str | None = None, agent: str | None = None, limit: int = 50
     ) -> builtins.list[Conversation]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
@@ -70,7 +71,7 @@ def diff(agent: str = AgentArgument, config: Optional[Path] = ConfigOption) -> N
 
     Its commits, uncommitted and untracked files, against the merge-base with its base branch.
     """
-    text = call(config, "WorktreeService.Diff", {"agent": agent})
+    text = call(config, "WorktreeService.Diff", {"agent": agent}, refused=lambda: _unknown(config, agent))
     if not sys.stdout.isatty():
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -115,13 +116,26 @@ def remove(
     typer.echo(printable(f"{agent}: removed {result['path']}{kept}"))
 
 
+def _unknown(config: Optional[Path], agent: str) -> str | None:
+    """Why `agent` has no worktree when the config has no such agent (else None: the refusal says)."""
+    from deck import find_config
+
+    names = [row["name"] for row in call(config, "AgentService.List", {})]
+    if agent in names:
+        return None
+    path, _source = find_config(str(config) if config else None)
+    return f"no agent {agent} in {path or 'the built-in config'} (agents: {', '.join(names) or 'none'})"
+
+
 def count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def call(config: Optional[Path], method: str, params: dict[str, Any]) -> Any:
+def call(
+    config: Optional[Path], method: str, params: dict[str, Any], refused: Callable[[], str | None] | None = None
+) -> Any:
     """`method` of the deck server running the config in use, else of a deck of it that runs no
-    agent; a refusal exits 1."""
+    agent; a refusal exits 1, saying what `refused` says (if anything) or else the refusal."""
     from deck import Deck, find_config  # here: adding the commands to the command line stays cheap
     from deck.client import call_server, server_of
 
@@ -146,7 +160,7 @@ def call(config: Optional[Path], method: str, params: dict[str, Any]) -> Any:
             typer.echo(printable(f"deck: {line}"), err=True)
         raise typer.Exit(ExitCode.USAGE) from None
     except ServiceError as exc:
-        _fail(str(exc), ExitCode.ERROR)
+        _fail((refused() if refused is not None else None) or str(exc), ExitCode.ERROR)
 
 
 def _fail(message: str, code: ExitCode) -> NoReturn:
