@@ -8,7 +8,8 @@ server's wire is its own, and `deck.relay` passes the bytes through.) Leaving (`
 what stops it.
 
 Should the server go away, every call waiting fails, and `ended` says so: `run_attached`
-then ends the frontend and says "the deck server NAME went away". The end a
+then ends the frontend and says "the deck server NAME went away" ("… was stopped" when it stopped
+as a server stops, its socket removed first: another client's `deck stop`, a signal). The end a
 `DeckService.Shutdown` of this client asked for is no such loss: the server may answer and
 close at once, or close before its answer goes out; either way the call succeeds and the
 client ends with 0.
@@ -108,7 +109,10 @@ class SocketClient(Client, asyncio.Protocol):
         asked = self._stopped or bool(self._stopping)
         lost = not self._closing and not self.gone and not asked
         if lost:
-            self.gone = went_away(self.name)
+            # A server that stops (`deck stop`, a signal) removes its socket before it closes its
+            # clients; one killed leaves it behind: only that is a loss.
+            stopped = f"the deck server {self.name} was stopped"
+            self.gone = went_away(self.name) if os.path.lexists(self.path) else stopped
         error = self.gone or (f"the deck server {self.name} stopped" if asked else f"detached from the deck server {self.name}")
         calls, self._calls = self._calls, {}
         for request_id, future in calls.items():

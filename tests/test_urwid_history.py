@@ -122,7 +122,8 @@ async def test_the_history_view_in_french_and_its_hint(make_deck) -> None:
         assert "F8 historique" in canvas_text(app.root, 160, 30).split("\n")[-1]
         app.root.keypress(SIZE, "f8")
         screen = await shown(app)
-        assert "Historique de a" in screen and "Chercher :" in screen and "(aucune conversation passée de a)" in screen
+        assert "Historique de a" in screen and "Chercher chez tous les agents :" in screen
+        assert "(aucune conversation passée de a)" in screen
     finally:
         app.detach()
         await deck.shutdown()

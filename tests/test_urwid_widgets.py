@@ -7,6 +7,7 @@ core's own event classes, so a change of wire format breaks these tests too.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -304,11 +305,13 @@ async def test_permission_dialog_from_real_requests_of_two_agents(make_deck):
     await rec.wait(lambda r: len(r.named("permission:requested")) == 2)
     assert [kind for kind, _ in model.pending()] == ["permission", "permission"]
     requests = [p for _, p in model.pending()]
+    assert [p["agent"] for p in requests] == [p["agent"] for p in rec.named("permission:requested")]  # as asked
+    titles = {"a": "Alpha", "b": "Beta"}
     answers, moves = [], []
-    dialog = PermissionDialog(Strings("en"), requests, 1, {"a": "Alpha", "b": "Beta"}, lambda *a: answers.append(a),
+    dialog = PermissionDialog(Strings("en"), requests, 1, titles, lambda *a: answers.append(a),
                               lambda: moves.append("closed"), moves.append)  # fmt: skip
     text = canvas_text(dialog, 80, 30)
-    assert "Permission requested by Beta" in text and "request 2 of 2" in text
+    assert f"Permission requested by {titles[requests[1]['agent']]}" in text and "request 2 of 2" in text
     assert "⚙ edit Edit file · pending" in text and "-a" in text and "+b" in text
     assert "1 Allow" in text and "2 Reject" in text
     dialog.keypress((80, 30), "tab")
@@ -321,7 +324,7 @@ async def test_permission_dialog_from_real_requests_of_two_agents(make_deck):
     await rec.wait(lambda r: len(r.named("permission:resolved")) == 2)
     assert model.pending() == []
     fr = canvas_text(PermissionDialog(Strings("fr"), requests, 0, {}, print, print, print), 80, 30)
-    assert "Autorisation demandée par a" in fr and "demande 1 sur 2" in fr
+    assert f"Autorisation demandée par {requests[0]['agent']}" in fr and "demande 1 sur 2" in fr
 
 
 # -- questions ---------------------------------------------------------------------------------------
@@ -463,9 +466,9 @@ async def test_app_keeps_a_question_typed_answer_while_other_asks_come_and_go(ma
         app.root.keypress(size, "esc")
         screen = canvas_text(app.root, *size)
         assert app.dialog_kind == "" and "1 permission request and 1 question waiting · F4 answer" in screen
-        app.root.keypress(size, "f4")
-        app.root.keypress(size, "shift tab")
-        assert "› An" in canvas_text(app.root, *size)
+        app.root.keypress(size, "f4")  # the oldest ask: a's question, as it was left
+        screen = canvas_text(app.root, *size)
+        assert "Question from a" in screen and "request 1 of 2" in screen and "› An" in screen
         type_keys(app.root, size, "n")
         app.root.keypress(size, "enter")
         await rec.wait_event("question:resolved", agent="a")
@@ -823,6 +826,130 @@ async def test_the_permission_dialog_leaves_the_panel_and_the_request_in_view(ma
         assert "⚙ edit Edit file · pending" in below  # the tool call that asks
         assert "Message to a" in rows[-5] and "1 permission request waiting" in rows[-2]
         assert bottom - top + 1 <= 14
+    finally:
+        app.detach()
+
+
+#: The options of Claude Code's adapter, in the order it sends them.
+CLAUDE_OPTIONS = [{"optionId": "allow_always", "name": "Always Allow", "kind": "allow_always"},
+                  {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                  {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]  # fmt: skip
+
+
+def test_enter_allows_once_and_always_is_given_only_when_picked():
+    tool = {"kind": "edit", "title": "Edit", "status": "pending"}
+    request = PermissionRequested("perm-1", "a", "msg-1", tool, CLAUDE_OPTIONS, 0).payload()
+    answers: list[Any] = []
+    dialog = PermissionDialog(Strings("en"), [request], 0, {}, lambda *a: answers.append(a), print, print)
+    size = (80, 12)
+    text = canvas_text(dialog, *size)
+    assert text.index("1 Always Allow") < text.index("2 Allow") < text.index("3 Reject")  # as the agent sent them
+    assert "1-9 choose · a always · Tab next request" in text
+    dialog.keypress(size, "enter")
+    dialog.keypress(size, "a")
+    dialog.keypress(size, "1")
+    assert answers == [("perm-1", "allow"), ("perm-1", "allow_always"), ("perm-1", "allow_always")]
+    # With no option that allows once, Enter still gives no standing permission.
+    answers.clear()
+    no_once = {**request, "options": [CLAUDE_OPTIONS[0], CLAUDE_OPTIONS[2]]}
+    PermissionDialog(Strings("en"), [no_once], 0, {}, lambda *a: answers.append(a), print, print).keypress(size, "enter")
+    assert answers == [("perm-1", "reject")]
+    once = {**request, "options": CLAUDE_OPTIONS[1:]}
+    plain = canvas_text(PermissionDialog(Strings("fr"), [once], 0, {}, print, print, print), *size)
+    assert "1 Allow" in plain and "a toujours" not in plain  # no "always" offered: no key for it
+
+
+def test_the_yes_no_questions_put_yes_first_and_enter_says_no():
+    from deck.frontends.urwid.dialogs import ChoiceDialog, ConfirmDialog
+
+    answers: list[Any] = []
+    size = (60, 6)
+    quit_dialog = ConfirmDialog(Strings("en"), "Quit deck?", "Quit and stop it?", answers.append)
+    remove = ConfirmDialog(Strings("fr"), "Supprimer ?", "Son dossier part.", answers.append, "remove_yes")
+    for dialog, yes, no in ((quit_dialog, "y  yes, quit", "n  no"), (remove, "o  oui, supprimer", "n  non")):
+        text = canvas_text(dialog, *size)
+        assert text.index(yes) < text.index(no) and dialog.rows((60,)) == 6  # as tall as its content
+        dialog.keypress(size, "enter")
+    remove.keypress(size, "o")
+    assert answers == [False, False, True]
+    leave = ChoiceDialog("Leave deck?", "Attached.", [("d", "d  detach", "detach"), ("s", "s  stop", "shutdown")],
+                         answers.append, "detach")  # fmt: skip
+    leave.keypress(size, "enter")
+    assert answers[-1] == "detach"
+
+
+@pytest.mark.parametrize("theme", ["dark", "light"])
+def test_the_selected_rows_labels_read_on_the_selection_bar_as_its_name_does(theme):
+    from deck.frontends.urwid.agents import AgentRow
+
+    model = roster("alpha")
+    feed(model, [AgentStateChanged("alpha", "ready", False), UsageChanged("alpha", {"used": 50, "size": 100})])
+    model.agents["alpha"].changed_files = 1
+    row = AgentRow("alpha", lambda name: None)
+    row.update(model.agents["alpha"], 1, Strings("en"), True, 0)
+    cells = _cells(row.render((30,)), theme)
+    colour = {text.strip(): (fg, bg) for fg, bg, text in cells if text.strip()}
+    assert colour["ctx"] == colour["±1 file"] == colour["Alpha"], cells
+    row.update(model.agents["alpha"], 1, Strings("en"), False, 0)  # off the bar: dimmed, as before
+    assert {fg for fg, _bg, text in _cells(row.render((30,)), theme) if text.strip() == "ctx"} == {"dark gray"}
+
+
+async def test_a_crash_mid_turn_points_to_the_agents_log(make_deck):
+    deck, rec = make_deck(agent_block("a", title="Alpha"))
+    app = await console(deck)
+    size = (100, 30)
+    try:
+        deck.chat.send("a", "crash")
+        await rec.wait_event("agent:state", agent="a", state="error")
+        app.refresh()
+        assert "Alpha crashed — F2 shows its log" in canvas_text(app.root, *size).split("\n")[-2]
+        app.root.keypress(size, "f2")
+        while app._tasks:
+            await asyncio.gather(*list(app._tasks))
+        app.refresh()
+        assert "the agent exited on its own with code 7" in canvas_text(app.root, *size)
+    finally:
+        app.detach()
+
+
+async def test_a_refused_remove_offers_the_forced_one_in_the_worktree_view(make_deck, tmp_path):
+    from .test_worktrees import make_repo, turn, worktree_agent
+
+    repo = make_repo(tmp_path / "repo")
+    deck, rec = make_deck(worktree_agent("a", repo))
+    app = await console(deck)
+    size = (120, 30)
+
+    async def screen() -> str:
+        while app._tasks:  # the service calls the console made
+            await asyncio.gather(*list(app._tasks))
+        app.refresh()
+        return canvas_text(app.root, *size)
+
+    try:
+        await turn(deck, rec, "a", "write notes.txt not merged")
+        await deck.call("AgentService.Stop", {"name": "a"})
+        app.root.keypress(size, "f9")
+        shown = await screen()
+        assert "+not merged" in shown and "m merge · x remove · F9 or Esc" in shown and "X force" not in shown
+        app.root.keypress(size, "X")  # not offered yet: nothing asked
+        assert app.dialog_kind == ""
+        app.root.keypress(size, "x")
+        shown = await screen()
+        assert "Remove a's worktree?" in shown and shown.index("y  yes, remove") < shown.index("n  no")  # yes first
+        app.root.keypress(size, "y")
+        shown = await screen()
+        assert "a's worktree has uncommitted work" in shown and "X force remove" in shown  # the refusal, then X
+        app.root.keypress(size, "X")
+        shown = await screen()
+        assert "Remove a's worktree with its work?" in shown and "that work is lost" in shown
+        app.root.keypress(size, "enter")  # no, the default
+        assert app.dialog_kind == "" and Path(deck.agents["a"].cwd, "notes.txt").exists()
+        app.root.keypress(size, "X")
+        app.root.keypress(size, "y")
+        shown = await screen()
+        assert "a's worktree removed" in shown and not Path(deck.agents["a"].cwd, "notes.txt").exists()
+        assert "a has no worktree" in shown and "m merge" not in shown and "±1 file" not in shown
     finally:
         app.detach()
 

@@ -8,6 +8,8 @@ coalesced redraws), i18n.py (English and French strings).
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from typing import Any
 
 from deck import hookimpl
@@ -26,7 +28,12 @@ class UrwidFrontend(Frontend):
         from .app import ConsoleApp
 
         self.app = ConsoleApp(self.client, await self.client.call("ConfigService.Current"))
-        return await self.app.run()
+        code = await self.app.run()
+        if self.app.detached:  # the terminal is the shell's again: say what goes on, and how to come back
+            with contextlib.suppress(OSError):
+                sys.stderr.write(f"deck: {self.app.strings('detached', name=self.app.server_name)}\n")
+                sys.stderr.flush()
+        return code
 
     def choose_file(self) -> Any:
         return self.app.choose_file() if self.app is not None else None

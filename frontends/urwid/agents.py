@@ -44,7 +44,7 @@ def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) 
             marks += [" " if marks else "", ("talking", "↔")]
         lines.append(_under(Text(marks, wrap="ellipsis")))
     if agent.changed_files:
-        work: list[Any] = [("dim", strings("changed_files", n=agent.changed_files))]
+        work: list[Any] = [("label", strings("changed_files", n=agent.changed_files))]
         if agent.overlaps:
             work += [" ", ("warning", strings("overlap", n=agent.shared_files()))]
         lines.append(_under(Text(work, wrap="ellipsis")))
@@ -80,7 +80,7 @@ class UsageLine(urwid.Widget):
     def render(self, size: Any, focus: bool = False) -> urwid.Canvas:
         room = size[0] - len(self.word) - 2 - len(gauge(self.used, self.size, 0))
         shown = gauge(self.used, self.size, min(10, room) if room >= 3 else 0)
-        return Text([("dim", self.word + " "), ("gauge", shown)], wrap="ellipsis").render(size)
+        return Text([("label", self.word + " "), ("gauge", shown)], wrap="ellipsis").render(size)
 
 
 class AgentRow(urwid.WidgetWrap):
@@ -113,11 +113,14 @@ class AgentRow(urwid.WidgetWrap):
 
 
 class AgentsPanel(urwid.WidgetWrap):
-    """Rows of agents in config order, then the buttons for the selected one."""
+    """Rows of agents in config order, then the buttons for the selected one. Attached to a server,
+    its title names it: `Agents · server NAME`, or `server NAME` where that is too wide."""
 
-    def __init__(self, strings: Strings, on_select: Callable[[str], None], on_action: Callable[[str], None]) -> None:
+    def __init__(self, strings: Strings, on_select: Callable[[str], None], on_action: Callable[[str], None],
+                 server: str = "") -> None:  # fmt: skip
         self.strings = strings
         self.on_select = on_select
+        self.titles = [strings("agents_on_server", name=server), strings("server", name=server)] if server else []
         self.agent_rows: dict[str, AgentRow] = {}
         self.walker: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
         self.listbox = urwid.ListBox(self.walker)
@@ -125,7 +128,15 @@ class AgentsPanel(urwid.WidgetWrap):
             [Clickable(("button", f" {strings(k)} "), partial(on_action, k)) for k in ("start", "stop", "restart")]
         )
         body = urwid.Pile([self.listbox, ("pack", urwid.Divider("─")), ("pack", buttons)])
-        super().__init__(LineBox(body, title=strings("agents"), title_align="left"))
+        self.box = LineBox(body, title=strings("agents"), title_align="left")
+        super().__init__(self.box)
+
+    def render(self, size: Any, focus: bool = False) -> urwid.Canvas:
+        if self.titles:  # the longest title that fits the width, borders and spaces included
+            title = next((t for t in self.titles if len(t) + 4 <= size[0]), self.titles[-1])
+            if self.box.title_widget.text.strip() != title:
+                self.box.set_title(title)
+        return super().render(size, focus)
 
     def set_roster(self, names: list[str]) -> None:
         self.agent_rows = {name: self.agent_rows.get(name) or AgentRow(name, self.on_select) for name in names}

@@ -22,6 +22,7 @@ from deck.client import Client, start
 from deck.errors import ServiceError
 from deck.events import (
     AgentLog,
+    AgentStateChanged,
     ClientsChanged,
     ConfigChanged,
     ConversationChanged,
@@ -38,7 +39,16 @@ from .agents import AgentsPanel
 from .common import HintBar, LineBox, Text, palette
 from .conversation import ConversationView
 from .diff import DiffView
-from .dialogs import ChoiceDialog, ConfirmDialog, FilePicker, Lowered, OverConversation, PermissionDialog, QuestionDialog, centered
+from .dialogs import (
+    ChoiceDialog,
+    ConfirmDialog,
+    FilePicker,
+    InConversation,
+    Lowered,
+    OverConversation,
+    PermissionDialog,
+    QuestionDialog,
+)
 from .history import HistoryDialog
 from .i18n import Strings
 from .model import Model
@@ -49,6 +59,10 @@ log = logging.getLogger(__name__)
 FPS = 30
 SPIN_EVERY = 0.12
 NOTICE_FOR = 6.0
+#: The widest a question's dialog (quit, merge, remove) is.
+DIALOG_WIDTH = 64
+#: The worktree view's keys (F9), and what each asks for once confirmed.
+WORKTREE_ACTIONS = {"m": "merge", "x": "remove", "X": "force"}
 #: The agents panel's share of the screen's width, and its narrowest and widest.
 PANEL_SHARE, PANEL_MIN, PANEL_MAX = 0.22, 18, 40
 #: The hint bar's hints in the order shown, each with its rank: the highest ranks are left out first
@@ -158,13 +172,15 @@ class ConsoleApp(Handlers):
         #: and how many `clients:changed` have come: a count asked for is older than one that came since.
         self.clients = 0
         self._clients_changes = 0
+        #: The user left the server it is attached to running (Ctrl-Q, detach).
+        self.detached = False
         self._build()
 
     # -- layout ----------------------------------------------------------------------------
 
     def _build(self) -> None:
         s = self.strings
-        self.panel = AgentsPanel(s, self.select, self.agent_action)
+        self.panel = AgentsPanel(s, self.select, self.agent_action, self.server_name)
         self.conversation = ConversationView(s)
         self.conversation.on_toggled = self.schedule
         self.logs_view = LogsView(s)
@@ -179,7 +195,8 @@ class ConsoleApp(Handlers):
         self.input_box = LineBox(self.edit, title="", title_align="left")
         self.banner = urwid.AttrMap(Text(""), "config error")  # in the footer while the config is broken
         self.status = Text("")  # notices and waiting asks, in the status bar while there are any
-        self.hint_bar = HintBar([(s(key), rank) for key, rank in HINTS])
+        quit_hint = "hint_detach" if self.client.attached else "hint_quit"  # attached, Ctrl-Q leaves the server on
+        self.hint_bar = HintBar([(s(quit_hint if key == "hint_quit" else key), rank) for key, rank in HINTS])
         self.status_bar = urwid.Pile([self.hint_bar])
         self.status_line = urwid.AttrMap(self.status_bar, "status bar")
         self.footer = urwid.Pile([self.input_box, self.status_line], focus_item=0)
@@ -343,9 +360,18 @@ class ConsoleApp(Handlers):
     # -- events and frames -------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
+        if isinstance(event, AgentStateChanged):
+            self._crashed(event)
         self.model.apply(event)
         self.dispatch(event)
         self.schedule()
+
+    def _crashed(self, e: AgentStateChanged) -> None:
+        """An agent that was running ends in error (before the model has it): it crashed, and the
+        status line points to its log (F2), where its last lines on stderr are."""
+        agent = self.model.agents.get(e.agent)
+        if agent is not None and e.state == "error" and agent.state in ("ready", "busy"):
+            self.say(self.strings("crashed", agent=agent.title))
 
     @handles(ConfigChanged)
     def _config_changed(self, e: ConfigChanged) -> None:
@@ -462,6 +488,11 @@ class ConsoleApp(Handlers):
         self.banner.original_widget.set_text(f" {self.config_problem} ")
         _show(self.footer, [self.banner] if self.config_problem else [], self.input_box, self.status_line)
 
+    @property
+    def server_name(self) -> str:
+        """The name of the server this console is attached to ("" when it is not, or it is not known)."""
+        return str(getattr(self.client, "name", "") or "") if self.client.attached else ""
+
     def say(self, text: str) -> None:
         """A one-line notice in the status bar for a few seconds."""
         self.notice = text
@@ -517,7 +548,7 @@ class ConsoleApp(Handlers):
         elif key == "f3":
             self.show_view("chat" if self.view == "config" else "config")
         elif key == "f4":
-            self.open_asks()
+            self.open_oldest_ask()
         elif key == "f8":
             self.open_history()
         elif key == "f9":
@@ -683,47 +714,62 @@ class ConsoleApp(Handlers):
         async def fetch() -> None:
             try:
                 self.diff_view.show(name, await self.client.call("WorktreeService.Diff", {"agent": name}))
-            except ServiceError as exc:
-                self.diff_view.failed(name, str(exc))
+            except ServiceError as exc:  # `missing`: no worktree is known of it (none listed, or removed)
+                self.diff_view.failed(name, agent.title, str(exc), missing=agent.changed_files is None)
 
         self.spawn(fetch())
 
     def worktree_key(self, key: str) -> None:
-        """m: merge the shown agent's work, x: remove its worktree; each once confirmed."""
+        """m: merge the shown agent's work, x: remove its worktree, X: remove it with the work it
+        holds (offered once a remove was refused for that work); each once confirmed (Enter: no)."""
         agent = self.model.agents.get(self.diff_view.agent)
-        if agent is None:
+        what = WORKTREE_ACTIONS.get(key)
+        if agent is None or what is None:
             return
-        s, name = self.strings, agent.name
-        what = "merge" if key == "m" else "remove"
-        choices = [("n", s("confirm_no"), ""), ("y", s(f"{what}_yes"), "yes")]  # Enter: no
+        s, name, title = self.strings, agent.name, agent.title
 
-        def done(result: dict[str, Any]) -> None:
-            if what == "merge":
-                self.say(s("merged", agent=agent.title, base=result["base"], commit=result["commit"][:12]))
-            else:
-                self.say(s("removed", agent=agent.title))
-            self.show_diff()
-
-        def answered(choice: str) -> None:
+        def answered(yes: bool) -> None:
             self.close_dialog()
-            if choice:
-                method = "WorktreeService.Merge" if what == "merge" else "WorktreeService.Remove"
-                self.spawn(self.client.call(method, {"agent": name}), done)
+            if yes:
+                self.spawn(self._worktree_call(what, name, title))
 
-        dialog = ChoiceDialog(s(f"{what}_title", agent=agent.title), s(f"{what}_text", agent=agent.title), choices, answered)
-        self._show_dialog("worktree", dialog, 64, 40)
+        question, text = s(f"{what}_title", agent=title), s(f"{what}_text", agent=title)
+        dialog = ConfirmDialog(s, question, text, answered, f"{what}_yes")
+        self._show_dialog("worktree", dialog, DIALOG_WIDTH)
+
+    async def _worktree_call(self, what: str, name: str, title: str) -> None:
+        """Merge agent `name`'s work, remove its worktree, or `force` its removal; a remove refused
+        for the work the worktree holds (the refusal says to force it) offers the forced one."""
+        s = self.strings
+        method = "WorktreeService.Merge" if what == "merge" else "WorktreeService.Remove"
+        try:
+            result = await self.client.call(method, {"agent": name, **({"force": True} if what == "force" else {})})
+        except ServiceError as exc:
+            if what == "remove" and "force" in str(exc):
+                self.diff_view.offer_force(name)
+            raise
+        if what == "merge":
+            self.say(s("merged", agent=title, base=result["base"], commit=result["commit"][:12]))
+        else:
+            self.say(s("removed", agent=title))
+            agent = self.model.agents.get(name)
+            if agent is not None:  # its files are gone with it
+                agent.changed_files = None
+                self.model.changes.agents.add(name)
+        self.show_diff()
 
     # -- dialogs -----------------------------------------------------------------------------
 
-    def _show_dialog(self, kind: str, dialog: urwid.Widget, width: int = 80, height: int = 80) -> None:
-        """`dialog` centred over the screen; an ask's over the conversation, as small as it can be."""
+    def _show_dialog(self, kind: str, dialog: urwid.Widget, width: int = 0) -> None:
+        """`dialog` in the conversation's place: centred in it, `width` at most and as tall as its
+        content (`width` 0: all of it); an ask's over its top, as small as it can be."""
         self.dialog_kind = kind
         self.shown_dialog = dialog
         if isinstance(dialog, (PermissionDialog, QuestionDialog)):
             self.root.original_widget = OverConversation(dialog, self.frame, self.conversation_area, self.lowered)
         else:
             self.lowered.lower(0)
-            self.root.original_widget = centered(dialog, self.frame, width, height)
+            self.root.original_widget = InConversation(dialog, self.frame, self.conversation_area, width)
         self.schedule()
 
     def close_dialog(self) -> None:
@@ -768,6 +814,15 @@ class ConsoleApp(Handlers):
                 return
         self._show_dialog("ask", dialog)
 
+    def open_oldest_ask(self) -> None:
+        """F4: the dialog of the ask waiting longest (request 1 of n); the status line says when none waits."""
+        asks = self.model.pending()
+        if not asks:
+            self.say(self.strings("nothing_pending"))
+            return
+        self.ask_id = str(asks[0][1].get("id"))
+        self.open_asks()
+
     def _move_ask(self, step: int) -> None:
         ids = [str(p.get("id")) for _, p in self.model.pending()]
         if self.ask_id in ids:
@@ -796,7 +851,7 @@ class ConsoleApp(Handlers):
             if yes:
                 self.finish(0)
 
-        self._show_dialog("quit", ConfirmDialog(self.strings, self.strings("quit_title"), text, answered), 60, 30)
+        self._show_dialog("quit", ConfirmDialog(self.strings, self.strings("quit_title"), text, answered), DIALOG_WIDTH)
 
     def ask_leave(self, busy: list[str]) -> None:
         """Attached to a server: detach (the default: the server and its agents go on), stop the
@@ -808,11 +863,12 @@ class ConsoleApp(Handlers):
         def answered(choice: str) -> None:
             self.close_dialog()
             if choice == "detach":
+                self.detached = True
                 self.finish(0)
             elif choice == "shutdown":
                 self.spawn(self.client.call("DeckService.Shutdown"), lambda _stopped: self.finish(0))
 
-        self._show_dialog("quit", ChoiceDialog(s("leave_title"), text, choices, answered), 64, 40)
+        self._show_dialog("quit", ChoiceDialog(s("leave_title"), text, choices, answered), DIALOG_WIDTH)
 
     def open_history(self) -> None:
         """The selected agent's past conversations and a search over every agent's (`history.py`)."""

@@ -24,6 +24,7 @@ from deck.tty import printable
 PALETTE = [
     ("text", "default", "default"),
     ("dim", "dark gray", "default"),
+    ("label", "dark gray", "default"),  # a dim word of an agent's row: `ctx`, `±1 file`
     ("thought", "dark gray", "default", "", "#888", "default"),
     ("heading", "bold,light cyan", "default"),
     ("strong", "bold", "default"),
@@ -88,6 +89,9 @@ LIGHT_COLOURS = {
 BACKGROUNDS = ("selected", "dialog")
 #: The attributes drawn on the terminal's own background (those that need twins).
 TEXT_ATTRS = tuple(name for name, _fg, bg, *_rest in PALETTE if bg == "default")
+#: Text attributes drawn in a highlight's own colours, whatever theirs are: the labels of the selected
+#: agent's row read on the selection bar as its name does (dark gray fades on its dark blue).
+PLAIN_ON = {"selected": frozenset({"label"})}
 #: A foreground that would vanish on a background of its own colour, and the one used instead.
 CONTRAST = {"dark gray": "light gray", "light gray": "black", "dark blue": "light blue", "black": "white", "white": "black"}
 
@@ -104,9 +108,13 @@ def palette(theme: str) -> list[tuple[str, ...]]:
                 bg = "light gray"
         out.append((name, fg, bg, *rest))
     backgrounds = {entry[0]: entry[2] for entry in out}
+    foregrounds = {entry[0]: entry[1] for entry in out}
     for highlight in BACKGROUNDS:
         bg = backgrounds[highlight]
         for name, fg, *_rest in [entry for entry in out if entry[0] in TEXT_ATTRS]:
+            if name in PLAIN_ON.get(highlight, ()):
+                out.append((on(name, highlight), foregrounds[highlight], bg))
+                continue
             # Basic colours only: a 256-colour shade chosen for the terminal's background may vanish on this one.
             parts = [CONTRAST.get(part, "default") if part == bg else part for part in fg.split(",")]
             out.append((on(name, highlight), ",".join(parts), bg))

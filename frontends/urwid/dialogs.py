@@ -41,10 +41,70 @@ class AskDialog(urwid.WidgetWrap):
         return 2 + sum(widget.rows((max(1, cols - 2),)) for widget in self.walker)
 
 
+class Scrolled(urwid.Widget):
+    """Lines (flow widgets) in a box of whatever height it is given: as many as fit from `top`, and
+    when they do not all fit, a last line saying which are shown; PgUp PgDn and the wheel scroll."""
+
+    _sizing = frozenset([urwid.Sizing.BOX])
+
+    def __init__(self, widgets: list[AbstractFlowWidget], strings: Strings) -> None:
+        super().__init__()
+        self.pile = urwid.Pile(widgets)
+        self.strings = strings
+        self.top = 0
+        self.shown = 1  # the lines shown at the last render, a page
+
+    def natural_rows(self, cols: int) -> int:
+        return self.pile.rows((cols,))
+
+    def render(self, size: Any, focus: bool = False) -> urwid.Canvas:
+        cols, rows = size
+        total = self.natural_rows(cols)
+        canvas = urwid.CompositeCanvas(self.pile.render((cols,)))
+        if total <= rows:
+            self.top = 0
+            canvas.pad_trim_top_bottom(0, rows - total)
+            return canvas
+        self.shown = max(0, rows - 1)
+        self.top = max(0, min(self.top, total - self.shown))
+        canvas.pad_trim_top_bottom(-self.top, self.top + self.shown - total)
+        last = min(total, self.top + self.shown)
+        s = self.strings
+        where = s("scroll_lines", first=self.top + 1, last=last, n=total) if self.shown else s("scroll_none", n=total)
+        more = Text(("dim", where), wrap="ellipsis").render((cols,))
+        return urwid.CanvasCombine([(canvas, None, False), (more, None, False)]) if self.shown else more
+
+    def scroll(self, pages: int) -> None:
+        """Up (`pages` < 0) or down by pages of the lines shown last."""
+        self.top = max(0, self.top + pages * max(1, self.shown - 1))
+        self._invalidate()
+
+    def mouse_event(self, size: Any, event: str, button: int, col: int, row: int, focus: bool) -> bool:
+        if event == "mouse press" and button in (4, 5):
+            self.top = max(0, self.top + (3 if button == 5 else -3))
+            self._invalidate()
+            return True
+        return False
+
+
+def default_option(options: list[dict[str, Any]]) -> int:
+    """The option Enter takes: the first that allows once, else the first that is not an "always"
+    (a standing permission is given only when picked), else the first."""
+    kinds = [str(option.get("kind", "")) for option in options]
+    for wanted in (lambda kind: kind == "allow_once", lambda kind: not kind.endswith("_always")):
+        found = next((i for i, kind in enumerate(kinds) if wanted(kind)), None)
+        if found is not None:
+            return found
+    return 0
+
+
 class PermissionDialog(AskDialog):
     """One pending request of `requests` (every agent's), with its tool call, diff and options.
 
-    1-9 answers with that option, Enter the focused one; Tab goes to the next request; Esc closes."""
+    The tool call's title and the options always show; its details (input, diff) take the rows
+    left between them and scroll (PgUp PgDn). The options are in the agent's order, numbered:
+    1-9 answers with that option, Enter the focused one (at first the one that allows once),
+    `a` the one that always allows; Tab goes to the next request; Esc closes."""
 
     def __init__(
         self,
@@ -65,33 +125,43 @@ class PermissionDialog(AskDialog):
         self.on_move = on_move
         request = self.request
         agent = titles.get(request.get("agent", ""), request.get("agent", ""))
+        self.options = [o for o in request.get("options") or [] if "optionId" in o]
+        self.always = next((o for o in self.options if o.get("kind") == "allow_always"), None)
         self.position = Text("")
         self.set_position(index, len(requests))
-        # Compact: the tool call, its options, one line of position and keys; no blank line but one.
-        items: list[AbstractFlowWidget] = [*tool_widgets(request.get("toolCall") or {}, strings, True, None)]
+        tool = tool_widgets(request.get("toolCall") or {}, strings, True, None)
+        head: list[AbstractFlowWidget] = tool[:1]
         if request.get("rejections"):
-            items.append(Text(("warning", strings("rejections", n=request["rejections"]))))
-        items.append(urwid.Divider())
-        self.options = [o for o in request.get("options") or [] if "optionId" in o]
-        self.buttons = []
-        for number, option in enumerate(self.options, 1):
-            attr = "error" if str(option.get("kind", "")).startswith("reject") else "ok"
-            label = [("strong", f"{number} "), (attr, str(option.get("name") or option["optionId"]))]
-            button = Clickable(label, partial(self.answer, option), focusable=True)
-            self.buttons.append(button)
-            items.append(button)
-        items.append(self.position)
-        self.walker = urwid.SimpleFocusListWalker(items)
-        self.listbox = urwid.ListBox(self.walker)
+            head.append(Text(("warning", strings("rejections", n=request["rejections"]))))
+        self.details = Scrolled(tool[1:], strings) if tool[1:] else None
+        self.buttons = [self._button(number, option) for number, option in enumerate(self.options, 1)]
+        self.choices = urwid.Pile(self.buttons or [Text("")])
         if self.buttons:
-            self.walker.set_focus(items.index(self.buttons[0]))
-        super().__init__(_box(self.listbox, strings("permission_title", agent=agent)))
+            self.choices.focus_position = default_option(self.options)
+        # Compact: the tool call, its details, its options, one line of position and keys.
+        tail: list[AbstractFlowWidget] = [urwid.Divider(), self.choices, self.position]
+        self.fixed = [*head, *tail]
+        middle: list[Any] = [("weight", 1, self.details)] if self.details else []
+        self.pile = urwid.Pile([*(("pack", w) for w in head), *middle, *(("pack", w) for w in tail)])
+        self.pile.focus_position = len(head) + len(middle) + 1  # the options
+        super().__init__(_box(self.pile, strings("permission_title", agent=agent)))
+
+    def _button(self, number: int, option: dict[str, Any]) -> Clickable:
+        attr = "error" if str(option.get("kind", "")).startswith("reject") else "ok"
+        label = [("strong", f"{number} "), (attr, str(option.get("name") or option["optionId"]))]
+        return Clickable(label, partial(self.answer, option), focusable=True)
+
+    def natural_rows(self, cols: int) -> int:
+        inner = max(1, cols - 2)
+        details = self.details.natural_rows(inner) if self.details else 0
+        return 2 + details + sum(widget.rows((inner,)) for widget in self.fixed)
 
     def set_position(self, index: int, count: int) -> None:
         """This request is the `index`th of `count` pending asks (they come and go while it is open)."""
         self.index, self.count = index, count
         s = self.strings
-        self.position.set_text(("dim", f"{s('permission_count', i=index + 1, n=count)} · {s('permission_keys')}"))
+        keys = s("permission_keys_always") if self.always else s("permission_keys")
+        self.position.set_text(("dim", f"{s('permission_count', i=index + 1, n=count)} · {keys}"))
 
     def answer(self, option: dict[str, Any]) -> None:
         self.on_answer(str(self.request["id"]), str(option["optionId"]))
@@ -99,17 +169,18 @@ class PermissionDialog(AskDialog):
     def keypress(self, size: Any, key: str) -> str | None:
         if key.isdigit() and key != "0" and int(key) <= len(self.options):
             self.answer(self.options[int(key) - 1])
-            return None
-        if key in ("tab", "right") and self.count > 1:
+        elif key == "a" and self.always is not None:
+            self.answer(self.always)
+        elif key in ("page up", "page down") and self.details is not None:
+            self.details.scroll(-1 if key == "page up" else 1)
+        elif key in ("tab", "right") and self.count > 1:
             self.on_move(1)
-            return None
-        if key in ("shift tab", "left") and self.count > 1:
+        elif key in ("shift tab", "left") and self.count > 1:
             self.on_move(-1)
-            return None
-        if key == "esc":
+        elif key == "esc":
             self.on_close()
-            return None
-        super().keypress(size, key)
+        else:
+            super().keypress(size, key)
         return None  # a modal dialog: nothing leaks to the screen behind
 
 
@@ -291,40 +362,26 @@ class QuestionDialog(AskDialog):
         return None  # a modal dialog: nothing leaks to the screen behind
 
 
-class ConfirmDialog(urwid.WidgetWrap):
-    """A yes/no question: y (or o in French) says yes; n or Esc says no."""
-
-    def __init__(self, strings: Strings, title: str, text: str, on_answer: Callable[[bool], None]) -> None:
-        self.on_answer = on_answer
-        yes = Clickable(strings("yes"), lambda: on_answer(True), focusable=True)
-        no = Clickable(strings("no"), lambda: on_answer(False), focusable=True)
-        pile = urwid.Pile([Text(text), urwid.Divider(), yes, no])
-        pile.focus_position = 3
-        super().__init__(_box(urwid.Filler(pile, valign="top"), title))
-
-    def keypress(self, size: Any, key: str) -> str | None:
-        if key in ("y", "Y", "o", "O"):
-            self.on_answer(True)
-        elif key in ("n", "N", "esc"):
-            self.on_answer(False)
-        else:
-            super().keypress(size, key)
-        return None
-
-
 class ChoiceDialog(urwid.WidgetWrap):
-    """A question with a few answers `(key, label, value)`: a key picks its answer, Enter the focused
-    one (the first at first, so Enter takes the default); Esc, unless it is a choice's key, answers ""."""
+    """A question with a few answers `(key, label, value)`, as tall as its text and answers: a key
+    picks its answer, Enter the focused one (`default`'s at first, else the first); Esc, unless it
+    is a choice's key, answers ""."""
 
     def __init__(
-        self, title: str, text: str, choices: list[tuple[str, str, str]], on_answer: Callable[[str], None]
+        self,
+        title: str,
+        text: str,
+        choices: list[tuple[str, str, str]],
+        on_answer: Callable[[str], None],
+        default: str | None = None,
     ) -> None:
         self.on_answer = on_answer
         self.keys = {key: value for key, _label, value in choices}
         buttons = [Clickable(label, partial(on_answer, value), focusable=True) for _key, label, value in choices]
         pile = urwid.Pile([Text(text), urwid.Divider(), *buttons])
-        pile.focus_position = 2
-        super().__init__(_box(urwid.Filler(pile, valign="top"), title))
+        values = [value for _key, _label, value in choices]
+        pile.focus_position = 2 + (values.index(default) if default in values else 0)
+        super().__init__(_box(pile, title))
 
     def keypress(self, size: Any, key: str) -> str | None:
         if key in self.keys:
@@ -334,6 +391,17 @@ class ChoiceDialog(urwid.WidgetWrap):
         else:
             super().keypress(size, key)
         return None
+
+
+class ConfirmDialog(ChoiceDialog):
+    """A yes/no question, yes first and no focused (Enter says no): y (or o in French) says yes; n or
+    Esc says no."""
+
+    def __init__(self, strings: Strings, title: str, text: str, on_answer: Callable[[bool], None],
+                 yes: str = "yes") -> None:  # fmt: skip
+        choices = [("y", strings(yes), "yes"), ("n", strings("no"), "")]
+        super().__init__(title, text, choices, lambda value: on_answer(bool(value)), default="")
+        self.keys.update({"Y": "yes", "o": "yes", "O": "yes", "N": ""})
 
 
 class FilePicker(urwid.WidgetWrap):
@@ -393,9 +461,42 @@ class FilePicker(urwid.WidgetWrap):
         return None
 
 
-def centered(dialog: urwid.Widget, under: urwid.Widget, width: int = 80, height: int = 80) -> urwid.Overlay:
-    """`dialog` over `under`, centred, `width`/`height` in percent."""
-    return urwid.Overlay(dialog, under, "center", ("relative", width), "middle", ("relative", height), min_width=30, min_height=8)
+#: Area: `area(cols, rows)` says where the conversation is on a screen of that size: (its first
+#: column, its width, its rows).
+Area = Callable[[int, int], tuple[int, int, int]]
+#: A conversation narrower than that leaves no room for a dialog: it goes over the whole width.
+NARROWEST = 30
+
+
+def conversation_box(area: Area, cols: int, rows: int) -> tuple[int, int, int]:
+    """Where a dialog may go: the conversation's place (the whole width when it is too narrow)."""
+    left, width, body = area(cols, rows)
+    if width < NARROWEST:
+        left, width = 0, cols
+    return left, width, max(1, min(body, rows))
+
+
+class InConversation(urwid.Overlay):
+    """A dialog in the conversation's place, the agents panel and the input still in view: over the
+    whole of it (`width` 0: a list, the history or the file picker), or centred in it, no wider than
+    `width` and as tall as its content."""
+
+    def __init__(self, dialog: urwid.Widget, under: urwid.Widget, area: Area, width: int = 0) -> None:
+        self.area = area
+        self.most = width
+        super().__init__(dialog, under, "left", ("relative", 100), "top", ("relative", 100))
+
+    def calculate_padding_filler(self, size: tuple[int, int], focus: bool) -> tuple[int, int, int, int]:
+        cols, rows = size
+        left, width, body = conversation_box(self.area, cols, rows)
+        top, height = 0, body
+        if self.most:
+            inner = min(width, self.most)
+            left += (width - inner) // 2
+            width = inner
+            height = max(1, min(self.top_w.rows((width,)), body))
+            top = (body - height) // 2
+        return left, max(0, cols - left - width), top, max(0, rows - top - height)
 
 
 class Lowered(urwid.WidgetWrap):
@@ -441,17 +542,14 @@ class OverConversation(urwid.Overlay):
     CONTEXT = 6
     MAX_WIDTH = 100
 
-    def __init__(self, dialog: AskDialog, under: urwid.Widget, area: Callable[[int, int], tuple[int, int, int]],
-                 lowered: Lowered) -> None:  # fmt: skip
+    def __init__(self, dialog: AskDialog, under: urwid.Widget, area: Area, lowered: Lowered) -> None:
         self.area = area
         self.lowered = lowered
         super().__init__(dialog, under, "left", ("relative", 100), "top", ("relative", 100))
 
     def calculate_padding_filler(self, size: tuple[int, int], focus: bool) -> tuple[int, int, int, int]:
         cols, rows = size
-        left, width, body = self.area(cols, rows)
-        if width < 30:  # no room beside the panel: over the whole width
-            left, width = 0, cols
+        left, width, body = conversation_box(self.area, cols, rows)
         width = min(width, self.MAX_WIDTH)
         room = max(8, body - max(self.CONTEXT, body // 3))
         height = max(1, min(self.top_w.natural_rows(width), room, rows))

@@ -184,6 +184,9 @@ class Model(Handlers):
     def __init__(self) -> None:
         self.agents: dict[str, AgentModel] = {}
         self.changes = Changes()
+        #: Each pending ask's place in the order asked, of every agent's: the oldest is answered first.
+        self.asked: dict[str, int] = {}
+        self._asks = 0
 
     def take_changes(self) -> Changes:
         changes, self.changes = self.changes, Changes()
@@ -208,10 +211,12 @@ class Model(Handlers):
             self.load_conversation(name, conversations.get(name) or {})
         for known in self.agents.values():
             known.pending.clear()
-        for ask in snapshot.get("pending") or []:
+        self.asked = {}
+        for ask in snapshot.get("pending") or []:  # in the order asked
             agent = self.agents.get(str(ask.get("agent")))
             if agent is not None and "id" in ask:
                 agent.pending[str(ask["id"])] = (str(ask.get("kind")), {k: v for k, v in ask.items() if k != "kind"})
+                self._ask_order(str(ask["id"]))
         self.changes.asks = True
 
     def load_conversation(self, name: str, snapshot: dict[str, Any]) -> None:
@@ -233,9 +238,14 @@ class Model(Handlers):
                 self.changes.agents.add(agent.name)
 
     def pending(self) -> list[tuple[str, dict[str, Any]]]:
-        """Every pending ask as ("permission" | "question", payload): agents in config order,
-        each agent's in the order asked."""
-        return [ask for agent in self.agents.values() for ask in agent.pending.values()]
+        """Every pending ask as ("permission" | "question", payload), of every agent, the oldest first."""
+        asks = [ask for agent in self.agents.values() for ask in agent.pending.values()]
+        return sorted(asks, key=lambda ask: self.asked.get(str(ask[1].get("id")), 0))
+
+    def _ask_order(self, ask_id: str) -> None:
+        """Ask `ask_id` came now: it goes after every ask pending."""
+        self._asks += 1
+        self.asked[ask_id] = self._asks
 
     # -- events ---------------------------------------------------------------------------
 
@@ -318,12 +328,14 @@ class Model(Handlers):
         agent = self._agent(e.agent)
         if agent is not None:
             agent.pending[str(e.id)] = ("permission" if isinstance(e, PermissionRequested) else "question", e.payload())
+            self._ask_order(str(e.id))
             self.changes.agents.add(agent.name)
             self.changes.asks = True
 
     @handles(PermissionResolved, QuestionResolved)
     def _resolved(self, e: PermissionResolved | QuestionResolved) -> None:
         agent = self._agent(e.agent)
+        self.asked.pop(str(e.id), None)
         if agent is not None and agent.pending.pop(str(e.id), None) is not None:
             self.changes.agents.add(agent.name)
             self.changes.asks = True
