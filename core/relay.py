@@ -266,7 +266,7 @@ class Relay:
         if self.stopping or (self.done_sending and not self.unanswered):
             return 0
         time.sleep(LOSS_SETTLES)
-        self.gone = fell_behind(self.name) if listening(self.path) else went_away(self.name)
+        self.gone = fell_behind(self.name) if listening(self.path) else went_away(self.name, self.path)
         return 1
 
 

@@ -109,10 +109,7 @@ class SocketClient(Client, asyncio.Protocol):
         asked = self._stopped or bool(self._stopping)
         lost = not self._closing and not self.gone and not asked
         if lost:
-            # A server that stops (`deck stop`, a signal) removes its socket before it closes its
-            # clients; one killed leaves it behind: only that is a loss.
-            stopped = f"the deck server {self.name} was stopped"
-            self.gone = went_away(self.name) if os.path.lexists(self.path) else stopped
+            self.gone = went_away(self.name, self.path)  # "was stopped" when its socket went with it
         error = self.gone or (f"the deck server {self.name} stopped" if asked else f"detached from the deck server {self.name}")
         calls, self._calls = self._calls, {}
         for request_id, future in calls.items():

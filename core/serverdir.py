@@ -115,7 +115,12 @@ def no_server(name: str, path: Path, why: str = "") -> NoServer:
     return NoServer(f"no deck server named {name} is running ({where}): start one with `deck serve{option}`")
 
 
-def went_away(name: str) -> str:
+def went_away(name: str, path: Path | None = None) -> str:
+    """Why a server's connection ended, as its clients say it: a server that stops (`deck stop`,
+    a signal) removes its socket before it closes its clients, so with `path` gone it was stopped;
+    one killed leaves it behind: it went away."""
+    if path is not None and not os.path.lexists(path):
+        return f"the deck server {name} was stopped"
     return f"the deck server {name} went away"
 
 

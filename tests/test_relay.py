@@ -26,7 +26,7 @@ from deck.__main__ import relayed
 
 from .conftest import agent_block
 from .deck_process import DECK
-from .test_server import Lines, attach, clients, runtime, serve  # noqa: F401 - fixtures
+from .test_server import Lines, attach, cli, clients, runtime, serve  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -398,3 +398,12 @@ def test_the_relay_reads_a_requests_depth_as_the_server_does() -> None:
     line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "A.B", "params": deep}).encode()
     assert relay.request_key(line) == ("1", "A.B")  # the request and its params: as deep as the server reads
     assert relay.request_key(line.replace(b"[1]", b"[[1]]")) == (None, None)
+
+
+def test_a_server_stopped_on_purpose_is_said_stopped_not_gone(serve, attach) -> None:
+    serve(agent_block("a"))
+    attached = attach("t", "--frontend=jsonl")
+    attached.event("clients:changed", clients=1)
+    assert cli("stop", "t").returncode == 0
+    assert attached.wait() == 1
+    assert attached.err == b"deck: the deck server t was stopped\n"
