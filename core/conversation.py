@@ -501,16 +501,7 @@ class Conversation:
                     text, size = text[len(head) :], size - text_size(head)
             self._past_cap(message, kind, text, size)
             return
-        message.size += size  # the hot path: `_append`, inlined
-        self.size += size
-        if self.size > self._size_max:
-            self._trim()
-        parts = message.parts
-        if parts and parts[-1].type == kind:
-            parts[-1].append(text)  # type: ignore[union-attr]
-        else:
-            parts.append(TextPart(kind, text))
-        self.emit(MessageDelta(self.agent, message.id, len(parts) - 1, kind, text=text))
+        self._append(message, kind, text, size)
 
     def _append(self, message: Message, kind: str, text: str, size: int) -> None:
         """`text` streamed into `message`'s last part of `kind` (or a new one), and sent out."""
