@@ -178,7 +178,7 @@ def test_plugin_sections_are_checked_by_their_own_model():
     sections = {"notify": NotifySection}
     assert problems("[notify]\nvolume = 11\nvolum = 3\n", sections=sections) == [
         (2, 10, "notify.volume: must be at most 10, got 11", False),
-        (3, 1, "unknown key notify.volum", True),
+        (3, 1, "unknown key notify.volum (did you mean volume?)", True),
     ]
     loaded = parse("[notify]\nsound = false\n", sections=sections)
     assert loaded.problems == [] and loaded.sections["notify"] == NotifySection(sound=False)
