@@ -120,12 +120,15 @@ async def test_idle_stop_disabled_allows_any_number(make_deck):
 async def test_idle_stop_owns_its_limits_and_deck_checks_them_with_its_own(make_deck):
     from deck.config import Limits, json_schema
 
-    assert set(Limits.model_fields) == {"handshake_timeout", "message_size", "conversation_size"}  # the core's limits: the rest is idle_stop's
+    core_limits = {"handshake_timeout", "message_size", "conversation_size"}
+    assert set(Limits.model_fields) == core_limits  # the core's limits: the rest is idle_stop's
     deck, rec = make_deck('[limits]\nmaxRunningAgents = 3\nstopIdleAgentsAfter = "1m"\n' + agent_block("a"))
     assert deck.problems == []
     assert idle_stop.limits(deck) == idle_stop.IdleStopLimits(maxRunningAgents=3, stopIdleAgentsAfter=60)
     schema = await deck.config_service.schema()
-    assert list(schema["$defs"]["Limits"]["properties"]) == ["maxRunningAgents", "stopIdleAgentsAfter", "handshakeTimeout"]
+    assert list(schema["$defs"]["Limits"]["properties"]) == [
+        "maxRunningAgents", "stopIdleAgentsAfter", "handshakeTimeout", "messageSize", "conversationSize",
+    ]  # fmt: skip
     assert "maxRunningAgents" not in json_schema()["$defs"]["Limits"]["properties"]
     # A wrong value refuses the start, as any of deck's own keys.
     with pytest.raises(UsageError, match="invalid config"):
