@@ -152,3 +152,24 @@ async def test_cancel_while_it_waits_on_the_model(peer_deck, workdir):
         await pd.rec.wait_event("turn:changed", agent="claude", busy=False, queued=0)
         assert pd.deck.agents["claude"].state.value == "ready"
         await pd.close()
+
+
+def test_a_bare_allow_in_line_mode_allows_once_with_claude_code(workdir, tmp_path):
+    """Claude Code offers Always Allow first: a bare /allow picks its Allow, never Always Allow."""
+    from ..test_line import LineDeck
+
+    target = workdir / "greeting.txt"
+    script = [Reply(tool_uses=[("Write", {"file_path": str(target), "content": "hi\n"})]), Reply(text="Written.")]
+    with FakeAnthropic(lambda body: script[min(len(fake.turns), len(script)) - 1]) as fake:
+        config = tmp_path / "deck.toml"
+        config.write_text(claude(workdir, ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY="sk-ant-fake-key"))
+        deck = LineDeck(config)
+        try:
+            deck.send("please write the greeting")
+            deck.expect(r"\[claude\]   1\. Always Allow   2\. Allow   3\. Reject   → /allow \(once\), /allow always.*", timeout=60)
+            deck.send("/allow")
+            deck.expect(r"\[claude\] permission: Allow", timeout=30)
+            deck.expect(r"\[claude\] Written\.", timeout=60)
+        finally:
+            assert deck.close() == 0
+    assert target.read_text() == "hi\n"
