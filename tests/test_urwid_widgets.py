@@ -1065,3 +1065,30 @@ async def test_a_new_conversation_from_another_client_empties_the_console(make_d
         assert app.model.agents["a"].messages == []
     finally:
         app.detach()
+
+
+def test_a_tools_output_is_shown_without_the_adapters_fence_and_notes_for_the_model():
+    from deck.frontends.urwid.conversation import tool_output, tool_widgets
+
+    raw = "```\nline one\nline two\n```\n<system-reminder>\nWhenever you read a file, consider malware.\n</system-reminder>\n"
+    assert tool_output(raw) == "line one\nline two"
+    assert tool_output("plain ``` inside\ntext") == "plain ``` inside\ntext"
+    assert tool_output("<system-reminder>never closed") == ""
+    part = {"type": "tool", "id": "t", "title": "Read a.py", "kind": "read", "status": "completed",
+            "input": "", "output": raw, "locations": [], "diffs": []}  # fmt: skip
+    texts = [t for w in tool_widgets(part, Strings("en"), False, None) for t in _texts(w)]
+    assert any("line one" in t for t in texts)
+    assert not any("```" in t or "system-reminder" in t or "malware" in t for t in texts)
+
+
+def _texts(widget):
+    """Every text a widget shows, rendered at 80 columns."""
+    return [row.decode() for row in widget.render((80,)).text]
+
+
+def test_command_output_is_not_drawn_in_the_colour_of_diff_additions():
+    from deck.frontends.urwid.conversation import terminal_widgets
+
+    (box,) = terminal_widgets({"terminalId": "t", "output": "plain output\n", "exitStatus": None}, Strings("en"), False, None)
+    attrs = {attr for row in box.render((80,)).content() for attr, _cs, _text in row}
+    assert "diff add" not in attrs and "code" not in attrs and "output" in attrs

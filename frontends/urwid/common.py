@@ -30,6 +30,7 @@ PALETTE = [
     ("strong", "bold", "default"),
     ("emphasis", "italics", "default"),
     ("code", "light green", "default"),
+    ("output", "default", "default"),  # a tool's or a command's output: the terminal's own colour, never a diff's green
     ("link", "underline,light blue", "default"),
     ("quote", "dark cyan", "default"),
     ("user", "bold,light blue", "default"),

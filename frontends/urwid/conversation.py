@@ -8,6 +8,8 @@ its last block.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -91,17 +93,31 @@ def tool_widgets(
     for location in part.get("locations") or []:
         where = str(location.get("path", "")) + (f":{location['line']}" if location.get("line") else "")
         out.append(_pad(Text(("dim", "  @ " + where)), INDENT + 2))
-    output = str(part.get("output") or "")
+    output = tool_output(str(part.get("output") or ""))
     if output:
         lines = output.splitlines()
         shown = "\n".join(lines[:OUTPUT_LINES]) + (f"\n… ({len(lines) - OUTPUT_LINES} more)" if len(lines) > OUTPUT_LINES else "")
-        out.append(_pad(Text(("code", shown)), INDENT + 2))
+        out.append(_pad(Text(("output", shown)), INDENT + 2))
     for terminal in part.get("terminals") or []:
         if isinstance(terminal, dict):
             out += terminal_widgets(terminal, strings, show_diff, on_toggle)
     for diff in part.get("diffs") or []:
         out += _diff_widgets(diff, strings, show_diff, on_toggle)
     return out
+
+
+#: What an adapter adds to a tool's result for the model, not for the user (Claude Code's reminders).
+_FOR_THE_MODEL = re.compile(r"<system-reminder>.*?(</system-reminder>|\Z)", re.DOTALL)
+_FENCE = re.compile(r"\A\s*(`{3,}|~{3,})[^\n]*\n(.*?)\n?\1\s*\Z", re.DOTALL)
+
+
+def tool_output(text: str) -> str:
+    """A tool's result as the user reads it: the notes an adapter adds for the model left out, and
+    the Markdown fence it wraps the result in taken off (the box shows it as code already)."""
+    if "<system-reminder>" in text:
+        text = _FOR_THE_MODEL.sub("", text)
+    fenced = _FENCE.match(text)
+    return (fenced.group(2) if fenced else text).strip("\n")
 
 
 def terminal_widgets(
@@ -120,7 +136,7 @@ def terminal_widgets(
     markup: list[Any] = []
     for i, line in enumerate(lines[hidden:]):
         markup.append(("dim", ("\n" if i else "") + "│ "))
-        markup += [(f"sgr {colour}" if colour else "code", piece) for colour, _bold, piece in sgr_spans(line)]
+        markup += [(f"sgr {colour}" if colour else "output", piece) for colour, _bold, piece in sgr_spans(line)]
     if markup:
         out.append(_pad(Text(markup), INDENT + 2))
     status = terminal.get("exitStatus")
