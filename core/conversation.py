@@ -281,7 +281,6 @@ class Conversation:
         self._terminals: dict[str, list[Any]] = {}
         self._terminal_parts: dict[str, tuple[Message, int]] = {}  # terminal id → the tool part showing it
         self.session_id: str | None = None
-        self.sessions_used = 0
         self.last_update = 0.0  # time.monotonic() of the last session/update
 
     # -- messages -------------------------------------------------------------------------
@@ -381,7 +380,6 @@ class Conversation:
         self._tools.clear()
         self._acp_messages.clear()
         self.current = None  # the old session's last message receives nothing more
-        self.sessions_used += 1
         modes = result.get("modes")
         if modes is not None or self.modes is not None:
             self._set("modes", _modes(modes))
