@@ -312,8 +312,7 @@ def server(tmp_path: Path):
 def test_an_attached_console_detaches_the_server_goes_on_then_it_stops_the_server(server):
     s = server(agent_block("a", title="Alpha"))
     c = server.console(s)
-    screen = c.wait("Message to Alpha")
-    assert "1 client" in screen
+    c.wait(lambda screen: "Message to Alpha" in screen and "1 client" in screen)  # the count comes once it held
     c.type("sleep 1.5")
     c.keys("Enter")
     c.wait(lambda screen: "busy" in screen.split("\n")[2])
