@@ -126,8 +126,8 @@ def text_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
-def format_size(size: int) -> str:
-    """1536 → "1.5 KiB", 8388608 → "8 MiB"."""
+def shown_size(size: int) -> str:
+    """1536 → "1.5 KiB", 8388608 → "8 MiB": a size for reading (`config.format_size` writes one exactly)."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= scale:
             return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
@@ -162,8 +162,8 @@ class _Cut:
     def part(self) -> TextPart:
         """The text part that ends the message: a note of what was cut, then the tail kept."""
         note = (
-            f"\n\n[… deck cut {format_size(self.dropped)} of this message here: it keeps the first"
-            f" {format_size(self.cap)} and the last {format_size(self.limit)} …]\n\n"
+            f"\n\n[… deck cut {shown_size(self.dropped)} of this message here: it keeps the first"
+            f" {shown_size(self.cap)} and the last {shown_size(self.limit)} …]\n\n"
         )
         return TextPart("text", note + "".join(text for text, _ in self.chunks))
 
@@ -401,7 +401,7 @@ class Conversation:
             cut = message.cut = _Cut(self.caps.message)
             self._resized(message, 0, cut.limit)  # what its end may take from here
             log.warning("%s: message %s passed %s: only its end is kept from here", self.agent, message.id,
-                        format_size(self.caps.message))  # fmt: skip
+                        shown_size(self.caps.message))  # fmt: skip
         if kind == "text":
             cut.add(text, size)
         else:
@@ -456,7 +456,7 @@ class Conversation:
                 del held[key]
         self.cut = {"messages": self.cut["messages"] + len(removed), "bytes": self.cut["bytes"] + gone}
         log.warning("%s: the conversation passed %s: %d earlier message(s) let go (%s); the history keeps them",
-                    self.agent, format_size(self.caps.conversation), len(removed), format_size(gone))  # fmt: skip
+                    self.agent, shown_size(self.caps.conversation), len(removed), shown_size(gone))  # fmt: skip
         value = {**self.cut, "messageIds": [m.id for m in removed]}
         self.emit(ConversationChanged(self.agent, "cut", value))
 
@@ -846,8 +846,8 @@ def _head(text: str, limit: int) -> str:
     """`text`'s first `limit` bytes or so, with a note of what was cut."""
     if text_size(text) <= limit:
         return text
-    kept = text[:limit] if text.isascii() else text.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore")
-    return f"{kept}\n[… deck cut {format_size(text_size(text) - text_size(kept))} here …]"
+    kept = _fitting(text, limit)
+    return f"{kept}\n[… deck cut {shown_size(text_size(text) - text_size(kept))} here …]"
 
 
 def _embed_terminals(part: dict[str, Any], ids: list[str]) -> None:

@@ -48,13 +48,18 @@ def _same_file(fd: int, place: Place) -> bool:
     return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
 
+def _take(place: Place, mode: int) -> int | None:
+    """`_locked`, its failure a ServiceError saying which lock."""
+    try:
+        return _locked(place, mode)
+    except OSError as exc:
+        raise ServiceError(f"cannot lock {place.lock}: {exc.strerror or exc}") from exc
+
+
 def claim(place: Place) -> int:
     """Hold `place`'s lock while its agent runs (release it with `os.close`); refused while the
     worktree is being removed."""
-    try:
-        fd = _locked(place, fcntl.LOCK_SH)
-    except OSError as exc:
-        raise ServiceError(f"cannot lock {place.lock}: {exc.strerror or exc}") from exc
+    fd = _take(place, fcntl.LOCK_SH)
     if fd is None:
         raise ServiceError(f"{place.agent}'s worktree is being removed")
     with contextlib.suppress(OSError):
@@ -65,10 +70,7 @@ def claim(place: Place) -> int:
 @contextlib.contextmanager
 def removing(place: Place) -> Iterator[None]:
     """Hold `place`'s lock alone while its worktree is removed; refused while a deck runs its agent."""
-    try:
-        fd = _locked(place, fcntl.LOCK_EX)
-    except OSError as exc:
-        raise ServiceError(f"cannot lock {place.lock}: {exc.strerror or exc}") from exc
+    fd = _take(place, fcntl.LOCK_EX)
     if fd is None:
         raise ServiceError(f"{place.agent} is running in its worktree{_holder(place)}: stop it first")
     try:
