@@ -38,6 +38,8 @@ __all__ = [
     "now_iso",
     "state_dir",
     "Command",
+    "server_of",
+    "call_server",
     # public modules
     "client",
     "diffs",
@@ -49,44 +51,47 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from . import client, diffs, errors, events, frontend, states, tty
-    from .acp import TooDeep, decode_line
-    from .agent import Agent
-    from .app import Deck
-    from .client import Client
-    from .config import Duration, find_config, worktree_name_problem
-    from .conversation import now_iso
-    from .errors import AcpError, ConnectionClosed, ServiceError
-    from .files import state_dir
-    from .cli import Command
-    from .frontend import Frontend
-    from .hookspecs import hookimpl
-    from .rpc import rpc as rpc_method
-    from .session import CONVERSATION, Session, SessionSink
-    from .states import AgentState
+    from deck import client, diffs, errors, events, frontend, states, tty
+    from deck.acp.connection import TooDeep, decode_line
+    from deck.agent.agent import Agent
+    from deck.agent.session import CONVERSATION, Session, SessionSink
+    from deck.chat.conversation import now_iso
+    from deck.cli.commands import Command
+    from deck.client import Client
+    from deck.config.models import Duration, find_config, worktree_name_problem
+    from deck.errors import AcpError, ConnectionClosed, ServiceError
+    from deck.frontend import Frontend
+    from deck.hookspecs import hookimpl
+    from deck.proc.storage import state_dir
+    from deck.remote.socket_client import call_server, server_of
+    from deck.runtime.deck import Deck
+    from deck.runtime.rpc import rpc as rpc_method
+    from deck.states import AgentState
 
 _LAZY = {
     "hookimpl": ("hookspecs", "hookimpl"),
-    "rpc_method": ("rpc", "rpc"),
-    "Deck": ("app", "Deck"),
-    "Agent": ("agent", "Agent"),
+    "rpc_method": ("runtime.rpc", "rpc"),
+    "Deck": ("runtime.deck", "Deck"),
+    "Agent": ("agent.agent", "Agent"),
     "AgentState": ("states", "AgentState"),
-    "Session": ("session", "Session"),
-    "SessionSink": ("session", "SessionSink"),
-    "CONVERSATION": ("session", "CONVERSATION"),
+    "Session": ("agent.session", "Session"),
+    "SessionSink": ("agent.session", "SessionSink"),
+    "CONVERSATION": ("agent.session", "CONVERSATION"),
     "Frontend": ("frontend", "Frontend"),
     "Client": ("client", "Client"),
     "ServiceError": ("errors", "ServiceError"),
     "AcpError": ("errors", "AcpError"),
     "ConnectionClosed": ("errors", "ConnectionClosed"),
-    "Duration": ("config", "Duration"),
-    "find_config": ("config", "find_config"),
-    "worktree_name_problem": ("config", "worktree_name_problem"),
-    "decode_line": ("acp", "decode_line"),
-    "TooDeep": ("acp", "TooDeep"),
-    "now_iso": ("conversation", "now_iso"),
-    "state_dir": ("files", "state_dir"),
-    "Command": ("cli", "Command"),
+    "Duration": ("config.models", "Duration"),
+    "find_config": ("config.models", "find_config"),
+    "worktree_name_problem": ("config.models", "worktree_name_problem"),
+    "decode_line": ("acp.connection", "decode_line"),
+    "TooDeep": ("acp.connection", "TooDeep"),
+    "now_iso": ("chat.conversation", "now_iso"),
+    "state_dir": ("proc.storage", "state_dir"),
+    "Command": ("cli.commands", "Command"),
+    "server_of": ("remote.socket_client", "server_of"),
+    "call_server": ("remote.socket_client", "call_server"),
 }
 _MODULES = frozenset({"client", "diffs", "errors", "events", "frontend", "states", "tty"})
 

@@ -32,11 +32,11 @@ def relayed(args: list[str]) -> list[str] | None:
 def main() -> None:
     names = relayed(sys.argv[1:])
     if names is not None:
-        from .relay import relay
-        from .serverdir import DEFAULT_NAME
+        from deck.remote.relay import relay
+        from deck.remote.serverdir import DEFAULT_NAME
 
         sys.exit(relay(names[0] if names else DEFAULT_NAME))
-    from .cli import main as cli
+    from deck.cli.commands import main as cli
 
     cli()
 

@@ -9,8 +9,8 @@ results are JSON values, a refused call raises `ServiceError` with the wire erro
 message, and events are `deck.events` objects — the deck's own in this process, rebuilt by
 `deck.events.from_wire` from their JSON lines at the other end of a socket. A frontend that
 (re)joins subscribes first, then takes a snapshot, then applies only the events with a greater
-`seq`. `LocalClient` is the client of a deck in the same process; a client of a deck behind a
-socket implements the same methods on the jsonl bridge's lines.
+`seq`. `deck.runtime.local.LocalClient` is the client of a deck in the same process;
+`deck.remote.socket_client.SocketClient` that of a deck behind a socket, on the jsonl bridge's lines.
 
 A call is made when `call` is called, not when its result is awaited: calls take effect in the
 order they are made, and a call made while an event is being delivered takes effect before the
@@ -24,15 +24,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
-import os
 from collections.abc import Callable, Coroutine, Generator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from .errors import INTERNAL_ERROR, ServiceError, UnknownMethod
-from .events import Event
-
-if TYPE_CHECKING:
-    from .app import Deck
+from deck.errors import ServiceError
+from deck.events import Event
 
 log = logging.getLogger(__name__)
 
@@ -111,48 +107,6 @@ class Client(abc.ABC):
         """End now with exit code `code` (the frontend's stdout is gone), whatever the frontend awaits."""
 
 
-class LocalClient(Client):
-    """The client of a deck in this process: calls go to `Deck.call`, listeners to `Deck.subscribe`.
-
-    Listeners get the deck's event objects themselves: nothing is copied or encoded on the way,
-    so the stream of chunks costs what it cost before there were clients.
-    """
-
-    def __init__(self, deck: Deck) -> None:
-        self._deck = deck
-
-    def call(self, method: str, params: Any = None) -> asyncio.Future[Any]:
-        return start(self._call(method, params))
-
-    async def _call(self, method: str, params: Any) -> Any:
-        try:
-            return await self._deck.call(method, params)
-        except ServiceError:
-            raise
-        except UnknownMethod as exc:
-            raise service_error(exc.code, str(exc)) from None
-        except Exception as exc:  # a bug: the caller gets what a client at the end of a socket would
-            log.exception("%s failed", method)
-            raise service_error(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}") from exc
-
-    def subscribe(self, listener: Listener) -> None:
-        self._deck.subscribe(listener)
-
-    def unsubscribe(self, listener: Listener) -> None:
-        self._deck.unsubscribe(listener)
-
-    async def end_of_input(self, *, drain: bool = True) -> None:
-        self._deck.chat.end_of_input()
-        if drain:
-            await self._deck.chat.drain()
-
-    async def close(self) -> None:
-        await self._deck.stop_all()
-
-    def request_exit(self, code: int) -> None:
-        self._deck.request_exit(code)
-
-
 # -- calls made at once ------------------------------------------------------------------------
 
 
@@ -180,37 +134,6 @@ def start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
 
 async def _resume(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
     return await _Resumed(coro, waiting)
-
-
-# -- a deck server's --------------------------------------------------------------------------------
-
-
-def server_of(config: str | os.PathLike[str]) -> str | None:
-    """The name of a running deck server (`deck serve`) of the config file `config`, or None.
-
-    A command that changes what that server's agents work on (`deck merge`) goes through it
-    (`call_server`), so its refusals (a busy agent, a running one) hold from outside too."""
-    from .server import running
-
-    real = os.path.realpath(config)
-    return next((known.name for known in running() if os.path.realpath(known.config) == real), None)
-
-
-async def call_server(name: str, method: str, params: Any = None) -> Any:
-    """One service call through the running deck server `name`: its result, or its ServiceError;
-    a ServiceError too when the server cannot be reached."""
-    from .remote import SocketClient
-    from .serverdir import ServerError
-
-    client = SocketClient(name)
-    try:
-        await client.connect()
-    except ServerError as exc:
-        raise ServiceError(str(exc)) from None
-    try:
-        return await client.call(method, params)
-    finally:
-        await client.close()
 
 
 class _Resumed(Generic[T]):

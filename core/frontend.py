@@ -8,15 +8,12 @@ import asyncio
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from .acp import LineFramer, TooDeep, decode_line
-from .client import Client, LocalClient
-from .events import Handlers
-from .wire import RequestReader, encode, encode_event, error_line, to_bytes
-
-if TYPE_CHECKING:
-    from .app import Deck
+from deck.acp.connection import LineFramer, TooDeep, decode_line
+from deck.client import Client
+from deck.events import Handlers
+from deck.wire import RequestReader, encode, encode_event, error_line, to_bytes
 
 __all__ = [
     "Frontend", "RequestReader", "TooDeep", "decode_line", "encode", "encode_event", "error_line", "read_lines",
@@ -34,10 +31,10 @@ class Frontend(Handlers):
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
 
-    def __init__(self, client: Client | Deck, **options: Any) -> None:
-        """`client` is how the frontend reaches deck: `Deck.run` passes the deck itself, which gets a
-        client in this process."""
-        self.client: Client = client if isinstance(client, Client) else LocalClient(client)
+    def __init__(self, client: Client, **options: Any) -> None:
+        """`client` is how the frontend reaches deck: `deck.runtime.local.LocalClient` when it owns a
+        deck in this process (`deck run`), a socket's client when it is attached to a server."""
+        self.client = client
         self.options = options
 
     async def run(self) -> int:

@@ -15,12 +15,11 @@ import pluggy
 
 if TYPE_CHECKING:
     import typer
-
-    from .agent import Agent
-    from .app import Deck
-    from .events import Event
-    from .frontend import Frontend
-    from .session import Session
+    from deck.agent.agent import Agent
+    from deck.agent.session import Session
+    from deck.events import Event
+    from deck.frontend import Frontend
+    from deck.runtime.deck import Deck
 
 hookspec = pluggy.HookspecMarker("deck")
 hookimpl = pluggy.HookimplMarker("deck")

@@ -6,7 +6,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from deck.agent.agent import Agent
 
 
 class AgentState(str, Enum):

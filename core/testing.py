@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from .app import Deck
-from .events import Event
-from .supervisor import StopTimings
+from deck.events import Event
+from deck.proc.supervisor import StopTimings
+from deck.runtime.deck import Deck
 
 FAST_STOP = StopTimings(after_stdin_close=0.3, after_sigterm=0.3, after_sigkill=1.0)
 

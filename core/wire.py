@@ -21,12 +21,12 @@ from collections.abc import Awaitable, Callable
 from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any
 
-from .acp import TooDeep, decode_line
-from .errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, ServiceError
-from .events import Event, MessageDelta
+from deck.acp.connection import TooDeep, decode_line
+from deck.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, ServiceError
+from deck.events import Event, MessageDelta
 
 if TYPE_CHECKING:
-    from .client import Client
+    from deck.client import Client
 
 __all__ = ["RequestReader", "encode", "encode_event", "error_line", "to_bytes"]
 

@@ -21,11 +21,6 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console, RenderableType
-from rich.markdown import Markdown
-from rich.segment import Segment, Segments
-from rich.text import Text
-
 from deck import hookimpl
 from deck.diffs import compare
 from deck.errors import INVALID_PARAMS, ServiceError
@@ -52,6 +47,10 @@ from deck.events import (
 from deck.frontend import Frontend, read_lines, stdout_failed
 from deck.states import OUTDATED_LABEL, AgentState, label
 from deck.tty import printable, sgr_spans, terminal_text
+from rich.console import Console, RenderableType
+from rich.markdown import Markdown
+from rich.segment import Segment, Segments
+from rich.text import Text
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
 DECK = "deck"

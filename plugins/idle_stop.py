@@ -15,11 +15,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from deck import Duration, hookimpl
 from deck.errors import ServiceError
 from deck.states import AgentState
+from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from deck import Agent, Deck

@@ -88,14 +88,14 @@ def main() -> int:
         agent = [sys.executable, str(FAKE_AGENT)] if args.unpaced else [sys.executable, str(paced), str(args.rate)]
         config.write_text("".join(f"[agents.{n}]\ncommand = {json.dumps(agent)}\n" for n in names))
         stats = Path(tmp) / "stats.json"
-        deck = shlex.join([sys.executable, "-m", "deck.cli", "run", "--frontend=urwid", "--config", str(config)])
+        deck = shlex.join([sys.executable, "-m", "deck", "run", "--frontend=urwid", "--config", str(config)])
         command = f"env DECK_URWID_STATS={shlex.quote(str(stats))} XDG_STATE_HOME={shlex.quote(tmp)} {deck}; sleep 30"
         tmux(socket, "new-session", "-d", "-x", "120", "-y", "40", command)
         try:
             shell = psutil.Process(int(tmux(socket, "list-panes", "-F", "#{pane_pid}").strip()))
             screen = lambda: tmux(socket, "capture-pane", "-p")  # noqa: E731
             wait("deck", lambda: "Message to" in screen(), 20)
-            proc = next(p for p in shell.children(recursive=True) if "deck.cli" in " ".join(p.cmdline()))
+            proc = next(p for p in shell.children(recursive=True) if "deck.cli.commands" in " ".join(p.cmdline()))
             # Start the agents first, so the measure is about streaming, not process start-up.
             for number in range(1, len(names) + 1):
                 tmux(socket, "send-keys", f"M-{number}", "F5")

@@ -8,7 +8,6 @@ from typing import Any
 
 import psutil
 import pytest
-
 from deck.testing import FAST_STOP, Recorder, agent_table, make_deck  # noqa: F401 - fixtures and helpers shared with plugin authors
 
 FAKE_AGENT = Path(__file__).parent / "agents" / "fake_agent.py"

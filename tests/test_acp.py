@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from deck.acp import MAX_LINE_BYTES, Connection, LineFramer
+from deck.acp.connection import MAX_LINE_BYTES, Connection, LineFramer
 from deck.errors import AcpError, ConnectionClosed
 
 from .conftest import agent_table
@@ -258,7 +257,7 @@ async def test_a_batch_is_handled_as_its_messages_one_by_one():
 
 @pytest.mark.anyio
 async def test_a_batch_longer_than_the_limit_is_refused_whole_with_one_answer():
-    from deck.acp import MAX_BATCH
+    from deck.acp.connection import MAX_BATCH
 
     peer = Peer()
     got: list[Any] = []

@@ -5,15 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from pathlib import Path
 import time
+from pathlib import Path
 
 import pytest
-
 from deck.errors import ConnectionClosed, ServiceError
-from deck.supervisor import StopTimings
+from deck.proc.supervisor import StopTimings
 
-from .conftest import FAKE_AGENT, alive, agent_block, descendants_of_self
+from .conftest import FAKE_AGENT, agent_block, alive, descendants_of_self
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ import psutil
 
 from .conftest import agent_block
 
-DECK = [sys.executable, "-c", "from deck.cli import main; main()"]
+DECK = [sys.executable, "-c", "from deck.cli.commands import main; main()"]
 
 
 def deck_agents(config: Path, *flags: str) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,6 @@ import stat
 import sys
 
 import pytest
-
 from deck import CONVERSATION, Session, hookimpl
 from deck.plugins import announcements, announcements_mcp
 from deck.plugins.announcements import bridge

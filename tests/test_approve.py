@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from deck.approve import Approval, approval
+from deck.chat.approval import Approval, approval
 
 from .conftest import agent_table
 from .turns import wait_reply
@@ -66,8 +65,8 @@ def test_the_option_chosen_is_allow_once_else_a_lone_allow_always_never_a_reject
 
 
 def test_the_help_lists_the_kinds_a_pattern_may_name():
-    from deck.approve import KINDS
-    from deck.cli import ApproveOption
+    from deck.chat.approval import KINDS
+    from deck.cli.commands import ApproveOption
 
     assert f"KIND ({', '.join(KINDS)})" in " ".join(ApproveOption.help.split())
 

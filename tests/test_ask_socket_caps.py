@@ -12,7 +12,6 @@ from typing import Any
 
 import psutil
 import pytest
-
 from deck.plugins import announcements, announcements_mcp
 from deck.plugins.announcements import asks, bridge
 

@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -27,12 +25,11 @@ from typing import Any
 
 import psutil
 import pytest
-
-from deck.client import LocalClient
 from deck.events import ClientsChanged
 from deck.frontends import line as line_frontend
 from deck.frontends.urwid.app import ConsoleApp
 from deck.frontends.urwid.common import canvas_text
+from deck.runtime.local import LocalClient
 
 from .conftest import agent_block
 from .deck_process import DECK
@@ -407,7 +404,7 @@ def test_an_attached_console_says_the_server_went_away_and_restores_the_terminal
 async def test_a_shutdown_answered_just_before_the_server_closes_ends_the_client_with_0(capsys):
     """A server with no agent to stop answers `DeckService.Shutdown` and closes at once: the client
     that asked must end as asked (0, quietly), not as one whose server went away."""
-    from deck.remote import SocketClient, run_attached
+    from deck.remote.socket_client import SocketClient, run_attached
 
     folder = tempfile.mkdtemp(prefix="dk-")
     path = Path(folder, "s.sock")
@@ -442,7 +439,7 @@ async def test_a_shutdown_answered_just_before_the_server_closes_ends_the_client
 def _relayed(serve: Callable[[socket.socket], None], stdin: bytes) -> tuple[int, bytes]:
     """`deck.relay.relay` between `stdin` and a server that `serve` plays on a thread, for one connection:
     the relay's exit code and every byte it wrote to stdout."""
-    from deck.relay import relay
+    from deck.remote.relay import relay
 
     folder = tempfile.mkdtemp(prefix="dk-")
     path = Path(folder, "s.sock")

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 import pytest
-
 from deck import hookimpl
 from deck.errors import AcpError, ServiceError
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import logging
+import os
 
 import pytest
-
-from deck import turns as turns_module
+from deck.chat import turns as turns_module
 from deck.errors import ServiceError
 
 from .conftest import agent_block

@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 import typer
-
 from deck._version import __version__
-from deck.cli import app
+from deck.cli.commands import app
 
 from .conftest import agent_block
 from .deck_process import DECK, DeckProcess, write_config
@@ -48,7 +47,7 @@ def test_version_does_not_import_the_heavy_modules():
     code = (
         "import sys\n"
         "sys.argv = ['deck', '--version']\n"
-        "from deck.cli import main\n"
+        "from deck.cli.commands import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in ('urwid', 'rich', 'pydantic', 'psutil', 'pluggy', 'watchfiles') if m in sys.modules))\n"
     )

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from deck.config import parse
+from deck.config.models import parse
 
 from .conftest import agent_block
 from .deck_process import DECK, write_config

@@ -9,12 +9,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
-
-from deck.serverdir import socket_path
+from deck.remote.serverdir import socket_path
 
 from .conftest import agent_block
 from .deck_process import DECK

@@ -21,16 +21,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from deck.app import Deck
-from deck.client import Client, LocalClient, service_error
+from deck.client import Client, service_error
 from deck.errors import INVALID_PARAMS, METHOD_NOT_FOUND, ServiceError
 from deck.events import ALL_EVENTS, AgentLog, Event, Handlers, MessageDelta, UnknownEvent, from_wire, handles
 from deck.frontends.jsonl import JsonlFrontend
 from deck.frontends.line import LineFrontend
+from deck.frontends.send import SendFrontend
 from deck.frontends.urwid.app import ConsoleApp
 from deck.frontends.urwid.common import canvas_text
-from deck.send import SendFrontend
+from deck.runtime.deck import Deck
+from deck.runtime.local import LocalClient
 
 from .conftest import agent_block
 
@@ -295,7 +295,7 @@ async def test_the_console_runs_on_a_wire_client(make_deck):
 
 def _frontend_files() -> list[tuple[Path, str]]:
     """Each frontend module and its package name (for its relative imports)."""
-    files = [(ROOT / "core" / "send.py", "deck")]
+    files = []
     for path in sorted((ROOT / "frontends").rglob("*.py")):
         package = ".".join(["deck", "frontends", *path.relative_to(ROOT / "frontends").parent.parts])
         files.append((path, package))
@@ -346,7 +346,7 @@ def test_the_import_check_sees_what_the_frontends_used_to_import():
     old = "from deck.acp import TooDeep, decode_line\nfrom deck.agent import LOG_LINES\nfrom ..conversation import TextPart\n"
     assert [m for m, _ in _imports(ast.parse(old), "deck.frontends.urwid")] == [
         "deck.acp", "deck.agent", "deck.frontends.conversation"]  # fmt: skip
-    assert [m for m, _ in _imports(ast.parse("from .conversation import Conversation\n"), "deck")] == ["deck.conversation"]
+    assert [m for m, _ in _imports(ast.parse("from .conversation import Conversation\n"), "deck.chat")] == ["deck.chat.conversation"]
 
 
 # -- typed events ----------------------------------------------------------------------------------------

@@ -15,17 +15,16 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
-from typer.testing import CliRunner
-
-from deck.cli import app
-from deck.config import DeckConfig, Problem, effective, json_schema, to_toml
-from deck.config import parse as parse_alone
+from deck.cli.commands import app
+from deck.config.models import DeckConfig, Problem, effective, json_schema, to_toml
+from deck.config.models import parse as parse_alone
 from deck.errors import ServiceError
 from deck.frontend import Frontend
 from deck.hookspecs import hookimpl
 from deck.plugins.history import HistorySettings
 from deck.plugins.idle_stop import IdleStopLimits
+from pydantic import BaseModel, ConfigDict, Field
+from typer.testing import CliRunner
 
 from .conftest import agent_block, alive
 from .deck_process import DECK
@@ -392,7 +391,7 @@ async def test_save_through_a_symlink_keeps_the_link(make_deck, tmp_path):
 
 
 async def test_save_of_the_built_in_config_creates_the_users_file(tmp_path, monkeypatch):
-    from deck.app import Deck
+    from deck.runtime.deck import Deck
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     deck = Deck(None, "embedded")
@@ -549,7 +548,7 @@ def test_durations_must_be_finite():
 
 
 def test_a_new_config_file_gets_the_usual_mode(tmp_path):
-    from deck.config import write_atomic
+    from deck.config.models import write_atomic
 
     mask = os.umask(0)
     os.umask(mask)
@@ -581,7 +580,7 @@ def missing_commands(count: int) -> str:
 
 
 def test_nesting_deeper_than_the_limit_is_a_problem_not_a_crash():
-    from deck.config import MAX_NESTING
+    from deck.config.models import MAX_NESTING
 
     deep = f"nested more than {MAX_NESTING} levels deep"
     assert problems(DEEP_ARRAY) == [(1, 5 + MAX_NESTING, deep, False)]  # the first "[" too deep
@@ -596,7 +595,7 @@ def test_nesting_deeper_than_the_limit_is_a_problem_not_a_crash():
 
 
 def test_a_text_over_the_size_cap_is_a_problem():
-    from deck.config import MAX_SIZE
+    from deck.config.models import MAX_SIZE
 
     assert problems("#" * MAX_SIZE) == []
     too_big = f"{MAX_SIZE + 1} bytes: a config file has {MAX_SIZE} (1 MiB) at most"
@@ -623,7 +622,7 @@ def test_validate_of_10k_agents_without_a_command_takes_linear_time(tmp_path):
 
 
 def test_deck_config_validate_reports_deep_nesting_without_a_traceback(tmp_path):
-    from deck.config import MAX_NESTING
+    from deck.config.models import MAX_NESTING
 
     (tmp_path / "deep.toml").write_text(DEEP_ARRAY)
     result = deck_cli("config", "validate", "deep.toml", cwd=tmp_path)
@@ -680,7 +679,7 @@ def test_a_config_given_as_a_pipe_is_read_once_and_never_written(tmp_path):
 
 
 async def test_open_reads_only_regular_files(make_deck, tmp_path, state_home):
-    from deck.config import MAX_SIZE
+    from deck.config.models import MAX_SIZE
 
     deck, rec = make_deck(agent_block("a"))
     await deck.agent_service.start("a")

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from deck import watch
-from deck.config import parse
+from deck.config import watch
+from deck.config.models import parse
 from deck.errors import ServiceError
 from deck.frontend import Frontend
 
@@ -290,7 +289,7 @@ async def test_a_removed_agent_cannot_be_started_while_it_stops(make_deck):
 @contextlib.asynccontextmanager
 async def watched_in_a_folder(tmp_path: Path) -> AsyncIterator[tuple[Any, Any, Path]]:
     """A deck following conf/deck.toml (one agent "a"), watching already: the deck, its recorder, the file."""
-    from deck.app import Deck
+    from deck.runtime.deck import Deck
     from deck.testing import FAST_STOP, Recorder
 
     folder = tmp_path / "conf"
@@ -383,7 +382,7 @@ async def test_the_config_deck_runs_with_is_among_the_recent_files(make_deck):
 
 
 async def test_a_too_deeply_nested_file_keeps_the_last_valid_config(make_deck):
-    from deck.config import MAX_NESTING
+    from deck.config.models import MAX_NESTING
 
     deck, rec = make_deck(agent_block("a"))
     await watching(deck)
@@ -399,7 +398,7 @@ async def test_a_too_deeply_nested_file_keeps_the_last_valid_config(make_deck):
 
 
 async def test_a_file_over_the_size_cap_is_not_read_and_the_last_config_kept(make_deck):
-    from deck.config import MAX_SIZE
+    from deck.config.models import MAX_SIZE
 
     deck, rec = make_deck(agent_block("a"))
     await watching(deck)

@@ -34,7 +34,7 @@ def installed(tmp_path_factory) -> dict[str, str]:
 @pytest.mark.timeout(300)
 def test_deck_plugins_lists_the_installed_plugin(installed, tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "deck.cli", "plugins", "--json"],
+        [sys.executable, "-m", "deck", "plugins", "--json"],
         capture_output=True, text=True, env=installed, cwd=tmp_path, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -43,7 +43,7 @@ def test_deck_plugins_lists_the_installed_plugin(installed, tmp_path):
     assert rows["notify"]["hooks"] == ["deck_config_sections", "deck_event"]
     # And off again from the environment.
     off = subprocess.run(
-        [sys.executable, "-m", "deck.cli", "plugins", "--json"],
+        [sys.executable, "-m", "deck", "plugins", "--json"],
         capture_output=True, text=True, env={**installed, "DECK_DISABLE_PLUGIN_AUTOLOAD": "1"}, cwd=tmp_path, timeout=60,
     )  # fmt: skip
     assert off.returncode == 0, off.stderr

@@ -6,8 +6,7 @@ import logging
 from typing import Any
 
 import pytest
-
-from deck.conversation import Conversation
+from deck.chat.conversation import Conversation
 from deck.events import Event
 
 from .conftest import agent_block
@@ -134,7 +133,7 @@ async def test_usage_update_and_turn_stats(make_deck):
 
 async def test_unknown_variant_is_passed_on_raw_and_not_fatal(make_deck, caplog):
     deck, rec = make_deck(agent_block("a"))
-    with caplog.at_level(logging.INFO, logger="deck.conversation"):
+    with caplog.at_level(logging.INFO, logger="deck.chat.conversation"):
         reply = await ask(deck, rec, "unknown-update")
     assert any("'compaction_update' passed on raw" in r.getMessage() for r in caplog.records)
     assert rec.named("session:update") == [

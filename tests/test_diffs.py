@@ -19,7 +19,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from deck import diffs
 from deck.testing import agent_table
 

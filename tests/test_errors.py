@@ -41,7 +41,9 @@ def test_every_error_carries_its_json_rpc_code():
 
 
 def test_the_modules_speaking_json_rpc_use_the_codes_of_errors():
-    from deck import acp, errors, fs
+    from deck import errors
+    from deck.acp import connection as acp
+    from deck.agent import fs
 
     assert acp.METHOD_NOT_FOUND is errors.METHOD_NOT_FOUND and acp.REQUEST_CANCELLED is errors.REQUEST_CANCELLED
     assert fs.RESOURCE_NOT_FOUND is errors.RESOURCE_NOT_FOUND and fs.INVALID_PARAMS is errors.INVALID_PARAMS
@@ -62,7 +64,7 @@ def test_a_config_with_two_errors_is_one_line_each_and_exit_2(tmp_path):
     path = tmp_path / "deck.toml"
     path.write_text('[agents.a]\ncommand = 3\n[agents.b]\ncommand = ["x"]\ntitle = 4\n')
     result = subprocess.run(
-        [sys.executable, "-m", "deck.cli", "agents", "--config", str(path)], capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "deck", "agents", "--config", str(path)], capture_output=True, text=True, timeout=30
     )
     assert result.returncode == ExitCode.USAGE and result.stdout == ""
     first, second = result.stderr.splitlines()  # one line a problem, each whole
@@ -74,7 +76,7 @@ def test_the_command_line_exits_with_exit_codes_not_numbers():
     """Every `typer.Exit(…)` and `fail(…, code)` in cli.py names an ExitCode: no bare 1 or 2."""
     import ast
 
-    from deck import cli
+    from deck.cli import commands as cli
 
     tree = ast.parse(Path(cli.__file__).read_text())
     bare = []

@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
-
-from deck import config, files, fs
+from deck.agent import fs
+from deck.config import models as config
+from deck.proc import storage as files
 
 
 def test_a_file_is_replaced_whole_keeping_its_mode(tmp_path):

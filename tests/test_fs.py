@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deck.agent import fs
+from deck.plugins.announcements.bridge import MAX_SOCKET_PATH
+from deck.proc import storage as files
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from deck import files, fs
-from deck.plugins.announcements.bridge import MAX_SOCKET_PATH
 
 from .conftest import agent_table
 from .deck_process import DeckProcess

@@ -11,11 +11,11 @@ import math
 import sys
 from typing import Any
 
+from deck.acp.updates import TOOL_KINDS, TOOL_STATUSES
+from deck.chat.conversation import Conversation, Message, TextPart
+from deck.events import Event, MessageDelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from deck.conversation import TOOL_KINDS, TOOL_STATUSES, Conversation, Message, TextPart
-from deck.events import Event, MessageDelta
 
 KINDS = [
     "agent_message_chunk", "agent_thought_chunk", "user_message_chunk", "tool_call", "tool_call_update",

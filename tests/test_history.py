@@ -22,15 +22,14 @@ from typing import Any
 
 import pytest
 import typer
-from typer.testing import CliRunner
-
-from deck.config import format_duration, parse_duration
+from deck.config.models import format_duration, parse_duration
 from deck.plugins import history
 from deck.plugins.history import cli as history_cli
 from deck.plugins.history import recorder as recording
 from deck.plugins.history import store as history_store
 from deck.plugins.history.recorder import config_key
 from deck.plugins.history.store import HistoryStore, default_path
+from typer.testing import CliRunner
 
 from .conftest import agent_block
 from .deck_process import DECK, DeckProcess, write_config
@@ -304,7 +303,7 @@ def test_a_corrupt_database_is_reported_left_untouched_and_deck_runs_on(tmp_path
 
 
 def test_message_ids_are_unique_across_runs() -> None:
-    make = "from deck.conversation import Message; print(Message('a', 'user').id, Message('a', 'agent').id)"
+    make = "from deck.chat.conversation import Message; print(Message('a', 'user').id, Message('a', 'agent').id)"
     runs = [subprocess.run([sys.executable, "-c", make], capture_output=True, text=True, check=True).stdout.split()
             for _ in range(2)]  # fmt: skip
     assert all(MESSAGE_ID.match(i) for run in runs for i in run)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from deck.errors import ServiceError
 
 from .conftest import agent_block

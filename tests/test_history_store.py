@@ -16,9 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from deck.plugins.history import store as history
 from deck.plugins.history.store import (
     SCHEMA_VERSION,
@@ -29,6 +26,8 @@ from deck.plugins.history.store import (
     Writer,
     default_path,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 CONFIG = "/home/u/project/deck.toml"
 DAY = 86_400.0

@@ -9,14 +9,15 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+import deck
 import pluggy
 import pytest
 import typer
-
-import deck
-from deck import cli, hookimpl, hookspecs, pluginmanager
 from deck import errors as deck_errors
 from deck import frontend as deck_frontend
+from deck import hookimpl, hookspecs
+from deck.cli import commands as cli
+from deck.runtime import plugins as pluginmanager
 from deck.testing import Recorder
 
 from .conftest import agent_block

@@ -17,16 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from deck import Session
-from deck import agent as agent_module
-from deck.acp import MAX_DEPTH, Connection, LineFramer, decode_line
+from deck.acp.connection import MAX_DEPTH, Connection, LineFramer, decode_line
+from deck.agent import agent as agent_module
 from deck.errors import ServiceError, UnknownMethod
 from deck.frontends.jsonl import JsonlFrontend
 from deck.plugins.announcements import bridge
-from deck.tasks import TaskGroup
+from deck.proc.tasks import TaskGroup
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from .conftest import agent_block, alive
 from .deck_process import DECK, run_deck  # noqa: F401 - run_deck is a fixture

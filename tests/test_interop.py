@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from deck import fs, interop
+from deck.agent import fs, interop
 
 from .conftest import agent_table
 from .turns import ask

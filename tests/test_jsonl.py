@@ -316,7 +316,7 @@ def test_a_stdout_that_cannot_be_written_is_reported_and_ends_deck(tmp_path):
     request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "AgentService.Start", "params": {"name": "a"}})
     with open("/dev/full", "wb") as full:
         out = subprocess.run(
-            [sys.executable, "-m", "deck.cli", "run", "--frontend=jsonl", "--config", str(config)],
+            [sys.executable, "-m", "deck", "run", "--frontend=jsonl", "--config", str(config)],
             input=(request + "\n").encode(), stdout=full, stderr=subprocess.PIPE, timeout=60,
         )  # fmt: skip
     assert out.returncode == 1

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import io
+import json
 import os
 import re
 import subprocess
@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pexpect
 import pytest
-
 from deck.frontends import line as line_frontend
 from deck.frontends.line import context_share, diff_summary
 
 from .conftest import agent_block
 from .test_diffs import DIFF_PATH, TOO_LARGE, diff_agent
 
-DECK = [sys.executable, "-c", "from deck.cli import main; main()"]
+DECK = [sys.executable, "-c", "from deck.cli.commands import main; main()"]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 SGR = r"\x1b\[[0-9;]*m"
 

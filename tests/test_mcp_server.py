@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from deck.plugins import announcements_mcp
 from deck.plugins.announcements import bridge
 

@@ -6,12 +6,11 @@ import asyncio
 import json
 import re
 
-import pytest
-
 import deck.plugins.idle_stop as idle_stop
+import pytest
 from deck import hookimpl
 from deck.errors import ServiceError, UsageError
-from deck.pluginmanager import describe
+from deck.runtime.plugins import describe
 
 from .conftest import agent_block
 
@@ -118,7 +117,7 @@ async def test_idle_stop_disabled_allows_any_number(make_deck):
 
 
 async def test_idle_stop_owns_its_limits_and_deck_checks_them_with_its_own(make_deck):
-    from deck.config import Limits, json_schema
+    from deck.config.models import Limits, json_schema
 
     core_limits = {"handshake_timeout", "message_size", "conversation_size"}
     assert set(Limits.model_fields) == core_limits  # the core's limits: the rest is idle_stop's
@@ -230,7 +229,7 @@ async def test_async_hook_work_runs_under_the_deck(make_deck):
 
 
 def test_disabled_from_environment_and_command_line(tmp_path, monkeypatch):
-    from deck.pluginmanager import make_manager
+    from deck.runtime.plugins import make_manager
 
     pm = make_manager(["logs"])
     assert not pm.has_plugin("logs") and pm.has_plugin("idle_stop")
@@ -247,7 +246,7 @@ def test_deck_plugins_command_lists_plugins_and_disabled(tmp_path):
     config = tmp_path / "deck.toml"
     config.write_text(agent_block("a"))
     out = subprocess.run(
-        [sys.executable, "-m", "deck.cli", "plugins", "--config", str(config), "-p", "no:logs", "--json"],
+        [sys.executable, "-m", "deck", "plugins", "--config", str(config), "-p", "no:logs", "--json"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

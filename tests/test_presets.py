@@ -1,14 +1,13 @@
-"""contrib/presets: each snippet is a valid deck config on its own, and all of them together."""
+"""core/presets (`deck.presets`): each snippet is a valid deck config on its own, and all of them together."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from deck.config.models import parse
 
-from deck.config import parse
-
-PRESETS = Path(__file__).resolve().parents[1] / "contrib" / "presets"
+PRESETS = Path(__file__).resolve().parents[1] / "core" / "presets"
 EXPECTED = {
     "claude-agent-acp": ("claude", ["npx", "-y", "@zed-industries/claude-agent-acp"]),
     "codex-acp": ("codex", ["npx", "-y", "@zed-industries/codex-acp"]),

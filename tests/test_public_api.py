@@ -6,9 +6,8 @@ import ast
 import importlib
 from pathlib import Path
 
-import pytest
-
 import deck
+import pytest
 
 PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 

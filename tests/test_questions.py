@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from deck.errors import InvalidParams
 
 from .conftest import agent_table

@@ -20,9 +20,8 @@ from typing import Any
 
 import psutil
 import pytest
-
-from deck import serverdir
 from deck.__main__ import relayed
+from deck.remote import serverdir
 
 from .conftest import agent_block
 from .deck_process import DECK
@@ -168,7 +167,7 @@ def test_a_client_of_another_uid_is_told_it_was_refused(serve) -> None:
     raw = "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print(s.makefile().readline(), end='')"
     done = subprocess.run([*as_nobody, sys.executable, "-c", raw, str(server.path)], capture_output=True, timeout=20)
     assert json.loads(done.stdout)["error"]["message"] == "refused: this deck server is uid 0's, and you are uid 65534"
-    code = "import sys; from pathlib import Path; from deck.relay import relay; sys.exit(relay('t', Path(sys.argv[1])))"
+    code = "import sys; from pathlib import Path; from deck.remote.relay import relay; sys.exit(relay('t', Path(sys.argv[1])))"
     command = [*as_nobody, sys.executable, "-c", code, str(server.path)]
     done = subprocess.run(command, input=request(1, "AgentService.List"), capture_output=True, timeout=20)
     assert done.returncode == 1, done
@@ -218,7 +217,7 @@ def test_attach_refuses_a_server_socket_another_user_listens_on(tmp_path) -> Non
     server = subprocess.Popen([*as_nobody, sys.executable, "-c", listen, str(path)], stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None and server.stdout.readline() == "ready\n"
-        code = "import sys; from pathlib import Path; from deck.relay import relay; sys.exit(relay('t', Path(sys.argv[1])))"
+        code = "import sys; from pathlib import Path; from deck.remote.relay import relay; sys.exit(relay('t', Path(sys.argv[1])))"
         done = subprocess.run([sys.executable, "-c", code, str(path)], input=request(1, "AgentService.List"),
                               capture_output=True, timeout=20)  # fmt: skip
         assert done.returncode == 1, done
@@ -389,7 +388,8 @@ def test_the_command_lines_the_relay_does_not_take_get_the_parsers_answers(runti
 
 
 def test_the_relay_reads_a_requests_depth_as_the_server_does() -> None:
-    from deck import acp, relay
+    from deck.acp import connection as acp
+    from deck.remote import relay
 
     assert relay.MAX_DEPTH == acp.MAX_DEPTH
     deep: Any = 1

@@ -6,9 +6,8 @@ import re
 from typing import Any
 
 import pytest
-
 from deck.errors import InvalidParams, UnknownMethod
-from deck.rpc import check_params, methods, rpc
+from deck.runtime.rpc import check_params, methods, rpc
 
 from .conftest import agent_block
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import jsonschema
 import pytest
-
 from deck import hookimpl
 
 from .conftest import agent_block

@@ -13,7 +13,7 @@ import pytest
 
 from .conftest import agent_block
 
-DECK = [sys.executable, "-c", "from deck.cli import main; main()"]
+DECK = [sys.executable, "-c", "from deck.cli.commands import main; main()"]
 
 
 def deck_send(tmp_path: Path, config: str, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:

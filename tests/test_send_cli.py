@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from deck.acp import MAX_LINE_BYTES
+from deck.acp.connection import MAX_LINE_BYTES
 from deck.wire import encode
 
 from .conftest import agent_block

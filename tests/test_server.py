@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import shlex
+import shutil
 import signal
 import socket
 import stat
@@ -14,15 +14,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
-
-from deck.serverdir import socket_path
+from deck.remote.serverdir import socket_path
 
 from .conftest import agent_block
 from .deck_process import DECK, DeckProcess, Lines, alive, wait_dead
@@ -676,7 +674,7 @@ def test_attach_jsonl_imports_the_relay_alone(serve, tmp_path) -> None:
         assert {x.get("id") for x in answered if "result" in x} == {1, 2}
         imported = set(listed.read_text().split())
         ours = sorted(m for m in imported if m.split(".")[0] == "deck")
-        assert ours == ["deck", "deck.__main__", "deck._version", "deck.errors", "deck.relay", "deck.serverdir"]
+        assert ours == ["deck", "deck.__main__", "deck._version", "deck.errors", "deck.remote", "deck.remote.relay", "deck.remote.serverdir"]
         assert not imported & {"asyncio", "typer", "click", "pydantic", "rich", "urwid", "pluggy"}
 
 
@@ -886,7 +884,7 @@ async def test_the_socket_client_follows_calls_and_learns_that_the_server_went_a
 
     from deck.errors import METHOD_NOT_FOUND, ServiceError
     from deck.events import MessageDelta, TurnChanged
-    from deck.remote import SocketClient
+    from deck.remote.socket_client import SocketClient
 
     server = serve(agent_block("a") + agent_block("b", "--handshake-delay", "30"))
     client = SocketClient("t")
@@ -930,8 +928,8 @@ async def test_a_big_response_does_not_count_as_a_client_that_stopped_reading(ma
     """A snapshot larger than the queue's limit is what the client asked for: it is kept, then the limit applies."""
     import asyncio
 
-    from deck import server as server_module
-    from deck.server import ServerFrontend, listen
+    from deck.remote import server as server_module
+    from deck.remote.server import ServerFrontend, listen
 
     monkeypatch.setattr(server_module, "QUEUE_LIMIT", 64 * 1024)
     loop = asyncio.get_running_loop()

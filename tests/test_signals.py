@@ -7,7 +7,6 @@ import signal
 import time
 
 import pytest
-
 from deck.frontend import Frontend
 
 from .conftest import agent_block, descendants_of_self

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from deck import supervisor
-from deck.supervisor import Process
+from deck.proc import supervisor
+from deck.proc.supervisor import Process
 
 from .conftest import FAKE_AGENT, SHORT, agent_block, alive
 from .deck_process import run_deck, wait_dead  # noqa: F401  (run_deck: fixture)

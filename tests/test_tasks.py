@@ -6,8 +6,7 @@ import asyncio
 import logging
 
 import pytest
-
-from deck.tasks import TaskGroup
+from deck.proc.tasks import TaskGroup
 
 pytestmark = pytest.mark.anyio
 

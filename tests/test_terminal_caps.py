@@ -18,8 +18,8 @@ from typing import Any
 
 import psutil
 import pytest
-
-from deck import AcpError, terminals
+from deck import AcpError
+from deck.agent import terminals
 
 from . import deck_process
 from .conftest import FAKE_AGENT, agent_table, descendants_of_self

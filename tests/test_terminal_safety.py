@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pexpect
 import pytest
+from deck.tty import TerminalLog, json_printable, printable
 from hypothesis import given
 from hypothesis import strategies as st
-
-from deck.tty import TerminalLog, json_printable, printable
 
 from .agents.escapes_agent import HOSTILE, RAW, SHOWN
 from .conftest import agent_block

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from deck.agent import terminals
+from deck.agent.terminals import Output
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from deck import terminals
-from deck.terminals import Output
 
 from .conftest import agent_table
 from .deck_process import alive, run_deck, wait_dead, write_config  # noqa: F401  (run_deck: fixture)

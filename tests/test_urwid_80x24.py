@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from deck.frontends.urwid.app import panel_width
 from deck.testing import demo_agent
 

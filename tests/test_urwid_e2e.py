@@ -36,7 +36,7 @@ class Console:
             "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
         }
         exported = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-        deck = shlex.join([sys.executable, "-m", "deck.cli", "run", "--frontend=urwid", "--config", str(config)])
+        deck = shlex.join([sys.executable, "-m", "deck", "run", "--frontend=urwid", "--config", str(config)])
         # The shell stays after deck exits, so the test can read the exit code and the restored screen.
         command = f"cd {shlex.quote(str(tmp_path))} && env {exported} {deck}; echo DECK-EXITED-$?; sleep 60"
         self.tmux("new-session", "-d", "-x", str(cols), "-y", str(rows), command)
@@ -319,7 +319,7 @@ def test_console_answers_and_declines_questions(console):
 
 
 def test_console_shows_a_broken_config_until_it_is_fixed(console, tmp_path: Path):
-    from deck.config import parse
+    from deck.config.models import parse
 
     c = console(agent_block("alpha"), cols=80, rows=24)
     c.wait("Message to alpha")

@@ -8,7 +8,6 @@ import asyncio
 from typing import Any
 
 import pytest
-
 from deck.frontends.urwid.app import ConsoleApp
 from deck.frontends.urwid.common import canvas_text
 from deck.frontends.urwid.history import search_words, snippet_markup
@@ -140,7 +139,7 @@ def test_snippets_keep_one_line_with_the_words_found_in_bold_and_typing_searches
 
 def test_the_console_history_view_end_to_end(tmp_path, monkeypatch) -> None:
     """Two stored conversations of alpha (the latest is shown at start); F8, a search, Enter reopens the other."""
-    from deck.conversation import Conversation as Messages
+    from deck.chat.conversation import Conversation as Messages
     from deck.plugins.history.recorder import config_key
     from deck.plugins.history.store import HistoryStore
 

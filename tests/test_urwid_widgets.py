@@ -12,9 +12,7 @@ from typing import Any
 
 import pytest
 import urwid
-
-from deck.agent import LOG_LINES
-from deck.client import LocalClient
+from deck.agent.agent import LOG_LINES
 from deck.events import (
     AgentAnnouncement,
     AgentLog,
@@ -27,7 +25,6 @@ from deck.events import (
     TurnChanged,
     UsageChanged,
 )
-from deck.frontends.urwid.model import LOG_LINES as CONSOLE_LOG_LINES
 from deck.frontends.urwid import markdown
 from deck.frontends.urwid.agents import AgentsPanel
 from deck.frontends.urwid.app import FPS, HINTS, ConsoleApp
@@ -35,8 +32,10 @@ from deck.frontends.urwid.common import canvas_text
 from deck.frontends.urwid.conversation import ConversationView
 from deck.frontends.urwid.dialogs import PermissionDialog, QuestionDialog
 from deck.frontends.urwid.i18n import Strings
+from deck.frontends.urwid.model import LOG_LINES as CONSOLE_LOG_LINES
 from deck.frontends.urwid.model import Model
 from deck.frontends.urwid.views import LogsView
+from deck.runtime.local import LocalClient
 
 from .conftest import agent_block
 from .test_diffs import DIFF_PATH, HOSTILE_LINES, diff_agent, forget_comparisons, timed
@@ -994,7 +993,7 @@ def test_an_empty_conversation_says_how_to_start():
 
 
 def test_tool_kinds_and_statuses_in_french():
-    from deck.conversation import TOOL_KINDS, TOOL_STATUSES
+    from deck.acp.updates import TOOL_KINDS, TOOL_STATUSES
     from deck.frontends.urwid.conversation import tool_widgets
 
     def header(part: dict, language: str) -> str:

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from deck import AgentState, ServiceError
 from deck.testing import agent_table
 
@@ -340,9 +339,8 @@ def run_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def cli_in_process(config: Path, *args: str) -> Any:
     """`deck ARGS --config CONFIG` with the worktrees commands, in this process (a pipe for stdout)."""
     import typer
-    from typer.testing import CliRunner
-
     from deck.plugins.worktrees.cli import register
+    from typer.testing import CliRunner
 
     app = typer.Typer()
     app.callback()(lambda: None)
@@ -419,9 +417,9 @@ def test_the_line_frontend_shows_a_diff_and_merges(repo, tmp_path):
 
 
 async def test_the_console_shows_changed_files_overlaps_a_diff_and_merges(make_deck, repo):
-    from deck.client import LocalClient
     from deck.frontends.urwid.app import ConsoleApp
     from deck.frontends.urwid.common import canvas_text
+    from deck.runtime.local import LocalClient
 
     deck, rec = make_deck(worktree_agent("a", repo) + worktree_agent("b", repo))
     client = LocalClient(deck)

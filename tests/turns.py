@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from deck.app import Deck
-from deck.conversation import Message
+from deck.chat.conversation import Message
+from deck.runtime.deck import Deck
 
 from .conftest import Recorder
 

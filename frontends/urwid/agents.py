@@ -7,7 +7,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import urwid
-
 from deck.states import OUTDATED_LABEL, AgentState, label
 
 from .common import SPINNER, Clickable, ClippedLayout, LineBox, Text, gauge, on_background

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import urwid
-
 from deck.client import Client, start
 from deck.errors import ServiceError
 from deck.events import (
@@ -38,7 +37,6 @@ from deck.tty import TerminalLog
 from .agents import AgentsPanel
 from .common import HintBar, LineBox, Text, palette
 from .conversation import ConversationView
-from .diff import DiffView
 from .dialogs import (
     ChoiceDialog,
     ConfirmDialog,
@@ -49,6 +47,7 @@ from .dialogs import (
     PermissionDialog,
     QuestionDialog,
 )
+from .diff import DiffView
 from .history import HistoryDialog
 from .i18n import Strings
 from .model import Model
@@ -311,7 +310,10 @@ class ConsoleApp(Handlers):
             input_filter=self._input_filter,
         )  # fmt: skip
         # While the console owns the screen, deck's problems are notices in its status bar, not lines over it.
-        with TerminalLog.diverted(lambda line: loop.call_soon_threadsafe(self.say, line)):
+        def say(line: str) -> None:
+            loop.call_soon_threadsafe(self.say, line)
+
+        with TerminalLog.diverted(say):
             self.loop.start()
             try:
                 # Ctrl-C, Ctrl-\ and Ctrl-S/Ctrl-Q become keys: deck never quits or freezes by accident.

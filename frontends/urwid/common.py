@@ -17,9 +17,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import urwid
-from urwid import text_layout
-
 from deck.tty import printable
+from urwid import text_layout
 
 PALETTE = [
     ("text", "default", "default"),

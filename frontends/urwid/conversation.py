@@ -9,16 +9,14 @@ its last block.
 from __future__ import annotations
 
 import re
-
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 import urwid
-
-from . import markdown
 from deck.diffs import compare, unified_lines
 from deck.tty import sgr_spans, terminal_text
 
+from . import markdown
 from .common import Clickable, LineBox, Text
 from .i18n import Strings
 from .model import AgentModel, MessageModel, Part

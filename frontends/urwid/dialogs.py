@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import urwid
-
 from deck.tty import printable
 
 from .common import Clickable, LineBox, Text, on_background

@@ -10,7 +10,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import urwid
-
 from deck.errors import ServiceError
 from deck.tty import printable
 
@@ -19,9 +18,8 @@ from .dialogs import DIALOG
 from .i18n import Strings
 
 if TYPE_CHECKING:
-    from urwid.widget import AbstractFlowWidget
-
     from deck.client import Client
+    from urwid.widget import AbstractFlowWidget
 
 #: How many conversations, and search hits, the view lists.
 LISTED, FOUND = 100, 50

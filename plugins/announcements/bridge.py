@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-
 from deck import TooDeep, decode_line
 
 from .asks import AskError, Asks, Notes

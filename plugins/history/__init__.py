@@ -15,16 +15,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from deck import Duration, hookimpl
 from deck.events import ConfigChanged, ConversationReset
+from pydantic import BaseModel, ConfigDict, Field
 
 from .service import StoredConversations, follow
 
 if TYPE_CHECKING:
     import typer
-
     from deck import Deck
     from deck.events import Event
 
@@ -60,11 +58,10 @@ class History:
 
     @hookimpl
     def deck_event(self, event: Event) -> None:
-        kind = type(event)
-        if kind is ConfigChanged:
+        if isinstance(event, ConfigChanged):
             self._config_changed(event)
             return
-        if kind is ConversationReset:
+        if isinstance(event, ConversationReset):
             follow(self.recorder, event)
         self.recorder.on_event(event)
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
-
 from deck import Command, diffs
 from deck.errors import ExitCode
 from deck.tty import json_printable, printable

@@ -20,7 +20,6 @@ from deck import hookimpl
 
 if TYPE_CHECKING:
     import typer
-
     from deck import Deck
 
 

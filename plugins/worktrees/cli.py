@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
-
 from deck import Command
 from deck.errors import ExitCode, ServiceError, UsageError
 from deck.tty import json_printable, printable
@@ -136,8 +135,12 @@ def call(
 ) -> Any:
     """`method` of the deck server running the config in use, else of a deck of it that runs no
     agent; a refusal exits 1, saying what `refused` says (if anything) or else the refusal."""
-    from deck import Deck, find_config  # here: adding the commands to the command line stays cheap
-    from deck.client import call_server, server_of
+    from deck import (  # here: adding the commands to the command line stays cheap
+        Deck,
+        call_server,
+        find_config,
+        server_of,
+    )
 
     path, source = find_config(str(config) if config else None)
     if path is not None and not path.exists():

@@ -272,7 +272,7 @@ def bench_flood(rounds: int, agents: int = 3, rate: int = 500, seconds: float = 
     steps = [["terminal/create", {"command": PY, "args": ["-c", code]}, "t"], ["terminal/wait_for_exit", {"terminalId": "$t"}],
              ["terminal/release", {"terminalId": "$t"}]]  # fmt: skip
     flood = json.dumps({"steps": steps})
-    from deck.terminals import LIVE_EVERY, READ_BUDGET
+    from deck.agent.terminals import LIVE_EVERY, READ_BUDGET
 
     # The same flood outside deck, read at the pace deck reads a terminal: what it costs the machine.
     reader = (f"import os, time\nn = 0\nwhile d := os.read(0, 1 << 16):\n    n += len(d)\n"
@@ -371,9 +371,8 @@ HISTORY_QUERIES: list[tuple[str, str | None]] = [
 
 def history_db(conversations: int = 10_000, per_conversation: int = 100) -> Path:
     """The benchmark's history database, built on first use and kept while the builder and store are unchanged."""
-    from history_db import build
-
     from deck.plugins.history import store
+    from history_db import build
 
     sources = (HERE / "history_db.py").read_bytes() + Path(store.__file__).read_bytes()
     key = hashlib.sha256(sources).hexdigest()[:12]
@@ -435,7 +434,7 @@ def bench_search(rounds: int, repeat: int = 5) -> dict[str, list[float]]:
 
 STARTUP_WITH_HISTORY = """
 import sys, time
-import deck.app
+from deck import Deck
 started = time.perf_counter()
 from deck.plugins.history.store import HistoryStore
 store = HistoryStore(sys.argv[1])
@@ -450,7 +449,7 @@ def bench_startup(rounds: int) -> dict[str, list[float]]:
     path = history_db()
     runs: dict[str, list[float]] = {"without history": [], "with history": [], "open+latest ms": []}
     for _ in range(rounds):
-        runs["without history"].append(timed([PY, "-c", "import deck.app"]))
+        runs["without history"].append(timed([PY, "-c", "from deck import Deck"]))
         started = time.perf_counter()
         out = subprocess.run([PY, "-c", STARTUP_WITH_HISTORY, str(path)], capture_output=True, text=True, check=True)
         runs["with history"].append(time.perf_counter() - started)

@@ -21,9 +21,8 @@ from typing import Any
 
 import psutil
 import pytest
-
 from deck import hookimpl
-from deck.app import Deck
+from deck.runtime.deck import Deck
 
 from ..conftest import Recorder
 from .schema import AcpSchema, OutgoingChecker

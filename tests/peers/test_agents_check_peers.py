@@ -22,7 +22,7 @@ def test_every_peer_completes_a_handshake(home, workdir, tmp_path):
         + agent_toml("claude", claude_command(), workdir, env={"IS_SANDBOX": "1"})
     )
     result = subprocess.run(
-        [sys.executable, "-c", "from deck.cli import main; main()", "agents", "--config", str(config), "--check", "--handshake", "--json"],
+        [sys.executable, "-c", "from deck.cli.commands import main; main()", "agents", "--config", str(config), "--check", "--handshake", "--json"],
         capture_output=True, text=True, timeout=100,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

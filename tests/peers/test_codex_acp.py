@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from deck.errors import ServiceError
 
 from .conftest import agent_toml, codex_command

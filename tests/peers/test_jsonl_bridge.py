@@ -22,7 +22,7 @@ from .schema import AcpSchema, OutgoingChecker
 
 pytestmark = pytest.mark.timeout(120)
 
-DECK = [sys.executable, "-c", "from deck.cli import main; main()"]
+DECK = [sys.executable, "-c", "from deck.cli.commands import main; main()"]
 
 
 class Bridge:

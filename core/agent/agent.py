@@ -1,0 +1,835 @@
+"""One configured agent at run time: its process, ACP connection, sessions and state."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import shlex
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from deck._version import __version__
+from deck.acp.connection import PROTOCOL_VERSION, Connection
+from deck.agent import fs, interop, terminals
+from deck.agent.session import CONVERSATION, TOOL_UPDATES, Session, SessionSink
+from deck.config.models import AgentConfig
+from deck.errors import METHOD_NOT_FOUND, AcpError, ConnectionClosed, ServiceError, StartFailed
+from deck.events import AgentLog, AgentStateChanged
+from deck.proc.supervisor import Process, SpawnError
+from deck.proc.tasks import TaskGroup
+from deck.states import AgentState, transition
+
+if TYPE_CHECKING:
+    from deck.agent.host import Host, Replay
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+LOG_LINES = 200
+STDERR_TAIL = 10
+#: Updates kept for a session id deck does not know yet (they come before the session/new reply).
+MAX_EARLY_UPDATES = 1000
+#: Unknown session ids kept at once. A start or an ask opens one session at a time: an agent
+#: that invents ids loses the oldest ones' updates, and deck's memory stays bounded.
+MAX_EARLY_SESSIONS = 16
+#: What all unknown sessions' updates may hold together, counted as the lines they came in.
+MAX_EARLY_BYTES = 4 * 1024 * 1024
+#: Config keys that only change how an agent is shown: a change to them needs no restart.
+DISPLAY_ONLY = ("title", "icon", "description")
+#: How long an agent that closed its stdout has to exit before it counts as having
+#: closed its output while running (an exiting agent closes its stdout first).
+STDOUT_CLOSED_GRACE = 1.0
+#: `session/list` pages read at most, and the sessions kept of them: an agent that pages on forever is cut short.
+MAX_SESSION_PAGES = 20
+MAX_SESSIONS = 1000
+#: The longest session id, title or time kept from a `session/list` answer (longer titles are cut).
+MAX_SESSION_STRING = 200
+#: What the note says when a new session serves a conversation that had one, after why.
+FORGETS = "it starts a new one and does not remember what came before."
+
+
+class _Early:
+    """The updates kept for one session id nobody has attached yet, and their size as sent."""
+
+    __slots__ = ("full", "size", "updates")
+
+    def __init__(self) -> None:
+        self.updates: list[dict[str, Any]] = []
+        self.size = 0
+        self.full = False  # its own share is used up: said once
+
+
+class Agent:
+    def __init__(self, deck: Host, name: str, config: AgentConfig) -> None:
+        self.deck = deck
+        self.name = name
+        self.config = config
+        self.state = AgentState.STOPPED
+        self.error: str | None = None
+        self.outdated = False
+        self.pending_config: AgentConfig | None = None
+        #: Removed from the config (or another config was opened): it may only stop.
+        self.retired = False
+        self.logs: deque[str] = deque(maxlen=LOG_LINES)
+        self.process: Process | None = None
+        self.conn: Connection | None = None
+        self.init_result: dict[str, Any] = {}
+        #: The session of its conversation (opened in the handshake; the last one once it stopped).
+        self.session: Session | None = None
+        #: Every session attached on the current connection, by id: where updates and requests go.
+        self.sessions: dict[str, Session] = {}
+        #: The current connection's tasks (its request handlers, its exit watch): closed when it ends.
+        self.tasks = TaskGroup(f"agent {name}")
+        self.users = 0
+        self.last_used = deck.clock()
+        self._early: dict[str, _Early] = {}  # oldest first
+        self._early_bytes = 0
+        self._early_flood = False  # the oldest sessions' updates are being dropped: said once
+        self._early_dropped = 0  # updates dropped so, said when a real session turns up
+        self._detached: deque[str] = deque(maxlen=64)
+        self._said_closed: deque[str] = deque(maxlen=64)  # closed sessions whose late update was logged
+        self._start_task: asyncio.Task[None] | None = None
+        self._stop_task: asyncio.Task[None] | None = None
+        self._stop_after_start = False
+        self._handshake_task: asyncio.Future[None] | None = None
+        self._run_stderr: deque[str] = deque(maxlen=STDERR_TAIL)  # this run's last stderr lines
+        self._auth_method: str | None = None
+        self._exit_watch: asyncio.Task[None] | None = None
+        self._why_new = ""  # why the last start could not continue the conversation's earlier session
+        #: A session the agent exited during (or closed its output during) resuming or loading it, and
+        #: the note that says so: its next start opens a new session rather than try that one again.
+        self._broken_session: tuple[str, str] | None = None
+        #: (session id, method) while the start resumes or loads a session: a timeout then breaks it.
+        self._continuing: tuple[str, str] | None = None
+        #: The commands it runs through deck (ACP terminal/*), for the current run.
+        self.terminals: terminals.Terminals | None = None
+        #: Where this run of the agent works, set by a plugin's `deck_before_start` (its worktree);
+        #: None: its config's cwd. Cleared before each start's hooks.
+        self.workdir: str | None = None
+
+    # -- what the outside sees -------------------------------------------------------------
+
+    @property
+    def title(self) -> str:
+        return self.config.title or self.name
+
+    @property
+    def icon(self) -> str:
+        return self.config.icon or self.name[:1].upper()
+
+    @property
+    def running(self) -> bool:
+        return self.state in (AgentState.READY, AgentState.BUSY)
+
+    @property
+    def cwd(self) -> str:
+        """The folder the agent runs in, opens its sessions in, and is confined to (fs/*)."""
+        return self.workdir or self.config.resolved_cwd()
+
+    @property
+    def session_id(self) -> str | None:
+        """The id of its conversation's session."""
+        return self.session.id if self.session is not None else None
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "icon": self.icon,
+            "description": self.config.description,
+            "state": self.state.value,
+            "error": self.error,
+            "outdated": self.outdated,
+        }
+
+    def redefine(self, definition: AgentConfig) -> None:
+        """Take the definition the config now gives; `agent:state` says what changed, if anything.
+
+        A change to how it is shown applies at once; any other applies at once to a stopped
+        agent, and to a running one at its next start: it is `outdated` until then."""
+        if definition == (self.pending_config or self.config):
+            return
+        shown = {key: getattr(definition, key) for key in DISPLAY_ONLY}
+        if self.config.model_copy(update=shown) == definition or self.state in (AgentState.STOPPED, AgentState.ERROR):
+            self.config, self.pending_config, self.outdated = definition, None, False
+        elif definition == self.config:  # edited back to what it runs with
+            self.pending_config, self.outdated = None, False
+        else:
+            self.pending_config, self.outdated = definition, True
+        self.emit_state()
+
+    def retire(self) -> None:
+        """Removed from the config, or another config was opened: nothing may start it again."""
+        self.retired = True
+
+    def emit_state(self) -> None:
+        self.deck.emit(AgentStateChanged(self.name, self.state.value, self.outdated, self.error))
+
+    def log(self, line: str) -> None:
+        """A line for the agent's log: its stderr, and deck's own notes about it."""
+        self.logs.append(line)
+        self.deck.emit(AgentLog(self.name, line))
+
+    # -- use ------------------------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """One more user (a turn, an ask): ready → busy."""
+        self.users += 1
+        self.touch()
+        if self.state is AgentState.READY:
+            transition(self, AgentState.BUSY)
+
+    def release(self) -> None:
+        """One user less: busy → ready when it was the last."""
+        self.users = max(0, self.users - 1)
+        self.touch()
+        if self.users == 0 and self.state is AgentState.BUSY:
+            transition(self, AgentState.READY)
+
+    def touch(self) -> None:
+        self.last_used = self.deck.clock()
+
+    # -- start ----------------------------------------------------------------------------
+
+    async def start(self, auth_method: str | None = None) -> None:
+        """Start the agent if it is not running; raise ServiceError when it cannot start."""
+        if self.retired:
+            raise ServiceError(f"{self.name} is no longer in the config")
+        if self._stop_task is not None:
+            await asyncio.shield(self._stop_task)
+            if self.retired:
+                raise ServiceError(f"{self.name} is no longer in the config")
+        if self.running:
+            return
+        if self.state is not AgentState.STARTING:
+            self.workdir = None
+            try:
+                await self.deck.hooks.before_start(self)
+            except StartFailed as exc:  # not a refusal: the start was tried and cannot succeed
+                if self.state is AgentState.STARTING or self.running:
+                    raise
+                transition(self, AgentState.STARTING)
+                transition(self, AgentState.ERROR, str(exc))
+                raise ServiceError(f"{self.name} could not start: {exc}") from exc
+            if self.running or self.state is AgentState.STARTING:
+                return await self.start(auth_method)
+            self._take_pending_config()
+            self._auth_method = auth_method
+            self._stop_after_start = False
+            transition(self, AgentState.STARTING)
+            self._start_task = self.deck.spawn(self._start(), f"start {self.name}")
+        assert self._start_task is not None
+        await asyncio.shield(self._start_task)
+        if self.state is AgentState.ERROR:
+            raise ServiceError(f"{self.name} could not start: {self.error}")
+        if self.state is AgentState.STOPPED:
+            raise ServiceError(f"{self.name} was stopped while starting")
+
+    async def _start(self) -> None:
+        limit = self.deck.config.limits.handshake_timeout
+        self._continuing = None
+        try:
+            await self._spawn()
+            self._handshake_task = self.tasks.spawn(self._handshake(), f"handshake {self.name}", log_errors=False)
+            async with asyncio.timeout(limit):
+                await self._handshake_task
+        except TimeoutError:
+            during = self._continuing
+            if during is not None:  # its next start does not wait for that session again
+                self._broken_session = (during[0], f"The agent did not answer {during[1]} within {limit:g}s: {FORGETS}")
+            await self._fail(f"handshake timed out after {limit:g}s" + (f" during {during[1]}" if during else ""))
+            return
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            # stop() cut the handshake short: no need to wait for an agent that may never answer.
+            await self._end_process("stopped while starting")
+            transition(self, AgentState.STOPPED)
+            return
+        except (SpawnError, AcpError, ServiceError) as exc:
+            await self._fail(str(exc) if not isinstance(exc, ConnectionClosed) else exc.args[0])
+            return
+        except Exception as exc:  # a bug, or an agent deck cannot make sense of: an error, not a stuck start
+            log.exception("%s: start failed", self.name)
+            await self._fail(f"start failed: {type(exc).__name__}: {exc}")
+            return
+        finally:
+            self._handshake_task = None
+        if self._stop_after_start:
+            await self._end_process("stopped while starting")
+            transition(self, AgentState.STOPPED)
+            return
+        self.deck.session_opened(self)
+        self.last_used = self.deck.clock()  # idle time counts from the start
+        if self.process is not None:
+            self.process.remember_descendants()  # found again after a crash, when the agent is gone
+        transition(self, AgentState.READY)
+        self._exit_watch = self.tasks.spawn(self._watch_exit(), f"watch {self.name}")
+
+    async def _spawn(self) -> None:
+        self._run_stderr.clear()
+        cfg = self.config
+        env = {**os.environ, **cfg.env}
+        if cfg.worktree and self.workdir is None:  # never in the main checkout instead
+            raise SpawnError("worktree = true, but no worktree was prepared: the worktrees plugin is off, or failed")
+        cwd = self.cwd
+        if not os.path.isdir(cwd):
+            raise SpawnError(f"working directory does not exist: {cwd}")
+        await self.tasks.close()  # the last connection's: cancelled as it ended, done by now
+        self.tasks = tasks = self.deck.tasks.group(f"agent {self.name}")
+        conn = Connection(
+            self._write, on_bad_line=lambda line: self.log(f"deck: {line}"),
+            spawn=lambda coro, name: tasks.spawn(coro, f"{self.name}: {name}"),
+        )  # fmt: skip
+        if self.deck.trace_acp:
+            conn.trace = self._trace
+        self._register_handlers(conn)
+        self.conn = conn
+        conv = self.deck.conversation_of(self.name)
+        self.terminals = terminals.Terminals(
+            lambda coro, name: tasks.spawn(coro, f"{self.name}: {name}"), conv.terminal_output, conv.terminal_exited,
+            lambda line: self.log(f"deck: {line}"), grace=self.deck.timings.after_sigterm,
+        )  # fmt: skip
+        self.sessions.clear()
+        self._early.clear()
+        self._early_bytes = self._early_dropped = 0
+        self._early_flood = False
+        self.process = await Process.spawn(
+            list(cfg.command), cwd=cwd, env=env, on_stdout=conn.feed, on_stderr_line=self._stderr,
+            log=lambda line: self.log(f"deck: {line}"),
+        )  # fmt: skip
+
+    def _stderr(self, line: str) -> None:
+        self._run_stderr.append(line)
+        self.log(line)
+
+    def _write(self, data: bytes) -> None:
+        if self.process is None:
+            raise ConnectionClosed("the agent is not running")
+        try:
+            self.process.write(data)
+        except BrokenPipeError as exc:
+            raise ConnectionClosed("the agent's stdin is closed") from exc
+
+    def _trace(self, direction: str, message: dict[str, Any]) -> None:
+        self.deck.hooks.acp_message(self, direction, message)
+
+    async def _handshake(self) -> None:
+        conn = self.conn
+        assert conn is not None and self.process is not None
+        exited = self.process
+        init = await self._unless_exited(
+            conn.request(
+                "initialize",
+                {
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "clientCapabilities": {
+                        "fs": {"readTextFile": True, "writeTextFile": True},
+                        "terminal": self.config.terminals,
+                        # The Claude Code and Codex adapters then stream their own commands' output.
+                        "_meta": {"terminal_output": True},
+                        "elicitation": {"form": {}},
+                    },
+                    "clientInfo": {"name": "deck", "title": "deck", "version": __version__},
+                },
+            ),
+            exited,
+        )
+        if not isinstance(init, dict):
+            raise ServiceError("initialize returned no result object")
+        version = init.get("protocolVersion")
+        if "protocolVersion" not in init:
+            raise ServiceError(f"the agent's initialize answer has no protocolVersion; deck speaks version {PROTOCOL_VERSION}")
+        if version != PROTOCOL_VERSION:
+            raise ServiceError(f"agent speaks ACP protocol version {version!r}; deck speaks version {PROTOCOL_VERSION}")
+        self.init_result = init
+        method = self._auth_method or self.config.auth_method
+        if method:
+            self.check_auth_method(method)
+            try:
+                await self._unless_exited(conn.request("authenticate", {"methodId": method}), exited)
+            except AcpError as exc:
+                raise ServiceError(f"authenticate with {method!r} failed: {exc}\n{self.auth_help(only=method)}") from exc
+        earlier = self.deck.conversation_of(self.name).session_id
+        session = await self._continue_session(earlier, exited) if earlier else None
+        if session is None:
+            session = Session(self, CONVERSATION)
+            try:
+                await self._unless_exited(session.open(), exited)
+            except AcpError as exc:
+                if not exc.auth_required:
+                    raise
+                raise ServiceError(f"session/new: {exc}\n{self.auth_help()}") from exc
+            if earlier:
+                session.restarted = self._why_new
+        self._broken_session = None
+        self.session = session
+
+    async def _continue_session(self, session_id: str, exited: Process) -> Session | None:
+        """The conversation's earlier session again, where the agent can: `session/resume` if its
+        `sessionCapabilities` list `resume`, else `session/load` if it has `loadSession`. An empty
+        conversation (an agent's own session opened in deck, `ChatService.OpenConversation`) is
+        loaded where the agent can, so that its replay forms the conversation.
+
+        None when it cannot or refuses (an error answer): `_why_new` then says why, for the note
+        the conversation shows, and the caller opens a new session. An agent that exits (or closes
+        its output) during the resume or load fails this start, and its next start does not try
+        that session again: it gets a new one, with a note that says why."""
+        if self._broken_session is not None and self._broken_session[0] == session_id:
+            self._why_new = self._broken_session[1]
+            return None
+        conv = self.deck.conversation_of(self.name)
+        replay = self.deck.replay_into(self.name, matched=False) if not conv.messages and self.can_load_sessions else None
+        matched: Replay | None = None
+        if replay is None and self.can_resume_sessions:
+            method, step = "session/resume", Session.resume
+        elif self.can_load_sessions:
+            matched = self.deck.replay_into(self.name, matched=True) if replay is None else None
+            method, step = "session/load", functools.partial(Session.load, replay=replay or matched)
+        else:
+            self._why_new = f"The agent cannot resume sessions: {FORGETS}"
+            return None
+        session = Session(self, CONVERSATION)
+        self._continuing = (session_id, method)
+        try:
+            await self._unless_exited(step(session, session_id), exited)
+            self._continuing = None
+        except AcpError as exc:
+            self._continuing = None
+            self.log(f"deck: {method} {session_id} failed: {exc}")
+            self._why_new = f"{method} failed: {str(exc)[:300]}: {FORGETS}"  # the agent's words: kept short
+            return None
+        except ServiceError:
+            if not (exited.exited.done() or exited.stdout_closed.done()):
+                raise
+            why = f"the agent {_how_it_ended(exited, method)}"
+            self._broken_session = (session_id, f"{why[0].upper()}{why[1:]}: {FORGETS}")
+            raise ServiceError(why) from None
+        finally:
+            if replay is not None:
+                replay.finish()
+        if matched is not None and (added := matched.finish()):
+            self.log(f"deck: {method} {session_id} replayed {len(added)} message(s) deck did not hold: added")
+        return session
+
+    # -- the agent's own sessions (ACP sessionCapabilities, loadSession) ------------------------
+
+    def _session_capability(self, name: str) -> bool:
+        caps = self.init_result.get("agentCapabilities")
+        session_caps = caps.get("sessionCapabilities") if isinstance(caps, dict) else None
+        return isinstance(session_caps, dict) and isinstance(session_caps.get(name), dict)
+
+    @property
+    def can_resume_sessions(self) -> bool:
+        """Its last `initialize` answer lists `sessionCapabilities.resume`."""
+        return self._session_capability("resume")
+
+    @property
+    def can_load_sessions(self) -> bool:
+        """Its last `initialize` answer has `loadSession: true`."""
+        caps = self.init_result.get("agentCapabilities")
+        return isinstance(caps, dict) and caps.get("loadSession") is True
+
+    async def list_sessions(self) -> list[dict[str, Any]]:
+        """The sessions the running agent keeps in its cwd (ACP `session/list`), other clients' too:
+        `[{sessionId, cwd, title, updatedAt}]` as the agent orders them.
+
+        What the agent answers is untrusted: at most MAX_SESSION_PAGES pages are read (a cursor
+        seen before ends the list too), MAX_SESSIONS sessions kept, malformed ones skipped and
+        long strings cut; each page must come within the handshake timeout."""
+        if self.conn is None or not self.running:
+            raise ConnectionClosed(self.error or "the agent is not running")
+        if not self._session_capability("list"):
+            raise ServiceError(
+                f"{self.name} cannot list its sessions: its initialize answer has no sessionCapabilities.list"
+            )
+        conn, cwd = self.conn, self.cwd
+        sessions: dict[str, dict[str, Any]] = {}
+        cursors: set[str] = set()
+        cursor: str | None = None
+        for _ in range(MAX_SESSION_PAGES):
+            try:
+                async with asyncio.timeout(self.deck.config.limits.handshake_timeout):
+                    page = await conn.request("session/list", {"cwd": cwd, **({"cursor": cursor} if cursor else {})})
+            except TimeoutError:
+                raise ServiceError(f"{self.name} did not answer session/list in time") from None
+            except AcpError as exc:
+                raise ServiceError(f"session/list failed: {exc}") from exc
+            page = page if isinstance(page, dict) else {}
+            found = page.get("sessions")
+            for info in found if isinstance(found, list) else ():
+                listed = _session_info(info)
+                if listed is not None and len(sessions) < MAX_SESSIONS:
+                    sessions.setdefault(listed["sessionId"], listed)
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor or cursor in cursors or len(sessions) >= MAX_SESSIONS:
+                break
+            cursors.add(cursor)
+        return list(sessions.values())
+
+    # -- authentication (ACP authMethods from the initialize result) ----------------------------
+
+    @property
+    def auth_methods(self) -> list[dict[str, Any]]:
+        methods = self.init_result.get("authMethods")
+        return [m for m in methods if isinstance(m, dict) and "id" in m] if isinstance(methods, list) else []
+
+    def check_auth_method(self, method: str) -> None:
+        """Refuse a method id the agent did not offer, or one deck cannot pass to `authenticate`."""
+        found = next((m for m in self.auth_methods if m["id"] == method), None)
+        if found is None:
+            offered = ", ".join(repr(m["id"]) for m in self.auth_methods) or "none"
+            raise ServiceError(f"unknown authentication method {method!r} for {self.name}: it offers {offered}")
+        if found.get("type") == "terminal":  # ACP: the client never passes these to authenticate
+            raise ServiceError(f"{method!r} is a terminal login, not for authenticate: {_auth_hint(self, found)}")
+
+    def auth_help(self, only: str | None = None) -> str:
+        """What the user can do to authenticate: one line per method the agent offers."""
+        methods = [m for m in self.auth_methods if only is None or m["id"] == only]
+        if not methods:
+            return f"{self.name} lists no authentication methods: log in with the agent's own tool, or set its key in env."
+        head = "To authenticate:" if only else f"{self.name} offers these authentication methods:"
+        return "\n".join([head, *(f"- {_auth_hint(self, m)}" for m in methods)])
+
+    async def open_session(self, sink: SessionSink, origin: str) -> Session:
+        """A new session of the running agent, its updates to `sink`; `origin` names it for the
+        plugins that give it MCP servers (`deck_session_mcp_servers`). Close it when done."""
+        if self.conn is None or not self.running:
+            raise ConnectionClosed(self.error or "the agent is not running")
+        session = Session(self, origin)
+        await session.open()
+        session.attach(sink)
+        return session
+
+    async def _unless_exited(self, coro: Coroutine[Any, Any, T], process: Process) -> T:
+        """Await `coro`, but fail at once if the process exits, or closes its stdout, first."""
+        return await _unless_exited(self.tasks.spawn(coro, f"handshake step {self.name}", log_errors=False), process)
+
+    async def _fail(self, reason: str) -> None:
+        """The start failed: the agent is in error at once (the caller is answered), and a process
+        still running, which may take the whole stop escalation to end, is stopped after, in the
+        background; `stop` and the next start wait for that. One that exited is ended first, so
+        that the last lines it wrote to stderr are in the error."""
+        process = self.process
+        if process is not None and not process.exited.done():
+            self._stop_task = self.deck.spawn(self._end_failed_start(reason), f"stop {self.name}")
+        else:
+            await self._end_process(reason)
+        transition(self, AgentState.ERROR, "\n".join([reason, *self._run_stderr]))
+
+    async def _end_failed_start(self, reason: str) -> None:
+        try:
+            await self._end_process(reason)
+        finally:
+            self._stop_task = None
+
+    # -- sessions and requests from the agent ---------------------------------------------------
+
+    def attach(self, session: Session) -> None:
+        """Route the session's updates and requests to it, replaying any that came early."""
+        assert session.id is not None
+        self.sessions[session.id] = session
+        for update in self._take_early(session.id):
+            self._deliver(session, update)
+        if self._early_flood:  # a real session turned up: the flood is over
+            self.log(f"deck: {self._early_dropped} update(s) for unknown sessions were dropped")
+            self._early_flood, self._early_dropped = False, 0
+
+    def detach(self, session: Session) -> None:
+        assert session.id is not None
+        if self.sessions.get(session.id) is session:
+            del self.sessions[session.id]
+        self._take_early(session.id)
+        self._detached.append(session.id)  # its late updates are dropped, not kept for nobody
+
+    def _register_handlers(self, conn: Connection) -> None:
+        conn.on_notification("session/update", self._on_update)
+        conn.on_request("session/request_permission", self._on_permission)
+        conn.on_request("elicitation/create", self._on_question)
+        conn.on_request("fs/read_text_file", lambda p: self._serve_fs("fs/read_text_file", fs.read_text_file, p))
+        conn.on_request("fs/write_text_file", lambda p: self._serve_fs("fs/write_text_file", fs.write_text_file, p))
+        for method in ("create", "output", "wait_for_exit", "kill", "release"):
+            conn.on_request(f"terminal/{method}", functools.partial(self._serve_terminal, method))
+
+    async def _serve_fs(self, method: str, serve: Callable[..., dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+        """An fs/* request, inside the agent's cwd and away from deck's own files; a refusal is logged.
+
+        An agent listed in interop.py may get an error answered in the shape it needs."""
+        private = fs.Private(self.deck.config_path, tuple(self.deck.private_folders))
+        try:
+            # In a thread: a big file, or a slow disk, must not stall every other agent.
+            return await asyncio.to_thread(serve, self.cwd, params, private)
+        except AcpError as exc:
+            if (answer := interop.fs_answer(interop.quirks_for(self.init_result), method, exc)) is not None:
+                return answer
+            if exc.code != fs.RESOURCE_NOT_FOUND:
+                self.log(f"deck: {method} refused: {exc.args[0]}")
+            raise
+
+    async def _serve_terminal(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """A terminal/* request: refused when the config turns terminals off; a refusal is logged."""
+        try:
+            if not self.config.terminals:
+                raise AcpError(METHOD_NOT_FOUND, f"terminals are off for {self.name} (terminals = false in its config)")
+            session = self._session_for(params)
+            found = self.terminals
+            if found is None:
+                raise ConnectionClosed("the agent is not running")
+            if method == "create":
+                created = await found.create(params, self._command_dir, {**os.environ, **self.config.env})
+                if session.origin == CONVERSATION:
+                    self.deck.conversation_of(self.name).terminal_started(created["terminalId"])
+                return created
+            if method == "output":
+                return found.output(params)
+            return await getattr(found, method)(params)  # type: ignore[no-any-return]
+        except AcpError as exc:
+            self.log(f"deck: terminal/{method} refused: {exc.args[0]}")
+            raise
+
+    def _command_dir(self, path: str | None) -> tuple[int, str]:
+        """The directory a command runs in, opened beneath the agent's cwd (in a thread: a slow disk)."""
+        private = fs.Private(self.deck.config_path, tuple(self.deck.private_folders))
+        return fs.open_directory(self.cwd, path or self.cwd, private), path or self.cwd
+
+    def _on_update(self, params: dict[str, Any]) -> None:
+        update = params.get("update")
+        if not isinstance(update, dict):
+            self.log(f"deck: session/update without an update object, skipped: {str(params)[:200]}")
+            return
+        session_id = params.get("sessionId")
+        if not isinstance(session_id, str):
+            self.log(f"deck: session/update with a sessionId that is no string, skipped: {str(session_id)[:100]}")
+            return
+        session = self.sessions.get(session_id)
+        if session is not None:
+            if update.get("sessionUpdate") in TOOL_UPDATES:
+                session.track(update)
+            session.on_update(update)
+            return
+        if session_id in self._detached:
+            if session_id not in self._said_closed:
+                self._said_closed.append(session_id)
+                self.log(f"deck: updates for closed session {session_id[:100]!r} dropped")
+            return
+        self._keep_early(str(session_id), update, self.conn.line_bytes if self.conn is not None else 0)
+
+    def _keep_early(self, session_id: str, update: dict[str, Any], size: int) -> None:
+        """Before the session/new reply: kept for the session's owner, within bounds.
+
+        At most MAX_EARLY_UPDATES per session, MAX_EARLY_SESSIONS sessions and
+        MAX_EARLY_BYTES in all (the line's length: cheap, and it grows as the value
+        does). Past the last two, the oldest sessions' updates go; each overflow is
+        logged once, not once per update.
+        """
+        early = self._early.get(session_id)
+        if early is None:
+            early = self._early[session_id] = _Early()
+        if len(early.updates) >= MAX_EARLY_UPDATES or early.size + size > MAX_EARLY_BYTES:
+            if not early.full:
+                early.full = True
+                self.log(f"deck: more than {MAX_EARLY_UPDATES} updates or {MAX_EARLY_BYTES} bytes for unknown "
+                         f"session {session_id!r}; dropping the rest")  # fmt: skip
+            return
+        early.updates.append(update)
+        early.size += size
+        self._early_bytes += size
+        while len(self._early) > MAX_EARLY_SESSIONS or self._early_bytes > MAX_EARLY_BYTES:
+            oldest = next(k for k in self._early if k != session_id)  # its own size is within the bound
+            if not self._early_flood:
+                self._early_flood = True
+                self.log(f"deck: updates for more than {MAX_EARLY_SESSIONS} unknown sessions or {MAX_EARLY_BYTES} "
+                         f"bytes; dropping the oldest sessions' updates, from {oldest!r} on")  # fmt: skip
+            self._early_dropped += len(self._take_early(oldest))
+
+    def _take_early(self, session_id: str) -> list[dict[str, Any]]:
+        early = self._early.pop(session_id, None)
+        if early is None:
+            return []
+        self._early_bytes -= early.size
+        return early.updates
+
+    def _deliver(self, session: Session, update: dict[str, Any]) -> None:
+        try:
+            session.receive(update)
+        except Exception as exc:  # as for a live update (acp.Connection): logged, skipped
+            log.exception("%s: bad early update", self.name)
+            self.log(f"deck: error while handling an update, skipped: {exc!r}: {str(update)[:200]}")
+
+    def _session_for(self, params: dict[str, Any]) -> Session:
+        session_id = params.get("sessionId")
+        session = self.sessions.get(session_id) if isinstance(session_id, str) else None  # a list is no key
+        if session is None:
+            raise AcpError(-32002, f"unknown session: {str(session_id)[:100]}")
+        return session
+
+    async def _on_permission(self, params: dict[str, Any]) -> dict[str, Any]:
+        return await self.deck.ask_permission(self._session_for(params), params)
+
+    async def _on_question(self, params: dict[str, Any]) -> dict[str, Any]:
+        return await self.deck.ask_question(self._session_for(params), params)
+
+    # -- stop and exit --------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop the agent; a start in progress ends first, then the agent stops. A stop already
+        under way (a failed start's process, being ended) is waited for."""
+        if self._stop_task is not None:
+            await asyncio.shield(self._stop_task)
+        if self.state is AgentState.STARTING:
+            self._stop_after_start = True
+            if self._handshake_task is not None:
+                self._handshake_task.cancel()
+            if self._start_task is not None:
+                await asyncio.shield(self._start_task)
+            return
+        if not self.running:
+            return
+        if self._stop_task is None:
+            self._stop_task = self.deck.spawn(self._stop(), f"stop {self.name}")
+        await asyncio.shield(self._stop_task)
+
+    async def _stop(self) -> None:
+        try:
+            await self._end_process("agent stopped")
+            if self.running:
+                self._take_pending_config()
+                transition(self, AgentState.STOPPED)
+        finally:
+            self._stop_task = None
+
+    async def _end_process(self, reason: str) -> None:
+        if self._exit_watch is not None:
+            self._exit_watch.cancel()
+            self._exit_watch = None
+        process, self.process = self.process, None
+        commands, self.terminals = self.terminals, None
+        try:
+            # Its commands end with it, at the same time: a stop waits for the slower of the two.
+            ends = [process.stop(self.deck.timings)] if process is not None else []
+            results = await asyncio.gather(*ends, *([commands.close()] if commands else []), return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+        finally:
+            if self.conn is not None:
+                self.conn.close(reason)
+            self.tasks.cancel()  # what the connection still runs; the next start waits for the end of it
+            if kept := sum(len(early.updates) for early in self._early.values()):
+                self.log(f"deck: {kept} update(s) for sessions never opened dropped: the agent stopped")
+            self._early.clear()
+
+    def _take_pending_config(self) -> None:
+        """No process any more: a definition changed in the config applies now."""
+        if self.pending_config is not None:
+            self.config, self.pending_config = self.pending_config, None
+        self.outdated = False
+
+    async def _watch_exit(self) -> None:
+        """The connection's end: the agent exits, or closes its stdout (no answer can come any more)."""
+        process = self.process
+        assert process is not None
+        ends: set[asyncio.Future[Any]] = {process.exited, process.stdout_closed}
+        await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+        if not process.exited.done():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STDOUT_CLOSED_GRACE):
+                    await asyncio.shield(process.exited)
+        if process.exited.done():
+            # Let the last lines it wrote arrive before the connection closes.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await asyncio.shield(process.stdout_closed)
+        if self.process is not process:
+            return
+        self._exit_watch = None
+        if not process.exited.done():
+            reason = "the agent closed its output (stdout) but kept running"
+        elif (code := process.exited.result()) >= 0:
+            reason = f"the agent exited on its own with code {code}"
+        else:
+            reason = f"the agent was killed by signal {-code}"
+        self.log(f"deck: {reason}")
+        await self._end_process(reason)
+        if self.running:
+            self._take_pending_config()
+            transition(self, AgentState.ERROR, reason)
+
+
+def _session_info(info: Any) -> dict[str, Any] | None:
+    """One `session/list` entry as deck gives it, or None when it has no usable id and cwd.
+
+    A title is cut to MAX_SESSION_STRING characters; an id or a time longer than that is dropped
+    (an id cut short would name another session)."""
+    if not isinstance(info, dict):
+        return None
+    session_id, cwd, title, updated = (info.get(k) for k in ("sessionId", "cwd", "title", "updatedAt"))
+    if not isinstance(session_id, str) or not session_id or len(session_id) > MAX_SESSION_STRING:
+        return None
+    if not isinstance(cwd, str):
+        return None
+    return {
+        "sessionId": session_id,
+        "cwd": cwd[:4096],
+        "title": title[:MAX_SESSION_STRING] if isinstance(title, str) else None,
+        "updatedAt": updated if isinstance(updated, str) and len(updated) <= MAX_SESSION_STRING else None,
+    }
+
+
+def _auth_hint(agent: Agent, method: dict[str, Any]) -> str:
+    """One authentication method and how to use it with deck.
+
+    Besides ACP's `agent` and `terminal` kinds, agents send `env_var` methods (codex-acp:
+    `{"type": "env_var", "vars": [{"name": "OPENAI_API_KEY"}]}`): the key must be in the
+    agent's environment and the method still goes through `authenticate`.
+    """
+    method_id, kind = str(method["id"]), method.get("type")
+    label = f"{method_id!r} ({method['name']})" if method.get("name") else repr(method_id)
+    use = f'authMethod = "{method_id}" in [agents.{agent.name}], or AgentService.Authenticate("{agent.name}", "{method_id}")'
+    if kind == "terminal":
+        words = [*agent.config.command, *(str(a) for a in method.get("args") or [])]
+        assignments = [f"{k}={shlex.quote(str(v))}" for k, v in (method.get("env") or {}).items()]
+        return f"{label}: run `{' '.join([*assignments, shlex.join(words)])}` once in a terminal, then restart {agent.name}"
+    if kind == "env_var":
+        raw = method.get("vars") or [{"name": method.get("varName")}]
+        names = [str(v["name"]) for v in raw if isinstance(v, dict) and v.get("name")]
+        env = {**os.environ, **agent.config.env}
+        missing = [n for n in names if not env.get(n)]
+        keys = ", ".join(f'{n} = "…"' for n in missing)
+        step = f"set env = {{ {keys} }} in [agents.{agent.name}] (or in deck's environment), then " if missing else ""
+        return f"{label}: {step}{use}"
+    return f"{label}: {use}"
+
+
+def _how_it_ended(process: Process, during: str) -> str:
+    """What the agent did during `during`, said after "the agent": exited, was killed, or closed its stdout."""
+    if not process.exited.done():
+        return f"closed its output (stdout) during {during}"
+    code = process.exited.result()
+    return f"exited during {during} (code {code})" if code >= 0 else f"was killed by signal {-code} during {during}"
+
+
+async def _unless_exited(task: asyncio.Task[T], process: Process) -> T:
+    """Await `task`, but fail at once if the process exits, or closes its stdout, first (`task` is cancelled then)."""
+    answer: asyncio.Future[Any] = task
+    try:
+        done, _ = await asyncio.wait({answer, process.exited, process.stdout_closed}, return_when=asyncio.FIRST_COMPLETED)
+        if task not in done:
+            if process.exited.done():  # the answer may be in the last bytes written before the exit
+                await asyncio.wait({answer, process.stdout_closed}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+            else:  # nothing more can come; an exit on its way still tells its code
+                await asyncio.wait({answer, process.exited}, timeout=STDOUT_CLOSED_GRACE, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.sleep(0)
+        if task.done():
+            return task.result()
+        if not process.exited.done():
+            raise ServiceError("the agent closed its output (stdout) during the handshake")
+        raise ServiceError(f"the agent exited during the handshake with code {process.exited.result()}")
+    finally:
+        task.cancel()

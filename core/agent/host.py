@@ -1,0 +1,94 @@
+"""What an agent needs from the deck that runs it: the one way up from the agent layer.
+
+`deck.runtime.deck.Deck` is the host of every agent; an agent never reaches past these members
+(the chat layer above, its conversations and pending requests, comes through the methods here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from deck.agent.agent import Agent
+    from deck.agent.session import Session
+    from deck.config.models import DeckConfig
+    from deck.events import Event
+    from deck.proc.supervisor import StopTimings
+    from deck.proc.tasks import TaskGroup
+
+
+class AgentHooks(Protocol):
+    """The plugin hooks an agent calls."""
+
+    async def before_start(self, agent: Agent) -> None: ...
+
+    def acp_message(self, agent: Agent, direction: str, message: dict[str, Any]) -> None: ...
+
+    def session_mcp_servers(self, agent: Agent, session: Session) -> list[dict[str, Any]]: ...
+
+
+class Replay(Protocol):
+    """Where a `session/load`'s replayed updates go (the chat layer's resume policy)."""
+
+    def on_update(self, update: dict[str, Any]) -> None: ...
+
+    def finish(self) -> Any:
+        """The replay is over: what it added to the conversation (a list), or None."""
+        ...
+
+
+class ConversationLink(Protocol):
+    """The agent's conversation as the agent sees it: its session and its commands' output."""
+
+    session_id: str | None
+    messages: Any
+
+    def terminal_started(self, terminal_id: str) -> None: ...
+
+    def terminal_output(self, terminal_id: str, text: str) -> None: ...
+
+    def terminal_exited(self, terminal_id: str, status: dict[str, Any]) -> None: ...
+
+
+class Host(Protocol):
+    """The deck, as its agents use it."""
+
+    config: DeckConfig
+    config_path: Path | None
+    private_folders: list[Path]
+    trace_acp: bool
+    timings: StopTimings
+    tasks: TaskGroup
+    clock: Callable[[], float]
+
+    @property
+    def hooks(self) -> AgentHooks: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str, *, log_errors: bool = True) -> asyncio.Task[Any]: ...
+
+    def emit(self, event: Event) -> None: ...
+
+    def conversation_of(self, agent: str) -> ConversationLink:
+        """The conversation of the agent named `agent`."""
+        ...
+
+    def session_opened(self, agent: Agent) -> None:
+        """The agent's new conversation session now serves its conversation."""
+        ...
+
+    def replay_into(self, agent: str, *, matched: bool) -> Replay:
+        """The sink of a `session/load` of the agent's conversation: the replay forms an empty
+        conversation, or (`matched`) only adds what the conversation does not hold; its
+        `finish()` ends it (and says, for `matched`, what was added)."""
+        ...
+
+    async def ask_permission(self, session: Session, params: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def ask_question(self, session: Session, params: dict[str, Any]) -> dict[str, Any]: ...
+
+    def cancel_requests_from(self, session: Session) -> None:
+        """Cancel the permission requests and questions `session` still waits on."""
+        ...

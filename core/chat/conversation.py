@@ -1,0 +1,841 @@
+"""One agent's conversation: messages and parts, and ACP `session/update` → parts and events."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from deck.acp.updates import as_string, block_text, choice, dicts, tool_id, tool_part
+from deck.config.models import CONVERSATION_MAX, MESSAGE_MAX
+from deck.events import (
+    ConversationChanged,
+    Event,
+    MessageDelta,
+    MessageUpdated,
+    SessionUpdate,
+    TerminalExited,
+    TerminalOutput,
+    UsageChanged,
+)
+
+log = logging.getLogger(__name__)
+
+_ids = itertools.count(1)
+#: Part of every id this process makes: messages stored in the history and continued in a later
+#: run never share an id with the new ones (a counter alone starts again at 1 in each process).
+_RUN = uuid.uuid4().hex[:8]
+
+PLAN_PRIORITIES = frozenset({"high", "medium", "low"})
+PLAN_STATUSES = frozenset({"pending", "in_progress", "completed"})
+#: A command's live output kept for the tool part that embeds its terminal: the newest characters.
+TERMINAL_TAIL = 16 * 1024
+#: Terminals whose output a conversation keeps at once; the oldest go first.
+TERMINALS_KEPT = 64
+#: The largest exit code of a command: ACP's `TerminalExitStatus.exitCode` is a uint32.
+EXIT_CODE_MAX = 2**32 - 1
+#: The longest signal name kept from an adapter's `_meta.terminal_exit` ("SIGTERM" is 7).
+SIGNAL_MAX = 64
+#: Past `[limits] messageSize` (MESSAGE_MAX) a message keeps only its last TAIL_SHARE of that
+#: much more, and says how much was cut between. Past `[limits] conversationSize`
+#: (CONVERSATION_MAX) the oldest messages (but the first) are let go, down to three quarters of
+#: it; the history keeps them all.
+TAIL_SHARE = 8
+#: What a tool call's list item (a diff, a location, a terminal) or a plan entry counts beyond its text.
+ITEM_SIZE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """How much of an agent's output a conversation keeps: a message's and the whole's bytes."""
+
+    message: int = MESSAGE_MAX
+    conversation: int = CONVERSATION_MAX
+
+
+def new_id(prefix: str) -> str:
+    """`msg-1a2b3c4d-7`: unique within the process (the counter) and across runs (the run's prefix)."""
+    return f"{prefix}-{_RUN}-{next(_ids)}"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class TextPart:
+    """A text or thought part; streamed chunks are kept in a list and joined when read."""
+
+    __slots__ = ("type", "_chunks")
+
+    def __init__(self, type: str, text: str = "") -> None:
+        self.type = type
+        self._chunks = [text] if text else []
+
+    def append(self, text: str) -> None:
+        self._chunks.append(text)
+
+    @property
+    def text(self) -> str:
+        if len(self._chunks) > 1:
+            self._chunks[:] = ["".join(self._chunks)]
+        return self._chunks[0] if self._chunks else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, "text": self.text}
+
+
+class DictPart:
+    """A tool or plan part, kept in its wire form."""
+
+    __slots__ = ("type", "data")
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.type = data["type"]
+        self.data = data
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+Part = TextPart | DictPart
+
+
+def text_size(text: str) -> int:
+    """`text`'s size in UTF-8 bytes (an ASCII string's length: known without reading it)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def shown_size(size: int) -> str:
+    """1536 → "1.5 KiB", 8388608 → "8 MiB": a size for reading (`config.format_size` writes one exactly)."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} bytes"
+
+
+class _Cut:
+    """What a message past its cap still keeps: the newest text chunks, up to `limit` bytes, and
+    how many bytes went (text, thoughts and tool calls that came past the cap)."""
+
+    __slots__ = ("chunks", "size", "cap", "limit", "dropped")
+
+    def __init__(self, cap: int) -> None:
+        self.chunks: deque[tuple[str, int]] = deque()
+        self.size = 0
+        self.cap = cap  # the message's
+        self.limit = max(cap // TAIL_SHARE, 1)
+        self.dropped = 0
+
+    def add(self, text: str, size: int) -> None:
+        if size > self.limit:  # one chunk bigger than the whole tail: its end only
+            kept = text[-self.limit :]
+            self.dropped += size - text_size(kept)
+            text, size = kept, text_size(kept)
+        self.chunks.append((text, size))
+        self.size += size
+        while self.size > self.limit:
+            _, gone = self.chunks.popleft()
+            self.size -= gone
+            self.dropped += gone
+
+    def part(self) -> TextPart:
+        """The text part that ends the message: a note of what was cut, then the tail kept."""
+        note = (
+            f"\n\n[… deck cut {shown_size(self.dropped)} of this message here: it keeps the first"
+            f" {shown_size(self.cap)} and the last {shown_size(self.limit)} …]\n\n"
+        )
+        return TextPart("text", note + "".join(text for text, _ in self.chunks))
+
+
+def part_from_dict(data: dict[str, Any]) -> Part:
+    """A part from its `to_dict` form (as the history keeps it)."""
+    if data.get("type") in ("text", "thought"):
+        return TextPart(data["type"], as_string(data.get("text")))
+    return DictPart(dict(data))
+
+
+class Message:
+    __slots__ = (
+        "id", "agent", "created_at", "role", "parts", "done", "queued", "stop_reason",
+        "error", "code", "duration_ms", "usage", "started", "text_for_prompt", "size", "cut",
+    )  # fmt: skip
+
+    def __init__(self, agent: str, role: str, *, done: bool = True, queued: bool = False) -> None:
+        self.id = new_id("msg")
+        self.agent = agent
+        self.created_at = now_iso()
+        self.role = role
+        self.parts: list[Part] = []
+        self.done = done
+        self.queued = queued
+        self.stop_reason: str | None = None
+        self.error: str | None = None
+        self.code: str | None = None
+        self.duration_ms: int | None = None
+        self.usage: dict[str, Any] | None = None
+        self.started = time.monotonic()
+        self.text_for_prompt = ""
+        #: The bytes its parts hold (kept by the conversation as they change).
+        self.size = 0
+        #: Set once the message passed its cap: what it keeps of its end.
+        self.cut: _Cut | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        parts = [p.to_dict() for p in self.parts]
+        if self.cut is not None:  # still growing past its cap: its end as it is now
+            parts.append(self.cut.part().to_dict())
+        out: dict[str, Any] = {
+            "id": self.id,
+            "agent": self.agent,
+            "createdAt": self.created_at,
+            "role": self.role,
+            "parts": parts,
+            "done": self.done,
+            "queued": self.queued,
+        }
+        for key, value in (
+            ("stopReason", self.stop_reason),
+            ("error", self.error),
+            ("code", self.code),
+            ("durationMs", self.duration_ms),
+            ("usage", self.usage),
+        ):
+            if value is not None:
+                out[key] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Message:
+        """A message from its `to_dict` form: its id, time and parts as they were."""
+        message = cls(as_string(data.get("agent")), as_string(data.get("role")), done=bool(data.get("done", True)))
+        message.id = as_string(data.get("id")) or message.id
+        message.created_at = as_string(data.get("createdAt")) or message.created_at
+        message.parts = [part_from_dict(p) for p in dicts(data.get("parts")) if isinstance(p.get("type"), str)]
+        message.queued = bool(data.get("queued", False))
+        message.stop_reason = data.get("stopReason")
+        message.error = data.get("error")
+        message.code = data.get("code")
+        message.duration_ms = data.get("durationMs")
+        message.usage = data.get("usage")
+        message.size = sum(part_size(p.to_dict()) for p in message.parts)
+        return message
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart) and p.type == "text")
+
+
+class Conversation:
+    """Messages of one agent plus what its session reports: usage, commands, modes, options."""
+
+    def __init__(
+        self,
+        agent: str,
+        emit: Callable[[Event], None],
+        permissions: Callable[[], list[dict[str, Any]]] = list,
+        caps: Caps = Caps(),
+    ) -> None:
+        self.agent = agent
+        self.emit = emit
+        self.caps = caps
+        self._message_max, self._size_max = caps.message, caps.conversation  # read once per chunk
+        #: The bytes its messages hold; `cut` counts the messages let go to keep it under its cap.
+        self.size = 0
+        self.cut = {"messages": 0, "bytes": 0}
+        #: The permission requests of its session waiting for an answer (kept by the deck's pending requests).
+        self.permissions = permissions
+        self.messages: list[Message] = []
+        self.by_id: dict[str, Message] = {}
+        self.queue: deque[Message] = deque()
+        self.busy = False
+        self.usage: dict[str, Any] = {"used": 0, "size": 0}
+        self.commands: list[dict[str, Any]] = []
+        self.modes: dict[str, Any] | None = None
+        self.config_options: list[dict[str, Any]] = []
+        self.title: str | None = None
+        self.current: Message | None = None  # the agent message receiving updates
+        self._tools: dict[str, tuple[Message, int]] = {}
+        self._acp_messages: dict[str, Message] = {}  # ACP messageId → the message its chunks land in
+        #: terminal id → (its output's tail, its exit status): kept before any tool part embeds it too.
+        self._terminals: dict[str, list[Any]] = {}
+        self._terminal_parts: dict[str, tuple[Message, int]] = {}  # terminal id → the tool part showing it
+        self.session_id: str | None = None
+        self.last_update = 0.0  # time.monotonic() of the last session/update
+
+    # -- messages -------------------------------------------------------------------------
+
+    @property
+    def queued_count(self) -> int:
+        """User messages waiting for the current answer (not the one about to be sent)."""
+        return sum(1 for m in self.queue if m.queued)
+
+    def add(self, message: Message) -> Message:
+        self.messages.append(message)
+        self.by_id[message.id] = message
+        self.size += message.size
+        self.updated(message)
+        if self.size > self.caps.conversation:
+            self._trim()
+        return message
+
+    def updated(self, message: Message) -> None:
+        self.emit(MessageUpdated(self.agent, message.to_dict()))
+
+    def add_user(self, text: str, queued: bool) -> Message:
+        message = Message(self.agent, "user", queued=queued)
+        message.parts.append(TextPart("text", text))
+        message.size = text_size(text)
+        message.text_for_prompt = text
+        return self.add(message)
+
+    def add_system(self, code: str, error: str | None = None, text: str = "") -> Message:
+        message = Message(self.agent, "system")
+        message.code = code
+        message.error = error
+        if text:
+            message.parts.append(TextPart("text", text))
+            message.size = text_size(text)
+        return self.add(message)
+
+    def begin_reply(self) -> Message:
+        self.current = self.add(Message(self.agent, "agent", done=False))
+        return self.current
+
+    def finish(self, message: Message, stop_reason: str | None, error: str | None = None) -> None:
+        if message.cut is not None:
+            self._seal(message)
+        message.done = True
+        message.stop_reason = stop_reason
+        message.error = error
+        message.duration_ms = int((time.monotonic() - message.started) * 1000)
+        self.updated(message)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "messages": [m.to_dict() for m in self.messages],
+            "busy": self.busy,
+            "queued": self.queued_count,
+            "usage": self.usage,
+            "commands": self.commands,
+            "permissions": self.permissions(),
+            "modes": self.modes,
+            "configOptions": self.config_options,
+            "title": self.title,
+            "cut": self.cut,
+        }
+
+    def restore(
+        self,
+        messages: list[dict[str, Any]],
+        session_id: str | None,
+        title: str | None,
+        cut: dict[str, int] | None = None,
+    ) -> list[Message]:
+        """Take a conversation kept from an earlier run (messages in their `to_dict` form), before
+        the agent runs: `session_id` is the session its next start resumes, or loads; `cut` counts
+        the messages before these that were not read (`{messages, bytes}`).
+
+        Nothing is emitted for the messages (a frontend reads them with the snapshot), except one
+        `message:updated` for each message the earlier run left unfinished: it is finished now,
+        as no answer can come to it any more. Those are returned."""
+        self.messages = [Message.from_dict(m) for m in messages]
+        self.by_id = {m.id: m for m in self.messages}
+        self.size = sum(m.size for m in self.messages)
+        self.cut = dict(cut) if cut else {"messages": 0, "bytes": 0}
+        self.session_id, self.title = session_id, title
+        self.queue.clear()
+        self.current = None
+        unfinished = [m for m in self.messages if not m.done or m.queued]
+        for message in unfinished:
+            message.done, message.queued = True, False
+            if message.role == "agent" and message.stop_reason is None:
+                message.error = message.error or "deck stopped before this answer ended"
+            self.updated(message)
+        return unfinished
+
+    def session_started(self, session_id: str, result: dict[str, Any]) -> None:
+        """A new ACP session serves this conversation (first start, restart, after a crash)."""
+        self.session_id = session_id
+        self._tools.clear()
+        self._acp_messages.clear()
+        self.current = None  # the old session's last message receives nothing more
+        modes = result.get("modes")
+        if modes is not None or self.modes is not None:
+            self._set("modes", _modes(modes))
+        options = result.get("configOptions")
+        if options is not None or self.config_options:
+            self._set("config_options", dicts(options))
+
+    def _set(self, attr: str, value: Any) -> None:
+        setattr(self, attr, value)
+        key = {"config_options": "configOptions"}.get(attr, attr)
+        self.emit(ConversationChanged(self.agent, key, value))
+
+    # -- caps: what an agent's output may take -----------------------------------------------------
+
+    def _past_cap(self, message: Message, kind: str, text: str, size: int) -> None:
+        """Text that would take `message` past its cap: the newest answer text is kept, the rest counted."""
+        cut = message.cut
+        if cut is None:
+            cut = message.cut = _Cut(self.caps.message)
+            self._resized(message, 0, cut.limit)  # what its end may take from here
+            log.warning("%s: message %s passed %s: only its end is kept from here", self.agent, message.id,
+                        shown_size(self.caps.message))  # fmt: skip
+        if kind == "text":
+            cut.add(text, size)
+        else:
+            cut.dropped += size
+
+    def _seal(self, message: Message) -> None:
+        """The message past its cap ends: what it kept of its end becomes its last part."""
+        cut = message.cut
+        assert cut is not None
+        message.cut = None
+        part = cut.part()
+        message.parts.append(part)
+        self._resized(message, cut.limit, text_size(part.text))
+        self.emit(MessageDelta(self.agent, message.id, len(message.parts) - 1, "text", text=part.text))
+
+    def _resized(self, message: Message, old: int, new: int) -> None:
+        message.size += new - old
+        self.size += new - old
+        if self.size > self.caps.conversation:
+            self._trim()
+
+    def _fits(self, message: Message, part: dict[str, Any], old: int = 0) -> dict[str, Any] | None:
+        """`part` cut to what `message` has room for (`old`: the size of the part it replaces); None
+        when `part` is a new one and the message has no room left: it is counted as cut."""
+        room = self.caps.message - message.size + old
+        if not old and (message.cut is not None or room < ITEM_SIZE * 4):
+            self._past_cap(message, part["type"], "", part_size(part))
+            return None
+        return fit_part(part, max(room, ITEM_SIZE * 4))
+
+    def _trim(self) -> None:
+        """Let go of the oldest messages but the first, down to three quarters of the cap: never
+        the one receiving updates, nor one waiting in the queue, nor the last."""
+        target = self.caps.conversation * 3 // 4
+        end, gone, last = 1, 0, len(self.messages) - 1
+        while end < last and self.size - gone > target:
+            message = self.messages[end]
+            if message is self.current or message.queued:
+                break
+            gone += message.size
+            end += 1
+        removed = self.messages[1:end]
+        if not removed:
+            return
+        del self.messages[1:end]
+        for message in removed:
+            del self.by_id[message.id]
+        self.size -= gone
+        gone_ids = {m.id for m in removed}  # nothing more lands in them
+        for held in (self._tools, self._acp_messages, self._terminal_parts):
+            for key in [k for k, v in held.items() if (v[0] if isinstance(v, tuple) else v).id in gone_ids]:
+                del held[key]
+        self.cut = {"messages": self.cut["messages"] + len(removed), "bytes": self.cut["bytes"] + gone}
+        log.warning("%s: the conversation passed %s: %d earlier message(s) let go (%s); the history keeps them",
+                    self.agent, shown_size(self.caps.conversation), len(removed), shown_size(gone))  # fmt: skip
+        value = {**self.cut, "messageIds": [m.id for m in removed]}
+        self.emit(ConversationChanged(self.agent, "cut", value))
+
+    # -- session/update -------------------------------------------------------------------
+
+    def apply_update(self, update: dict[str, Any]) -> None:
+        """Fold one ACP `session/update` into the conversation; unknown kinds pass through raw.
+
+        The update is the agent's, so untrusted: each handler reads its fields through the
+        helpers at the end of this module, which drop or default what has the wrong type.
+        """
+        kind = update.get("sessionUpdate")
+        self.last_update = time.monotonic()
+        handler = self._handlers.get(kind) if isinstance(kind, str) else None
+        if handler is None:
+            shown = kind[:80] if isinstance(kind, str) else type(kind).__name__  # junk is neither long nor deep in a log
+            log.info("%s: session/update %r passed on raw", self.agent, shown)
+            self.emit(SessionUpdate(self.agent, update))
+            return
+        handler(self, update)
+
+    def _target(self) -> Message:
+        if self.current is None:  # updates outside any turn still land somewhere visible
+            message = Message(self.agent, "agent")
+            self.current = self.add(message)
+        return self.current
+
+    def _chunk(self, update: dict[str, Any], kind: str = "text") -> None:
+        """agent_message_chunk (and, with `kind`, agent_thought_chunk): text appended to the last part."""
+        text = block_text(update.get("content"))
+        if not text:
+            return
+        message = self._for_acp_message(update.get("messageId"))
+        size = len(text) if text.isascii() else text_size(text)
+        if message.cut is not None or message.size + size > self._message_max:
+            if message.cut is None:  # the chunk that passes the cap: what fits is the head's end
+                head = _fitting(text, self._message_max - message.size)
+                if head:
+                    self._append(message, kind, head, text_size(head))
+                    text, size = text[len(head) :], size - text_size(head)
+            self._past_cap(message, kind, text, size)
+            return
+        self._append(message, kind, text, size)
+
+    def _append(self, message: Message, kind: str, text: str, size: int) -> None:
+        """`text` streamed into `message`'s last part of `kind` (or a new one), and sent out."""
+        message.size += size
+        self.size += size
+        if self.size > self._size_max:
+            self._trim()
+        parts = message.parts
+        if parts and parts[-1].type == kind:
+            parts[-1].append(text)  # type: ignore[union-attr]
+        else:
+            parts.append(TextPart(kind, text))
+        self.emit(MessageDelta(self.agent, message.id, len(parts) - 1, kind, text=text))
+
+    def _for_acp_message(self, acp_id: Any) -> Message:
+        """The message a chunk belongs to: the one its ACP messageId started in, else the current one.
+
+        A late chunk of a cancelled turn that carries its messageId thus never lands in the next turn.
+        """
+        if not isinstance(acp_id, str) or not acp_id:
+            return self._target()
+        message = self._acp_messages.get(acp_id)
+        if message is None:
+            message = self._acp_messages[acp_id] = self._target()
+        return message
+
+    def _thought_chunk(self, update: dict[str, Any]) -> None:
+        self._chunk(update, "thought")
+
+    def _user_chunk(self, update: dict[str, Any]) -> None:
+        # Replayed or echoed user text: shown as a user message of its own. A block that is no text
+        # (an image, a resource) is a line of its own there, never run into the text around it.
+        content = update.get("content")
+        text = block_text(content)
+        if not text:
+            return
+        last = self.messages[-1] if self.messages else None
+        if not (isinstance(content, dict) and isinstance(content.get("text"), str)):
+            text += "\n"
+            if last is not None and last.role == "user" and last.parts:
+                before = last.parts[-1].to_dict().get("text")
+                text = ("\n" if isinstance(before, str) and before and not before.endswith("\n") else "") + text
+        size = text_size(text)
+        if last is not None and last.role == "user" and last.text_for_prompt == "" and last.parts:
+            if last.cut is not None or last.size + size > self.caps.message:
+                self._past_cap(last, "text", text, size)
+                return
+            last.parts[-1].append(text)  # type: ignore[union-attr]
+            self._resized(last, 0, size)
+            self.emit(MessageDelta(self.agent, last.id, len(last.parts) - 1, "text", text=text))
+            return
+        message = Message(self.agent, "user")
+        if size > self.caps.message:
+            message.cut = _Cut(self.caps.message)
+            message.size = message.cut.limit
+            message.cut.add(text, size)
+        else:
+            message.parts.append(TextPart("text", text))
+            message.size = size
+        self.add(message)
+
+    def _tool_call(self, update: dict[str, Any]) -> None:
+        call_id = tool_id(update)
+        known = self._tools.get(call_id)
+        if known is not None and known[0] is self.current:
+            self._tool_update(update)
+            return
+        message = self._target()  # an id reused in a later turn starts a new part there
+        part = self._fits(message, tool_part(update))
+        if part is None:
+            return
+        message.parts.append(DictPart(part))
+        index = len(message.parts) - 1
+        self._tools[call_id] = (message, index)
+        self._show_terminals(message, index)
+        self._resized(message, 0, part_size(message.parts[index].to_dict()))
+        self.emit(MessageDelta(self.agent, message.id, index, "tool", part=message.parts[index].to_dict()))
+        self._meta_terminal(update)
+
+    def _tool_update(self, update: dict[str, Any]) -> None:
+        found = self._tools.get(tool_id(update))
+        if found is None:
+            self._tool_call(update)
+            return
+        message, index = found
+        old = message.parts[index].to_dict()
+        old_size = part_size(old)
+        part = self._fits(message, tool_part(update, old), old_size)
+        assert part is not None  # it replaces a part
+        message.parts[index] = DictPart(part)
+        self._show_terminals(message, index)
+        self._resized(message, old_size, part_size(part))
+        self.emit(MessageDelta(self.agent, message.id, index, "tool", part=part))
+        self._meta_terminal(update)
+
+    # -- terminals: the live output of the commands an agent runs ---------------------------------
+
+    def terminal_output(self, terminal_id: str, text: str) -> None:
+        """More output of a command: kept (its tail) on the tool part that embeds it, and sent live."""
+        kept = self._terminal(terminal_id)
+        kept[0] = (kept[0] + text)[-TERMINAL_TAIL:]
+        self._update_terminal_part(terminal_id)
+        self.emit(TerminalOutput(self.agent, terminal_id, text))
+
+    def terminal_started(self, terminal_id: str) -> None:
+        """The agent created a terminal in this conversation's session. An agent that shows a command's
+        output itself (fast-agent) embeds it in no tool call: it is shown on the tool call that is
+        running then, the last one of the current message, until a tool call embeds it."""
+        message = self.current
+        if terminal_id in self._terminal_parts or message is None:
+            return
+        for index in range(len(message.parts) - 1, -1, -1):
+            data = message.parts[index].to_dict()
+            if data["type"] == "tool" and data.get("status") in ("pending", "in_progress") and not data.get("terminals"):
+                entry = {"terminalId": terminal_id, "output": "", "exitStatus": None}
+                message.parts[index] = DictPart({**data, "terminals": [entry]})
+                self._terminal_parts[terminal_id] = (message, index)
+                self._terminal(terminal_id)
+                self.emit(MessageDelta(self.agent, message.id, index, "tool", part=message.parts[index].to_dict()))
+                return
+
+    def terminal_exited(self, terminal_id: str, status: dict[str, Any]) -> None:
+        """The command ended: `status` is ACP's `{exitCode, signal}`."""
+        self._terminal(terminal_id)[1] = status
+        self._update_terminal_part(terminal_id)
+        self.emit(TerminalExited(self.agent, terminal_id, status))
+
+    def _terminal(self, terminal_id: str) -> list[Any]:
+        kept = self._terminals.pop(terminal_id, None) or ["", None]
+        self._terminals[terminal_id] = kept  # the newest last
+        while len(self._terminals) > TERMINALS_KEPT:
+            oldest = next(iter(self._terminals))
+            del self._terminals[oldest]
+            self._terminal_parts.pop(oldest, None)
+        return kept
+
+    def _show_terminals(self, message: Message, index: int) -> None:
+        """A tool part (new, not sent yet) that embeds terminals shows what they printed so far."""
+        part = message.parts[index].to_dict()
+        if not part.get("terminals"):
+            return
+        entries = []
+        for entry in part["terminals"]:
+            self._terminal_parts[entry["terminalId"]] = (message, index)
+            kept = self._terminals.get(entry["terminalId"])
+            entries.append({**entry, "output": kept[0], "exitStatus": kept[1]} if kept is not None else entry)
+        part["terminals"] = entries  # new entries: the old ones may be in events sent before
+
+    def _update_terminal_part(self, terminal_id: str) -> None:
+        """Keep the tool part's copy of the output current: the snapshot shows it, no event needed
+        (`terminal:output` says what came). A new dict: the old one went out in events, frontends hold it."""
+        found = self._terminal_parts.get(terminal_id)
+        if found is None:
+            return
+        message, index = found
+        kept = self._terminals[terminal_id]
+        old = message.parts[index].to_dict()
+        if not any(e["terminalId"] == terminal_id for e in old.get("terminals") or []):
+            return
+        entries = [
+            {**e, "output": kept[0], "exitStatus": kept[1]} if e["terminalId"] == terminal_id else e
+            for e in old.get("terminals") or []
+        ]
+        message.parts[index] = DictPart({**old, "terminals": entries})
+
+    def _meta_terminal(self, update: dict[str, Any]) -> None:
+        """What the Claude Code and Codex adapters stream of the commands they run themselves, in `_meta`:
+        `terminal_output {terminal_id, data}` and `terminal_exit {terminal_id, exit_code, signal}`."""
+        meta = update.get("_meta")
+        if not isinstance(meta, dict):
+            return
+        output, ended = meta.get("terminal_output"), meta.get("terminal_exit")
+        if isinstance(output, dict) and as_string(output.get("terminal_id")) and as_string(output.get("data")):
+            self.terminal_output(output["terminal_id"], output["data"])
+        if isinstance(ended, dict) and as_string(ended.get("terminal_id")):
+            self.terminal_exited(ended["terminal_id"], _exit_status(ended.get("exit_code"), ended.get("signal")))
+
+    def _plan(self, update: dict[str, Any]) -> None:
+        message = self._target()
+        entries = [
+            {
+                "content": as_string(e.get("content")),
+                "priority": choice(e.get("priority"), PLAN_PRIORITIES, "medium"),
+                "status": choice(e.get("status"), PLAN_STATUSES, "pending"),
+            }
+            for e in dicts(update.get("entries"))
+        ]
+        old_size = next((part_size(p.to_dict()) for p in message.parts if p.type == "plan"), 0)
+        fitted = self._fits(message, {"type": "plan", "entries": entries}, old_size)
+        if fitted is None:
+            return
+        part = DictPart(fitted)
+        for index, old in enumerate(message.parts):
+            if old.type == "plan":
+                message.parts[index] = part
+                break
+        else:
+            message.parts.append(part)
+            index = len(message.parts) - 1
+        self._resized(message, old_size, part_size(fitted))
+        self.emit(MessageDelta(self.agent, message.id, index, "plan", part=part.data))
+
+    def _commands(self, update: dict[str, Any]) -> None:
+        self._set("commands", dicts(update.get("availableCommands")))
+
+    # An agent may offer its modes twice: as `modes` and as a config option of category "mode"
+    # (the newer form). It may report a change in one form only; the other follows, so that
+    # deck never shows two current modes.
+
+    def _mode(self, update: dict[str, Any]) -> None:
+        mode_id = update.get("currentModeId")
+        if not isinstance(mode_id, str):
+            log.info("%s: current_mode_update without a mode id, skipped", self.agent)
+            return
+        modes = dict(self.modes or {"availableModes": []})
+        modes["currentModeId"] = mode_id
+        self._set("modes", modes)
+        option = _mode_option(self.config_options)
+        if option is not None and option.get("currentValue") != mode_id and mode_id in _option_values(option):
+            followed = {**option, "currentValue": mode_id}
+            self._set("config_options", [followed if o is option else o for o in self.config_options])
+
+    def _config_options(self, update: dict[str, Any]) -> None:
+        self._set("config_options", dicts(update.get("configOptions")))
+        option = _mode_option(self.config_options)
+        value = option.get("currentValue") if option is not None else None
+        if self.modes is None or not isinstance(value, str) or value == self.modes.get("currentModeId"):
+            return
+        if value in [m.get("id") for m in dicts(self.modes.get("availableModes"))]:  # ids may be junk
+            self._set("modes", {**self.modes, "currentModeId": value})
+
+    def _session_info(self, update: dict[str, Any]) -> None:
+        title = update.get("title", False)
+        if title is None or isinstance(title, str):
+            self._set("title", title)
+
+    def _usage(self, update: dict[str, Any]) -> None:
+        usage = {"used": _count(update.get("used")), "size": _count(update.get("size"))}
+        if isinstance(update.get("cost"), dict):
+            usage["cost"] = update["cost"]
+        self.usage = usage
+        self.emit(UsageChanged(self.agent, usage))
+
+    _handlers: dict[str, Callable[[Conversation, dict[str, Any]], None]] = {
+        "agent_message_chunk": _chunk,
+        "agent_thought_chunk": _thought_chunk,
+        "user_message_chunk": _user_chunk,
+        "tool_call": _tool_call,
+        "tool_call_update": _tool_update,
+        "plan": _plan,
+        "available_commands_update": _commands,
+        "current_mode_update": _mode,
+        "config_option_update": _config_options,
+        "session_info_update": _session_info,
+        "usage_update": _usage,
+    }
+
+
+def part_size(part: dict[str, Any]) -> int:
+    """About the bytes a part holds: its texts, and ITEM_SIZE for each item of its lists."""
+    if part.get("type") in ("text", "thought"):
+        return text_size(as_string(part.get("text")))
+    size = sum(text_size(as_string(part.get(key))) for key in ("title", "input", "output"))
+    for diff in part.get("diffs") or ():
+        size += ITEM_SIZE + sum(text_size(as_string(diff.get(k))) for k in ("path", "oldText", "newText"))
+    for entry in part.get("entries") or ():
+        size += ITEM_SIZE + text_size(as_string(entry.get("content")))
+    for entry in part.get("terminals") or ():
+        size += ITEM_SIZE + text_size(as_string(entry.get("output")))
+    return size + ITEM_SIZE * len(part.get("locations") or ())
+
+
+def fit_part(part: dict[str, Any], limit: int) -> dict[str, Any]:
+    """A tool or plan part of at most about `limit` bytes: its lists and texts cut, each text
+    keeping its start and a note of what went."""
+    if part_size(part) <= limit:
+        return part
+    items = max(limit // (ITEM_SIZE * 4), 1)  # lists shortened first: what is left goes to the texts
+    part = {**part, **{k: part[k][:items] for k in ("diffs", "entries", "locations", "terminals") if part.get(k)}}
+    texts = 3 + 3 * len(part.get("diffs") or ()) + len(part.get("entries") or ()) + len(part.get("terminals") or ())
+    each = max((limit - ITEM_SIZE * items) // texts, ITEM_SIZE)
+    for key in ("title", "input", "output"):
+        if key in part:
+            part[key] = _head(as_string(part[key]), each)
+    if part.get("diffs"):
+        part["diffs"] = [{**d, **{k: _head(as_string(d.get(k)), each) for k in ("path", "oldText", "newText")}}
+                         for d in part["diffs"]]  # fmt: skip
+    if part.get("entries"):
+        part["entries"] = [{**e, "content": _head(as_string(e.get("content")), each)} for e in part["entries"]]
+    return part
+
+
+def _fitting(text: str, limit: int) -> str:
+    """The start of `text` that holds at most `limit` bytes, cut at a character boundary."""
+    if limit <= 0:
+        return ""
+    if text.isascii():
+        return text[:limit]
+    return text.encode("utf-8", "surrogatepass")[:limit].decode("utf-8", "ignore")
+
+
+def _head(text: str, limit: int) -> str:
+    """`text`'s first `limit` bytes or so, with a note of what was cut."""
+    if text_size(text) <= limit:
+        return text
+    kept = _fitting(text, limit)
+    return f"{kept}\n[… deck cut {shown_size(text_size(text) - text_size(kept))} here …]"
+
+
+def _count(value: Any) -> int:
+    """A token count as sent; anything that is not a finite number counts as 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    return int(value) if math.isfinite(value) else 0
+
+
+# -- reading what an agent sent: the right type, or a default ---------------------------------
+
+
+def _exit_status(code: Any, signal: Any) -> dict[str, Any]:
+    """ACP's `TerminalExitStatus` of what an adapter says in `_meta.terminal_exit`: an exit code
+    that is no uint32 (a bool, a float, a negative or a huge number) is unknown, and so is a signal
+    that is no string; a signal name is cut at SIGNAL_MAX characters."""
+    exit_code = code if type(code) is int and 0 <= code <= EXIT_CODE_MAX else None
+    return {"exitCode": exit_code, "signal": signal[:SIGNAL_MAX] if isinstance(signal, str) else None}
+
+
+def _modes(value: Any) -> dict[str, Any] | None:
+    """A SessionModeState as deck keeps it: `availableModes` a list of objects, `currentModeId` a string or None."""
+    if not isinstance(value, dict):
+        return None
+    current = value.get("currentModeId")
+    return {
+        **value,
+        "currentModeId": current if isinstance(current, str) else None,
+        "availableModes": dicts(value.get("availableModes")),
+    }
+
+
+def _mode_option(options: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The config option that selects the session mode (category "mode"), if the agent offers one."""
+    return next((o for o in options if o.get("category") == "mode"), None)
+
+
+def _option_values(option: dict[str, Any]) -> list[Any]:
+    """The values a select option offers, whether listed flat or in groups."""
+    values: list[Any] = []
+    for item in dicts(option.get("options")):
+        if "group" in item:
+            values.extend(v.get("value") for v in dicts(item.get("options")))
+        else:
+            values.append(item.get("value"))
+    return values

@@ -1,0 +1,99 @@
+"""`deck agents --check`: whether each configured agent's command exists and, with
+`--handshake`, whether it starts and completes an ACP handshake (then it is stopped)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import time
+from typing import TYPE_CHECKING, Any
+
+import typer
+from deck.config.models import AgentConfig
+from deck.errors import ExitCode, ServiceError
+from deck.proc.supervisor import StopTimings
+
+if TYPE_CHECKING:
+    from deck.runtime.deck import Deck
+
+#: A check stops each agent right after its handshake; most npm agents ignore stdin EOF,
+#: so the default 5 s wait before SIGTERM would only slow the check down.
+CHECK_TIMINGS = StopTimings(after_stdin_close=1.0, after_sigterm=2.0, after_sigkill=2.0)
+
+
+def find_command(cfg: AgentConfig) -> tuple[str | None, str | None]:
+    """(where the agent's program is, None) as the supervisor would find it, or (None, why it
+    cannot start): its working directory or its command missing, or the command not executable."""
+    cwd, program = cfg.resolved_cwd(), cfg.command[0]
+    if not os.path.isdir(cwd):
+        return None, f"working directory does not exist: {cwd}"
+    if os.sep in program:  # a path: relative ones are relative to the agent's cwd, like Popen(cwd=…)
+        path = program if os.path.isabs(program) else os.path.join(cwd, program)
+    else:
+        search = cfg.env.get("PATH", os.environ.get("PATH", os.defpath))
+        found = shutil.which(program, path=search)
+        if found is not None:
+            return found, None
+        # which() passes over a file that is there but not executable: say so, as the start would.
+        path = next((p for d in search.split(os.pathsep) if d and os.path.isfile(p := os.path.join(d, program))), "")
+    if not os.path.isfile(path):
+        return None, f"command not found: {program}"
+    if not os.access(path, os.X_OK):
+        return None, f"command not executable: {program}"
+    return path, None
+
+
+async def handshake(deck: Deck, name: str) -> dict[str, Any]:
+    """Start agent `name` (initialize + session/new), then stop it."""
+    started = time.monotonic()
+    agent = deck.agent(name)
+    try:
+        await deck.agent_service.start(name)
+    except ServiceError:
+        return {"ok": False, "error": agent.error or "could not start", "seconds": round(time.monotonic() - started, 2)}
+    seconds = round(time.monotonic() - started, 2)
+    info = agent.init_result.get("agentInfo") or {}
+    await deck.agent_service.stop(name)
+    return {"ok": True, "agent": " ".join(str(info.get(k, "")) for k in ("name", "version")).strip(), "seconds": seconds}
+
+
+async def check_all(deck: Deck, with_handshake: bool) -> list[dict[str, Any]]:
+    rows = []
+    try:
+        for agent in deck.agents.values():
+            found, problem = find_command(agent.config)
+            row: dict[str, Any] = {"name": agent.name, "command": agent.config.command, "found": found}
+            if problem is not None:
+                row["problem"] = problem
+            if with_handshake:
+                row["handshake"] = await handshake(deck, agent.name) if found else None
+            rows.append(row)
+    finally:
+        await deck.shutdown()
+    return rows
+
+
+def run_check(deck: Deck, with_handshake: bool, as_json: bool) -> ExitCode:
+    """Print the check of every agent; the exit code is ERROR when any check failed."""
+    deck.timings = CHECK_TIMINGS
+    rows = asyncio.run(check_all(deck, with_handshake))
+    failed = any(not r["found"] or (with_handshake and not r["handshake"]["ok"]) for r in rows)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return ExitCode.ERROR if failed else ExitCode.OK
+    for row in rows:
+        if not row["found"]:
+            typer.echo(f"✗ {row['name']:<16} {row['problem']}")
+            continue
+        line = f"{row['name']:<16} command: {row['found']}"
+        shake = row.get("handshake")
+        if shake is None:
+            typer.echo(f"✓ {line}")
+        elif shake["ok"]:
+            typer.echo(f"✓ {line}; handshake ok in {shake['seconds']:g}s ({shake['agent'] or 'unnamed agent'})")
+        else:
+            reason = shake["error"].replace("\n", "\n    ")
+            typer.echo(f"✗ {line}; handshake failed: {reason}")
+    return ExitCode.ERROR if failed else ExitCode.OK

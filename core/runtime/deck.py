@@ -1,0 +1,340 @@
+"""The Deck: config, agents, the event bus, plugin calls, services and the run loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import inspect
+import logging
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pluggy
+from deck.agent.agent import Agent
+from deck.agent.session import Session
+from deck.chat.book import MatchedReplay, ReplaySink
+from deck.chat.conversation import Conversation
+from deck.config import models as configmod
+from deck.config.models import DeckConfig
+from deck.errors import ServiceError, UnknownMethod, UsageError
+from deck.events import ConfigChanged, Event, PluginError, set_seq
+from deck.frontend import Frontend
+from deck.proc.supervisor import StopTimings, kill_all_now
+from deck.proc.tasks import TaskGroup
+from deck.runtime.deck_service import DeckService
+from deck.runtime.hooks import Hooks
+from deck.runtime.local import LocalClient
+from deck.runtime.plugins import make_manager
+from deck.runtime.rpc import check_params, methods
+from deck.runtime.services import AgentService, ChatService, ConfigService
+
+log = logging.getLogger(__name__)
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Deck:
+    """One running deck. Create it, then `await deck.run(FrontendClass)`."""
+
+    def __init__(
+        self,
+        config_path: Path | None = None,
+        source: str = "embedded",
+        *,
+        pm: pluggy.PluginManager | None = None,
+        timings: StopTimings | None = None,
+        disabled: tuple[str, ...] = (),
+    ) -> None:
+        self.timings = timings or StopTimings()
+        #: The clock of idle tracking; tests inject their own.
+        self.clock: Callable[[], float] = time.monotonic
+        self.config_path = config_path
+        self.config_source = source
+        self.config_created = False
+        self.frontend: Frontend | None = None
+        self._listeners: list[Any] = []
+        #: The `seq` of the last event emitted; events are numbered from 1, in the one order they go out.
+        self.seq = 0
+        self._emitting = False
+        self._pending_events: deque[Event] = deque()
+        # The plugins `[plugins] disabled` leaves on are loaded first: the keys they add to deck's own
+        # tables (idle_stop's `limits.*`) are checked with the config; their own sections on first use.
+        self.text, unreadable = self._read_config(config_path)
+        self.disabled = (*configmod.disabled_plugins(self.text), *disabled)
+        self.pm = pm or make_manager(self.disabled)
+        self.hooks = Hooks(self, self.pm)
+        #: The root of every task the deck runs (`spawn`): each agent connection has a group inside it.
+        self.tasks = TaskGroup("deck")
+        in_tables = {k: v for k, v in self.config_sections().items() if k in configmod.CORE_TABLES}
+        loaded = configmod.Loaded(None, [unreadable]) if unreadable else configmod.parse(self.text, in_tables)
+        if loaded.config is None:
+            where = str(config_path) if config_path else "<embedded>"
+            lines = [f"{where}:{p.line}:{p.column}: {p.message}" for p in loaded.errors]
+            raise UsageError("invalid config", lines)
+        self.config: DeckConfig = loaded.config
+        self.problems = loaded.problems
+        #: Plugins' sections of the config in force (`section`), all checked on first use.
+        self._sections: dict[str, Any] | None = None
+        self.agents: dict[str, Agent] = {name: Agent(self, name, cfg) for name, cfg in self.config.agents.items()}
+        self.agent_service = AgentService(self)
+        self.chat = ChatService(self)
+        self.config_service = ConfigService(self)
+        self.services: dict[str, Any] = {
+            "AgentService": self.agent_service,
+            "ChatService": self.chat,
+            "ConfigService": self.config_service,
+            "DeckService": DeckService(self),
+        }
+        self.services.update(self.hooks.register_services(set(self.services)))
+        #: Set by a plugin (logs, for `--trace`) before agents start: every ACP line goes to `deck_acp_message`.
+        self.trace_acp = False
+        self.trace_path: Path | None = None
+        #: Folders deck keeps for itself besides its state folder (a plugin's socket folder): agents' fs/* stay out.
+        self.private_folders: list[Path] = []
+        self._methods: dict[str, Callable[..., Any]] | None = None
+        self._closing: asyncio.Future[None] | None = None
+        self.exit_code: int | None = None
+
+    def _read_config(self, path: Path | None) -> tuple[str, configmod.Problem | None]:
+        if path is None:
+            return configmod.embedded_default(), None
+        return configmod.read_file(path, pipe=True)  # `--config <(…)` too, read once
+
+    def config_sections(self) -> dict[str, Any]:
+        """Config sections contributed by plugins: `{name: pydantic model}`."""
+        return self.hooks.config_sections()
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    def agent(self, name: str) -> Agent:
+        agent = self.agents.get(name)
+        if agent is None:
+            known = ", ".join(self.agents) or "none"
+            raise ServiceError(f"unknown agent {name!r} (agents: {known})")
+        return agent
+
+    # -- events and plugins -------------------------------------------------------------------
+
+    # -- what its agents ask of it (deck.agent.host.Host) --------------------------------------
+
+    def conversation_of(self, agent: str) -> Conversation:
+        return self.chat.conversations.of(agent)
+
+    def session_opened(self, agent: Agent) -> None:
+        self.chat.conversations.session_opened(agent)
+
+    def replay_into(self, agent: str, *, matched: bool) -> ReplaySink | MatchedReplay:
+        conv = self.chat.conversations.of(agent)
+        return MatchedReplay(conv) if matched else ReplaySink(conv)
+
+    async def ask_permission(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+        return await self.chat.pending.ask_permission(session, params)
+
+    async def ask_question(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
+        return await self.chat.pending.ask_question(session, params)
+
+    def cancel_requests_from(self, session: Session) -> None:
+        self.chat.pending.cancel_from(session)
+
+    def subscribe(self, listener: Any) -> None:
+        """Call `listener(event)` for every event (frontends use this)."""
+        self._listeners.append(listener)
+
+    def unsubscribe(self, listener: Any) -> None:
+        self._listeners.remove(listener)
+
+    def emit(self, event: Event) -> None:
+        """Send `event` to the listeners and the `deck_event` hook.
+
+        Every listener and plugin sees events in one order: an event emitted while
+        another is being delivered waits until that delivery is over. Each event gets its
+        `seq` here, when the change it reports is already made: a snapshot taken at `self.seq`
+        holds the changes of every event up to it, whether delivered yet or not.
+        """
+        seq = self.seq = self.seq + 1
+        set_seq(event, seq)  # events are frozen: stamped once, as they go out
+        if self._emitting:
+            self._pending_events.append(event)
+            return
+        self._emitting = True
+        try:
+            self._deliver(event)
+            while self._pending_events:
+                self._deliver(self._pending_events.popleft())
+        finally:
+            self._emitting = False
+
+    def _deliver(self, event: Event) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception as exc:
+                log.exception("event listener failed")
+                if not isinstance(event, PluginError):
+                    self.emit(PluginError(getattr(listener, "__qualname__", "frontend"), "event", repr(exc)))
+        self.hooks.event(event)
+
+    def plugin_failed(self, plugin: str, hook: str, error: str) -> None:
+        """Report a plugin that raised: a `plugin:error` event (to the listeners only when deck_event failed)."""
+        event = PluginError(plugin, hook, error)
+        if hook != "deck_event":
+            self.emit(event)
+            return
+        self.seq += 1
+        set_seq(event, self.seq)
+        for listener in self._listeners:  # not through the hook that just failed
+            try:
+                listener(event)
+            except Exception:
+                log.exception("event listener failed")
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str, *, log_errors: bool = True) -> asyncio.Task[Any]:
+        """Run `coro` as a task of the deck's: cancelled at shutdown; an error it ends with is logged,
+        unless `log_errors` is off (whoever awaits the task handles it)."""
+        return self.tasks.spawn(coro, name, log_errors=log_errors)
+
+    # -- services ---------------------------------------------------------------------------
+
+    async def call(self, method: str, params: Any) -> Any:
+        """Call a service method by its wire name, e.g. "ChatService.Send", with `params` by name."""
+        if self._methods is None:
+            self._methods = methods(self.services.values())
+        target = self._methods.get(method)
+        if target is None:
+            raise UnknownMethod(f"unknown method: {method}")
+        result = target(**check_params(target, params))
+        return await result if inspect.isawaitable(result) else result
+
+    # -- running ------------------------------------------------------------------------------
+
+    async def run(self, frontend_cls: type[Frontend], **options: Any) -> int:
+        """Run the frontend until it returns or a signal arrives; stop every agent after."""
+        loop = asyncio.get_running_loop()
+        self._closing = loop.create_future()
+        for sig in SIGNALS:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            await self.startup()
+            # What start-up made (modules, classes, the config) lives as long as the process: out of
+            # the garbage collector's full passes, which would otherwise walk it all again and again
+            # over a day of streaming (a pause of tens of ms each).
+            gc.freeze()
+            self.frontend = frontend_cls(LocalClient(self), **options)
+            front = self.tasks.spawn(self.frontend.run(), "frontend", log_errors=False)
+            ends: set[asyncio.Future[Any]] = {front, self._closing}
+            await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
+            if front.done():
+                code = front.result()  # an exception in the frontend propagates after cleanup
+            else:
+                front.cancel()
+                await asyncio.gather(front, return_exceptions=True)
+                code = self.exit_code if self.exit_code is not None else 0
+            return code if self.exit_code is None else self.exit_code
+        finally:
+            await asyncio.shield(self.shutdown())
+            for sig in SIGNALS:
+                loop.remove_signal_handler(sig)
+
+    async def startup(self) -> None:
+        """Run the `deck_startup` hooks (plugins start their tasks), then follow the config file; `run` calls it first."""
+        await self.hooks.startup()
+        self.config_service.start_watching()
+
+    def request_exit(self, code: int = 0) -> None:
+        """Ask the run loop to end (signals, a closed stdout)."""
+        if self.exit_code is None:
+            self.exit_code = code
+        if self._closing is not None and not self._closing.done():
+            self._closing.set_result(None)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        log.info("signal %s: closing", sig.name)
+        self.request_exit(128 + sig)
+
+    async def shutdown(self) -> None:
+        """Stop every agent in parallel; end the deck's tasks. Safe to call twice."""
+        try:
+            self.chat.end_of_input()
+            await self.stop_all()
+            await self.hooks.shutdown()
+        finally:
+            kill_all_now()  # whatever survived an error above
+            await self.tasks.close()
+
+    async def stop_all(self) -> None:
+        await asyncio.gather(*(agent.stop() for agent in self.agents.values()), return_exceptions=True)
+
+    # -- the config in force (the file is followed by `watch.py`, which calls these) -------------
+
+    async def apply_config(self, text: str, loaded: configmod.Loaded) -> None:
+        """`text`, checked as `loaded`, is the config file now: applied if valid, reported either way.
+
+        Agents removed from it stop and go (their queued messages are abandoned first, so none
+        starts them again), new ones appear in file order, and each one kept takes its new
+        definition (`Agent.redefine`). An invalid config only changes the problems reported."""
+        self.text, self.problems = text, loaded.problems
+        new = loaded.config
+        if new is not None:
+            removed = [agent for name, agent in self.agents.items() if name not in new.agents]
+            for agent in removed:
+                if agent.name in self.chat.conversations:
+                    with contextlib.suppress(ServiceError):
+                        self.chat.cancel(agent.name)
+                agent.retire()
+            self.agents = {name: agent for name, agent in self.agents.items() if name in new.agents}
+            await asyncio.gather(*(agent.stop() for agent in removed), return_exceptions=True)
+            self.config = new
+            kept, self.agents = self.agents, {}
+            for name, definition in new.agents.items():
+                known = kept.get(name)
+                if known is None:
+                    self.agents[name] = Agent(self, name, definition)
+                    self.agents[name].emit_state()
+                else:
+                    known.redefine(definition)
+                    self.agents[name] = known
+            self._sections = loaded.sections
+        self._config_changed()
+
+    async def switch_config(self, path: Path, text: str, loaded: configmod.Loaded, *, created: bool) -> None:
+        """Another config file (`ConfigService.Open`): every agent stops, the conversations and what
+        agents asked go, and the new file's agents take their place."""
+        assert loaded.config is not None
+        self.chat.pending.cancel_all()
+        old = list(self.agents.values())
+        for agent in old:
+            agent.retire()
+        self.agents = {}
+        await asyncio.gather(*(agent.stop() for agent in old), return_exceptions=True)
+        self.chat.forget()
+        self.set_config_file(path, "open", created)
+        self.config, self.text, self.problems = loaded.config, text, loaded.problems
+        self._sections = loaded.sections
+        self.agents = {name: Agent(self, name, cfg) for name, cfg in loaded.config.agents.items()}
+        self._config_changed()
+
+    def section(self, name: str) -> Any:
+        """Plugin section `name` of the config in force, validated by the plugin's model (None when
+        absent and without defaults, or invalid)."""
+        if self._sections is None:  # read on first use: plugins load after the config
+            self._sections = configmod.parse(self.text, self.config_sections()).sections
+        return self._sections.get(name)
+
+    def sections_checked(self, loaded: configmod.Loaded) -> None:
+        """The config text in force was checked again (`loaded`): its plugin sections need no parse of their own."""
+        if self._sections is None and loaded.config is not None:
+            self._sections = loaded.sections
+
+    def set_config_file(self, path: Path, source: str, created: bool) -> None:
+        """The config file in use from now on, how it was found, and whether deck created it."""
+        self.config_path, self.config_source, self.config_created = path, source, created
+
+    def _config_changed(self) -> None:
+        valid = not any(not p.warning for p in self.problems)
+        path = str(self.config_path) if self.config_path else ""
+        self.emit(ConfigChanged(path, valid, [p.to_dict() for p in self.problems]))

@@ -1,0 +1,74 @@
+"""DeckService: the deck as a whole, for a client that (re)joins it: one consistent snapshot.
+
+A client subscribes first, then asks for `DeckService.Snapshot()`, then applies only the
+events whose `seq` is greater than the snapshot's: it ends up exactly where the deck is,
+whatever happened in between, in this process or at the other end of a socket.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from deck.errors import ServiceError
+from deck.runtime.rpc import rpc
+
+if TYPE_CHECKING:
+    from deck.runtime.deck import Deck
+
+#: How many times a snapshot is taken again when the deck changed while it was being read.
+SNAPSHOT_TRIES = 8
+
+
+class DeckService:
+    """The deck as one thing: its snapshot (a server adds the clients attached to it)."""
+
+    def __init__(self, deck: Deck) -> None:
+        self.deck = deck
+        self.since = now_iso()
+        #: Set by a server (`deck.server`): the clients attached to it, as `Clients()` lists them.
+        #: None: the deck's own frontend is its one client.
+        self.attached: Callable[[], list[dict[str, Any]]] | None = None
+
+    @rpc("DeckService.Clients")
+    def clients(self) -> list[dict[str, Any]]:
+        """The clients of the deck: `[{id, pid, uid, frontend, since}]`, in the order they came."""
+        if self.attached is not None:
+            return self.attached()
+        frontend = getattr(self.deck.frontend, "name", "") or ""
+        return [{"id": 1, "pid": os.getpid(), "uid": os.getuid(), "frontend": frontend, "since": self.since}]
+
+    @rpc("DeckService.Shutdown")
+    def shutdown(self) -> None:
+        """End the deck as a signal would: every agent stops, then the process exits 0."""
+        self.deck.request_exit(0)
+
+    @rpc("DeckService.Snapshot")
+    async def snapshot(self) -> dict[str, Any]:
+        """`{seq, agents, conversations: {agent: Conversation}, pending, config}`, consistent at `seq`.
+
+        Read with the services' own methods, so each piece is exactly what a call of it returns:
+        `agents` is `AgentService.List()`, `conversations` holds `ChatService.Conversation(agent)`
+        of each of those agents (an empty one for an agent that has none yet), `pending` is
+        `ChatService.Pending()`, `config` is `ConfigService.Current()`. Should one of them wait
+        while events go out, the snapshot is read again, so it never mixes two moments.
+        """
+        deck = self.deck
+        for _ in range(SNAPSHOT_TRIES):
+            seq = deck.seq
+            agents = await deck.call("AgentService.List", None)
+            conversations = {name: await deck.call("ChatService.Conversation", {"agent": name}) for name in deck.agents}
+            pending = await deck.call("ChatService.Pending", None)
+            config = await deck.call("ConfigService.Current", None)
+            if deck.seq == seq:
+                return {
+                    "seq": seq, "agents": agents, "conversations": conversations, "pending": pending, "config": config
+                }
+        raise ServiceError(f"the deck kept changing while its snapshot was read ({SNAPSHOT_TRIES} tries)")
+
+
+def now_iso() -> str:
+    """The time now, UTC, to the second: `2026-01-31T12:00:00Z`."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,232 @@
+"""The typed facade through which the core calls plugins: one method per hook.
+
+Each implementation is called on its own, in pluggy's order (tryfirst ones first, then
+the last registered first, trylast ones last): one that raises is reported (a log line
+and a `plugin:error` event) and skipped, and the others still run. An awaitable returned
+by a notification hook runs in a deck task, cut off after `Hooks.timeout` (PLUGIN_TIMEOUT),
+so a slow plugin cannot stall the event bus.
+
+Hook wrappers (`hookwrapper=True`, `wrapper=True`) cannot wrap that: a wrapper's code after
+its `yield` would run before the awaitables it wraps, and one failing implementation would
+end the whole call. `DeckPluginManager` refuses them at registration; one that reaches the
+facade through another manager is reported and never called.
+
+`PluginHooks` is the part that needs no running deck: the command line uses it to let
+plugins add commands and config sections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from deck.errors import ServiceError
+
+if TYPE_CHECKING:
+    import pluggy
+    import typer
+    from deck.agent.agent import Agent
+    from deck.agent.session import Session
+    from deck.events import Event
+    from deck.frontend import Frontend
+    from deck.runtime.deck import Deck
+
+log = logging.getLogger(__name__)
+
+#: How long an awaitable returned by a plugin's hook may run, in seconds (`Hooks.timeout`).
+PLUGIN_TIMEOUT = 10.0
+
+Impl = tuple[Callable[..., Any], tuple[str, ...], str]
+#: Told of a plugin that failed: (plugin name, hook name, the exception).
+Report = Callable[[str, str, BaseException], None]
+
+
+def log_failure(plugin: str, hook: str, exc: BaseException) -> None:
+    log.error("plugin %s failed in %s: %r", plugin, hook, exc, exc_info=exc)  # its traceback: for the log file
+
+
+class PluginHooks:
+    """The hooks called before any deck runs, and the machinery: implementations in order, each isolated."""
+
+    def __init__(self, pm: pluggy.PluginManager, report: Report = log_failure) -> None:
+        self.pm = pm
+        self.report = report
+        #: Arguments every implementation may name besides the hook's own (a Deck's `deck`).
+        self.context: dict[str, Any] = {}
+        self._cache: dict[str, tuple[int | None, list[Impl]]] = {}
+        self._refused: set[tuple[str, str]] = set()
+
+    # -- the hooks ------------------------------------------------------------------------------
+
+    def register_frontends(self) -> dict[str, type[Frontend]]:
+        found: dict[str, type[Frontend]] = {}
+        for result in self._call("deck_register_frontends"):
+            found.update(result)
+        return found
+
+    def register_commands(self, app: typer.Typer) -> None:
+        self._call("deck_register_commands", app=app)
+
+    def config_sections(self) -> dict[str, Any]:
+        sections: dict[str, Any] = {}
+        for result in self._call("deck_config_sections"):
+            sections.update(result)
+        return sections
+
+    # -- machinery ------------------------------------------------------------------------------
+
+    def _impls(self, name: str) -> list[Impl]:
+        """The implementations of hook `name` in call order; cached while the plugins stay the same."""
+        generation = getattr(self.pm, "generation", None)
+        cached = self._cache.get(name)
+        if cached is not None and generation is not None and cached[0] == generation:
+            return cached[1]
+        impls: list[Impl] = []
+        wrappers: list[str] = []
+        for impl in reversed(getattr(self.pm.hook, name).get_hookimpls()):
+            if impl.hookwrapper or impl.wrapper:
+                wrappers.append(impl.plugin_name)
+            else:
+                impls.append((impl.function, tuple(impl.argnames), impl.plugin_name))
+        self._cache[name] = (generation, impls)
+        for plugin in wrappers:  # after caching: the report may call hooks itself
+            if (plugin, name) not in self._refused:
+                self._refused.add((plugin, name))
+                self.failed(plugin, name, TypeError(WRAPPER_REFUSED))
+        return impls
+
+    def _call(self, name: str, **kwargs: Any) -> list[Any]:
+        """Every implementation's result that is not None; awaitables are handed to `_later`."""
+        kwargs.update(self.context)
+        results = []
+        for function, argnames, plugin in self._impls(name):
+            try:
+                result = function(*[kwargs[arg] for arg in argnames])
+            except Exception as exc:
+                self.failed(plugin, name, exc)
+                continue
+            if result is None:
+                continue
+            if inspect.isawaitable(result):
+                self._later(plugin, name, result)
+            else:
+                results.append(result)
+        return results
+
+    def _later(self, plugin: str, hook: str, awaitable: Awaitable[Any]) -> None:
+        """No deck runs to wait for an awaitable: it is closed unrun and reported."""
+        close = getattr(awaitable, "close", None)
+        if close is not None:
+            close()
+        self.failed(plugin, hook, TypeError("returned an awaitable, but no deck is running to wait for it"))
+
+    def failed(self, plugin: str, hook: str, exc: BaseException) -> None:
+        self.report(plugin, hook, exc)
+
+
+class Hooks(PluginHooks):
+    """Every hook, called for one Deck: failures become `plugin:error` events, awaitables deck tasks."""
+
+    def __init__(self, deck: Deck, pm: pluggy.PluginManager) -> None:
+        super().__init__(pm)
+        self.deck = deck
+        self.context = {"deck": deck}
+        #: How long an awaitable returned by a hook may run before it is cancelled and reported.
+        self.timeout = PLUGIN_TIMEOUT
+
+    # -- the hooks ------------------------------------------------------------------------------
+
+    def register_services(self, taken: set[str]) -> dict[str, object]:
+        """The plugins' services; a name already `taken` (the core's, another plugin's) is refused."""
+        found: dict[str, object] = {}
+        for result in self._call("deck_register_services"):
+            for name, service in result.items():
+                if name in taken or name in found:
+                    log.error("plugin service %s refused: a service of that name exists", name)
+                    continue
+                found[name] = service
+        return found
+
+    async def startup(self) -> None:
+        await self._call_and_wait("deck_startup")
+
+    async def shutdown(self) -> None:
+        await self._call_and_wait("deck_shutdown")
+
+    def event(self, event: Event) -> None:
+        """`deck_event`: the hot path, one call per streamed chunk, hence no generic argument matching."""
+        for function, argnames, plugin in self._impls("deck_event"):
+            try:
+                if argnames == _DECK_EVENT:
+                    result = function(self.deck, event)
+                else:
+                    result = function(*[event if arg == "event" else self.deck for arg in argnames])
+            except Exception as exc:
+                self.failed(plugin, "deck_event", exc)
+                continue
+            if result is not None and inspect.isawaitable(result):
+                self._later(plugin, "deck_event", result)
+
+    async def before_start(self, agent: Agent) -> None:
+        """`deck_before_start`: a ServiceError refuses the start; an awaitable is waited for."""
+        await self._call_and_wait("deck_before_start", refuse=ServiceError, agent=agent)
+
+    def session_mcp_servers(self, agent: Agent, session: Session) -> list[dict[str, Any]]:
+        return [
+            server for result in self._call("deck_session_mcp_servers", agent=agent, session=session) for server in result
+        ]
+
+    def acp_message(self, agent: Agent, direction: str, message: dict[str, Any]) -> None:
+        self._call("deck_acp_message", agent=agent, direction=direction, message=message)
+
+    # -- machinery ------------------------------------------------------------------------------
+
+    async def _call_and_wait(self, name: str, refuse: type[Exception] | None = None, **kwargs: Any) -> None:
+        """Call each implementation in turn and wait for what it returns; `refuse` propagates."""
+        kwargs.update(self.context)
+        for function, argnames, plugin in self._impls(name):
+            try:
+                result = function(*[kwargs[arg] for arg in argnames])
+                if inspect.isawaitable(result):
+                    await self._bounded(result)
+            except Exception as exc:
+                if refuse is not None and isinstance(exc, refuse):
+                    raise
+                self.failed(plugin, name, exc)
+
+    def _later(self, plugin: str, hook: str, awaitable: Awaitable[Any]) -> None:
+        async def guarded() -> None:
+            try:
+                await self._bounded(awaitable)
+            except Exception as exc:
+                self.failed(plugin, hook, exc)
+
+        self.deck.spawn(guarded(), f"{plugin}.{hook}")
+
+    async def _bounded(self, awaitable: Awaitable[Any]) -> None:
+        """Wait for `awaitable`, cancelling it after `self.timeout` seconds (a TimeoutError that says so)."""
+        limit = asyncio.timeout(self.timeout)
+        try:
+            async with limit:
+                await awaitable
+        except TimeoutError:
+            if limit.expired():
+                raise TimeoutError(f"did not finish within {self.timeout:g}s") from None
+            raise
+
+    def failed(self, plugin: str, hook: str, exc: BaseException) -> None:
+        log_failure(plugin, hook, exc)
+        self.deck.plugin_failed(plugin, hook, f"{type(exc).__name__}: {exc}")
+
+
+_DECK_EVENT = ("deck", "event")
+
+#: Why a hook wrapper is refused (at registration) or never called (by the facade).
+WRAPPER_REFUSED = (
+    "hook wrappers (hookwrapper=True, wrapper=True) are not supported: deck calls each implementation "
+    "on its own and runs the awaitables they return in their own tasks; order implementations with "
+    "tryfirst=True or trylast=True instead"
+)

@@ -1,0 +1,128 @@
+"""Plugin loading: the built-in list, the "deck" entry-point group, and what is disabled."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import pluggy
+from deck import hookspecs
+from deck.runtime.hooks import WRAPPER_REFUSED
+
+log = logging.getLogger(__name__)
+
+#: Built-in plugins and frontends, registered exactly as a third party's would be.
+DEFAULT_PLUGINS: tuple[str, ...] = (
+    "deck.frontends.jsonl",
+    "deck.frontends.line",
+    "deck.frontends.urwid",
+    "deck.plugins.idle_stop",
+    "deck.plugins.logs",
+    "deck.plugins.announcements",
+    "deck.plugins.history",
+    "deck.plugins.worktrees",
+)
+
+ENTRY_POINT_GROUP = "deck"
+AUTOLOAD_ENV = "DECK_DISABLE_PLUGIN_AUTOLOAD"
+
+#: Where each third-party plugin comes from: "distribution version".
+SOURCES: dict[str, str] = {}
+
+
+def short_name(module_name: str) -> str:
+    """`deck.plugins.idle_stop` → `idle_stop`; the name used in `[plugins] disabled`."""
+    return module_name.rsplit(".", 1)[-1]
+
+
+class DeckPluginManager(pluggy.PluginManager):
+    """A PluginManager that counts its changes, so the core can cache hook implementations,
+    and refuses hook wrappers (`hooks.WRAPPER_REFUSED` says why) before registering anything."""
+
+    def __init__(self, project_name: str = "deck") -> None:
+        super().__init__(project_name)
+        self.generation = 0
+
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        for attr in dir(plugin):  # a wrapper is refused before pluggy records anything of the plugin
+            self.parse_hookimpl_opts(plugin, attr)
+        self.generation += 1
+        return super().register(plugin, name)
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
+        self.generation += 1
+        return super().unregister(plugin, name)
+
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is not None and (opts.get("hookwrapper") or opts.get("wrapper")):
+            raise pluggy.PluginValidationError(plugin, f"{name}: {WRAPPER_REFUSED}")
+        return opts
+
+
+def make_manager(disabled: Iterable[str] = (), *, autoload: bool | None = None) -> DeckPluginManager:
+    """A PluginManager with the hookspecs, the built-ins and the entry points, less `disabled`."""
+    disabled = set(disabled)
+    pm = DeckPluginManager("deck")
+    pm.add_hookspecs(hookspecs)
+    for module_name in DEFAULT_PLUGINS:
+        name = short_name(module_name)
+        if name in disabled:
+            pm.set_blocked(name)
+            continue
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # a built-in not shipped yet
+        pm.register(module, name=name)
+    if autoload is None:
+        autoload = not os.environ.get(AUTOLOAD_ENV)
+    if autoload:
+        for name in disabled:
+            pm.set_blocked(name)
+        _load_entry_points(pm)
+    return pm
+
+
+def _load_entry_points(pm: pluggy.PluginManager) -> None:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
+            continue
+        try:
+            pm.register(ep.load(), name=ep.name)
+        except Exception as exc:  # a broken third-party plugin must not stop deck
+            log.error("cannot load plugin %s: %s", ep.name, exc)
+            continue
+        SOURCES[ep.name] = f"{ep.dist.name} {ep.dist.version}" if ep.dist else ep.value
+
+
+#: The end of the name a plugin registers the part of it that serves one deck under (`history.deck`).
+PER_DECK = ".deck"
+
+
+def describe(pm: pluggy.PluginManager) -> list[dict[str, Any]]:
+    """Loaded plugins: name, where each comes from, the hooks it implements (those of the part
+    serving this deck, `NAME.deck`, included in NAME's)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:
+            continue
+        hooks = {h.name for h in pm.get_hookcallers(plugin) or []}
+        owner = rows.get(name.removesuffix(PER_DECK)) if name.endswith(PER_DECK) else None
+        if owner is not None:
+            owner["hooks"] = sorted(hooks.union(owner["hooks"]))
+            continue
+        rows[name] = {
+            "name": name,
+            "source": SOURCES.get(name, "built-in"),
+            "module": getattr(plugin, "__name__", type(plugin).__name__),
+            "hooks": sorted(hooks),
+        }
+    return list(rows.values())
