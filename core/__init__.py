@@ -55,11 +55,11 @@ if TYPE_CHECKING:
     from deck.acp.connection import TooDeep, decode_line
     from deck.agent.agent import Agent
     from deck.agent.session import CONVERSATION, Session, SessionSink
-    from deck.chat.conversation import now_iso
     from deck.cli.commands import Command
     from deck.client import Client
     from deck.config.models import Duration, find_config, worktree_name_problem
     from deck.errors import AcpError, ConnectionClosed, ServiceError
+    from deck.events import now_iso
     from deck.frontend import Frontend
     from deck.hookspecs import hookimpl
     from deck.proc.storage import state_dir
@@ -87,7 +87,7 @@ _LAZY = {
     "worktree_name_problem": ("config.models", "worktree_name_problem"),
     "decode_line": ("acp.connection", "decode_line"),
     "TooDeep": ("acp.connection", "TooDeep"),
-    "now_iso": ("chat.conversation", "now_iso"),
+    "now_iso": ("events", "now_iso"),
     "state_dir": ("proc.storage", "state_dir"),
     "Command": ("cli.commands", "Command"),
     "server_of": ("remote.socket_client", "server_of"),

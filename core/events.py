@@ -17,7 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields
+from datetime import datetime, timezone
 from typing import Any, ClassVar, TypeVar
+
+
+def now_iso() -> str:
+    """The time now, UTC, to the millisecond: `2026-01-31T12:00:00.123Z` (every time deck writes)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _camel(name: str) -> str:
@@ -163,27 +169,6 @@ class QuestionResolved(Event):
 
 
 @dataclass(frozen=True, slots=True)
-class AgentAnnouncement(Event):
-    name: ClassVar[str] = "agent:announcement"
-    requester: str
-    target: str
-    ticket_id: str
-    text: str
-    at: str
-
-
-@dataclass(frozen=True, slots=True)
-class AskChanged(Event):
-    """An inter-agent ask started (`active`) or ended (final, error or cancel)."""
-
-    name: ClassVar[str] = "ask:changed"
-    requester: str
-    target: str
-    ticket_id: str
-    active: bool
-
-
-@dataclass(frozen=True, slots=True)
 class SessionUpdate(Event):
     """A `session/update` deck does not model (unknown or unstable variant), passed on raw."""
 
@@ -212,31 +197,6 @@ class ConversationReset(Event):
     _optional: ClassVar[frozenset[str]] = frozenset({"conversation_id"})
     agent: str
     conversation_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class WorktreeChanged(Event):
-    """An agent's worktree after one of its turns: the files it changed against its base, the
-    commits it is ahead, and whether it holds uncommitted work."""
-
-    name: ClassVar[str] = "worktree:changed"
-    agent: str
-    changed_files: int
-    ahead: int
-    dirty: bool
-
-
-@dataclass(frozen=True, slots=True)
-class WorktreeOverlap(Event):
-    """The worktrees of the two `agents` change `count` of the same files: `files` the first of them
-    by name (50 at most), `file` the first; when they share none any more, the same event with
-    `count` 0 (cleared)."""
-
-    name: ClassVar[str] = "worktree:overlap"
-    file: str
-    agents: list[str]
-    files: list[str]
-    count: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,13 +249,9 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     UsageChanged,
     QuestionRequested,
     QuestionResolved,
-    AgentAnnouncement,
-    AskChanged,
     SessionUpdate,
     ConversationChanged,
     ConversationReset,
-    WorktreeChanged,
-    WorktreeOverlap,
     TerminalOutput,
     TerminalExited,
     PluginError,
@@ -303,8 +259,20 @@ ALL_EVENTS: tuple[type[Event], ...] = (
 )
 
 
-#: Every event class by its wire name.
+#: Every event class by its wire name: the core's, then those plugins register (`register_events`).
 EVENTS: dict[str, type[Event]] = {cls.name: cls for cls in ALL_EVENTS}
+
+
+def register_events(*classes: type[Event]) -> None:
+    """Make `classes` (a plugin's events) known to `from_wire`, by their names. A name is one class's:
+    another class under a name already known is a ValueError; the same class again changes nothing."""
+    for cls in classes:
+        if not (isinstance(cls, type) and issubclass(cls, Event)) or not isinstance(cls.__dict__.get("name"), str):
+            raise ValueError(f"{cls!r} is not an event class with a name of its own")
+        known = EVENTS.get(cls.name)
+        if known is not None and known is not cls:
+            raise ValueError(f"event {cls.name} is already {known.__module__}.{known.__qualname__}")
+        EVENTS[cls.name] = cls
 
 
 class UnknownEvent(Event):

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from deck.events import Event
     from deck.frontend import Frontend
     from deck.runtime.deck import Deck
+    from deck.runtime.services import HistoryProvider
 
 hookspec = pluggy.HookspecMarker("deck")
 hookimpl = pluggy.HookimplMarker("deck")
@@ -28,6 +29,13 @@ hookimpl = pluggy.HookimplMarker("deck")
 @hookspec
 def deck_register_frontends() -> dict[str, type[Frontend]] | None:
     """Contribute frontends by name (`deck run --frontend=NAME`)."""
+
+
+@hookspec(historic=True)
+def deck_register_events() -> list[type[Event]] | None:
+    """Contribute event classes (a plugin's own, `Event` dataclasses with a `name`): known to
+    `deck.events.from_wire` from the moment the plugin is registered, so a client reading them off
+    the wire gets these classes and `@handles` them. Their names are theirs alone (`plugin:what`)."""
 
 
 @hookspec
@@ -44,6 +52,12 @@ def deck_config_sections() -> dict[str, Any] | None:
 def deck_register_services(deck: Deck) -> dict[str, object] | None:
     """Contribute services by name for `deck`: objects whose `@deck.rpc_method("Name.Method")` methods
     `deck.call` (and every frontend, the jsonl bridge) can call. Called once, as the deck is made."""
+
+
+@hookspec(firstresult=True)
+def deck_history_provider(deck: Deck) -> HistoryProvider | None:
+    """Where `deck`'s conversations are kept beyond one run: the provider `ChatService.History`,
+    `Search` and `OpenConversation` delegate to (the first plugin that answers one; None: history is off)."""
 
 
 @hookspec

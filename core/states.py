@@ -36,33 +36,8 @@ TRANSITIONS: frozenset[tuple[AgentState, AgentState]] = frozenset(
     }
 )
 
-LABELS: dict[str, dict[AgentState, str]] = {
-    "en": {
-        S.STOPPED: "stopped",
-        S.STARTING: "starting…",
-        S.READY: "ready",
-        S.BUSY: "busy",
-        S.ERROR: "error",
-    },
-    "fr": {
-        S.STOPPED: "arrêté",
-        S.STARTING: "démarre…",
-        S.READY: "prêt",
-        S.BUSY: "occupé",
-        S.ERROR: "erreur",
-    },
-}
-
-OUTDATED_LABEL = {"en": "restart to apply changes", "fr": "à redémarrer"}
-
-
 class InvalidTransition(RuntimeError):
     """A change of state the transition table does not allow."""
-
-
-def label(state: AgentState, language: str = "en") -> str:
-    """The state as shown to a user in `language` (en, fr)."""
-    return LABELS.get(language, LABELS["en"])[state]
 
 
 def transition(agent: Agent, to: AgentState, error: str | None = None) -> None:

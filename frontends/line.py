@@ -25,7 +25,6 @@ from deck import hookimpl
 from deck.diffs import compare
 from deck.errors import INVALID_PARAMS, ServiceError
 from deck.events import (
-    AgentAnnouncement,
     AgentStateChanged,
     ConfigChanged,
     ConversationChanged,
@@ -41,11 +40,13 @@ from deck.events import (
     TerminalOutput,
     TurnChanged,
     UsageChanged,
-    WorktreeOverlap,
     handles,
 )
 from deck.frontend import Frontend, read_lines, stdout_failed
-from deck.states import OUTDATED_LABEL, AgentState, label
+from deck.frontends.words import state_word, word
+from deck.plugins.announcements.events import AgentAnnouncement
+from deck.plugins.worktrees.events import WorktreeOverlap
+from deck.states import AgentState
 from deck.tty import printable, sgr_spans, terminal_text
 from rich.console import Console, RenderableType
 from rich.markdown import Markdown
@@ -286,9 +287,9 @@ class LineFrontend(Frontend):
         if not self._changed((agent, "state"), (state, e.outdated, error)):
             return
         language = self.language
-        shown = label(AgentState(state), language)
+        shown = state_word(state, language)
         if e.outdated:
-            shown += f" · {OUTDATED_LABEL.get(language, OUTDATED_LABEL['en'])}"
+            shown += f" · {word('outdated', language)}"
         if state == AgentState.ERROR.value:
             self.error(agent, f"{shown}: {error}" if error else shown)
             self.emit(agent, f"/logs {agent} shows its last stderr lines", "dim")
@@ -787,9 +788,9 @@ class LineFrontend(Frontend):
     async def _agents(self) -> None:
         language = self.language
         for info in await self.client.call("AgentService.List"):
-            shown = f"{info['title']} · {label(AgentState(info['state']), language)}"
+            shown = f"{info['title']} · {state_word(info['state'], language)}"
             if info["outdated"]:
-                shown += f" · {OUTDATED_LABEL.get(language, OUTDATED_LABEL['en'])}"
+                shown += f" · {word('outdated', language)}"
             waiting = [kind for kind, p in self._asks.values() if p.get("agent") == info["name"]]
             if waiting:
                 kinds = " and ".join(sorted({"a permission request" if k == "permission" else "a question" for k in waiting}))

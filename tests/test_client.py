@@ -16,30 +16,49 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from deck.client import Client, service_error
 from deck.errors import INVALID_PARAMS, METHOD_NOT_FOUND, ServiceError
-from deck.events import ALL_EVENTS, AgentLog, Event, Handlers, MessageDelta, UnknownEvent, from_wire, handles
+from deck.events import (
+    ALL_EVENTS,
+    AgentLog,
+    Event,
+    Handlers,
+    MessageDelta,
+    UnknownEvent,
+    from_wire,
+    handles,
+    register_events,
+)
 from deck.frontends.jsonl import JsonlFrontend
 from deck.frontends.line import LineFrontend
 from deck.frontends.send import SendFrontend
 from deck.frontends.urwid.app import ConsoleApp
 from deck.frontends.urwid.common import canvas_text
+from deck.plugins.announcements.events import EVENTS as ANNOUNCEMENT_EVENTS
+from deck.plugins.worktrees.events import EVENTS as WORKTREE_EVENTS
 from deck.runtime.deck import Deck
 from deck.runtime.local import LocalClient
+from deck.runtime.plugins import make_manager
 
 from .conftest import agent_block
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 ROOT = Path(__file__).parents[1]
-#: What a frontend may import of deck: the client, the events, the labels, the terminal helpers,
-#: the diffs of tool calls, its own base, the errors and `hookimpl` (from `deck` itself, nothing else from there).
-ALLOWED = {"deck.client", "deck.events", "deck.states", "deck.tty", "deck.diffs", "deck.frontend", "deck.errors"}
+PLUGIN_EVENTS = (*ANNOUNCEMENT_EVENTS, *WORKTREE_EVENTS)
+#: What a frontend may import of deck: the client, the events (the core's and the built-in plugins'),
+#: the states, the terminal helpers, the diffs of tool calls, its own base, the errors and `hookimpl`
+#: (from `deck` itself, nothing else from there).
+ALLOWED = {
+    "deck.client", "deck.events", "deck.states", "deck.tty", "deck.diffs", "deck.frontend", "deck.errors",
+    "deck.plugins.announcements.events", "deck.plugins.worktrees.events",
+}  # fmt: skip
 #: Names a frontend must not reach the core's objects through.
 INTERNALS = {"deck", "chat", "agent_service", "config_service", "services", "supervisor"}
 
@@ -366,7 +385,8 @@ def _example(cls: type[Event]) -> Event:
 
 
 def test_every_event_comes_back_from_its_wire_line_as_itself():
-    for seq, cls in enumerate(ALL_EVENTS, 1):
+    make_manager()  # the built-in plugins register their events
+    for seq, cls in enumerate((*ALL_EVENTS, *PLUGIN_EVENTS), 1):
         event = _example(cls)
         object.__setattr__(event, "seq", seq)
         line = json.dumps(event.to_dict())
@@ -416,9 +436,41 @@ def test_a_handler_names_an_event_class_and_a_wrong_one_fails_when_the_class_is_
     assert "must derive from deck.events.Handlers" in f"{outside.value} {outside.value.__cause__}"
 
 
+def test_a_plugins_events_are_known_to_from_wire_only_once_the_plugin_is_registered():
+    """In a process that has not made the plugin manager, a plugin's event is an UnknownEvent; once
+    the plugins are registered (`deck_register_events`, a historic hook), the same line is the class."""
+    script = (
+        "from deck.events import from_wire, UnknownEvent\n"
+        "line = {'event': 'worktree:changed', 'seq': 4, 'agent': 'a', 'changedFiles': 2, 'ahead': 1, 'dirty': False}\n"
+        "before = type(from_wire(line)).__name__\n"
+        "from deck.runtime.plugins import make_manager\n"
+        "make_manager(['announcements'])\n"
+        "after = from_wire(line)\n"
+        "ask = from_wire({'event': 'ask:changed', 'requester': 'a', 'target': 'b', 'ticketId': 't', 'active': True})\n"
+        "print(before, type(after).__name__, after.changed_files, type(ask).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["UnknownEvent", "WorktreeChanged", "2", "UnknownEvent"]  # announcements: disabled
+
+
+def test_an_event_name_is_one_classes():
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Impostor(Event):
+        name: ClassVar[str] = "worktree:changed"
+        agent: str
+
+    register_events(*WORKTREE_EVENTS)  # the same classes again: nothing changes
+    with pytest.raises(ValueError, match=r"^event worktree:changed is already deck\.plugins\.worktrees\.events\.WorktreeChanged$"):
+        register_events(Impostor)
+    with pytest.raises(ValueError, match="is not an event class"):
+        register_events(dict)  # type: ignore[arg-type]
+    assert from_wire({"event": "worktree:changed", "agent": "a", "changedFiles": 0, "ahead": 0, "dirty": True}) \
+        == WORKTREE_EVENTS[0]("a", 0, 0, True)  # fmt: skip
+
+
 def test_every_frontend_handler_is_of_a_known_event():
     for cls in (LineFrontend, SendFrontend, ConsoleApp, sys.modules["deck.frontends.urwid.model"].Model):
-        assert cls._handlers and set(cls._handlers) <= set(ALL_EVENTS), cls
+        assert cls._handlers and set(cls._handlers) <= {*ALL_EVENTS, *PLUGIN_EVENTS}, cls
         assert all(callable(getattr(cls, attr)) for attr in cls._handlers.values())
 
 

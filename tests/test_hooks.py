@@ -142,6 +142,15 @@ class Recording:
     def deck_acp_message(self, deck, agent, direction, message):
         self.called.add("deck_acp_message")
 
+    @hookimpl
+    def deck_register_events(self):
+        self.called.add("deck_register_events")
+        return []
+
+    @hookimpl(tryfirst=True)
+    def deck_history_provider(self, deck):
+        self.called.add("deck_history_provider")  # None: the history plugin's answers
+
 
 class RecordingService:
     """A plugin's service: callable by its wire name like the core's."""
@@ -161,6 +170,7 @@ def make_frontend(plugin: Recording) -> type[deck.Frontend]:
             events = Recorder()
             running.subscribe(events)
             assert await running.call("RecordingService.Echo", {"text": "hi"}) == "hi"
+            assert await running.call("ChatService.History", {}) == []  # the history plugin's provider
             await running.call("ChatService.Send", {"agent": "a", "text": "hi"})
             await events.wait_event("turn:changed", agent="a", busy=False)
             saved = await running.call("ConfigService.Save", {"text": agent_block("a") + agent_block("b")})

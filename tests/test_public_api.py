@@ -46,3 +46,51 @@ def test_plugins_import_only_the_public_api():
             if not allowed:
                 wrong.append(f"{path.relative_to(PLUGINS.parent)}:{line}: deck.{name}")
     assert wrong == []
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
+
+
+def deck_attributes(path: Path) -> list[tuple[int, str]]:
+    """The attributes a file reads or sets on a Deck: `deck.X`, `self.deck.X`, `recorder.deck.X`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Attribute):
+            continue
+        value = node.value
+        if (isinstance(value, ast.Name) and value.id == "deck") or (
+            isinstance(value, ast.Attribute) and value.attr == "deck"
+        ):
+            found.append((node.lineno, node.attr))
+    return found
+
+
+def documented_deck_attributes() -> set[str]:
+    """The Deck's attributes docs/plugins.md names for plugins: each `deck.NAME` of its "- `Deck`:"
+    item of the public API."""
+    import re
+
+    text = DOCS.read_text()
+    start = text.index("- `Deck`:")
+    item = text[start : text.index("\n- `", start)]
+    return set(re.findall(r"`(?:await )?deck\.([a-z_]+)", item))
+
+
+def test_plugins_touch_only_the_documented_attributes_of_the_deck():
+    documented = documented_deck_attributes()
+    assert {"agents", "spawn", "emit", "call", "pm", "restore_conversation"} <= documented
+    modules = {name for name in deck.__all__ if importlib.util.find_spec(f"deck.{name}") is not None}
+    wrong = [
+        f"{path.relative_to(PLUGINS.parent)}:{line}: deck.{attr}"
+        for path in sorted(PLUGINS.rglob("*.py"))
+        for line, attr in deck_attributes(path)
+        if attr not in documented and attr not in modules  # `deck.events.…` is the module
+    ]
+    assert wrong == []
+
+
+def test_the_attribute_check_finds_an_undocumented_one(tmp_path: Path):
+    plugin = tmp_path / "sneaky.py"
+    plugin.write_text("def deck_startup(deck):\n    deck.chat.history = None\n    self.deck.spawn(x, 'y')\n")
+    assert deck_attributes(plugin) == [(2, "chat"), (3, "spawn")]
+    assert "chat" not in documented_deck_attributes()

@@ -14,10 +14,8 @@ import pytest
 import urwid
 from deck.agent.agent import LOG_LINES
 from deck.events import (
-    AgentAnnouncement,
     AgentLog,
     AgentStateChanged,
-    AskChanged,
     MessageDelta,
     MessageUpdated,
     PermissionRequested,
@@ -35,6 +33,7 @@ from deck.frontends.urwid.i18n import Strings
 from deck.frontends.urwid.model import LOG_LINES as CONSOLE_LOG_LINES
 from deck.frontends.urwid.model import Model
 from deck.frontends.urwid.views import LogsView
+from deck.plugins.announcements.events import AgentAnnouncement, AskChanged
 from deck.runtime.local import LocalClient
 
 from .conftest import agent_block

@@ -10,7 +10,6 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 from deck.acp.updates import as_string, block_text, choice, dicts, tool_id, tool_part
@@ -24,6 +23,7 @@ from deck.events import (
     TerminalExited,
     TerminalOutput,
     UsageChanged,
+    now_iso,
 )
 
 log = logging.getLogger(__name__)
@@ -63,10 +63,6 @@ class Caps:
 def new_id(prefix: str) -> str:
     """`msg-1a2b3c4d-7`: unique within the process (the counter) and across runs (the run's prefix)."""
     return f"{prefix}-{_RUN}-{next(_ids)}"
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class TextPart:

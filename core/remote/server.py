@@ -35,11 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 from deck.acp.connection import MAX_LINE_BYTES, LineFramer
 from deck.errors import INVALID_REQUEST
-from deck.events import ClientsChanged, Event
+from deck.events import ClientsChanged, Event, now_iso
 from deck.frontend import Frontend
 from deck.proc.storage import replace_in
 from deck.remote.serverdir import NAME_RE, AlreadyRunning, NoServer, ServerError, check_name, open_dir, socket_dir
-from deck.runtime.deck_service import now_iso
 from deck.runtime.local import LocalClient
 from deck.wire import RequestReader, encode_event, error_line, to_bytes
 

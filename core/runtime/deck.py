@@ -18,7 +18,7 @@ import pluggy
 from deck.agent.agent import Agent
 from deck.agent.session import Session
 from deck.chat.book import MatchedReplay, ReplaySink
-from deck.chat.conversation import Conversation
+from deck.chat.conversation import Caps, Conversation
 from deck.config import models as configmod
 from deck.config.models import DeckConfig
 from deck.errors import ServiceError, UnknownMethod, UsageError
@@ -119,6 +119,21 @@ class Deck:
         return agent
 
     # -- events and plugins -------------------------------------------------------------------
+
+    # -- for a plugin that keeps conversations (docs/plugins.md: the history provider) ---------
+
+    def restore_conversation(self, agent: str, stored: dict[str, Any]) -> None:
+        """Make a conversation kept from an earlier run `agent`'s, before the agent runs (`stored`:
+        `messages` as wire dicts, `sessionId`, `title`, `cut`); its next start continues that session."""
+        self.chat.conversations.restore(agent, stored)
+
+    def conversation_count(self) -> int:
+        """How many agents have a conversation in this deck (0 once another config file was opened)."""
+        return len(self.chat.conversations)
+
+    def conversation_caps(self) -> Caps:
+        """What a conversation keeps (`message`, `conversation`: sizes in bytes), from `[limits]`."""
+        return self.chat.conversations.caps()
 
     # -- what its agents ask of it (deck.agent.host.Host) --------------------------------------
 

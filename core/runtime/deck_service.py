@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from deck.errors import ServiceError
+from deck.events import now_iso
 from deck.runtime.rpc import rpc
 
 if TYPE_CHECKING:
@@ -67,8 +67,3 @@ class DeckService:
                     "seq": seq, "agents": agents, "conversations": conversations, "pending": pending, "config": config
                 }
         raise ServiceError(f"the deck kept changing while its snapshot was read ({SNAPSHOT_TRIES} tries)")
-
-
-def now_iso() -> str:
-    """The time now, UTC, to the second: `2026-01-31T12:00:00Z`."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

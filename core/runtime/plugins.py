@@ -10,6 +10,7 @@ from typing import Any
 
 import pluggy
 from deck import hookspecs
+from deck.events import Event, register_events
 from deck.runtime.hooks import WRAPPER_REFUSED
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ def make_manager(disabled: Iterable[str] = (), *, autoload: bool | None = None) 
     disabled = set(disabled)
     pm = DeckPluginManager("deck")
     pm.add_hookspecs(hookspecs)
+    pm.hook.deck_register_events.call_historic(result_callback=_register_events)
     for module_name in DEFAULT_PLUGINS:
         name = short_name(module_name)
         if name in disabled:
@@ -87,6 +89,10 @@ def make_manager(disabled: Iterable[str] = (), *, autoload: bool | None = None) 
             pm.set_blocked(name)
         _load_entry_points(pm)
     return pm
+
+
+def _register_events(classes: list[type[Event]] | None) -> None:
+    register_events(*(classes or ()))
 
 
 def _load_entry_points(pm: pluggy.PluginManager) -> None:

@@ -73,7 +73,7 @@ class AgentService:
 
 
 class HistoryProvider(Protocol):
-    """What keeps conversations beyond one run (the `history` plugin sets `deck.chat.history` at start).
+    """What keeps conversations beyond one run (the `history` plugin provides one, `deck_history_provider`).
 
     Every method answers for the config in use; a problem (no such conversation, the database
     unusable) is a `ServiceError` saying why."""
@@ -110,8 +110,12 @@ class ChatService:
         self.conversations = Conversations(deck, self.pending)
         self.turns = Turns(deck, self.conversations, self.pending)
         self.settings = SessionSettings(deck, self.conversations)
-        #: Where conversations are kept beyond this run; None while history is off.
-        self.history: HistoryProvider | None = None
+
+    @property
+    def history(self) -> HistoryProvider | None:
+        """Where conversations are kept beyond this run (a plugin's `deck_history_provider`); None while history is off."""
+        provider: HistoryProvider | None = self.deck.pm.hook.deck_history_provider(deck=self.deck)
+        return provider
 
     def conversation(self, agent: str) -> Conversation:
         """`agent`'s conversation (made on first use)."""
@@ -229,7 +233,8 @@ class ChatService:
         if not (target.can_load_sessions or target.can_resume_sessions):
             raise ServiceError(f"{agent} cannot load or resume sessions: its initialize answer offers neither")
         await self._leave_conversation(agent)
-        conversation_id = self.history.start_conversation(agent, session_id) if self.history is not None else None
+        history = self.history
+        conversation_id = history.start_conversation(agent, session_id) if history is not None else None
         self.conversations.restore(agent, {"messages": [], "sessionId": session_id})
         self.deck.emit(ConversationReset(agent, conversation_id))
         await target.start()
@@ -239,12 +244,13 @@ class ChatService:
         return {"agent": agent, "conversationId": conversation_id, "sessionId": session_id}
 
     def _history(self) -> HistoryProvider:
-        if self.history is None:
+        history = self.history
+        if history is None:
             raise ServiceError(
                 "history is off: it is disabled ([history] enabled = false), or its database cannot be used"
                 " (deck said why at start)"
             )
-        return self.history
+        return history
 
     async def _leave_conversation(self, agent: str) -> bool:
         """Stop `agent` before its conversation is replaced (refused while it answers); whether it ran."""

@@ -7,7 +7,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import urwid
-from deck.states import OUTDATED_LABEL, AgentState, label
 
 from .common import SPINNER, Clickable, ClippedLayout, LineBox, Text, gauge, on_background
 from .i18n import Strings
@@ -26,10 +25,7 @@ ERROR_LINES = 2
 def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) -> list[AbstractFlowWidget]:
     """The lines of one agent's row: its name, then under it its state and marks, each cut to one
     line (an error to ERROR_LINES), so a narrow panel never wraps them back under the number."""
-    try:
-        state_text = label(AgentState(agent.state), strings.language)
-    except ValueError:
-        state_text = agent.state
+    state_text = strings(f"state_{agent.state}") if f"state_{agent.state}" in strings.table else agent.state
     spin = SPINNER[frame % len(SPINNER)]
     name: list[Any] = [f"{number} " if number <= 9 else "  ", ("strong", agent.icon), " ", agent.title]
     state: list[Any] = [("state starting", f"{spin} {state_text}")] if agent.state == "starting" else \
@@ -48,8 +44,7 @@ def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) 
             work += [" ", ("warning", strings("overlap", n=agent.shared_files()))]
         lines.append(_under(Text(work, wrap="ellipsis")))
     if agent.outdated:
-        outdated = OUTDATED_LABEL.get(strings.language, OUTDATED_LABEL["en"])
-        lines.append(_under(Text(("outdated", f"⟳ {outdated}"), wrap="ellipsis")))
+        lines.append(_under(Text(("outdated", f"⟳ {strings('outdated')}"), wrap="ellipsis")))
     if agent.state == "error" and agent.error:
         lines.append(_under(Text(("error", agent.error.splitlines()[0]), layout=ClippedLayout(ERROR_LINES))))
     used, size = int(agent.usage.get("used") or 0), int(agent.usage.get("size") or 0)

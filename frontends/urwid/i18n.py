@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from deck.frontends.words import WORDS
+
 EN: dict[str, str | tuple[str, str]] = {
+    **WORDS["en"],
     "agents": "Agents",
     "you": "you",
     "system": "deck",
@@ -146,6 +149,7 @@ EN: dict[str, str | tuple[str, str]] = {
 }
 
 FR: dict[str, str | tuple[str, str]] = {
+    **WORDS["fr"],
     "agents": "Agents",
     "you": "vous",
     "system": "deck",

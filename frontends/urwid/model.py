@@ -12,10 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deck.events import (
-    AgentAnnouncement,
     AgentLog,
     AgentStateChanged,
-    AskChanged,
     Event,
     Handlers,
     MessageDelta,
@@ -28,10 +26,10 @@ from deck.events import (
     TerminalOutput,
     TurnChanged,
     UsageChanged,
-    WorktreeChanged,
-    WorktreeOverlap,
     handles,
 )
+from deck.plugins.announcements.events import AgentAnnouncement, AskChanged
+from deck.plugins.worktrees.events import WorktreeChanged, WorktreeOverlap
 from deck.states import AgentState
 
 ANNOUNCEMENTS = 20

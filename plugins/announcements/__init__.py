@@ -20,10 +20,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from deck import hookimpl
-from deck.events import TurnChanged
+from deck.events import Event, TurnChanged
 
 from .asks import Asks
 from .bridge import Bridge
+from .events import EVENTS
 
 if TYPE_CHECKING:
     from deck import Agent, Deck, Session
@@ -61,6 +62,11 @@ def of(deck: Deck) -> Announcements:
         plugin = Announcements(deck)
         deck.pm.register(plugin, name=PER_DECK)
     return plugin  # type: ignore[no-any-return]
+
+
+@hookimpl
+def deck_register_events() -> list[type[Event]]:
+    return list(EVENTS)
 
 
 @hookimpl

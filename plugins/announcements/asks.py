@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from deck import CONVERSATION, AcpError, ConnectionClosed, ServiceError, now_iso
-from deck.events import AgentAnnouncement, AskChanged
+
+from .events import AgentAnnouncement, AskChanged
 
 if TYPE_CHECKING:
     from deck import Agent, Deck

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from deck import Deck
     from deck.events import Event
 
-    from .recorder import Recorder
+    from .recorder import HistoryRecorder
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +52,14 @@ class History:
     """One deck's recording: a plugin of its own, registered with that deck's plugin manager at
     start while history is on, and gone at shutdown. `keep` is the `[history] keep` read then."""
 
-    def __init__(self, recorder: Recorder, keep: float) -> None:
+    def __init__(self, recorder: HistoryRecorder, keep: float) -> None:
         self.recorder = recorder
         self.keep = keep
+        self.provider = StoredConversations(recorder)
+
+    @hookimpl
+    def deck_history_provider(self) -> StoredConversations:
+        return self.provider  # ChatService.History, Search, OpenConversation
 
     @hookimpl
     def deck_event(self, event: Event) -> None:
@@ -70,7 +75,7 @@ class History:
         config = recorder.config
         recorder.on_event(event)
         deck = recorder.deck
-        if recorder.closed or (recorder.config == config and len(deck.chat.conversations)):
+        if recorder.closed or (recorder.config == config and deck.conversation_count()):
             return  # the same file, changed: the conversations go on
         # A config file was opened (this one again, perhaps): the conversations shown were dropped,
         # and its agents come back to their latest stored ones, as at start.
@@ -80,14 +85,13 @@ class History:
     @hookimpl
     async def deck_shutdown(self) -> None:
         deck = self.recorder.deck
-        deck.chat.history = None
         try:
             await self.recorder.close()
         finally:
             deck.pm.unregister(self)
 
 
-def recorder_of(deck: Deck) -> Recorder | None:
+def recorder_of(deck: Deck) -> HistoryRecorder | None:
     """The deck's recorder: None before start, after shutdown, or while history is off."""
     plugin = deck.pm.get_plugin(PER_DECK)
     return plugin.recorder if isinstance(plugin, History) else None
@@ -102,7 +106,7 @@ def deck_config_sections() -> dict[str, type[BaseModel]]:
 async def deck_startup(deck: Deck) -> None:
     import asyncio
 
-    from .recorder import Recorder, report_when_shown
+    from .recorder import HistoryRecorder, report_when_shown
     from .store import HistoryStore, HistoryUnavailable
 
     settings = deck.config_service.section("history")
@@ -118,14 +122,13 @@ async def deck_startup(deck: Deck) -> None:
     except HistoryUnavailable as e:
         deck.spawn(report_when_shown(deck, "deck_startup", f"history is off: {e.reason}"), "history: unavailable")
         return
-    recorder = Recorder(deck, store, current["path"])
+    recorder = HistoryRecorder(deck, store, current["path"])
     deck.pm.register(History(recorder, settings.keep), name=PER_DECK)
-    deck.chat.history = StoredConversations(recorder)  # ChatService.History, Search, OpenConversation
     await restore_latest(deck, recorder, settings.keep)
     recorder.prune(settings.keep)
 
 
-async def restore_latest(deck: Deck, recorder: Recorder, keep: float, opened: bool = False) -> None:
+async def restore_latest(deck: Deck, recorder: HistoryRecorder, keep: float, opened: bool = False) -> None:
     """Each agent's current conversation is its latest stored one, before any agent runs.
 
     Its new messages go on in the stored conversation; one that the pruning about to run
@@ -139,7 +142,7 @@ async def restore_latest(deck: Deck, recorder: Recorder, keep: float, opened: bo
     from .store import HistoryUnavailable
 
     agents, config = list(deck.agents), recorder.config
-    tail = deck.chat.conversations.caps().conversation * 3 // 4  # what a start shows: never a whole oversized one
+    tail = deck.conversation_caps().conversation * 3 // 4  # what a start shows: never a whole oversized one
 
     def read() -> list[dict[str, Any] | None]:
         return [recorder.store.latest(config, name, tail) for name in agents]
@@ -158,17 +161,17 @@ async def restore_latest(deck: Deck, recorder: Recorder, keep: float, opened: bo
         if opened and not _untouched(deck, recorder, config, name):
             continue
         recorder.continue_conversation(name, stored)  # first: a message the restore finishes goes there
-        deck.chat.conversations.restore(name, stored)
+        deck.restore_conversation(name, stored)
         if opened:
             deck.emit(ConversationReset(name, stored["id"]))
 
 
-def _untouched(deck: Deck, recorder: Recorder, config: str, name: str) -> bool:
+def _untouched(deck: Deck, recorder: HistoryRecorder, config: str, name: str) -> bool:
     """The agent is still of config `config`, not running, and nothing is in its conversation."""
     agent = deck.agents.get(name)
     if agent is None or agent.running or recorder.closed or recorder.config != config:
         return False
-    return name not in recorder.current and not deck.chat.conversations.of(name).messages
+    return name not in recorder.current and not deck.conversation_of(name).messages
 
 
 @hookimpl

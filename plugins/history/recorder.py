@@ -10,7 +10,7 @@ When the message finishes, the streamed text stays where it is: the writer is to
 each streamed part was, and stores the rest of the finished version. The recorder holds no
 copy of a message's text beyond the last second's chunks.
 
-Each agent's messages go to its current stored conversation (`Recorder.current`), created with
+Each agent's messages go to its current stored conversation (`HistoryRecorder.current`), created with
 the agent's first message of the run under the config file's path and the agent's name. A
 message keeps the conversation it started in, even once another config file is opened.
 Announcements and inter-agent asks never reach the agent's own conversation, so they are never
@@ -44,7 +44,7 @@ from .store import TEXT_KINDS, Chunk, HistoryStore, HistoryUnavailable, Writer
 if TYPE_CHECKING:
     from deck import Deck
 
-__all__ = ["Recorder", "config_key", "report_when_shown", "title_of"]
+__all__ = ["HistoryRecorder", "config_key", "report_when_shown", "title_of"]
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class _Streaming:
     thought) or the latest version of the part (tool, plan). `lengths` maps each text part to
     its kind, its length in the whole version the writer has, and the length appended since.
     `tail` is the list of the text part that streamed last (`tail_index`, `tail_kind`): the
-    next chunk of the same part, the usual case, is one list append (`Recorder.on_event`).
+    next chunk of the same part, the usual case, is one list append (`HistoryRecorder.on_event`).
     """
 
     __slots__ = ("conversation", "changes", "lengths", "tail", "tail_index", "tail_kind")
@@ -182,7 +182,7 @@ class _Stored:
         return self.agent_title or self.user_title
 
 
-class Recorder:
+class HistoryRecorder:
     """One deck's recording into `store`. Made on the event loop; `close()` at shutdown.
 
     `current` maps each agent to the stored conversation its next new message goes to: the

@@ -1,4 +1,4 @@
-"""The history as the core's `HistoryProvider` (`deck.chat.history`): what `ChatService.History`,
+"""The history as the core's `HistoryProvider` (`deck_history_provider`): what `ChatService.History`,
 `Search` and `OpenConversation` read, and the recorder following `ChatService.NewConversation`.
 
 Reads run in a worker thread, after what the recorder has handed to its writer is written, so
@@ -15,7 +15,7 @@ from deck.errors import ServiceError
 from deck.events import ConversationReset
 
 if TYPE_CHECKING:
-    from .recorder import Recorder
+    from .recorder import HistoryRecorder
 
 T = TypeVar("T")
 
@@ -26,7 +26,7 @@ LISTED = ("id", "agent", "title", "createdAt", "updatedAt", "messages")
 class StoredConversations:
     """One running deck's history, through its recorder (the config in use is the recorder's)."""
 
-    def __init__(self, recorder: Recorder) -> None:
+    def __init__(self, recorder: HistoryRecorder) -> None:
         self.recorder = recorder
 
     async def conversations(self, agent: str | None, limit: int) -> list[dict[str, Any]]:
@@ -70,7 +70,7 @@ class StoredConversations:
             raise ServiceError(f"history is off: {e.reason}") from e
 
 
-def follow(recorder: Recorder, event: ConversationReset) -> None:
+def follow(recorder: HistoryRecorder, event: ConversationReset) -> None:
     """A conversation emptied for a new one: the agent's next message starts a new stored conversation
     (one made current from the history, with its `conversationId`, was handed to the recorder already)."""
     if event.conversation_id is None:

@@ -17,10 +17,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from deck import hookimpl
+from deck.events import Event
+
+from .events import EVENTS
 
 if TYPE_CHECKING:
     import typer
     from deck import Deck
+
+
+@hookimpl
+def deck_register_events() -> list[type[Event]]:
+    return list(EVENTS)
 
 
 @hookimpl

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from deck import AgentState, hookimpl, rpc_method
 from deck.errors import ServiceError, StartFailed
-from deck.events import AgentStateChanged, TurnChanged, WorktreeChanged, WorktreeOverlap
+from deck.events import AgentStateChanged, TurnChanged
 
 from . import running, tree
+from .events import WorktreeChanged, WorktreeOverlap
 from .git import GitMissing
 from .tree import Place, Status
 

@@ -1,0 +1,35 @@
+"""The words every frontend shows for an agent's state, in English and French.
+
+The console's translations (`frontends/urwid/i18n.py`) take them in; line mode reads them here.
+"""
+
+from __future__ import annotations
+
+WORDS: dict[str, dict[str, str]] = {
+    "en": {
+        "state_stopped": "stopped",
+        "state_starting": "starting…",
+        "state_ready": "ready",
+        "state_busy": "busy",
+        "state_error": "error",
+        "outdated": "restart to apply changes",
+    },
+    "fr": {
+        "state_stopped": "arrêté",
+        "state_starting": "démarre…",
+        "state_ready": "prêt",
+        "state_busy": "occupé",
+        "state_error": "erreur",
+        "outdated": "à redémarrer",
+    },
+}
+
+
+def word(key: str, language: str = "en") -> str:
+    """`key` in `language` (English when it has none); a state's key is `state_` and its value."""
+    return WORDS.get(language, WORDS["en"]).get(key) or WORDS["en"].get(key, key)
+
+
+def state_word(state: str, language: str = "en") -> str:
+    """The state (`"ready"`…) as a user reads it; a state this deck does not know, as it is."""
+    return word(f"state_{state}", language) if f"state_{state}" in WORDS["en"] else state
