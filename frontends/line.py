@@ -84,6 +84,8 @@ COMMANDS = (
     ("/answer K=V ...", 'answer the waiting question (or /answer {"k": "v"})'),
     ("/decline", "decline it"),
     ("/agents", "list the agents and their states"),
+    ("/inbox", "what waits for you in every agent, oldest first"),
+    ("/next", "go to the oldest: its agent becomes the current one, its request is shown again"),
     ("/logs [AGENT]", "an agent's last stderr lines"),
     ("/history [AGENT]", "the stored conversations, newest first: id, title, last update, messages"),
     ("/search WORDS", "the stored messages holding every word (word* for a prefix)"),
@@ -690,6 +692,10 @@ class LineFrontend(Frontend):
             self._answer_question(line[len(name) + 1 :].strip() if name == "answer" else None)
         elif name == "agents":
             self._spawn(self._agents(), DECK)
+        elif name == "inbox":
+            self._spawn(self._inbox(), DECK)
+        elif name == "next":
+            self._next()
         elif name == "history":
             self._spawn(self._history(args[0] if args else None), DECK)
         elif name == "search":
@@ -784,6 +790,25 @@ class LineFrontend(Frontend):
             self.emit(agent, "no log lines", "dim")
         for line in lines:
             self.emit(agent, f"| {line}", "dim")
+
+    async def _inbox(self) -> None:
+        rows = await self.client.call("DeckService.Inbox")
+        if not rows:
+            self.emit(DECK, "nothing waits for you", "dim")
+            return
+        self.emit(DECK, f"{len(rows)} waiting for you, oldest first (/next goes to it):", "bold")
+        for row in rows:
+            self.emit(row["agent"], f"{row['id']}  {row['title']}  since {row['since']}")
+
+    def _next(self) -> None:
+        """The oldest request that waits: its agent becomes the current one, and it is shown again."""
+        oldest = next(iter(self._asks.values()), None)
+        if oldest is None:
+            self.emit(DECK, "nothing waits for you", "dim")
+            return
+        kind, ask = oldest
+        self.current = str(ask["agent"])
+        (self._show_permission if kind == "permission" else self._show_question)(ask)
 
     async def _agents(self) -> None:
         language = self.language

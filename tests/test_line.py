@@ -629,3 +629,30 @@ def test_a_bare_allow_allows_once_and_always_only_when_asked(line_deck):
     deck.expect(r"\[a\] permission: Always Allow")
     deck.expect(r"\[a\] permission: allow_always")
     assert deck.close() == 0
+
+
+def test_inbox_lists_what_waits_and_next_goes_to_the_oldest(line_deck):
+    deck = line_deck(agent_block("a") + agent_block("b"))
+    deck.send("/inbox")
+    deck.expect(r"\[deck\] nothing waits for you")
+    deck.send("/next")
+    deck.expect(r"\[deck\] nothing waits for you")
+    deck.send("@a perm")
+    deck.expect(r"\[a\] permission\? Edit file  \+1 -1 /x")
+    deck.send("@b question")
+    deck.expect(r"\[b\] question: Your name\?")
+    deck.send("/inbox")
+    deck.expect(r"\[deck\] 2 waiting for you, oldest first \(/next goes to it\):")
+    deck.expect(r"\[a\] perm-\S+  permission: Edit file  since \S+Z")
+    deck.expect(r"\[b\] question-\S+  Your name\?  since \S+Z")
+    deck.send("/next")  # the oldest is a's: a is current again, its request shown again
+    deck.expect(r"\[a\] permission\? Edit file  \+1 -1 /x")
+    deck.send("/allow 1")
+    deck.expect(r"\[a\] permission: yes")
+    deck.send("/next")
+    deck.expect(r"\[b\] question: Your name\?")
+    deck.send('/answer name="Ann"')
+    deck.expect(r'\[b\] \{"action": "accept", "content": \{"name": "Ann"\}\}')
+    deck.send("/inbox")
+    deck.expect(r"\[deck\] nothing waits for you")
+    assert deck.close() == 0

@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from deck.acp.updates import tool_part
 from deck.chat.approval import Approval, allow_option, approval
 from deck.errors import INVALID_PARAMS, AcpError, InvalidParams, ServiceError
-from deck.events import Event, PermissionRequested, PermissionResolved, QuestionRequested, QuestionResolved
+from deck.events import (
+    Event,
+    PermissionRequested,
+    PermissionResolved,
+    QuestionRequested,
+    QuestionResolved,
+    now_iso,
+)
 
 if TYPE_CHECKING:
     from deck.agent.agent import Agent
@@ -57,7 +64,7 @@ class Asker(Protocol):
 class Pending:
     """One request waiting for the user's answer: the payload of its `…:requested` event and a future."""
 
-    __slots__ = ("id", "kind", "agent", "origin", "asker", "options", "payload", "future")
+    __slots__ = ("id", "kind", "agent", "origin", "asker", "options", "payload", "future", "since")
 
     def __init__(self, kind: Kind, asker: Asker, event: PermissionRequested | QuestionRequested) -> None:
         self.id = event.id
@@ -67,11 +74,21 @@ class Pending:
         self.asker = asker
         self.options: list[dict[str, Any]] = event.options if isinstance(event, PermissionRequested) else []
         self.payload = event.payload()
+        self.since = now_iso()
         self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
     @property
     def open(self) -> bool:
         return not self.future.done()
+
+    def title(self) -> str:
+        """One line that says what is asked: the tool call's title, or the question."""
+        if self.kind == PERMISSION:
+            call = self.payload.get("toolCall") or {}
+            text = call.get("title") or call.get("kind") or "a tool call"
+            return f"permission: {text}"[:200]
+        lines = str(self.payload.get("message") or "").splitlines()
+        return (lines[0] if lines else "a question")[:200]
 
     def wire(self) -> dict[str, Any]:
         """As `ChatService.Pending()` lists it: the event's payload and its kind."""
@@ -106,6 +123,10 @@ class PendingRequests:
 
     def wire(self) -> list[dict[str, Any]]:
         return [p.wire() for p in self]
+
+    def inbox(self) -> list[dict[str, Any]]:
+        """What waits for the user, oldest first: `{id, agent, kind, title, since}` each (`DeckService.Inbox`)."""
+        return [{"id": p.id, "agent": p.agent, "kind": p.kind, "title": p.title(), "since": p.since} for p in self]
 
     def permissions_of(self, agent: str, origin: str) -> list[dict[str, Any]]:
         """The open permission requests `agent` made from session `origin` (its conversation's snapshot lists them)."""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 from deck._version import __version__
+from deck.cli import inbox
 from deck.errors import ExitCode
 from typer.core import TyperCommand, TyperGroup
 
@@ -782,7 +783,11 @@ def main() -> None:
     app()
 
 
-BUILTIN_COMMANDS = frozenset({"run", "send", "agents", "plugins", "config", "serve", "attach", "stop", "ls"})
+inbox.register(app, Command)  # deck inbox, deck answer
+
+BUILTIN_COMMANDS = frozenset(
+    {"run", "send", "agents", "plugins", "config", "serve", "attach", "stop", "ls", "inbox", "answer"}
+)
 
 
 def register_plugin_commands(target: typer.Typer, args: list[str]) -> None:

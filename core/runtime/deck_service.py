@@ -40,6 +40,12 @@ class DeckService:
         frontend = getattr(self.deck.frontend, "name", "") or ""
         return [{"id": 1, "pid": os.getpid(), "uid": os.getuid(), "frontend": frontend, "since": self.since}]
 
+    @rpc("DeckService.Inbox")
+    def inbox(self) -> list[dict[str, Any]]:
+        """The permission requests and questions waiting in every agent, oldest first:
+        `[{id, agent, kind, title, since}]`; answered with `ChatService.AnswerPermission` / `AnswerQuestion`."""
+        return self.deck.chat.pending.inbox()
+
     @rpc("DeckService.Shutdown")
     def shutdown(self) -> None:
         """End the deck as a signal would: every agent stops, then the process exits 0."""

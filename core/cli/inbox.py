@@ -1,0 +1,106 @@
+"""`deck inbox` and `deck answer`: what waits for the user in a running deck server, answered from a shell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+import typer
+from deck.errors import ExitCode
+
+AttachOption = typer.Option(None, "--attach", metavar="NAME", help="The running deck server NAME (default: the config's).")
+
+
+def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
+    typer.echo(f"deck: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _server(attach: Optional[str], config: Optional[Path]) -> str:
+    """The server to ask: NAME, or the one running the config in use; a clear error when none runs."""
+    from deck.config.models import find_config
+    from deck.remote.socket_client import server_of
+
+    if attach is not None:
+        return attach
+    path, _source = find_config(str(config) if config else None)
+    name = server_of(path) if path is not None and path.exists() else None
+    if name is None:
+        fail(f"no deck server runs {path or 'a config file here'}: start one with `deck serve`, or name one with --attach",
+             ExitCode.ERROR)  # fmt: skip
+    return name
+
+
+def _call(name: str, method: str, params: Any = None) -> Any:
+    import asyncio
+
+    from deck.errors import ServiceError
+    from deck.remote.socket_client import call_server
+
+    try:
+        return asyncio.run(call_server(name, method, params))
+    except ServiceError as exc:
+        fail(str(exc), ExitCode.ERROR)
+
+
+def inbox(
+    attach: Optional[str] = AttachOption,
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="The config whose server to ask."),
+    as_json: bool = typer.Option(False, "--json", help="JSON output."),
+) -> None:
+    """List what waits for you: permission requests and questions.
+
+    Oldest first, across the agents of a running deck server. Answer one with `deck answer ID OPTION` (a question: `deck answer ID --json VALUES`).
+    """
+    rows = _call(_server(attach, config), "DeckService.Inbox")
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        typer.echo("nothing waits for you")
+        return
+    from deck.tty import printable
+
+    for row in rows:
+        typer.echo(printable(f"{row['id']:<12} {row['agent']:<16} {row['since']:<24} {row['title']}"))
+
+
+def answer(
+    request: str = typer.Argument(..., metavar="ID", help="The request's id, as `deck inbox` lists it."),
+    option: Optional[str] = typer.Argument(None, metavar="OPTION", help="A permission's optionId."),
+    values: Optional[str] = typer.Option(None, "--json", metavar="VALUES", help="A question's answer: a JSON object."),
+    attach: Optional[str] = AttachOption,
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="The config whose server to ask."),
+) -> None:
+    """Answer a permission request or a question that waits.
+
+    A permission: one of its options (OPTION); a question: its fields (--json VALUES).
+    """
+    name = _server(attach, config)
+    waiting = {row["id"]: row for row in _call(name, "DeckService.Inbox")}
+    row = waiting.get(request)
+    if row is None:
+        fail(f"nothing waits as {request!r}: `deck inbox` lists what does", ExitCode.ERROR)
+    if row["kind"] == "permission":
+        if option is None or values is not None:
+            options: list[dict[str, Any]] = next((p["options"] for p in _call(name, "ChatService.Pending") if p["id"] == request), [])
+            known = ", ".join(str(o.get("optionId")) for o in options)
+            fail(f"{request} is a permission request: answer it with one of its options ({known})")
+        _call(name, "ChatService.AnswerPermission", {"id": request, "optionId": option})
+    else:
+        if option is not None or values is None:
+            fail(f"{request} is a question: answer it with --json VALUES (a JSON object of its fields)")
+        try:
+            parsed = json.loads(values)
+        except ValueError as exc:
+            fail(f"--json: not JSON: {exc}")
+        if not isinstance(parsed, dict):
+            fail("--json: a JSON object of the question's fields, such as '{\"name\": \"x\"}'")
+        _call(name, "ChatService.AnswerQuestion", {"id": request, "values": parsed})
+    typer.echo(f"answered {request} ({row['agent']})")
+
+
+def register(app: typer.Typer, command_cls: Any) -> None:
+    app.command(cls=command_cls)(inbox)
+    app.command(cls=command_cls)(answer)
