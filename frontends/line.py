@@ -409,12 +409,13 @@ class LineFrontend(Frontend):
     def _usage_changed(self, e: UsageChanged) -> None:
         usage = e.usage or {}
         used, size = int(usage.get("used") or 0), int(usage.get("size") or 0)
-        if not self._changed((e.agent, "usage"), (used, size)):
+        cost = cost_text(usage.get("cost"))
+        if not self._changed((e.agent, "usage"), (used, size, cost)):
             return
         shown = f"context: {used:,} tokens"
         if size:
             shown = f"context: {used:,} / {size:,} tokens ({context_share(used, size)})"
-        self.emit(e.agent, shown, "dim")
+        self.emit(e.agent, f"{shown} · {cost}", "dim")
 
     @handles(TurnChanged)
     def _turn_changed(self, e: TurnChanged) -> None:
@@ -980,6 +981,16 @@ def diff_summary(tool_diffs: list[dict[str, Any]]) -> str:
         words = f"{comparison.summary()} {path}" if comparison.compared else f"{path} {comparison.summary()}"
         shown.append(words + (" (new)" if diff.get("newFile") else ""))
     return ", ".join(shown)
+
+
+def cost_text(cost: Any) -> str:
+    """`0.75 USD`, or `cost unknown` when the agent reports none (or something that is not a cost): never 0."""
+    if isinstance(cost, dict):
+        amount, currency = cost.get("amount"), cost.get("currency")
+        if isinstance(amount, (int, float)) and not isinstance(amount, bool) and 0 <= amount < float("inf") \
+                and isinstance(currency, str) and 1 <= len(currency) <= 8 and currency.isalpha():  # fmt: skip
+            return printable(f"{amount:.2f} {currency.upper()}")
+    return "cost unknown"
 
 
 def context_share(used: int, size: int) -> str:

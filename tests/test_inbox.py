@@ -55,3 +55,31 @@ def test_the_inbox_with_no_server_is_a_clear_error(tmp_path, runtime, monkeypatc
     assert out.returncode == 1 and "no deck server runs" in out.stderr and "deck serve" in out.stderr
     gone = cli("inbox", "--attach", "nobody")
     assert gone.returncode == 1 and "nobody" in gone.stderr
+
+
+def test_usage_sums_the_known_costs_and_says_which_are_unknown(serve, clients) -> None:
+    server = serve(agent_block("a") + agent_block("b") + agent_block("c"))
+    watcher = clients(server.path)
+    for agent, text in (("a", "cost 0.25 USD"), ("b", "usage"), ("c", "cost 1.5 usd")):
+        watcher.request("ChatService.Send", {"agent": agent, "text": text})
+        watcher.event("usage:changed", agent=agent, timeout=20)
+    watcher.request("ChatService.Send", {"agent": "a", "text": "cost 0.75 USD"})  # the session's cost so far
+    watcher.event("usage:changed", agent="a", usage={"used": 500, "size": 100000, "cost": {"amount": 0.75, "currency": "USD"}})
+
+    found = json.loads(cli("usage", "--attach", server.name, "--json").stdout)
+    assert found["agents"]["a"] == {"used": 500, "size": 100000, "cost": {"amount": 0.75, "currency": "USD"}}
+    assert found["agents"]["b"] == {"used": 1000, "size": 200000, "cost": None}  # unknown, never 0
+    assert found["total"] == {"USD": 2.25} and found["notCounted"] == ["b"]
+    shown = cli("usage", "--attach", server.name).stdout.splitlines()
+    assert shown[1].split() == ["b", "1,000/200,000", "tokens", "cost", "unknown"]
+    assert shown[-1] == "total: 2.25 USD (not counted, cost unknown: b)"
+
+
+@pytest.mark.parametrize("cost", [{"amount": -1, "currency": "USD"}, {"amount": "1", "currency": "USD"},
+                                  {"amount": True, "currency": "USD"}, {"amount": 1, "currency": "$$$"},
+                                  {"amount": float("inf"), "currency": "USD"}, "free"])  # fmt: skip
+def test_a_cost_that_is_not_one_is_unknown(cost) -> None:
+    from deck.runtime.deck_service import _cost
+
+    assert _cost(cost) is None
+    assert _cost({"amount": 2, "currency": "eur"}) == {"amount": 2.0, "currency": "EUR"}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import typer
 from deck._version import __version__
-from deck.cli import inbox
+from deck.cli import inbox, usage
 from deck.errors import ExitCode
 from typer.core import TyperCommand, TyperGroup
 
@@ -784,9 +784,10 @@ def main() -> None:
 
 
 inbox.register(app, Command)  # deck inbox, deck answer
+usage.register(app, Command)
 
 BUILTIN_COMMANDS = frozenset(
-    {"run", "send", "agents", "plugins", "config", "serve", "attach", "stop", "ls", "inbox", "answer"}
+    {"run", "send", "agents", "plugins", "config", "serve", "attach", "stop", "ls", "inbox", "answer", "usage"}
 )
 
 

@@ -17,7 +17,7 @@ def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _server(attach: Optional[str], config: Optional[Path]) -> str:
+def server(attach: Optional[str], config: Optional[Path]) -> str:
     """The server to ask: NAME, or the one running the config in use; a clear error when none runs."""
     from deck.config.models import find_config
     from deck.remote.socket_client import server_of
@@ -32,7 +32,7 @@ def _server(attach: Optional[str], config: Optional[Path]) -> str:
     return name
 
 
-def _call(name: str, method: str, params: Any = None) -> Any:
+def call(name: str, method: str, params: Any = None) -> Any:
     import asyncio
 
     from deck.errors import ServiceError
@@ -53,7 +53,7 @@ def inbox(
 
     Oldest first, across the agents of a running deck server. Answer one with `deck answer ID OPTION` (a question: `deck answer ID --json VALUES`).
     """
-    rows = _call(_server(attach, config), "DeckService.Inbox")
+    rows = call(server(attach, config), "DeckService.Inbox")
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -77,17 +77,18 @@ def answer(
 
     A permission: one of its options (OPTION); a question: its fields (--json VALUES).
     """
-    name = _server(attach, config)
-    waiting = {row["id"]: row for row in _call(name, "DeckService.Inbox")}
+    name = server(attach, config)
+    waiting = {row["id"]: row for row in call(name, "DeckService.Inbox")}
     row = waiting.get(request)
     if row is None:
         fail(f"nothing waits as {request!r}: `deck inbox` lists what does", ExitCode.ERROR)
     if row["kind"] == "permission":
         if option is None or values is not None:
-            options: list[dict[str, Any]] = next((p["options"] for p in _call(name, "ChatService.Pending") if p["id"] == request), [])
+            pending = call(name, "ChatService.Pending")
+            options: list[dict[str, Any]] = next((p["options"] for p in pending if p["id"] == request), [])
             known = ", ".join(str(o.get("optionId")) for o in options)
             fail(f"{request} is a permission request: answer it with one of its options ({known})")
-        _call(name, "ChatService.AnswerPermission", {"id": request, "optionId": option})
+        call(name, "ChatService.AnswerPermission", {"id": request, "optionId": option})
     else:
         if option is not None or values is None:
             fail(f"{request} is a question: answer it with --json VALUES (a JSON object of its fields)")
@@ -97,7 +98,7 @@ def answer(
             fail(f"--json: not JSON: {exc}")
         if not isinstance(parsed, dict):
             fail("--json: a JSON object of the question's fields, such as '{\"name\": \"x\"}'")
-        _call(name, "ChatService.AnswerQuestion", {"id": request, "values": parsed})
+        call(name, "ChatService.AnswerQuestion", {"id": request, "values": parsed})
     typer.echo(f"answered {request} ({row['agent']})")
 
 

@@ -7,6 +7,7 @@ whatever happened in between, in this process or at the other end of a socket.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,24 @@ class DeckService:
         `[{id, agent, kind, title, since}]`; answered with `ChatService.AnswerPermission` / `AnswerQuestion`."""
         return self.deck.chat.pending.inbox()
 
+    @rpc("DeckService.Usage")
+    def usage(self) -> dict[str, Any]:
+        """Context used and cost of each agent's current conversation, and the costs' total by currency:
+        `{agents: {name: {used, size, cost}}, total: {currency: amount}, notCounted: [name]}`. An agent
+        that reports no cost has `cost` null and is in `notCounted`: its cost is unknown, never 0."""
+        agents: dict[str, Any] = {}
+        total: dict[str, float] = {}
+        unknown = []
+        for name in self.deck.agents:
+            usage = self.deck.conversation_of(name).usage
+            cost = _cost(usage.get("cost"))
+            agents[name] = {"used": usage.get("used", 0), "size": usage.get("size", 0), "cost": cost}
+            if cost is None:
+                unknown.append(name)
+            else:
+                total[cost["currency"]] = total.get(cost["currency"], 0.0) + cost["amount"]
+        return {"agents": agents, "total": total, "notCounted": unknown}
+
     @rpc("DeckService.Shutdown")
     def shutdown(self) -> None:
         """End the deck as a signal would: every agent stops, then the process exits 0."""
@@ -73,3 +92,16 @@ class DeckService:
                     "seq": seq, "agents": agents, "conversations": conversations, "pending": pending, "config": config
                 }
         raise ServiceError(f"the deck kept changing while its snapshot was read ({SNAPSHOT_TRIES} tries)")
+
+
+def _cost(cost: Any) -> dict[str, Any] | None:
+    """An agent's `{amount, currency}` when it is one (a finite amount ≥ 0, a currency of 1 to 8
+    letters), else None: what an agent reports is never trusted to be a cost."""
+    if not isinstance(cost, dict):
+        return None
+    amount, currency = cost.get("amount"), cost.get("currency")
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount < 0:
+        return None
+    if not isinstance(currency, str) or not (1 <= len(currency) <= 8 and currency.isalpha()):
+        return None
+    return {"amount": float(amount), "currency": currency.upper()}

@@ -28,7 +28,7 @@ until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7)
 `perm` (a tool call asking permission), `read PATH`, `write PATH TEXT`,
 `question`, `late` (an update after the response), `error` (a JSON-RPC error),
 `badtext` (chunks whose text is not a string, then "ok"),
-`thought`, `tools`, `plan`, `usage`, `unknown-update`,
+`thought`, `tools`, `plan`, `usage`, `cost AMOUNT [CURRENCY]`, `unknown-update`,
 `user` (user_message_chunks), `session` (mode, config option, session info and
 command updates), `perms N KIND` (N permission requests in one turn for a tool of
 KIND), `readlines PATH LINE LIMIT`, `stop REASON` (that stop reason),
@@ -226,6 +226,11 @@ def turn(rid, sid: str, text: str) -> None:
     elif word == "usage":
         update(sid, {"sessionUpdate": "usage_update", "used": 1000, "size": 200000})
         result["usage"] = {"totalTokens": 30, "inputTokens": 10, "outputTokens": 20}
+    elif word == "cost":  # `cost AMOUNT [CURRENCY]`: the session's cost so far
+        amount = float(rest.split()[0]) if rest.split() else 0.5
+        currency = rest.split()[1] if len(rest.split()) > 1 else "USD"
+        update(sid, {"sessionUpdate": "usage_update", "used": 500, "size": 100000,
+                     "cost": {"amount": amount, "currency": currency}})
     elif word == "user":
         update(sid, {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "earlier "}})
         update(sid, {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "question"}})
