@@ -14,6 +14,7 @@ from ._version import __version__
 __all__ = [
     "__version__",
     "hookimpl",
+    "listens",
     "rpc_method",
     # the deck, its agents and their sessions
     "Deck",
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from deck.errors import AcpError, ConnectionClosed, ServiceError
     from deck.events import now_iso
     from deck.frontend import Frontend
-    from deck.hookspecs import hookimpl
+    from deck.hookspecs import hookimpl, listens
     from deck.proc.storage import state_dir
     from deck.remote.socket_client import call_server, server_of
     from deck.runtime.deck import Deck
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "hookimpl": ("hookspecs", "hookimpl"),
+    "listens": ("hookspecs", "listens"),
     "rpc_method": ("runtime.rpc", "rpc"),
     "Deck": ("runtime.deck", "Deck"),
     "Agent": ("agent.agent", "Agent"),

@@ -8,8 +8,8 @@ hook wrappers are refused (see `hooks`). docs/plugins.md documents each one with
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
@@ -24,6 +24,25 @@ if TYPE_CHECKING:
 
 hookspec = pluggy.HookspecMarker("deck")
 hookimpl = pluggy.HookimplMarker("deck")
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def listens(*events: type[Event] | str) -> Callable[[_F], _F]:
+    """Only these events (classes, or their names: "permission:requested") reach the `deck_event`
+    implementation it decorates; the others cost it nothing, not even a call:
+
+        @hookimpl
+        @listens(PermissionRequested, "budget:reached")
+        def deck_event(deck, event): ...
+    """
+    names = frozenset(e if isinstance(e, str) else e.name for e in events)
+
+    def mark(function: _F) -> _F:
+        function.deck_events = names  # type: ignore[attr-defined]  # read by the hook facade
+        return function
+
+    return mark
 
 
 @hookspec

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from deck import hookimpl, state_dir
+from deck import hookimpl, listens, state_dir
 from deck.events import AgentLog
 
 if TYPE_CHECKING:
@@ -95,6 +95,7 @@ class Logs:
         self.trace = Trace(Path(deck.trace_path)) if deck.trace_path is not None else None
 
     @hookimpl
+    @listens(AgentLog)
     def deck_event(self, event: Event) -> None:
         if type(event) is AgentLog:
             self.files.write(event.agent, event.line)

@@ -223,6 +223,43 @@ async def test_tryfirst_and_trylast_order_the_implementations(make_deck):
     assert order[:4] == ["tryfirst", "last registered", "first registered", "trylast"]
 
 
+async def test_listens_lets_only_the_named_events_reach_an_implementation(make_deck):
+    from deck import listens
+    from deck.events import AgentStateChanged, TurnChanged
+
+    class Listening:
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        @hookimpl
+        @listens(TurnChanged, "agent:state")
+        def deck_event(self, event):
+            self.seen.append(event.name)
+
+    class Everything:
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        @hookimpl
+        def deck_event(self, event):
+            self.seen.append(event.name)
+
+    deck, rec = make_deck(agent_block("a"))
+    listening, everything = Listening(), Everything()
+    deck.pm.register(listening, name="listening")
+    deck.pm.register(everything, name="everything")
+    deck.chat.send("a", "hello")
+    await rec.wait(lambda r: [p for p in r.named("turn:changed") if not p["busy"]])
+    assert set(listening.seen) == {TurnChanged.name, AgentStateChanged.name}
+    assert "message:delta" in everything.seen and everything.seen.count("turn:changed") == listening.seen.count(
+        "turn:changed"
+    )
+    deck.pm.unregister(listening)  # a new generation of plugins: what listens is found again
+    deck.chat.send("a", "again")
+    await rec.wait(lambda r: len([p for p in r.named("turn:changed") if not p["busy"]]) >= 2)
+    assert listening.seen.count("turn:changed") < everything.seen.count("turn:changed")
+
+
 class Wrapping:
     def __init__(self) -> None:
         self.calls = 0

@@ -134,6 +134,9 @@ class Hooks(PluginHooks):
         super().__init__(pm)
         self.deck = deck
         self.context = {"deck": deck}
+        #: Event class → the `deck_event` implementations it reaches (`listens`), for one plugin generation.
+        self._by_class: dict[type[Event], list[Impl]] = {}
+        self._by_class_generation: int | None = None
         #: How long an awaitable returned by a hook may run before it is cancelled and reported.
         self.timeout = PLUGIN_TIMEOUT
 
@@ -157,8 +160,9 @@ class Hooks(PluginHooks):
         await self._call_and_wait("deck_shutdown")
 
     def event(self, event: Event) -> None:
-        """`deck_event`: the hot path, one call per streamed chunk, hence no generic argument matching."""
-        for function, argnames, plugin in self._impls("deck_event"):
+        """`deck_event`: the hot path, one call per streamed chunk, hence no generic argument matching,
+        and only the implementations that listen to the event's class (`deck.listens`)."""
+        for function, argnames, plugin in self._listening(type(event)):
             try:
                 if argnames == _DECK_EVENT:
                     result = function(self.deck, event)
@@ -169,6 +173,17 @@ class Hooks(PluginHooks):
                 continue
             if result is not None and inspect.isawaitable(result):
                 self._later(plugin, "deck_event", result)
+
+    def _listening(self, cls: type[Event]) -> list[Impl]:
+        generation = getattr(self.pm, "generation", None)
+        if generation is None or generation != self._by_class_generation:
+            self._by_class, self._by_class_generation = {}, generation
+        found = self._by_class.get(cls)
+        if found is None:
+            found = [impl for impl in self._impls("deck_event") if _listens_to(impl[0], cls)]
+            if generation is not None:
+                self._by_class[cls] = found
+        return found
 
     async def before_start(self, agent: Agent) -> None:
         """`deck_before_start`: a ServiceError refuses the start; an awaitable is waited for."""
@@ -223,6 +238,11 @@ class Hooks(PluginHooks):
 
 
 _DECK_EVENT = ("deck", "event")
+
+
+def _listens_to(function: Callable[..., Any], cls: type[Event]) -> bool:
+    wanted = getattr(function, "deck_events", None)
+    return wanted is None or cls.name in wanted
 
 #: Why a hook wrapper is refused (at registration) or never called (by the facade).
 WRAPPER_REFUSED = (

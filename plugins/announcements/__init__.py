@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from deck import hookimpl
+from deck import hookimpl, listens
 from deck.events import Event, TurnChanged
 
 from .asks import Asks
@@ -43,6 +43,7 @@ class Announcements:
         self.bridge = Bridge(self.asks)
 
     @hookimpl
+    @listens(TurnChanged)
     def deck_event(self, event: Event) -> None:
         if type(event) is TurnChanged and not event.busy:
             self.asks.turn_ended(event.agent)

@@ -16,7 +16,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from deck import AgentState, hookimpl, rpc_method
+from deck import AgentState, hookimpl, listens, rpc_method
 from deck.errors import ServiceError, StartFailed
 from deck.events import AgentStateChanged, TurnChanged
 
@@ -100,6 +100,7 @@ class Worktrees:
             os.close(held[1])
 
     @hookimpl
+    @listens(AgentStateChanged, TurnChanged)
     def deck_event(self, deck: Deck, event: Event) -> None:
         if deck is not self.deck:
             return
