@@ -146,9 +146,14 @@ class PermissionResolved(Event):
 
 @dataclass(frozen=True, slots=True)
 class UsageChanged(Event):
+    """What the agent's session reports it used (`usage` is `{used, size, cost?}`) and, when its cost
+    grew, by how much (`spent`, `{amount, currency}`: what the deck's spending counts)."""
+
     name: ClassVar[str] = "usage:changed"
+    _optional: ClassVar[frozenset[str]] = frozenset({"spent"})
     agent: str
     usage: dict[str, Any]
+    spent: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

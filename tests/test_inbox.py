@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from datetime import date
 
 import pytest
 
@@ -67,19 +68,28 @@ def test_usage_sums_the_known_costs_and_says_which_are_unknown(serve, clients) -
     watcher.event("usage:changed", agent="a", usage={"used": 500, "size": 100000, "cost": {"amount": 0.75, "currency": "USD"}})
 
     found = json.loads(cli("usage", "--attach", server.name, "--json").stdout)
-    assert found["agents"]["a"] == {"used": 500, "size": 100000, "cost": {"amount": 0.75, "currency": "USD"}}
-    assert found["agents"]["b"] == {"used": 1000, "size": 200000, "cost": None}  # unknown, never 0
-    assert found["total"] == {"USD": 2.25} and found["notCounted"] == ["b"]
+    usd = {"amount": 0.75, "currency": "USD"}
+    assert found["agents"]["a"] == {"used": 500, "size": 100000, "cost": usd, "spent": {"USD": 0.75}, "today": {"USD": 0.75}}
+    assert found["agents"]["b"] == {"used": 1000, "size": 200000, "cost": None, "spent": {}, "today": {}}  # never 0
+    assert found["total"] == found["sinceStart"] == found["today"] == {"USD": 2.25} and found["notCounted"] == ["b"]
     shown = cli("usage", "--attach", server.name).stdout.splitlines()
-    assert shown[1].split() == ["b", "1,000/200,000", "tokens", "cost", "unknown"]
-    assert shown[-1] == "total: 2.25 USD (not counted, cost unknown: b)"
+    assert shown[1].split() == ["a", "500/100,000", "tokens", "0.75", "USD", "0.75", "USD", "0.75", "USD"]
+    assert shown[2].split() == ["b", "1,000/200,000", "tokens", "cost", "unknown", "(not", "counted)"]
+    assert shown[-1] == "total: 2.25 USD since the server started, 2.25 USD today (not counted, cost unknown: b)"
+    by_day = json.loads(cli("usage", "--attach", server.name, "--by", "day", "--json").stdout)["days"]
+    assert by_day == [{"day": date.today().isoformat(), "total": {"USD": 2.25}, "agents": {"a": {"USD": 0.75}, "c": {"USD": 1.5}}}]
+    assert cli("usage", "--attach", server.name, "--by", "day").stdout.split() == [
+        date.today().isoformat(), "2.25", "USD", "a", "0.75", "USD,", "c", "1.50", "USD", "not", "counted,", "cost",
+        "unknown:", "b"]  # fmt: skip
+    wrong = cli("usage", "--attach", server.name, "--by", "week")
+    assert wrong.returncode == 2 and "use agent or day" in wrong.stderr
 
 
 @pytest.mark.parametrize("cost", [{"amount": -1, "currency": "USD"}, {"amount": "1", "currency": "USD"},
                                   {"amount": True, "currency": "USD"}, {"amount": 1, "currency": "$$$"},
                                   {"amount": float("inf"), "currency": "USD"}, "free"])  # fmt: skip
 def test_a_cost_that_is_not_one_is_unknown(cost) -> None:
-    from deck.runtime.deck_service import _cost
+    from deck.chat.spending import money as _cost
 
     assert _cost(cost) is None
     assert _cost({"amount": 2, "currency": "eur"}) == {"amount": 2.0, "currency": "EUR"}

@@ -110,7 +110,7 @@ def test_agents_panel_states_marks_and_gauge_in_english():
     assert "1 A Alpha" in text and "⠋ starting…" in text
     assert "│   busy ⠋" in text and "│   ! needs input" in text
     assert "⟳ restart to apply changes" in text
-    assert "ctx ██░░░░░░░░ 25%" in text
+    assert "ctx ██░░░░░░░░ 25%" in text and "cost unknown (not counted)" in text  # never 0
     assert "error" in text and "start failed: exit 3" in text and "missing API key" not in text
     assert "⠙ starting…" in panel_text(model, frame=1)  # the spinner turns
 
@@ -118,9 +118,10 @@ def test_agents_panel_states_marks_and_gauge_in_english():
 def test_agents_panel_in_french():
     model = roster("alpha", "beta")
     feed(model, [AgentStateChanged("alpha", "ready", True), AgentStateChanged("beta", "stopped", False),
-                 UsageChanged("alpha", {"used": 1500, "size": 0})])  # fmt: skip
+                 UsageChanged("alpha", {"used": 1500, "size": 0, "cost": {"amount": 1.5, "currency": "EUR"}})])  # fmt: skip
     model.apply(PermissionRequested("perm-1", "alpha", "", {}, [], 0))
     text = panel_text(model, "fr")
+    assert "coût 1.50 EUR" in text
     assert "prêt" in text and "arrêté" in text and "à redémarrer" in text and "attend une réponse" in text
     assert "ctx 1.5k" in text
     assert "▶ démarrer" in text and "■ arrêter" in text and "↻ redémarrer" in text

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from deck.agent.session import CONVERSATION, REPLAYED
 from deck.chat.conversation import Caps, Conversation, Message
+from deck.chat.spending import Money, Spending
 
 if TYPE_CHECKING:
     from deck.agent.agent import Agent
@@ -125,9 +126,10 @@ def _nowhere(_event: Any) -> None:
 class Conversations(Mapping[str, Conversation]):
     """Agent name → its conversation, made on first use."""
 
-    def __init__(self, deck: Deck, pending: PendingRequests) -> None:
+    def __init__(self, deck: Deck, pending: PendingRequests, spending: Spending | None = None) -> None:
         self._deck = deck
         self._pending = pending
+        self.spending = spending if spending is not None else Spending()
         self._conversations: dict[str, Conversation] = {}
 
     def __getitem__(self, agent: str) -> Conversation:
@@ -148,7 +150,11 @@ class Conversations(Mapping[str, Conversation]):
             def permissions() -> list[dict[str, Any]]:
                 return pending.permissions_of(agent, CONVERSATION)
 
-            conv = self._conversations[agent] = Conversation(agent, self._deck.emit, permissions, self.caps())
+            def spend(spent: Money) -> None:
+                self.spending.add(agent, spent)
+
+            conv = Conversation(agent, self._deck.emit, permissions, self.caps(), spend)
+            self._conversations[agent] = conv
         return conv
 
     def caps(self) -> Caps:
@@ -162,15 +168,16 @@ class Conversations(Mapping[str, Conversation]):
 
     def restore(self, agent: str, stored: dict[str, Any]) -> None:
         """Make a conversation kept from an earlier run `agent`'s conversation, before the agent
-        runs: `stored` as the history gives it (`messages` as wire dicts, `sessionId`, `title`);
+        runs: `stored` as the history gives it (`messages` as wire dicts, `sessionId`, `title`, `usage`);
         the agent's next start continues its session (`Agent._continue_session`)."""
-        messages, cut = stored.get("messages"), stored.get("cut")
+        messages, cut, usage = stored.get("messages"), stored.get("cut"), stored.get("usage")
         session_id, title = stored.get("sessionId"), stored.get("title")
         self.of(agent).restore(
             [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else [],
             session_id if isinstance(session_id, str) and session_id else None,
             title if isinstance(title, str) else None,
             cut if isinstance(cut, dict) else None,
+            usage if isinstance(usage, dict) else None,
         )
 
     def reset(self, agent: str) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deck.acp.updates import as_string, block_text, choice, dicts, tool_id, tool_part
+from deck.chat.spending import Bill, Money, money
 from deck.config.models import CONVERSATION_MAX, MESSAGE_MAX
 from deck.events import (
     ConversationChanged,
@@ -237,9 +238,13 @@ class Conversation:
         emit: Callable[[Event], None],
         permissions: Callable[[], list[dict[str, Any]]] = list,
         caps: Caps = Caps(),
+        spend: Callable[[Money], None] | None = None,
     ) -> None:
         self.agent = agent
         self.emit = emit
+        #: Told what each usage report adds to the session's cost (the deck's `Spending`).
+        self.spend: Callable[[Money], None] = spend or _nothing
+        self.bill = Bill()
         self.caps = caps
         self._message_max, self._size_max = caps.message, caps.conversation  # read once per chunk
         #: The bytes its messages hold; `cut` counts the messages let go to keep it under its cap.
@@ -251,7 +256,7 @@ class Conversation:
         self.by_id: dict[str, Message] = {}
         self.queue: deque[Message] = deque()
         self.busy = False
-        self.usage: dict[str, Any] = {"used": 0, "size": 0}
+        self.usage: dict[str, Any] = _no_usage()
         self.commands: list[dict[str, Any]] = []
         self.modes: dict[str, Any] | None = None
         self.config_options: list[dict[str, Any]] = []
@@ -333,10 +338,12 @@ class Conversation:
         session_id: str | None,
         title: str | None,
         cut: dict[str, int] | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> list[Message]:
         """Take a conversation kept from an earlier run (messages in their `to_dict` form), before
         the agent runs: `session_id` is the session its next start resumes, or loads; `cut` counts
-        the messages before these that were not read (`{messages, bytes}`).
+        the messages before these that were not read (`{messages, bytes}`); `usage` is what the
+        session last reported, so that its cost, reported again as it resumes, is not counted twice.
 
         Nothing is emitted for the messages (a frontend reads them with the snapshot), except one
         `message:updated` for each message the earlier run left unfinished: it is finished now,
@@ -346,6 +353,11 @@ class Conversation:
         self.size = sum(m.size for m in self.messages)
         self.cut = dict(cut) if cut else {"messages": 0, "bytes": 0}
         self.session_id, self.title = session_id, title
+        self.usage = {"used": _count(usage.get("used")), "size": _count(usage.get("size"))} if usage else _no_usage()
+        cost = money(usage.get("cost")) if usage else None
+        if cost is not None:
+            self.usage["cost"] = cost
+        self.bill = Bill(cost)
         self.queue.clear()
         self.current = None
         unfinished = [m for m in self.messages if not m.done or m.queued]
@@ -358,6 +370,8 @@ class Conversation:
 
     def session_started(self, session_id: str, result: dict[str, Any]) -> None:
         """A new ACP session serves this conversation (first start, restart, after a crash)."""
+        if session_id != self.session_id:  # not the one resumed: its costs count from nothing
+            self.bill = Bill()
         self.session_id = session_id
         self._tools.clear()
         self._acp_messages.clear()
@@ -719,11 +733,16 @@ class Conversation:
             self._set("title", title)
 
     def _usage(self, update: dict[str, Any]) -> None:
-        usage = {"used": _count(update.get("used")), "size": _count(update.get("size"))}
-        if isinstance(update.get("cost"), dict):
-            usage["cost"] = update["cost"]
+        usage: dict[str, Any] = {"used": _count(update.get("used")), "size": _count(update.get("size"))}
+        cost = money(update.get("cost"))
+        spent = None
+        if cost is not None:
+            usage["cost"] = cost
+            spent = self.bill.spent(cost)
+            if spent is not None:
+                self.spend(spent)
         self.usage = usage
-        self.emit(UsageChanged(self.agent, usage))
+        self.emit(UsageChanged(self.agent, usage, spent))
 
     _handlers: dict[str, Callable[[Conversation, dict[str, Any]], None]] = {
         "agent_message_chunk": _chunk,
@@ -738,6 +757,14 @@ class Conversation:
         "session_info_update": _session_info,
         "usage_update": _usage,
     }
+
+
+def _nothing(_spent: Money) -> None:
+    pass
+
+
+def _no_usage() -> dict[str, Any]:
+    return {"used": 0, "size": 0}
 
 
 def part_size(part: dict[str, Any]) -> int:

@@ -13,30 +13,62 @@ from deck.cli.inbox import AttachOption, call, server
 def usage(
     attach: Optional[str] = AttachOption,
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="The config whose server to ask."),
-    as_json: bool = typer.Option(False, "--json", help="JSON output."),
+    by: str = typer.Option("agent", "--by", help="agent: each agent's context and cost; day: what each day cost."),
+    as_json: bool = typer.Option(False, "--json", help="JSON output (DeckService.Usage)."),
 ) -> None:
-    """Show each agent's context used and cost, and the total.
+    """Show what the agents of a running server used and spent: each agent's context and the cost
+    of its conversation, since the server started and today (--by agent), or per day (--by day,
+    from the history).
 
-    An agent that reports no cost says "cost unknown" and is not in the total.
+    An agent that reports no cost says "cost unknown" and is not in the totals.
     """
     from deck.tty import printable
 
-    found = call(server(attach, config), "DeckService.Usage")
+    if by not in ("agent", "day"):
+        raise typer.BadParameter(f"{by!r}: use agent or day", param_hint="--by")
+    found = call(server(attach, config), "DeckService.Usage", {"by": by})
     if as_json:
         typer.echo(json.dumps(found, indent=2))
         return
+    lines = _by_day(found) if by == "day" else _by_agent(found)
+    for line in lines:
+        typer.echo(printable(line))
+
+
+def _by_agent(found: dict[str, Any]) -> list[str]:
+    lines = [f"{'agent':<16} {'context':<24} {'conversation':<14} {'since start':<14} today"]
     for name, row in found["agents"].items():
         context = f"{row['used']:,}/{row['size']:,} tokens" if row["size"] else f"{row['used']:,} tokens"
-        typer.echo(printable(f"{name:<16} {context:<24} {_money(row['cost'])}"))
-    total = " + ".join(_money({"amount": amount, "currency": currency}) for currency, amount in found["total"].items())
-    line = f"total: {total or 'no cost reported'}"
+        if row["cost"] is None and not row["spent"]:
+            lines.append(f"{name:<16} {context:<24} cost unknown (not counted)")
+            continue
+        lines.append(f"{name:<16} {context:<24} {_money(row['cost']):<14} {_sum(row['spent']):<14} {_sum(row['today'])}")
+    line = f"total: {_sum(found['sinceStart'])} since the server started, {_sum(found['today'])} today"
     if found["notCounted"]:
         line += f" (not counted, cost unknown: {', '.join(found['notCounted'])})"
-    typer.echo(printable(line))
+    return [*lines, line]
+
+
+def _by_day(found: dict[str, Any]) -> list[str]:
+    days = found.get("days") or []
+    if not days:
+        return ["no cost reported yet"]
+    lines = []
+    for day in days:
+        agents = ", ".join(f"{name} {_sum(totals)}" for name, totals in sorted(day["agents"].items()))
+        lines.append(f"{day['day']}  {_sum(day['total']):<14} {agents}")
+    if found["notCounted"]:
+        lines.append(f"not counted, cost unknown: {', '.join(found['notCounted'])}")
+    return lines
 
 
 def _money(cost: dict[str, Any] | None) -> str:
     return "cost unknown" if cost is None else f"{cost['amount']:.2f} {cost['currency']}"
+
+
+def _sum(totals: dict[str, float]) -> str:
+    """`1.25 USD + 3.00 EUR`, or `0.00` when nothing was spent."""
+    return " + ".join(f"{amount:.2f} {currency}" for currency, amount in sorted(totals.items())) or "0.00"
 
 
 def register(app: typer.Typer, command_cls: Any) -> None:

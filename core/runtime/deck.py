@@ -19,6 +19,7 @@ from deck.agent.agent import Agent
 from deck.agent.session import Session
 from deck.chat.book import MatchedReplay, ReplaySink
 from deck.chat.conversation import Caps, Conversation
+from deck.chat.spending import Spending
 from deck.config import models as configmod
 from deck.config.models import DeckConfig
 from deck.errors import ServiceError, UnknownMethod, UsageError
@@ -130,6 +131,12 @@ class Deck:
     def conversation_count(self) -> int:
         """How many agents have a conversation in this deck (0 once another config file was opened)."""
         return len(self.chat.conversations)
+
+    @property
+    def spending(self) -> Spending:
+        """What the agents spent since the deck started and per day (`since_start(agent)`, `on(day,
+        agent)`: currency → amount); a history provider `seed`s the days before."""
+        return self.chat.spending
 
     def conversation_caps(self) -> Caps:
         """What a conversation keeps (`message`, `conversation`: sizes in bytes), from `[limits]`."""

@@ -7,11 +7,11 @@ whatever happened in between, in this process or at the other end of a socket.
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from deck.chat.spending import money
 from deck.errors import ServiceError
 from deck.events import now_iso
 from deck.runtime.rpc import rpc
@@ -48,22 +48,65 @@ class DeckService:
         return self.deck.chat.pending.inbox()
 
     @rpc("DeckService.Usage")
-    def usage(self) -> dict[str, Any]:
-        """Context used and cost of each agent's current conversation, and the costs' total by currency:
-        `{agents: {name: {used, size, cost}}, total: {currency: amount}, notCounted: [name]}`. An agent
-        that reports no cost has `cost` null and is in `notCounted`: its cost is unknown, never 0."""
+    async def usage(self, by: str = "agent") -> dict[str, Any]:
+        """Context used and cost of each agent's current conversation, and what the agents spent:
+
+        `{agents: {name: {used, size, cost, spent, today}}, total, sinceStart, today, notCounted}`:
+        `cost` is the conversation's (`{amount, currency}`, null when the agent reports none: its
+        cost is unknown, never 0, and it is in `notCounted`); `spent` since the deck started and
+        `today` are currency → amount; `total` sums the conversations' costs. `by="day"` adds
+        `days: [{day, total, agents: {name: {currency: amount}}}]`, oldest first, from the
+        history when it is on (every day it kept), else from this deck's run."""
+        if by not in ("agent", "day"):
+            raise ServiceError(f"unknown grouping {by!r}: use agent or day")
+        spending = self.deck.spending
         agents: dict[str, Any] = {}
         total: dict[str, float] = {}
         unknown = []
         for name in self.deck.agents:
             usage = self.deck.conversation_of(name).usage
-            cost = _cost(usage.get("cost"))
-            agents[name] = {"used": usage.get("used", 0), "size": usage.get("size", 0), "cost": cost}
+            cost = money(usage.get("cost"))
+            agents[name] = {
+                "used": usage.get("used", 0), "size": usage.get("size", 0), "cost": cost,
+                "spent": spending.since_start(name), "today": spending.on(agent=name),
+            }  # fmt: skip
             if cost is None:
                 unknown.append(name)
             else:
                 total[cost["currency"]] = total.get(cost["currency"], 0.0) + cost["amount"]
-        return {"agents": agents, "total": total, "notCounted": unknown}
+        found = {
+            "agents": agents, "total": total, "sinceStart": spending.since_start(), "today": spending.on(),
+            "notCounted": unknown,
+        }  # fmt: skip
+        if by == "day":
+            found["days"] = await self._days()
+        return found
+
+    async def _days(self) -> list[dict[str, Any]]:
+        history = self.deck.chat.history
+        if history is not None:
+            try:
+                rows = await history.spending()
+            except ServiceError:
+                rows = None  # history is off after all: this run's days
+        else:
+            rows = None
+        if rows is None:
+            spending = self.deck.spending
+            rows = [
+                {"day": day, "agent": agent, "currency": currency, "amount": amount}
+                for day, by_agent in sorted(spending.days.items())
+                for agent, totals in by_agent.items()
+                for currency, amount in totals.items()
+            ]
+        days: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            day = days.setdefault(row["day"], {"day": row["day"], "total": {}, "agents": {}})
+            currency, amount = row["currency"], row["amount"]
+            day["total"][currency] = day["total"].get(currency, 0.0) + amount
+            by_agent = day["agents"].setdefault(row["agent"], {})
+            by_agent[currency] = by_agent.get(currency, 0.0) + amount
+        return [days[day] for day in sorted(days)]
 
     @rpc("DeckService.Shutdown")
     def shutdown(self) -> None:
@@ -92,16 +135,3 @@ class DeckService:
                     "seq": seq, "agents": agents, "conversations": conversations, "pending": pending, "config": config
                 }
         raise ServiceError(f"the deck kept changing while its snapshot was read ({SNAPSHOT_TRIES} tries)")
-
-
-def _cost(cost: Any) -> dict[str, Any] | None:
-    """An agent's `{amount, currency}` when it is one (a finite amount ≥ 0, a currency of 1 to 8
-    letters), else None: what an agent reports is never trusted to be a cost."""
-    if not isinstance(cost, dict):
-        return None
-    amount, currency = cost.get("amount"), cost.get("currency")
-    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount < 0:
-        return None
-    if not isinstance(currency, str) or not (1 <= len(currency) <= 8 and currency.isalpha()):
-        return None
-    return {"amount": float(amount), "currency": currency.upper()}

@@ -17,6 +17,7 @@ from deck.chat.book import Conversations
 from deck.chat.conversation import Conversation
 from deck.chat.modes import SessionSettings
 from deck.chat.pending import PendingRequests
+from deck.chat.spending import Spending
 from deck.chat.turns import Turns
 from deck.errors import InvalidParams, ServiceError
 from deck.events import ConversationReset
@@ -100,6 +101,10 @@ class HistoryProvider(Protocol):
         """A new stored conversation for the agent's own session `session_id`, made `agent`'s current one; its id."""
         ...
 
+    async def spending(self) -> list[dict[str, Any]]:
+        """What the agents spent, oldest day first: `[{day, agent, currency, amount}]` (local days)."""
+        ...
+
 
 class ChatService:
     """Talking with the agents: send, cancel, answer what they ask, read a conversation, change its settings."""
@@ -107,7 +112,9 @@ class ChatService:
     def __init__(self, deck: Deck) -> None:
         self.deck = deck
         self.pending = PendingRequests(deck)
-        self.conversations = Conversations(deck, self.pending)
+        #: What the agents spent since the deck started, and per day (`DeckService.Usage`, budgets).
+        self.spending = Spending()
+        self.conversations = Conversations(deck, self.pending, self.spending)
         self.turns = Turns(deck, self.conversations, self.pending)
         self.settings = SessionSettings(deck, self.conversations)
 

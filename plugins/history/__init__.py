@@ -125,7 +125,25 @@ async def deck_startup(deck: Deck) -> None:
     recorder = HistoryRecorder(deck, store, current["path"])
     deck.pm.register(History(recorder, settings.keep), name=PER_DECK)
     await restore_latest(deck, recorder, settings.keep)
+    await seed_spending(deck, recorder)
     recorder.prune(settings.keep)
+
+
+async def seed_spending(deck: Deck, recorder: HistoryRecorder) -> None:
+    """What the agents of this config spent earlier today counts for today's spending (budgets)."""
+    import asyncio
+
+    from .store import HistoryUnavailable
+
+    spending = deck.spending
+    day = spending.clock()
+    try:
+        rows = await asyncio.to_thread(recorder.store.spending, recorder.config, day)
+    except HistoryUnavailable as e:
+        log.warning("history: today's spending is not read: %s", e.reason)
+        return
+    for row in rows:
+        spending.seed(day, row["agent"], row["currency"], row["amount"])
 
 
 async def restore_latest(deck: Deck, recorder: HistoryRecorder, keep: float, opened: bool = False) -> None:

@@ -36,6 +36,7 @@ from deck.events import (
     MessageDelta,
     MessageUpdated,
     PluginError,
+    UsageChanged,
 )
 
 from . import store as _store
@@ -249,6 +250,8 @@ class HistoryRecorder:
             if unknown is not None:
                 unknown.discard(mid)
             self._put(event.agent, event.message)
+        elif isinstance(event, UsageChanged):
+            self._usage(event)
         elif isinstance(event, ConversationChanged):
             if event.field == "title":
                 self._agent_title(event.agent, event.value)
@@ -341,6 +344,16 @@ class HistoryRecorder:
         stored.agent_title = title  # None: the agent dropped its title, the first user text is back
         if stored.title != old:
             self.writer.set_title(cid, stored.title)
+
+    def _usage(self, event: UsageChanged) -> None:
+        """The conversation keeps what its session reported last (so a resumed session's cost is not
+        counted again), and the day's spending what it added."""
+        cid = self.current.get(event.agent)
+        if cid is not None:
+            self.writer.set_usage(cid, event.usage)
+        spent = event.spent
+        if spent is not None:
+            self.writer.spend(self.deck.spending.clock(), self.config, event.agent, spent["currency"], spent["amount"])
 
     def _sync_session(self, agent: str) -> None:
         cid = self.current.get(agent)

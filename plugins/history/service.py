@@ -54,6 +54,10 @@ class StoredConversations:
     def start_conversation(self, agent: str, session_id: str) -> str:
         return self.recorder.start_conversation(agent, session_id)
 
+    async def spending(self) -> list[dict[str, Any]]:
+        recorder = self.recorder
+        return await self._read(lambda: recorder.store.spending(recorder.config))
+
     async def _read(self, read: Callable[[], T]) -> T:
         from .store import HistoryUnavailable
 

@@ -191,14 +191,34 @@ def _v3(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
+_V4 = (
+    "ALTER TABLE conversations ADD COLUMN usage TEXT",  # JSON: what the agent's session last reported
+    """CREATE TABLE spending (
+        day TEXT NOT NULL,  -- the local calendar's, YYYY-MM-DD
+        config_path TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        currency TEXT NOT NULL,
+        amount REAL NOT NULL,
+        PRIMARY KEY (day, config_path, agent, currency)
+    )""",
+)
+
+
+def _v4(db: sqlite3.Connection) -> None:
+    """Usage: each conversation's last usage report, and what the agents spent each day."""
+    for statement in _V4:
+        db.execute(statement)
+
+
 #: Migration n (from 1) takes a database from version n - 1 to n, inside the opening transaction.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
 # -- the store ---------------------------------------------------------------------------------------
 
-_CONVERSATION_COLUMNS = "id, config_path, agent, session_id, title, created_at, updated_at"
+_NEW_CONVERSATION_COLUMNS = "id, config_path, agent, session_id, title, created_at, updated_at"
+_CONVERSATION_COLUMNS = f"{_NEW_CONVERSATION_COLUMNS}, usage"
 
 _UPSERT = """
     INSERT INTO messages (
@@ -264,14 +284,19 @@ class _Pending:
     created: dict[str, _NewConversation] = field(default_factory=dict)
     meta: dict[str, dict[str, str | None]] = field(default_factory=dict)
     messages: dict[str, dict[str, _Changes]] = field(default_factory=dict)
+    #: (day, config_path, agent, currency) → amount spent, added to what the table holds.
+    spent: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.created or self.meta or self.messages)
+        return bool(self.created or self.meta or self.messages or self.spent)
 
     def put_back(self, newer: _Pending) -> _Pending:
         """This (failed) batch with `newer`'s changes on top: nothing lost, no version goes back in time."""
         merged = _Pending(dict(self.created), {k: dict(v) for k, v in self.meta.items()}, {})
         merged.created.update(newer.created)
+        merged.spent = dict(self.spent)
+        for key, amount in newer.spent.items():
+            merged.spent[key] = merged.spent.get(key, 0.0) + amount
         for cid, fields in newer.meta.items():
             merged.meta.setdefault(cid, {}).update(fields)
         for source in (self.messages, newer.messages):  # first-seen order is the messages' order
@@ -377,7 +402,7 @@ class HistoryStore:
                 f" FROM conversations AS c {where} ORDER BY updated_at DESC, created_at DESC LIMIT ?",
                 (*args, _limit(limit)),
             ).fetchall()
-        return [{**_conversation(row[:7]), "messages": row[7]} for row in rows]
+        return [{**_conversation(row[:8]), "messages": row[8]} for row in rows]
 
     def set_session(self, conversation_id: str, session_id: str | None) -> None:
         """The agent's ACP session id for this conversation (what a later start resumes)."""
@@ -385,6 +410,17 @@ class HistoryStore:
 
     def set_title(self, conversation_id: str, title: str | None) -> None:
         self._set(conversation_id, "title", title)
+
+    def spending(self, config_path: str | None = None, day: str | None = None) -> builtins.list[dict[str, Any]]:
+        """What was spent, per day, agent and currency, oldest day first: `{day, agent, currency, amount}`."""
+        where, args = _filters(("config_path", config_path), ("day", day), prefix="WHERE")
+        with self._read() as db:
+            rows = db.execute(
+                f"SELECT day, agent, currency, SUM(amount) FROM spending {where}"
+                " GROUP BY day, agent, currency ORDER BY day, agent, currency",
+                args,
+            ).fetchall()
+        return [{"day": d, "agent": a, "currency": c, "amount": amount} for d, a, c, amount in rows]
 
     def forget(self, conversation_id: str) -> bool:
         """Delete a conversation and its messages; False when there was no such conversation."""
@@ -493,6 +529,11 @@ class HistoryStore:
                     )
             for cid, message_rows in rows.items():
                 _put(db, cid, message_rows, self._now())
+            db.executemany(
+                "INSERT INTO spending (day, config_path, agent, currency, amount) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (day, config_path, agent, currency) DO UPDATE SET amount = amount + excluded.amount",
+                [(*key, amount) for key, amount in pending.spent.items()],
+            )
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -529,7 +570,7 @@ class HistoryStore:
 def _insert_conversation(db: sqlite3.Connection, cid: str, created: _NewConversation) -> None:
     config_path, agent, session_id, title, at = created
     db.execute(
-        f"INSERT OR IGNORE INTO conversations ({_CONVERSATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT OR IGNORE INTO conversations ({_NEW_CONVERSATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (cid, config_path, agent, session_id, title, at, at),
     )
 
@@ -687,8 +728,9 @@ def _extend(message: Message, chunks: Iterable[tuple[int, str, str | bytes]]) ->
 
 
 def _conversation(row: tuple[Any, ...]) -> Conversation:
-    cid, config_path, agent, session_id, title, created_at, updated_at = row
+    cid, config_path, agent, session_id, title, created_at, updated_at, usage = row
     return {
+        "usage": _usage(usage),
         "id": cid,
         "agent": agent,
         "configPath": config_path,
@@ -707,6 +749,14 @@ def _filters(*pairs: tuple[str, str | None], prefix: str) -> tuple[str, list[str
 
 #: The largest LIMIT SQLite takes (a 64-bit integer): any count above it is all of them.
 _LIMIT_MAX = 2**63 - 1
+
+
+def _usage(stored: str | None) -> dict[str, Any] | None:
+    try:
+        usage = json.loads(stored) if stored else None
+    except ValueError:
+        return None
+    return usage if isinstance(usage, dict) else None
 
 
 def _limit(limit: int) -> int:
@@ -1205,6 +1255,17 @@ class Writer:
     def set_title(self, conversation_id: str, title: str | None) -> None:
         with self._pending_changes() as pending:
             pending.meta.setdefault(conversation_id, {})["title"] = title
+
+    def set_usage(self, conversation_id: str, usage: dict[str, Any]) -> None:
+        """What the conversation's session reported last (`{used, size, cost?}`)."""
+        with self._pending_changes() as pending:
+            pending.meta.setdefault(conversation_id, {})["usage"] = _dumps(usage)
+
+    def spend(self, day: str, config_path: str, agent: str, currency: str, amount: float) -> None:
+        """`amount` more spent by `agent` on `day`."""
+        with self._pending_changes() as pending:
+            key = (day, config_path, agent, currency)
+            pending.spent[key] = pending.spent.get(key, 0.0) + amount
 
     def flush(self) -> None:
         """Write everything pending now, on the calling thread; HistoryUnavailable if that fails."""

@@ -28,7 +28,8 @@ until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7)
 `perm` (a tool call asking permission), `read PATH`, `write PATH TEXT`,
 `question`, `late` (an update after the response), `error` (a JSON-RPC error),
 `badtext` (chunks whose text is not a string, then "ok"),
-`thought`, `tools`, `plan`, `usage`, `cost AMOUNT [CURRENCY]`, `unknown-update`,
+`thought`, `tools`, `plan`, `usage`, `cost AMOUNT [CURRENCY]`, `spend AMOUNT` (the session's
+cost, in USD, grows by AMOUNT), `spend-slowly AMOUNT` (by AMOUNT each 0.1 s until cancelled), `unknown-update`,
 `user` (user_message_chunks), `session` (mode, config option, session info and
 command updates), `perms N KIND` (N permission requests in one turn for a tool of
 KIND), `readlines PATH LINE LIMIT`, `stop REASON` (that stop reason),
@@ -95,6 +96,7 @@ lock = threading.Lock()
 ids = itertools.count()
 waiting: dict = {}
 cancelled: set = set()
+spent: dict = {}  # session id → its cost so far (`spend`)
 #: `multi`'s messages: a preamble, a progress note, a conclusion.
 MULTI = ["Let me look into it.", "Found the file, reading on.", "The answer is 42."]
 mcp_servers: dict = {}  # session id → the mcpServers of its session/new
@@ -231,6 +233,20 @@ def turn(rid, sid: str, text: str) -> None:
         currency = rest.split()[1] if len(rest.split()) > 1 else "USD"
         update(sid, {"sessionUpdate": "usage_update", "used": 500, "size": 100000,
                      "cost": {"amount": amount, "currency": currency}})
+    elif word in ("spend", "spend-slowly"):  # the session's cost grows by AMOUNT (each 0.1 s until cancelled)
+        amount = float(rest.split()[0]) if rest.split() else 1.0
+        while True:
+            with lock:
+                spent[sid] = spent.get(sid, 0.0) + amount
+                so_far = spent[sid]
+            update(sid, {"sessionUpdate": "usage_update", "used": 100, "size": 1000,
+                         "cost": {"amount": round(so_far, 6), "currency": "USD"}})
+            chunk(sid, f"spent {so_far:g} ")
+            if word == "spend" or sid in cancelled:
+                break
+            time.sleep(0.1)
+        if sid in cancelled:
+            result["stopReason"] = "cancelled"
     elif word == "user":
         update(sid, {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "earlier "}})
         update(sid, {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "question"}})
