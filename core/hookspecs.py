@@ -102,6 +102,13 @@ def deck_before_start(deck: Deck, agent: Agent) -> Awaitable[None] | None:
 
 
 @hookspec
+def deck_before_prompt(deck: Deck, agent: Agent, text: str) -> None:
+    """The user's `text` is about to be sent to `agent` (`ChatService.Send`). Raise
+    `deck.ServiceError` to refuse it: the sender gets the message, nothing is added to the
+    conversation. Called on the event loop, once per message: be quick."""
+
+
+@hookspec
 def deck_session_mcp_servers(deck: Deck, agent: Agent, session: Session) -> list[dict[str, Any]] | None:
     """MCP servers (ACP `McpServer` dicts) to pass in the `session/new` of `session`: the agent's
     conversation (`session.origin` is "conversation") or one a plugin opens (the origin it gave)."""

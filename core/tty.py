@@ -129,6 +129,26 @@ def sgr_spans(text: str) -> list[tuple[str | None, bool, str]]:
     return spans
 
 
+# -- attention -----------------------------------------------------------------------------------
+
+BELL = "\a"
+#: What of a title or body goes into a terminal notification.
+NOTIFICATION_MAX = 200
+
+
+def notification(title: str, body: str) -> str:
+    """A terminal notification, as OSC 777 (urxvt, foot, WezTerm, VTE, Ghostty) and OSC 9 (iTerm2,
+    Windows Terminal, kitty): both, since a terminal ignores the one it does not know. The texts
+    come from agents: every control character and `;` (OSC 777's separator) becomes a space."""
+
+    def field(text: str) -> str:
+        line = " ".join(_UNSAFE.sub(" ", text.replace(";", " ").replace("\n", " ")).split())
+        return line[:NOTIFICATION_MAX]
+
+    title, body = field(title), field(body)
+    return f"\x1b]777;notify;{title};{body}\x07\x1b]9;{title}: {body}\x07"
+
+
 # -- log records ---------------------------------------------------------------------------------
 
 MAX_BYTES = 1024 * 1024

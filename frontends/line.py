@@ -45,9 +45,11 @@ from deck.events import (
 from deck.frontend import Frontend, read_lines, stdout_failed
 from deck.frontends.words import state_word, word
 from deck.plugins.announcements.events import AgentAnnouncement
+from deck.plugins.budget.events import BudgetReached
+from deck.plugins.notify.events import NotifySent
 from deck.plugins.worktrees.events import WorktreeOverlap
 from deck.states import AgentState
-from deck.tty import printable, sgr_spans, terminal_text
+from deck.tty import BELL, notification, printable, sgr_spans, terminal_text
 from rich.console import Console, RenderableType
 from rich.markdown import Markdown
 from rich.segment import Segment, Segments
@@ -404,6 +406,31 @@ class LineFrontend(Frontend):
         for entry in entries:
             status = entry.get("status", "pending")
             self.emit(agent, f"  {PLAN_MARKS.get(status, '[ ]')} {entry.get('content', '')}", STATUS_STYLES.get(status, ""))
+
+    @handles(NotifySent)
+    def _notified(self, e: NotifySent) -> None:
+        """The notify plugin tells of a moment: the bell, and a terminal notification, when on a terminal."""
+        if not self.tty:
+            return
+        payload = e.payload()
+        sound = BELL if payload.get("bell") is True else ""
+        if payload.get("desktop") is True:
+            sound += notification(f"deck: {payload.get('agent', '')}", str(payload.get("title", "")))
+        if sound:
+            self._buffer.write(sound)  # in order with what is printed, and never in the middle of a line's escapes
+            self._schedule_flush()
+
+    @handles(BudgetReached)
+    def _budget_reached(self, e: BudgetReached) -> None:
+        payload = e.payload()
+        agent, spent = payload.get("agent"), cost_text(payload.get("spent"))
+        whose = "its budget" if isinstance(agent, str) else "the total budget"
+        refused = "messages to it" if isinstance(agent, str) else "messages to the agents that report a cost"
+        self.emit(
+            agent if isinstance(agent, str) else "deck",
+            f"{whose} is reached: {payload.get('budget')}, {spent} spent; {refused} are refused until it is raised",
+            "yellow",
+        )
 
     @handles(UsageChanged)
     def _usage_changed(self, e: UsageChanged) -> None:
@@ -984,13 +1011,13 @@ def diff_summary(tool_diffs: list[dict[str, Any]]) -> str:
 
 
 def cost_text(cost: Any) -> str:
-    """`0.75 USD`, or `cost unknown` when the agent reports none (or something that is not a cost): never 0."""
+    """`0.75 USD`, or `cost unknown (not counted)` when the agent reports none (or something that is not a cost): never 0."""
     if isinstance(cost, dict):
         amount, currency = cost.get("amount"), cost.get("currency")
         if isinstance(amount, (int, float)) and not isinstance(amount, bool) and 0 <= amount < float("inf") \
                 and isinstance(currency, str) and 1 <= len(currency) <= 8 and currency.isalpha():  # fmt: skip
             return printable(f"{amount:.2f} {currency.upper()}")
-    return "cost unknown"
+    return "cost unknown (not counted)"
 
 
 def context_share(used: int, size: int) -> str:

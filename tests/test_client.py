@@ -41,6 +41,8 @@ from deck.frontends.send import SendFrontend
 from deck.frontends.urwid.app import ConsoleApp
 from deck.frontends.urwid.common import canvas_text
 from deck.plugins.announcements.events import EVENTS as ANNOUNCEMENT_EVENTS
+from deck.plugins.budget.events import EVENTS as BUDGET_EVENTS
+from deck.plugins.notify.events import EVENTS as NOTIFY_EVENTS
 from deck.plugins.worktrees.events import EVENTS as WORKTREE_EVENTS
 from deck.runtime.deck import Deck
 from deck.runtime.local import LocalClient
@@ -51,13 +53,14 @@ from .conftest import agent_block
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 ROOT = Path(__file__).parents[1]
-PLUGIN_EVENTS = (*ANNOUNCEMENT_EVENTS, *WORKTREE_EVENTS)
+PLUGIN_EVENTS = (*ANNOUNCEMENT_EVENTS, *WORKTREE_EVENTS, *NOTIFY_EVENTS, *BUDGET_EVENTS)
 #: What a frontend may import of deck: the client, the events (the core's and the built-in plugins'),
 #: the states, the terminal helpers, the diffs of tool calls, its own base, the errors and `hookimpl`
 #: (from `deck` itself, nothing else from there).
 ALLOWED = {
     "deck.client", "deck.events", "deck.states", "deck.tty", "deck.diffs", "deck.frontend", "deck.errors",
-    "deck.plugins.announcements.events", "deck.plugins.worktrees.events",
+    "deck.plugins.announcements.events", "deck.plugins.worktrees.events", "deck.plugins.notify.events",
+    "deck.plugins.budget.events",
 }  # fmt: skip
 #: Names a frontend must not reach the core's objects through.
 INTERNALS = {"deck", "chat", "agent_service", "config_service", "services", "supervisor"}

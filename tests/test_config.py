@@ -22,7 +22,9 @@ from deck.errors import ServiceError
 from deck.frontend import Frontend
 from deck.hookspecs import hookimpl
 from deck.plugins.history import HistorySettings
+from deck.plugins.budget import AgentBudget, BudgetSettings
 from deck.plugins.idle_stop import IdleStopLimits
+from deck.plugins.notify import NotifySettings
 from pydantic import BaseModel, ConfigDict, Field
 from typer.testing import CliRunner
 
@@ -33,7 +35,10 @@ pytestmark = pytest.mark.anyio
 
 README = Path(__file__).parent.parent / "README.md"
 #: The sections deck's built-in plugins add to the config (and to its schema): idle_stop's keys of [limits] too.
-BUILT_IN_SECTIONS = {"history": HistorySettings, "limits": IdleStopLimits}
+BUILT_IN_SECTIONS = {
+    "history": HistorySettings, "limits": IdleStopLimits, "notify": NotifySettings, "budget": BudgetSettings,
+    "agents": AgentBudget,
+}  # fmt: skip
 
 
 def parse(text: str, sections: dict | None = None):
@@ -170,36 +175,36 @@ class NotifySection(BaseModel):
 class NotifyPlugin:
     @hookimpl
     def deck_config_sections(self):
-        return {"notify": NotifySection}
+        return {"chime": NotifySection}
 
 
 def test_plugin_sections_are_checked_by_their_own_model():
-    sections = {"notify": NotifySection}
-    assert problems("[notify]\nvolume = 11\nvolum = 3\n", sections=sections) == [
-        (2, 10, "notify.volume: must be at most 10, got 11", False),
-        (3, 1, "unknown key notify.volum (did you mean volume?)", True),
+    sections = {"chime": NotifySection}
+    assert problems("[chime]\nvolume = 11\nvolum = 3\n", sections=sections) == [
+        (2, 10, "chime.volume: must be at most 10, got 11", False),
+        (3, 1, "unknown key chime.volum (did you mean volume?)", True),
     ]
-    loaded = parse("[notify]\nsound = false\n", sections=sections)
-    assert loaded.problems == [] and loaded.sections["notify"] == NotifySection(sound=False)
-    assert parse("", sections=sections).sections["notify"] == NotifySection()  # absent: its defaults
+    loaded = parse("[chime]\nsound = false\n", sections=sections)
+    assert loaded.problems == [] and loaded.sections["chime"] == NotifySection(sound=False)
+    assert parse("", sections=sections).sections["chime"] == NotifySection()  # absent: its defaults
     # Without the plugin the section is just an unknown key.
-    assert problems("[notify]\nsound = false\n") == [(1, 1, "unknown key notify", True)]
+    assert problems("[chime]\nsound = false\n") == [(1, 1, "unknown key chime", True)]
     schema = json_schema(sections)
-    assert schema["properties"]["notify"]["properties"]["volume"]["maximum"] == 10
+    assert schema["properties"]["chime"]["properties"]["volume"]["maximum"] == 10
 
 
 async def test_services_see_plugin_sections(make_deck):
-    deck, rec = make_deck("[notify]\nvolume = 2\n" + agent_block("a"))
-    deck.pm.register(NotifyPlugin(), name="notify")
-    assert deck.config_service.section("notify") == NotifySection(volume=2)
-    result = await deck.config_service.validate("[notify]\nvolume = -1\n")
+    deck, rec = make_deck("[chime]\nvolume = 2\n" + agent_block("a"))
+    deck.pm.register(NotifyPlugin(), name="chime")
+    assert deck.config_service.section("chime") == NotifySection(volume=2)
+    result = await deck.config_service.validate("[chime]\nvolume = -1\n")
     assert result["problems"] == [
-        {"line": 2, "column": 10, "message": "notify.volume: must be at least 0, got -1", "warning": False}
+        {"line": 2, "column": 10, "message": "chime.volume: must be at least 0, got -1", "warning": False}
     ]
-    assert "notify" in (await deck.config_service.schema())["properties"]
-    saved = await deck.config_service.save("[notify]\nvolume = 7\n" + agent_block("a"))
+    assert "chime" in (await deck.config_service.schema())["properties"]
+    saved = await deck.config_service.save("[chime]\nvolume = 7\n" + agent_block("a"))
     assert saved["saved"] and saved["warnings"] == []
-    assert deck.config_service.section("notify") == NotifySection(volume=7)
+    assert deck.config_service.section("chime") == NotifySection(volume=7)
 
 
 # -- JSON Schema -----------------------------------------------------------------------------------

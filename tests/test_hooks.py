@@ -134,6 +134,10 @@ class Recording:
         self.called.add("deck_before_start")
 
     @hookimpl
+    def deck_before_prompt(self, deck, agent, text):
+        self.called.add("deck_before_prompt")
+
+    @hookimpl
     def deck_session_mcp_servers(self, deck, agent):
         self.called.add("deck_session_mcp_servers")
         return []
@@ -483,3 +487,28 @@ def test_built_in_commands_and_the_version_load_no_plugin(monkeypatch, installed
     assert loaded == []
     assert run_main(monkeypatch, "--help") == 0
     assert loaded == ["commands"]
+
+
+async def test_before_prompt_refuses_a_message_with_a_service_error_and_a_broken_one_is_reported(make_deck):
+    class Guard:
+        @hookimpl
+        def deck_before_prompt(self, agent, text):
+            if "secret" in text:
+                raise deck_errors.ServiceError(f"{agent.name} may not be told secrets")
+
+    class Broken:
+        @hookimpl
+        def deck_before_prompt(self, text):
+            raise RuntimeError("oops")
+
+    made, rec = make_deck(agent_block("a"))
+    made.pm.register(Guard(), name="guard")
+    made.pm.register(Broken(), name="broken")
+    with pytest.raises(deck_errors.ServiceError, match="a may not be told secrets"):
+        made.chat.send("a", "the secret is 42")
+    assert made.conversation_of("a").messages == []  # nothing added
+    made.chat.send("a", "hello")
+    await rec.wait(lambda r: [p for p in r.named("turn:changed", "a") if not p["busy"]])
+    failed = rec.named("plugin:error")  # once per message, the refused one too: it ran first
+    assert [(f["plugin"], f["hook"]) for f in failed] == [("broken", "deck_before_prompt")] * 2
+    assert "oops" in failed[0]["error"]

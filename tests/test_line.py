@@ -148,7 +148,7 @@ def test_thought_plan_and_usage(line_deck):
     deck.expect(r"\[a\] plan:")
     deck.expect(r"\[a\]   \[x\] one")
     deck.send("usage")
-    deck.expect(r"\[a\] context: 1,000 / 200,000 tokens \(<1%\) · cost unknown")  # 0.5 %: some, if less than 1 %
+    deck.expect(r"\[a\] context: 1,000 / 200,000 tokens \(<1%\) · cost unknown \(not counted\)")  # 0.5 %: some, if less than 1 %
     deck.expect(r"\[a\] tokens: 10 in · 20 out · 30 total")
     deck.send("cost 0.25 usd")
     deck.expect(r"\[a\] context: 500 / 100,000 tokens \(<1%\) · 0\.25 USD")

@@ -53,6 +53,7 @@ class Turns:
         agent = self._deck.agent(agent_name)
         if not text.strip():
             raise ServiceError("empty message: there is nothing to send")
+        self._deck.hooks.before_prompt(agent, text)
         conv = self._conversations.of(agent.name)
         agent.touch()  # a use from now on: idle_stop must not stop it before its turn starts
         waiting = conv.busy or bool(conv.queue) or agent.name in self._runners

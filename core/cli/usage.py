@@ -16,9 +16,10 @@ def usage(
     by: str = typer.Option("agent", "--by", help="agent: each agent's context and cost; day: what each day cost."),
     as_json: bool = typer.Option(False, "--json", help="JSON output (DeckService.Usage)."),
 ) -> None:
-    """Show what the agents of a running server used and spent: each agent's context and the cost
-    of its conversation, since the server started and today (--by agent), or per day (--by day,
-    from the history).
+    """Show what the agents of a running server used and spent.
+
+    Each agent's context and the cost of its conversation, since the server started and
+    today (--by agent), or per day (--by day, from the history).
 
     An agent that reports no cost says "cost unknown" and is not in the totals.
     """

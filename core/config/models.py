@@ -226,6 +226,9 @@ class DeckConfig(_Model):
 
 #: deck's tables a plugin may add keys to, with a section of the same name.
 CORE_TABLES = frozenset({"limits"})
+#: The section name under which a plugin adds keys to every `[agents.NAME]` table (budget's `budget`):
+#: its model validates each agent's keys, and `Loaded.sections["agents"]` maps each agent to the result.
+AGENT_KEYS = "agents"
 
 
 @dataclass(frozen=True)
@@ -251,8 +254,9 @@ class Loaded:
     config: DeckConfig | None
     problems: list[Problem] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
-    #: Plugin sections, validated by their own models (absent ones at their defaults when they have any).
-    sections: dict[str, BaseModel] = field(default_factory=dict)
+    #: Plugin sections, validated by their own models (absent ones at their defaults when they have any);
+    #: `agents` (AGENT_KEYS): agent name → the keys a plugin adds to its table.
+    sections: dict[str, Any] = field(default_factory=dict)
 
     @property
     def errors(self) -> list[Problem]:
@@ -413,8 +417,10 @@ def parse(
     """Check `text`; problems carry the line and column they point at.
 
     `sections` are the plugins' (`deck_config_sections`): a top-level table of the plugin's own,
-    or, under the name of one of deck's tables (`limits`), keys the plugin adds to that table.
-    Either way its model validates what it declares; `Loaded.sections` holds the result.
+    or, under the name of one of deck's tables (`limits`), keys the plugin adds to that table,
+    or, under `agents` (AGENT_KEYS), keys the plugin adds to each agent's table. Either way its
+    model validates what it declares; `Loaded.sections` holds the result (for `agents`, agent
+    name → the model's instance).
     `frontends`, when given, are the frontends there are: another `frontend` is warned of."""
     if (unfit := _unfit(text)) is not None:
         return Loaded(None, [unfit])
@@ -424,6 +430,7 @@ def parse(
         return Loaded(None, [_toml_problem(exc, text)])
     locate = _Locator(text)
     extensions = {k: v for k, v in (sections or {}).items() if k in CORE_TABLES}
+    per_agent = (sections or {}).get(AGENT_KEYS)
     sections = {k: v for k, v in (sections or {}).items() if k not in DeckConfig.model_fields}
     core = {k: v for k, v in raw.items() if k not in sections}
     given: dict[str, Any] = {name: raw.get(name, {}) for name in sections}
@@ -434,6 +441,14 @@ def parse(
             given[name] = {k: v for k, v in table.items() if k in keys}
         else:
             given[name] = {}
+    agent_keys: dict[str, dict[str, Any]] = {}
+    if per_agent is not None and isinstance(raw.get("agents"), dict):
+        keys = _keys(per_agent)
+        core["agents"] = dict(raw["agents"])
+        for name, table in raw["agents"].items():
+            if isinstance(table, dict):
+                core["agents"][name] = {k: v for k, v in table.items() if k not in keys}
+                agent_keys[name] = {k: v for k, v in table.items() if k in keys}
     problems: list[Problem] = []
     config: DeckConfig | None = None
     try:
@@ -441,13 +456,20 @@ def parse(
         config = DeckConfig.model_validate(core, by_name=False)
     except ValidationError as exc:
         problems += _problems(exc, (), locate)
-    validated: dict[str, BaseModel] = {}
+    validated: dict[str, Any] = {}
     for name, model in {**sections, **extensions}.items():
         try:
             validated[name] = model.model_validate(given[name])
         except ValidationError as exc:
             if name in raw:
                 problems += _problems(exc, (name,), locate)
+    if per_agent is not None:
+        validated[AGENT_KEYS] = each_agent = {}
+        for name, given_keys in agent_keys.items():
+            try:
+                each_agent[name] = per_agent.model_validate(given_keys)
+            except ValidationError as exc:
+                problems += _problems(exc, ("agents", name), locate)
     unknown = _unknown_keys(DeckConfig, core, ())
     for name, model in sections.items():
         unknown += _unknown_keys(model, raw.get(name), (name,))
@@ -899,17 +921,27 @@ def json_schema(sections: dict[str, type[BaseModel]] | None = None) -> dict[str,
             table = schema["$defs"][schema["properties"][name]["$ref"].rsplit("/", 1)[-1]]
             table["properties"] = {**own.get("properties", {}), **table.get("properties", {})}
             schema["$defs"].update(own.get("$defs", {}))
+        elif name == AGENT_KEYS:  # keys a plugin adds to every agent's table
+            table = schema["$defs"]["AgentConfig"]
+            table["properties"] = {**own.get("properties", {}), **table.get("properties", {})}
+            schema["$defs"].update(own.get("$defs", {}))
         elif name not in DeckConfig.model_fields:
             schema.setdefault("properties", {})[name] = own
     return schema
 
 
-def effective(config: DeckConfig, sections: dict[str, BaseModel] | None = None) -> dict[str, Any]:
+def effective(config: DeckConfig, sections: dict[str, Any] | None = None) -> dict[str, Any]:
     """The config as deck uses it, every default filled in, keys spelled as in the file."""
     data = config.model_dump(by_alias=True, exclude_none=True)
     for name, agent in config.agents.items():
         data["agents"][name]["cwd"] = agent.resolved_cwd()  # the folder it runs in, not "" for "here"
     for name, model in (sections or {}).items():
+        if name == AGENT_KEYS:
+            for agent, keys in model.items():
+                if agent in data["agents"]:
+                    own = keys.model_dump(by_alias=True, exclude_none=True, mode="json")
+                    data["agents"][agent] = {**data["agents"][agent], **own}
+            continue
         own = model.model_dump(by_alias=True, exclude_none=True, mode="json")
         data[name] = {**own, **data[name]} if name in CORE_TABLES else own
     return data

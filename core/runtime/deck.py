@@ -71,15 +71,21 @@ class Deck:
         self.hooks = Hooks(self, self.pm)
         #: The root of every task the deck runs (`spawn`): each agent connection has a group inside it.
         self.tasks = TaskGroup("deck")
-        in_tables = {k: v for k, v in self.config_sections().items() if k in configmod.CORE_TABLES}
+        in_tables = {
+            k: v for k, v in self.config_sections().items() if k in configmod.CORE_TABLES or k == configmod.AGENT_KEYS
+        }
         loaded = configmod.Loaded(None, [unreadable]) if unreadable else configmod.parse(self.text, in_tables)
         if loaded.config is None:
             where = str(config_path) if config_path else "<embedded>"
             lines = [f"{where}:{p.line}:{p.column}: {p.message}" for p in loaded.errors]
             raise UsageError("invalid config", lines)
         self.config: DeckConfig = loaded.config
-        self.problems = loaded.problems
-        #: Plugins' sections of the config in force (`section`), all checked on first use.
+        # Checked again with every plugin's section: what they hold is theirs to judge (a plugin
+        # whose section is invalid goes without it), but their keys are known, not "unknown keys".
+        full = configmod.parse(self.text, self.config_sections()) if not unreadable else loaded
+        self.problems = [p for p in full.problems if p.warning] if full.config is None else full.problems
+        #: Plugins' sections of the config in force (`section`), read again on first use (plugins a
+        #: deck's owner registers after it is made bring theirs).
         self._sections: dict[str, Any] | None = None
         self.agents: dict[str, Agent] = {name: Agent(self, name, cfg) for name, cfg in self.config.agents.items()}
         self.agent_service = AgentService(self)

@@ -74,7 +74,7 @@ class DeckService:
                 unknown.append(name)
             else:
                 total[cost["currency"]] = total.get(cost["currency"], 0.0) + cost["amount"]
-        found = {
+        found: dict[str, Any] = {
             "agents": agents, "total": total, "sinceStart": spending.since_start(), "today": spending.on(),
             "notCounted": unknown,
         }  # fmt: skip
@@ -84,13 +84,12 @@ class DeckService:
 
     async def _days(self) -> list[dict[str, Any]]:
         history = self.deck.chat.history
+        rows: list[dict[str, Any]] | None = None
         if history is not None:
             try:
                 rows = await history.spending()
             except ServiceError:
                 rows = None  # history is off after all: this run's days
-        else:
-            rows = None
         if rows is None:
             spending = self.deck.spending
             rows = [

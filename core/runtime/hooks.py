@@ -189,6 +189,17 @@ class Hooks(PluginHooks):
         """`deck_before_start`: a ServiceError refuses the start; an awaitable is waited for."""
         await self._call_and_wait("deck_before_start", refuse=ServiceError, agent=agent)
 
+    def before_prompt(self, agent: Agent, text: str) -> None:
+        """`deck_before_prompt`: a ServiceError refuses the message; any other failure is reported."""
+        for function, argnames, plugin in self._impls("deck_before_prompt"):
+            kwargs = {"deck": self.deck, "agent": agent, "text": text}
+            try:
+                function(*[kwargs[arg] for arg in argnames])
+            except ServiceError:
+                raise
+            except Exception as exc:
+                self.failed(plugin, "deck_before_prompt", exc)
+
     def session_mcp_servers(self, agent: Agent, session: Session) -> list[dict[str, Any]]:
         return [
             server for result in self._call("deck_session_mcp_servers", agent=agent, session=session) for server in result

@@ -25,6 +25,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "deck.plugins.announcements",
     "deck.plugins.history",
     "deck.plugins.worktrees",
+    "deck.plugins.notify",
+    "deck.plugins.budget",
 )
 
 ENTRY_POINT_GROUP = "deck"

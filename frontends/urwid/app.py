@@ -32,7 +32,8 @@ from deck.events import (
     QuestionRequested,
     handles,
 )
-from deck.tty import TerminalLog
+from deck.plugins.notify.events import NotifySent
+from deck.tty import BELL, TerminalLog, notification
 
 from .agents import AgentsPanel
 from .common import HintBar, LineBox, Text, palette
@@ -396,6 +397,19 @@ class ConsoleApp(Handlers):
         if e.agent == self.selected and not self.dialog_kind:
             self.ask_id = str(e.id)
             self.open_asks()
+
+    @handles(NotifySent)
+    def _notified(self, e: NotifySent) -> None:
+        """The notify plugin tells of a moment: the bell, and a terminal notification, through the screen."""
+        payload = e.payload()
+        sound = BELL if payload.get("bell") is True else ""
+        if payload.get("desktop") is True:
+            sound += notification(f"deck: {payload.get('agent', '')}", str(payload.get("title", "")))
+        screen = self.loop.screen if self.loop is not None else None
+        write, flush = getattr(screen, "write", None), getattr(screen, "flush", None)
+        if sound and callable(write) and callable(flush):  # a real terminal's screen (raw_display)
+            write(sound)
+            flush()
 
     @handles(ClientsChanged)
     def _clients_changed(self, e: ClientsChanged) -> None:

@@ -5,8 +5,8 @@
 
 Benchmarks and targets:
     throughput  200,000 chunks of 32 characters, producer → JSON lines: deck ÷ floor ≤ 1.5
-                (the official ACP SDK client is measured beside them as a peer, and deck -p no:history
-                as "deck off")
+                (the official ACP SDK client is measured beside them as a peer, deck -p no:history
+                as "deck off", and deck -p no:notify -p no:budget as "deck no attention")
     version     `deck --version` ÷ `python -c "import typer"` ≤ 1.5
     latency     p99 from an agent writing a chunk to its jsonl line, 10 agents × 500 chunks/s: ≤ 5 ms
                 (with history, the default; deck -p no:history is measured beside it, as "off", and
@@ -70,6 +70,8 @@ PY = sys.executable
 DECK = [PY, "-P", "-m", "deck"]  # as the `deck` script runs
 #: The options of the "off" runs measured beside deck's default: no history plugin.
 HISTORY_OFF = ("-p", "no:history")
+#: What the notify and budget plugins cost the hot path: deck without them, beside deck.
+ATTENTION_OFF = ("-p", "no:notify", "-p", "no:budget")
 #: `--base PYTHON`: the interpreter of the deck the throughput is compared with, if any.
 BASE: str | None = None
 
@@ -119,11 +121,12 @@ def started_deck(cfg: Path, names: list[str], options: tuple[str, ...] = ()) -> 
 def bench_throughput(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, list[float]]:
     cfg = config({"bench": [PY, str(PRODUCER), str(count), str(size)]})
     send = request(1, "ChatService.Send", agent="bench", text="go")
-    runs: dict[str, list[float]] = {"floor": [], "sdk peer": [], "deck": [], "deck off": []}
+    runs: dict[str, list[float]] = {"floor": [], "sdk peer": [], "deck": [], "deck off": [], "deck no attention": []}
     command = [*DECK, "run", "--frontend=jsonl", "--config", str(cfg)]
     for n in range(rounds):
         runs["floor"].append(timed([PY, str(HERE / "floor.py"), str(count), str(size)]))
-        for label, options in _on_and_off(n):
+        variants = [*_on_and_off(n), ("no attention", ATTENTION_OFF)]
+        for label, options in variants[n % 3 :] + variants[: n % 3]:
             runs[f"deck {label}".strip()].append(timed([*command, *options], send, deck_env()))
         if BASE is not None:
             base = [BASE, "-P", "-m", "deck", *command[len(DECK) :]]
@@ -612,7 +615,10 @@ BENCHES = {
 }
 #: Ratios printed for information: (measure, peer it is compared with).
 RATIOS = {
-    "throughput": [("sdk peer", "floor"), ("deck off", "floor"), ("deck", "deck off"), ("deck", "deck base")],
+    "throughput": [
+        ("sdk peer", "floor"), ("deck off", "floor"), ("deck", "deck off"), ("deck", "deck no attention"),
+        ("deck", "deck base"),
+    ],
     "latency": [("p99 ms", "off p99 ms"), ("p99 ms", "floor p99 ms"), ("off p99 ms", "floor p99 ms")],
     "memory": [("RSS growth MB", "off RSS growth MB")],
     "mcp": [("initialize ms", "python -c pass ms")],

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from deck.errors import ServiceError
 
 from .conftest import agent_toml, claude_command
 from .fake_anthropic import FakeAnthropic, Reply, StalledAnthropic, last_user_text, tool_results
@@ -173,3 +174,26 @@ def test_a_bare_allow_in_line_mode_allows_once_with_claude_code(workdir, tmp_pat
         finally:
             assert deck.close() == 0
     assert target.read_text() == "hi\n"
+
+
+async def test_its_cost_is_counted_and_a_budget_stops_it(peer_deck, workdir):
+    """Claude Code reports the session's cost so far in each usage_update: deck counts what each adds,
+    and an agent budget below it refuses the next prompt, naming the budget."""
+    with FakeAnthropic(lambda body: Reply(text="Hello.", input_tokens=20000)) as fake:
+        pd = peer_deck(
+            claude(workdir, ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY="sk-ant-fake-key")
+            + 'budget = "0.000001 USD"\n'
+        )
+        await pd.deck.startup()
+        pd.deck.chat.send("claude", "hello")
+        usage = await pd.rec.wait_event("usage:changed", agent="claude", timeout=60)
+        cost = usage["usage"]["cost"]
+        assert cost["currency"] == "USD" and cost["amount"] > 0 and usage["spent"] == cost  # the session's first
+        reached = await pd.rec.wait_event("budget:reached", agent="claude", timeout=30)
+        assert reached["budget"] == "0.000001 USD per day"
+        found = await pd.deck.call("DeckService.Usage", {})
+        assert found["agents"]["claude"]["spent"] == {"USD": cost["amount"]} and found["notCounted"] == []
+        await pd.rec.wait(lambda r: [p for p in r.named("turn:changed", "claude") if not p["busy"]], timeout=60)
+        with pytest.raises(ServiceError, match=r"the budget of claude \(0.000001 USD per day\) is reached"):
+            pd.deck.chat.send("claude", "more")
+        await pd.close()

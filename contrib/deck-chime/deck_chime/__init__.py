@@ -1,4 +1,4 @@
-"""deck-notify: a bell, a desktop notification or a command when an agent needs input or finishes."""
+"""deck-chime: a bell, a desktop notification or a command when an agent needs input or finishes."""
 
 from __future__ import annotations
 
@@ -12,16 +12,16 @@ from pydantic import BaseModel, Field
 from deck import hookimpl
 
 
-class NotifySettings(BaseModel):
+class ChimeSettings(BaseModel):
     bell: bool = True
     desktop: bool = False
     command: list[str] = Field(default_factory=list)
     on: list[Literal["input", "done"]] = Field(default_factory=lambda: ["input", "done"])
 
 
-def settings(deck: Any) -> NotifySettings:
-    raw = (deck.config.model_extra or {}).get("notify") or {}
-    return NotifySettings.model_validate(raw)
+def settings(deck: Any) -> ChimeSettings:
+    raw = (deck.config.model_extra or {}).get("chime") or {}
+    return ChimeSettings.model_validate(raw)
 
 
 def moment(event: Any) -> tuple[str, str] | None:
@@ -39,7 +39,7 @@ MESSAGES = {"input": "needs your input", "done": "finished its turn"}
 
 @hookimpl
 def deck_config_sections() -> dict[str, type[BaseModel]]:
-    return {"notify": NotifySettings}
+    return {"chime": ChimeSettings}
 
 
 @hookimpl

@@ -1,4 +1,4 @@
-"""deck-notify's own tests, with deck.testing's make_deck fixture and deck's demo agent."""
+"""deck-chime's own tests, with deck.testing's make_deck fixture and deck's demo agent."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ async def test_a_finished_turn_runs_the_command(make_deck, tmp_path):
     out = tmp_path / "notified.txt"
     script = f"import sys; open({str(out)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')"
     command = json.dumps([sys.executable, "-c", script, "{agent}", "{what}"])
-    deck, rec = make_deck(f"[notify]\nbell = false\ncommand = {command}\n" + demo_agent("demo"))
-    assert deck.pm.has_plugin("notify")
+    deck, rec = make_deck(f"[chime]\nbell = false\ncommand = {command}\n" + demo_agent("demo"))
+    assert deck.pm.has_plugin("chime")
     deck.chat.send("demo", "echo hi")
     await rec.wait_event("turn:changed", agent="demo", busy=False)
     assert await written(out) == ["demo finished its turn"]
@@ -42,7 +42,7 @@ async def test_a_permission_request_asks_for_input(make_deck, tmp_path):
     out = tmp_path / "notified.txt"
     script = f"import sys; open({str(out)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')"
     command = json.dumps([sys.executable, "-c", script, "{agent}", "{what}"])
-    deck, rec = make_deck(f'[notify]\nbell = false\non = ["input"]\ncommand = {command}\n' + demo_agent("demo"))
+    deck, rec = make_deck(f'[chime]\nbell = false\non = ["input"]\ncommand = {command}\n' + demo_agent("demo"))
     deck.chat.send("demo", "show me around")
     request = await rec.wait_event("permission:requested", agent="demo")
     assert await written(out) == ["demo needs your input"]

@@ -1,4 +1,4 @@
-"""The example third-party plugin in contrib/deck-notify: installed for real, loaded, working."""
+"""The example third-party plugin in contrib/deck-chime: installed for real, loaded, working."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PLUGIN = ROOT / "contrib" / "deck-notify"
+PLUGIN = ROOT / "contrib" / "deck-chime"
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict[str, str]:
-    """deck-notify pip-installed into a private directory; the environment that sees it."""
+    """deck-chime pip-installed into a private directory; the environment that sees it."""
     target = tmp_path_factory.mktemp("site")
-    source = tmp_path_factory.mktemp("src") / "deck-notify"
+    source = tmp_path_factory.mktemp("src") / "deck-chime"
     shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(source)],
@@ -39,15 +39,15 @@ def test_deck_plugins_lists_the_installed_plugin(installed, tmp_path):
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     rows = {row["name"]: row for row in json.loads(out.stdout)["plugins"]}
-    assert rows["notify"]["source"] == "deck-notify 0.1.0"
-    assert rows["notify"]["hooks"] == ["deck_config_sections", "deck_event"]
+    assert rows["chime"]["source"] == "deck-chime 0.1.0"
+    assert rows["chime"]["hooks"] == ["deck_config_sections", "deck_event"]
     # And off again from the environment.
     off = subprocess.run(
         [sys.executable, "-m", "deck", "plugins", "--json"],
         capture_output=True, text=True, env={**installed, "DECK_DISABLE_PLUGIN_AUTOLOAD": "1"}, cwd=tmp_path, timeout=60,
     )  # fmt: skip
     assert off.returncode == 0, off.stderr
-    assert "notify" not in {row["name"] for row in json.loads(off.stdout)["plugins"]}
+    assert "chime" not in {row["name"] for row in json.loads(off.stdout)["plugins"]}
 
 
 @pytest.mark.timeout(300)

@@ -1,0 +1,146 @@
+"""notify: tell the user when an agent needs them, wherever deck runs its agents.
+
+A moment is an agent asking (a permission request or a question: "input"), an agent in `error`
+("error"), a budget reached ("budget", from the budget plugin's `budget:reached`) or, if asked
+for, a turn ended ("done"). For each moment named in `[notify] on` that is still true `after`
+its delay (a request still unanswered, the agent still in error), the plugin
+
+- emits `notify:sent`: the terminal frontends attached ring the bell (`bell`) and show a
+  terminal notification, OSC 777 and OSC 9 (`desktop`);
+- runs the desktop's notifier where there is one (`desktop`);
+- runs the user's `command`, the moment as JSON on its stdin and in `DECK_AGENT`, `DECK_WHAT`,
+  `DECK_TITLE` (`senders.py`: one at a time per agent, cut off after 10 s, a failure logged).
+
+It runs in the process that runs the agents, so a `deck serve` with no client notifies too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Literal
+
+from deck import Duration, hookimpl, listens, now_iso
+from deck.events import AgentStateChanged, PermissionRequested, QuestionRequested, TurnChanged
+from deck.states import AgentState
+from pydantic import BaseModel, ConfigDict, Field
+
+from .events import EVENTS, NotifySent
+from .senders import Moment, Senders, clean, desktop_notifier
+
+if TYPE_CHECKING:
+    from deck import Deck
+    from deck.events import Event
+
+What = Literal["input", "error", "budget", "done"]
+
+
+class NotifySettings(BaseModel):
+    """The `[notify]` section of the config file."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+
+    on: list[What] = Field(
+        ["input", "error", "budget"], description='The moments to tell of: "input", "error", "budget", "done".'
+    )
+    after: Duration = Field(0.0, description='Only when still true this long after ("30s"; 0 = at once).')
+    bell: bool = Field(True, description="Attached terminal frontends ring the bell.")
+    desktop: bool = Field(
+        False, description="A terminal notification (OSC 777/9) through attached terminals, and the desktop's notifier."
+    )
+    command: list[str] = Field(
+        [], description="Run for each moment: the moment as JSON on stdin, DECK_AGENT, DECK_WHAT, DECK_TITLE set."
+    )
+
+
+def settings(deck: Deck) -> NotifySettings:
+    found = deck.config_service.section("notify")
+    return found if isinstance(found, NotifySettings) else NotifySettings.model_validate({})
+
+
+#: The name this deck's `Notify` is registered under in its plugin manager.
+PER_DECK = "notify.deck"
+
+
+class Notify:
+    """One deck's notifications: registered with that deck's plugin manager at start."""
+
+    def __init__(self, deck: Deck) -> None:
+        self.deck = deck
+        self.senders = Senders(deck, self._commands)
+
+    @hookimpl
+    @listens(PermissionRequested, QuestionRequested, AgentStateChanged, TurnChanged, "budget:reached")
+    def deck_event(self, event: Event) -> None:
+        moment = _moment(event)
+        if moment is None or moment.what not in settings(self.deck).on:
+            return
+        self.deck.spawn(self._tell(moment), f"notify {moment.agent} {moment.what}")
+
+    @hookimpl
+    def deck_shutdown(self) -> None:
+        self.deck.pm.unregister(self)
+
+    async def _tell(self, moment: Moment) -> None:
+        config = settings(self.deck)
+        if config.after > 0:
+            await asyncio.sleep(config.after)
+        now = await self._still(moment)
+        if now is None:
+            return
+        config = settings(self.deck)  # the config in force now
+        self.deck.emit(NotifySent(now.agent, now.what, clean(now.title), config.bell, config.desktop))
+        self.senders.send(now)
+
+    async def _still(self, moment: Moment) -> Moment | None:
+        """The moment as it is now, or None when it passed (the request answered, the agent out of error)."""
+        if moment.what == "input":
+            waiting = {row["id"]: row for row in await self.deck.call("DeckService.Inbox", None)}
+            row = waiting.get(moment.id)
+            return None if row is None else Moment(moment.agent, moment.what, row["title"], moment.since, moment.id)
+        agent = self.deck.agents.get(moment.agent)
+        if moment.what == "error" and (agent is None or agent.state is not AgentState.ERROR):
+            return None
+        if moment.what == "done" and agent is not None and agent.state is AgentState.BUSY:
+            return None  # a new turn started: the user is there
+        return moment
+
+    def _commands(self, moment: Moment) -> list[list[str]]:
+        config = settings(self.deck)
+        commands = []
+        if config.desktop:
+            notifier = desktop_notifier(f"deck: {clean(moment.agent, 60)}", clean(moment.title))
+            if notifier is not None:
+                commands.append(notifier)
+        if config.command:
+            commands.append(list(config.command))
+        return commands
+
+
+def _moment(event: Event) -> Moment | None:
+    since = now_iso()
+    if isinstance(event, (PermissionRequested, QuestionRequested)):
+        return Moment(event.agent, "input", "", since, event.id)
+    if isinstance(event, AgentStateChanged):
+        if event.state != "error":
+            return None
+        return Moment(event.agent, "error", (event.error or "stopped with an error").splitlines()[0], since)
+    if isinstance(event, TurnChanged):
+        return None if event.busy else Moment(event.agent, "done", "finished its turn", since)
+    payload = event.payload()  # budget:reached
+    agent, budget = payload.get("agent"), payload.get("budget")
+    return Moment(agent if isinstance(agent, str) else "", "budget", f"budget reached: {budget}", since)
+
+
+@hookimpl
+def deck_config_sections() -> dict[str, Any]:
+    return {"notify": NotifySettings}
+
+
+@hookimpl
+def deck_register_events() -> list[type[Event]]:
+    return list(EVENTS)
+
+
+@hookimpl
+def deck_startup(deck: Deck) -> None:
+    deck.pm.register(Notify(deck), name=PER_DECK)
