@@ -426,9 +426,10 @@ class LineFrontend(Frontend):
         agent, spent = payload.get("agent"), cost_text(payload.get("spent"))
         whose = "its budget" if isinstance(agent, str) else "the total budget"
         refused = "messages to it" if isinstance(agent, str) else "messages to the agents that report a cost"
+        until = "raised or the day turns" if payload.get("period") == "day" else "raised"
         self.emit(
             agent if isinstance(agent, str) else "deck",
-            f"{whose} is reached: {payload.get('budget')}, {spent} spent; {refused} are refused until it is raised",
+            f"{whose} is reached: {payload.get('budget')}, {spent} spent; {refused} are refused until it is {until}",
             "yellow",
         )
 

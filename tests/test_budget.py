@@ -38,7 +38,9 @@ def test_an_agent_at_its_budget_is_cancelled_with_a_note_and_refused_while_the_o
     ended(deck, "a")
     conversation = deck.call("ChatService.Conversation", {"agent": "a"})
     notes = [m for m in conversation["messages"] if m["role"] == "system" and m.get("code") == "budget-reached"]
-    assert notes and "Turn cancelled: the budget of a (1 USD since the server started) is reached" in notes[0]["parts"][0]["text"]
+    assert len(notes) == 1  # however many reports came before the cancel took
+    assert notes[0]["parts"][0]["text"].startswith("Budget reached: the budget of a (1 USD since the server started) is reached")
+    assert notes[0]["parts"][0]["text"].endswith("The turn is stopped, and new messages are refused.")
     answer = [m for m in conversation["messages"] if m["role"] == "agent"][-1]
     assert answer["stopReason"] == "cancelled"
     message = refused(deck, "a")
@@ -103,18 +105,44 @@ def test_budget_reached_is_a_notification(run_deck, tmp_path: Path) -> None:
     deck.wait_for(lambda _: out.exists() and "budget budget reached: 0.5 USD per day" in out.read_text())
 
 
-@pytest.mark.parametrize("value", ['"lots"', '"5"', "5", '"-1 USD"'])
-def test_a_budget_that_is_not_an_amount_and_a_currency_is_a_config_error(tmp_path: Path, value: str) -> None:
+@pytest.mark.parametrize("value, said", [
+    ('"lots"', 'a budget is an amount and a currency, like "20 USD"'),
+    ('"5"', 'did you mean "5 USD"?'), ("5", 'did you mean "5 USD"?'),
+    ('"-1 USD"', "a budget is more than 0"), ('"0 USD"', "more than 0 and at most 1e+12"),
+    ('"1' + "0" * 400 + ' USD"', "more than 0 and at most 1e+12"),
+])  # fmt: skip
+def test_a_budget_that_is_not_an_amount_and_a_currency_is_a_config_error(tmp_path: Path, value: str, said: str) -> None:
     config = tmp_path / "deck.toml"
     config.write_text(agent_block("a").replace("[agents.a]\n", f"[agents.a]\nbudget = {value}\n"))
     checked = subprocess.run([*DECK, "config", "validate", str(config)], capture_output=True, text=True, timeout=30)
     assert checked.returncode == 1, checked.stdout
-    assert 'a budget is an amount and a currency, like "20 USD"' in checked.stdout
+    assert said in checked.stdout and "agents.a.budget" in checked.stdout
     assert ":2:" in checked.stdout  # the line of the key
     total = tmp_path / "total.toml"
     total.write_text(f"[budget]\ntotal = {value}\n" + agent_block("a"))
     checked = subprocess.run([*DECK, "config", "validate", str(total)], capture_output=True, text=True, timeout=30)
-    assert checked.returncode == 1 and "total" in checked.stdout and "like \"20 USD\"" in checked.stdout
+    assert checked.returncode == 1 and "budget.total" in checked.stdout and said in checked.stdout
+
+
+def test_an_agent_that_never_reports_a_cost_is_never_stopped(run_deck) -> None:
+    deck = run_deck('[budget]\ntotal = "0.01 USD"\n' + agent_block("a", budget="0.01 USD") + agent_block("b"))
+    deck.call("ChatService.Send", {"agent": "b", "text": "spend 1"})  # the total is spent
+    deck.event("budget:reached", timeout=20)
+    for _ in range(2):
+        deck.call("ChatService.Send", {"agent": "a", "text": "usage"})  # reports tokens, never a cost
+        ended(deck, "a")
+    assert deck.call("DeckService.Usage")["notCounted"] == ["a"]
+
+
+def test_a_report_without_a_cost_keeps_the_sessions_cost(run_deck) -> None:
+    deck = run_deck(agent_block("a"))
+    deck.call("ChatService.Send", {"agent": "a", "text": "cost 0.25"})
+    ended(deck, "a")
+    deck.call("ChatService.Send", {"agent": "a", "text": "usage"})
+    ended(deck, "a", 2)
+    found = deck.call("DeckService.Usage")
+    assert found["agents"]["a"]["cost"] == {"amount": 0.25, "currency": "USD"} and found["notCounted"] == []
+    assert found["sinceStart"] == {"USD": 0.25}
 
 
 def test_the_keys_are_known_to_the_schema_and_the_effective_config(tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ def test_usage_sums_the_known_costs_and_says_which_are_unknown(serve, clients) -
     by_day = json.loads(cli("usage", "--attach", server.name, "--by", "day", "--json").stdout)["days"]
     assert by_day == [{"day": date.today().isoformat(), "total": {"USD": 2.25}, "agents": {"a": {"USD": 0.75}, "c": {"USD": 1.5}}}]
     assert cli("usage", "--attach", server.name, "--by", "day").stdout.split() == [
-        date.today().isoformat(), "2.25", "USD", "a", "0.75", "USD,", "c", "1.50", "USD", "not", "counted,", "cost",
+        date.today().isoformat(), "2.25", "USD", "(a", "0.75", "USD,", "c", "1.50", "USD)", "not", "counted,", "cost",
         "unknown:", "b"]  # fmt: skip
     wrong = cli("usage", "--attach", server.name, "--by", "week")
     assert wrong.returncode == 2 and "use agent or day" in wrong.stderr

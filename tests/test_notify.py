@@ -161,9 +161,15 @@ async def test_a_hanging_command_is_killed_with_its_children_and_the_next_one_ru
     logs = await rec.wait(lambda r: [p["line"] for p in r.named("agent:log", "a") if "did not finish" in p["line"]])
     assert "within 2s: stopped" in logs[0]
     await rec.wait(lambda r: len([p for p in r.named("agent:log", "a") if "did not finish" in p["line"]]) >= 2, timeout=10)
-    for line in pids.read_text().splitlines():
-        for pid in map(int, line.split()):
-            assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    def gone(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    started = [int(pid) for line in pids.read_text().splitlines() for pid in line.split()]
+    assert len(started) == 4  # two commands, each with a child of its own
+    wait_until(lambda: all(gone(pid) for pid in started), timeout=5)  # each process group killed whole
 
 
 async def test_a_command_that_floods_its_output_is_read_and_cut(make_deck, tmp_path) -> None:

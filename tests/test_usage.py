@@ -59,7 +59,8 @@ def test_a_restored_conversation_counts_only_what_its_resumed_session_adds() -> 
 def test_a_cost_that_is_not_one_is_unknown_and_spends_nothing() -> None:
     spent: list[dict] = []
     conv = Conversation("a", lambda event: None, spend=spent.append)
-    for cost in ({"amount": -1, "currency": "USD"}, {"amount": float("nan"), "currency": "USD"}, "free"):
+    too_much = {"amount": 1.7e308, "currency": "USD"}  # two of them would sum to infinity
+    for cost in ({"amount": -1, "currency": "USD"}, {"amount": float("nan"), "currency": "USD"}, too_much, "free"):
         conv.apply_update({"sessionUpdate": "usage_update", "used": 1, "size": 2, "cost": cost})
         assert "cost" not in conv.usage
     assert spent == []

@@ -372,6 +372,7 @@ class Conversation:
         """A new ACP session serves this conversation (first start, restart, after a crash)."""
         if session_id != self.session_id:  # not the one resumed: its costs count from nothing
             self.bill = Bill()
+            self.usage = {k: v for k, v in self.usage.items() if k != "cost"}
         self.session_id = session_id
         self._tools.clear()
         self._acp_messages.clear()
@@ -735,6 +736,8 @@ class Conversation:
     def _usage(self, update: dict[str, Any]) -> None:
         usage: dict[str, Any] = {"used": _count(update.get("used")), "size": _count(update.get("size"))}
         cost = money(update.get("cost"))
+        if cost is None and "cost" in self.usage and "cost" not in update:
+            cost = self.usage["cost"]  # a report without a cost: the session's cost so far is unchanged
         spent = None
         if cost is not None:
             usage["cost"] = cost

@@ -18,14 +18,19 @@ from typing import Any
 Money = dict[str, Any]  # {"amount": float ≥ 0, "currency": "USD"}
 Totals = dict[str, float]  # currency → amount
 
+#: The largest amount taken for a cost: beyond it a report is not one (and sums stay finite).
+COST_MAX = 1e12
+
 
 def money(cost: Any) -> Money | None:
-    """An agent's `{amount, currency}` when it is one (a finite amount ≥ 0, a currency of 1 to 8
-    letters), else None: what an agent reports is never trusted to be a cost."""
+    """An agent's `{amount, currency}` when it is one (an amount from 0 to COST_MAX, a currency of 1
+    to 8 letters), else None: what an agent reports is never trusted to be a cost."""
     if not isinstance(cost, dict):
         return None
     amount, currency = cost.get("amount"), cost.get("currency")
-    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount < 0:
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount):
+        return None
+    if not 0 <= amount <= COST_MAX:
         return None
     if not isinstance(currency, str) or not (1 <= len(currency) <= 8 and currency.isalpha()):
         return None

@@ -57,7 +57,7 @@ def _by_day(found: dict[str, Any]) -> list[str]:
     lines = []
     for day in days:
         agents = ", ".join(f"{name} {_sum(totals)}" for name, totals in sorted(day["agents"].items()))
-        lines.append(f"{day['day']}  {_sum(day['total']):<14} {agents}")
+        lines.append(f"{day['day']}  {_sum(day['total'])}  ({agents})")
     if found["notCounted"]:
         lines.append(f"not counted, cost unknown: {', '.join(found['notCounted'])}")
     return lines
@@ -67,9 +67,10 @@ def _money(cost: dict[str, Any] | None) -> str:
     return "cost unknown" if cost is None else f"{cost['amount']:.2f} {cost['currency']}"
 
 
-def _sum(totals: dict[str, float]) -> str:
-    """`1.25 USD + 3.00 EUR`, or `0.00` when nothing was spent."""
-    return " + ".join(f"{amount:.2f} {currency}" for currency, amount in sorted(totals.items())) or "0.00"
+def _sum(totals: dict[str, Any]) -> str:
+    """`3.00 EUR + 1.25 USD`, or `nothing` when nothing was spent."""
+    shown = [f"{a:.2f} {c}" if isinstance(a, (int, float)) else f"? {c}" for c, a in sorted(totals.items())]
+    return " + ".join(shown) or "nothing"
 
 
 def register(app: typer.Typer, command_cls: Any) -> None:

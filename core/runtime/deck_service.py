@@ -70,9 +70,9 @@ class DeckService:
                 "used": usage.get("used", 0), "size": usage.get("size", 0), "cost": cost,
                 "spent": spending.since_start(name), "today": spending.on(agent=name),
             }  # fmt: skip
-            if cost is None:
+            if cost is None and not agents[name]["spent"]:
                 unknown.append(name)
-            else:
+            elif cost is not None:
                 total[cost["currency"]] = total.get(cost["currency"], 0.0) + cost["amount"]
         found: dict[str, Any] = {
             "agents": agents, "total": total, "sinceStart": spending.since_start(), "today": spending.on(),

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from deck import hookimpl, listens
 from deck.errors import ServiceError
-from deck.events import Event, UsageChanged
+from deck.events import Event, TurnChanged, UsageChanged
 from deck.states import AgentState
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
@@ -31,15 +31,25 @@ if TYPE_CHECKING:
 
 _AMOUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]{1,8})\s*$")
 _HINT = 'a budget is an amount and a currency, like "20 USD"'
+_NUMBER = re.compile(r"^\s*\d+(?:\.\d+)?\s*$")
+#: The largest budget (and cost) there is.
+COST_MAX = 1e12
 #: Sums of reported costs are floats: a budget spent to within this is spent.
 EPSILON = 1e-9
 
 
 def parse_amount(value: Any) -> tuple[float, str]:
-    if isinstance(value, str) and (m := _AMOUNT.match(value)):
-        return float(m.group(1)), m.group(2).upper()
     if isinstance(value, tuple):
         return value
+    if isinstance(value, str) and (m := _AMOUNT.match(value)):
+        amount = float(m.group(1))
+        if not 0 < amount <= COST_MAX:
+            raise ValueError(f"bad budget {value!r}: more than 0 and at most {COST_MAX:g}")
+        return amount, m.group(2).upper()
+    if isinstance(value, (int, float)) and not isinstance(value, bool) or (isinstance(value, str) and _NUMBER.match(value)):
+        raise ValueError(f'bad budget {value!r}: {_HINT} (did you mean "{value} USD"?)')
+    if isinstance(value, str) and value.strip().startswith("-"):
+        raise ValueError(f"bad budget {value!r}: a budget is more than 0")
     raise ValueError(f"bad budget {value!r}: {_HINT}")
 
 
@@ -107,7 +117,8 @@ def own_budget(deck: Deck, agent: str) -> tuple[float, str] | None:
 
 def counted(deck: Deck, agent: str) -> bool:
     """Whether the agent reports what it costs (an agent that does not is never stopped by a budget)."""
-    return bool(deck.spending.since_start(agent)) or bool(deck.conversation_of(agent).usage.get("cost"))
+    spending = deck.spending
+    return bool(spending.since_start(agent) or spending.on(agent=agent) or deck.conversation_of(agent).usage.get("cost"))
 
 
 def reached(deck: Deck, agent: str) -> Reached | None:
@@ -119,10 +130,12 @@ def reached(deck: Deck, agent: str) -> Reached | None:
         totals = deck.spending.on(agent=name) if period == "day" else deck.spending.since_start(name)
         return totals.get(currency, 0.0)
 
+    if not counted(deck, agent):
+        return None  # its cost is unknown: no cost budget stops it
     own = own_budget(deck, agent)
     if own is not None and (amount := spent(agent, own[1])) >= own[0] - EPSILON:
         return Reached(agent, own, amount, period)
-    if config.total is not None and counted(deck, agent) and (amount := spent(None, config.total[1])) >= config.total[0] - EPSILON:
+    if config.total is not None and (amount := spent(None, config.total[1])) >= config.total[0] - EPSILON:
         return Reached(None, config.total, amount, period)
     return None
 
@@ -137,12 +150,15 @@ class Budgets:
     def __init__(self, deck: Deck) -> None:
         self.deck = deck
         self._told: set[tuple[Any, ...]] = set()  # the budgets already announced, in their period
+        self._stopping: set[str] = set()  # agents whose turn is being stopped: one note each
 
     @hookimpl
-    @listens(UsageChanged)
+    @listens(UsageChanged, TurnChanged)
     def deck_event(self, event: Event) -> None:
         if isinstance(event, UsageChanged) and event.spent is not None:
             self.check(event.agent)
+        elif isinstance(event, TurnChanged) and not event.busy:
+            self._stopping.discard(event.agent)
 
     @hookimpl
     def deck_before_prompt(self, agent: Agent) -> None:
@@ -170,9 +186,11 @@ class Budgets:
 
     def _stop_turn(self, name: str, found: Reached) -> None:
         agent = self.deck.agents.get(name)
-        if agent is None or agent.state is not AgentState.BUSY:
+        if agent is None or agent.state is not AgentState.BUSY or name in self._stopping:
             return
-        self.deck.conversation_of(name).add_system("budget-reached", text=f"Turn cancelled: {found.describe()}.")
+        self._stopping.add(name)
+        note = f"Budget reached: {found.describe()}. The turn is stopped, and new messages are refused."
+        self.deck.conversation_of(name).add_system("budget-reached", text=note)
         self.deck.spawn(self.deck.call("ChatService.Cancel", {"agent": name}), f"budget: cancel {name}")
 
 
