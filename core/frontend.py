@@ -30,6 +30,9 @@ class Frontend(Handlers):
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    #: Whether the deck this frontend runs follows its config file's changes (`deck send`, one
+    #: prompt, does not: the file is read once, and nothing watches it).
+    follows_config: ClassVar[bool] = True
 
     def __init__(self, client: Client, **options: Any) -> None:
         """`client` is how the frontend reaches deck: `deck.runtime.local.LocalClient` when it owns a

@@ -19,7 +19,7 @@ import shlex
 import sys
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deck import hookimpl
 from deck.diffs import compare
@@ -50,10 +50,10 @@ from deck.plugins.notify.events import NotifySent
 from deck.plugins.worktrees.events import WorktreeOverlap
 from deck.states import AgentState
 from deck.tty import BELL, notification, printable, sgr_spans, terminal_text
-from rich.console import Console, RenderableType
-from rich.markdown import Markdown
-from rich.segment import Segment, Segments
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.segment import Segment
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
 DECK = "deck"
@@ -144,6 +144,8 @@ class LineFrontend(Frontend):
         self.color = self.tty and not os.environ.get("NO_COLOR")
         self.markdown = self.tty
         self._buffer = io.StringIO()
+        from rich.console import Console  # rich loads with the first line frontend, not with the plugin
+
         self.console = Console(
             file=self._buffer,
             force_terminal=self.color,
@@ -200,9 +202,14 @@ class LineFrontend(Frontend):
         """
         if self._closed:
             return
+        from rich.segment import Segment, Segments
+        from rich.text import Text
+
         renderable: RenderableType
         if isinstance(body, str) and markdown:
             code_theme = "friendly" if self.theme == "light" else "monokai"
+            from rich.markdown import Markdown  # on a terminal only: markdown-it and pygments load with it
+
             renderable = Markdown(printable(body), code_theme=code_theme)
         elif isinstance(body, str):
             renderable = Text(printable(body), style=style)
@@ -1039,6 +1046,8 @@ def _text_of(message: dict[str, Any]) -> str:
 
 def _rstrip(line: list[Segment]) -> list[Segment]:
     """Drop the padding rich adds after the words (trailing blanks without a background)."""
+    from rich.segment import Segment
+
     line = list(line)
     while line and not line[-1].text.strip() and not (line[-1].style and line[-1].style.bgcolor):
         line.pop()

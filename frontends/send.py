@@ -55,6 +55,7 @@ class SendFrontend(Frontend):
 
     name = "send"
     description = "one prompt, the answer on stdout"
+    follows_config = False
 
     def __init__(
         self,

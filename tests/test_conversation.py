@@ -279,3 +279,16 @@ def test_a_mode_update_without_a_mode_id_is_skipped():
     for junk in (None, 3, ["plan"], {"id": "plan"}):
         conv.apply_update({"sessionUpdate": "current_mode_update", "currentModeId": junk})
     assert conv.modes["currentModeId"] == "default" and events == []  # type: ignore[index]
+
+
+def test_a_long_stream_is_kept_in_blocks_not_one_string_per_chunk() -> None:
+    from deck.chat.conversation import JOIN_EVERY, TextPart
+
+    part = TextPart("text")
+    pieces = [f"c{i} " for i in range(JOIN_EVERY * 5 + 7)]
+    for piece in pieces:
+        part.append(piece)
+    assert len(part._chunks) == 5 + 7  # five blocks, and the chunks since the last one
+    assert part.text == "".join(pieces) and len(part._chunks) == 1
+    part.append("more")
+    assert part.text == "".join(pieces) + "more"

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 RECORD = """\
 import json, os, sys
 data = sys.stdin.read()
-env = {k: v for k, v in os.environ.items() if k.startswith("DECK_")}
+env = {k: v for k, v in os.environ.items() if k in ("DECK_AGENT", "DECK_WHAT", "DECK_TITLE")}
 with open(sys.argv[1], "a") as f:
     f.write(json.dumps({"stdin": json.loads(data), "env": env, "pid": os.getpid()}) + "\\n")
 """

@@ -247,7 +247,7 @@ class Deck:
         for sig in SIGNALS:
             loop.add_signal_handler(sig, self._on_signal, sig)
         try:
-            await self.startup()
+            await self.startup(watch=frontend_cls.follows_config)
             # What start-up made (modules, classes, the config) lives as long as the process: out of
             # the garbage collector's full passes, which would otherwise walk it all again and again
             # over a day of streaming (a pause of tens of ms each).
@@ -268,10 +268,12 @@ class Deck:
             for sig in SIGNALS:
                 loop.remove_signal_handler(sig)
 
-    async def startup(self) -> None:
-        """Run the `deck_startup` hooks (plugins start their tasks), then follow the config file; `run` calls it first."""
+    async def startup(self, watch: bool = True) -> None:
+        """Run the `deck_startup` hooks (plugins start their tasks), then follow the config file
+        (unless not `watch`); `run` calls it first."""
         await self.hooks.startup()
-        self.config_service.start_watching()
+        if watch:
+            self.config_service.start_watching()
 
     def request_exit(self, code: int = 0) -> None:
         """Ask the run loop to end (signals, a closed stdout)."""

@@ -8,6 +8,9 @@ Benchmarks and targets:
                 (the official ACP SDK client is measured beside them as a peer, deck -p no:history
                 as "deck off", and deck -p no:notify -p no:budget as "deck no attention")
     version     `deck --version` ÷ `python -c "import typer"` ≤ 1.5
+    send        `deck send AGENT hello` to the answer beside acpx 0.19.1's `exec` (installed by
+                scripts/bench/install-acpx.sh), 15 interleaved rounds; and the peak RSS of each for a
+                200,000-chunk answer: deck send's ≤ 60 MB
     latency     p99 from an agent writing a chunk to its jsonl line, 10 agents × 500 chunks/s: ≤ 5 ms
                 (with history, the default; deck -p no:history is measured beside it, as "off", and
                 the floor: one selector loop turning the same streams into JSON lines)
@@ -138,6 +141,47 @@ def bench_throughput(rounds: int, count: int = 200_000, size: int = 32) -> dict[
         except (subprocess.CalledProcessError, FileNotFoundError):
             runs.pop("sdk peer", None)  # `pip install agent-client-protocol` to measure it
     return runs
+
+
+def bench_send(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, list[float]]:
+    """`deck send AGENT hello` to the answer, beside acpx 0.19.1's `exec` on the same agent (installed
+    by scripts/bench/install-acpx.sh: Node and npm), interleaved; then both one 200,000-chunk answer,
+    their peak RSS."""
+    try:
+        acpx: str | None = subprocess.run(
+            ["bash", str(HERE / "install-acpx.sh")], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        acpx = None  # no Node here: deck alone
+    demo = [PY, "-P", "-m", "deck.demo"]
+    producer = [PY, str(PRODUCER), str(count), str(size)]
+    cfg = config({"demo": demo, "bench": producer})
+    cwd = cfg.parent
+    runs: dict[str, list[float]] = {"deck send": [], "acpx exec": [], "deck send MB": [], "acpx exec MB": []}
+    for n in range(max(rounds, 15)):  # quick runs: 15 rounds at least
+        pair = [("deck send", [*DECK, "send", "demo", "echo hi", "--config", str(cfg)])]
+        if acpx is not None:
+            pair.append(("acpx exec", [acpx, "--approve-all", "--agent", " ".join(demo), "exec", "echo hi"]))
+        for label, command in pair if n % 2 == 0 else pair[::-1]:
+            runs[label].append(_run_measured(command, cwd)[0])
+    for _ in range(rounds):
+        runs["deck send MB"].append(_run_measured([*DECK, "send", "bench", "go", "--config", str(cfg)], cwd)[1])
+        if acpx is not None:
+            command = [acpx, "--approve-all", "--agent", " ".join(producer), "exec", "go"]
+            runs["acpx exec MB"].append(_run_measured(command, cwd)[1])
+    return {label: values for label, values in runs.items() if values}
+
+
+def _run_measured(command: list[str], cwd: Path) -> tuple[float, float]:
+    """(seconds, peak RSS in MB) of one run of `command`, its output thrown away."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd, env=deck_env())
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    took = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, command)
+    return took, usage.ru_maxrss / 1024  # KiB on Linux
 
 
 def bench_version(rounds: int) -> dict[str, list[float]]:
@@ -601,6 +645,7 @@ def _read_until(proc: subprocess.Popen[bytes], done) -> None:
 BENCHES = {
     "throughput": (bench_throughput, ("deck", "floor", 1.5)),
     "version": (bench_version, ("deck --version", "import typer", 1.5)),
+    "send": (bench_send, ("deck send MB", None, 60.0)),
     "latency": (bench_latency, ("p99 ms", None, 5.0)),
     "idle": (bench_idle, ("% of a core", None, 0.5)),
     "stop": (bench_stop, ("seconds", None, 9.5)),
@@ -625,6 +670,7 @@ RATIOS = {
     "search": [("search p50 ms", "floor p50 ms")],
     "attach": [("attach ms", "deck --version ms")],
     "socket": [("deck run", "floor"), ("socket", "deck run")],
+    "send": [("deck send", "acpx exec"), ("deck send MB", "acpx exec MB")],
     "flood": [("p99 ms", "quiet p99 ms"), ("p99 ms", "outside p99 ms")],
 }
 SLOW = {"idle", "stop"}
