@@ -10,7 +10,11 @@ import psutil
 import pytest
 from deck.testing import FAST_STOP, Recorder, agent_table, make_deck  # noqa: F401 - fixtures and helpers shared with plugin authors
 
-FAKE_AGENT = Path(__file__).parent / "agents" / "fake_agent.py"
+#: The tests' folder, the repository, and the agents tests run (tests/agents/).
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+AGENTS = TESTS / "agents"
+FAKE_AGENT = AGENTS / "fake_agent.py"
 #: Short stop escalation so tests run in milliseconds rather than 5 s + 3 s.
 SHORT = FAST_STOP
 

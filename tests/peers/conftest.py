@@ -252,3 +252,11 @@ async def peer_deck(make_deck, acp_schema: AcpSchema, home: Path) -> Iterator[An
     for pd in made:
         if pd._watcher is not None:
             pd._watcher.cancel()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test of this folder runs a third-party agent: marked `peers` (`-m "not peers"`)."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.peers)

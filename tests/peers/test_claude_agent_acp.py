@@ -157,7 +157,7 @@ async def test_cancel_while_it_waits_on_the_model(peer_deck, workdir):
 
 def test_a_bare_allow_in_line_mode_allows_once_with_claude_code(workdir, tmp_path):
     """Claude Code offers Always Allow first: a bare /allow picks its Allow, never Always Allow."""
-    from ..test_line import LineDeck
+    from tests.frontends.test_line import LineDeck
 
     target = workdir / "greeting.txt"
     script = [Reply(tool_uses=[("Write", {"file_path": str(target), "content": "hi\n"})]), Reply(text="Written.")]

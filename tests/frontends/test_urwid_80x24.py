@@ -1,0 +1,170 @@
+"""The console end to end at the sizes people run it: 80×24, the smallest it is made for, and 160×45.
+
+deck runs in tmux (`tests/frontends/test_urwid_e2e.py`) with the demo agent or the fake one; what the screen
+shows is read row by row: what must stay in view, where each box starts and ends.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from deck.frontends.urwid.app import panel_width
+from deck.testing import demo_agent
+
+from tests.conftest import agent_block
+from tests.core.remote.test_attach_frontends import AttachedConsole, server  # noqa: F401  (a fixture)
+from tests.frontends.test_urwid_e2e import TMUX, Console, console  # noqa: F401  (a fixture)
+
+pytestmark = [
+    pytest.mark.skipif(not Path(TMUX).exists(), reason="tmux is not installed"),
+    pytest.mark.timeout(90),
+]
+
+SIZES = [(80, 24), (160, 45)]
+TOOL = "⚙ edit Add type hints to greet.py · pending"
+
+
+def box(rows: list[str], title: str) -> tuple[int, int, int]:
+    """The box whose top border holds `title`: its first row, its last row, its first column."""
+    top = next(i for i, row in enumerate(rows) if title in row)
+    left = rows[top].index("┌", max(0, rows[top].index(title) - 3))
+    bottom = next(i for i in range(top + 1, len(rows)) if rows[i][left : left + 1] == "└")
+    return top, bottom, left
+
+
+def asking_demo(console, cols: int, rows: int) -> Console:
+    """The demo agent's console of `cols`×`rows`, its permission dialog open."""
+    c = console(demo_agent("demo", title="Demo") + agent_block("b"), cols=cols, rows=rows)
+    c.wait("Message to Demo")
+    c.type("hello")
+    c.keys("Enter")
+    c.wait(lambda s: "Permission requested by Demo" in s and "request 1 of 1" in s)
+    return c
+
+
+@pytest.mark.parametrize(("cols", "rows"), SIZES)
+def test_the_permission_dialog_shows_the_request_and_its_options_and_scrolls_the_diff(console, cols, rows):
+    c = asking_demo(console, cols, rows)
+    screen = c.wait(TOOL)
+    lines = screen.split("\n")
+    top, bottom, left = box(lines, "Permission requested by Demo")
+    inside = [line[left:] for line in lines[top : bottom + 1]]
+    assert top == 0 and left == panel_width(cols) and TOOL in inside[1]  # the request's title, first
+    assert any("1 Allow" in line for line in inside) and any("2 Reject" in line for line in inside)
+    assert "request 1 of 1" in inside[-2]
+    if cols == 80:  # the diff takes the rows left, and scrolls
+        assert "+    print(f'hello {name}')" not in "\n".join(inside)
+        assert any("lines 1–" in line and "PgUp PgDn scroll" in line for line in inside)
+        c.keys("PageDown")
+        screen = c.wait(lambda s: "+    print(f'hello {name}')" in "\n".join(s.split("\n")[top:bottom]))
+        assert TOOL in screen.split("\n")[1]  # the title stays
+    else:  # all of it fits: the dialog is as tall as it, borders, title, input and place, diff, options
+        assert "+    print(f'hello {name}')" in "\n".join(inside) and "PgUp PgDn scroll" not in screen
+        assert bottom - top + 1 == 2 + 3 + 7 + 1 + 2 + 1
+    c.keys("Enter")  # allows once: the default
+    c.wait(lambda s: "The edit was applied" in s and "ready" in s.split("\n")[2])
+    c.keys("C-q")
+    c.wait("DECK-EXITED-0")
+
+
+@pytest.mark.parametrize(("cols", "rows"), SIZES)
+def test_a_question_dialog_is_as_tall_as_its_content_in_the_conversations_place(console, cols, rows):
+    c = asking_demo(console, cols, rows)
+    c.keys("Escape")
+    c.wait(lambda s: "Permission requested" not in s)
+    c.keys("C-q")  # the demo agent is busy: quitting asks
+    screen = c.wait("Quit deck?")
+    lines = screen.split("\n")
+    top, bottom, left = box(lines, "Quit deck?")
+    inside = "\n".join(line[left:] for line in lines[top : bottom + 1])
+    panel = panel_width(cols)
+    assert left >= panel and all(line[panel - 1] == "│" for line in lines[top : bottom + 1])  # the panel stays whole
+    assert inside.index("y  yes, quit") < inside.index("n  no")  # yes first, as every question of the console
+    assert "1 agent still working: Demo. Quit and stop it?" in inside
+    assert bottom - top + 1 == 6  # its borders, its text, a blank line, two answers: no more
+    c.keys("Enter")  # no, the default
+    c.wait(lambda s: "Quit deck?" not in s)
+    c.keys("C-q")
+    c.wait("Quit deck?")
+    c.keys("y")
+    c.wait("DECK-EXITED-0")
+
+
+@pytest.mark.parametrize(("cols", "rows"), SIZES)
+def test_the_history_takes_the_conversations_place_and_the_panel_stays_whole(console, cols, rows):
+    c = console(agent_block("a", title="Alpha") + agent_block("b"), cols=cols, rows=rows)
+    c.wait("Message to Alpha")
+    c.type("pineapple notes")
+    c.keys("Enter")
+    c.wait("You said: pineapple notes")
+    before = c.screen().split("\n")
+    c.keys("F8")
+    screen = c.wait(lambda s: "History of Alpha" in s and "pineapple notes" in s.split("History of")[1])
+    lines = screen.split("\n")
+    top, bottom, left = box(lines, "History of Alpha")
+    panel = panel_width(cols)
+    assert (top, left) == (0, panel) and "Esc close" in lines[0]
+    assert lines[bottom + 1].startswith("┌ Message to Alpha")  # down to the input, which stays
+    assert [line[:panel] for line in lines[: bottom + 1]] == [line[:panel] for line in before[: bottom + 1]]
+    assert all(line[panel] == "│" and line.rstrip().endswith("│") for line in lines[top + 1 : bottom])
+    c.keys("Escape")
+    c.wait(lambda s: "History of" not in s)
+    c.keys("C-q")
+    c.wait("DECK-EXITED-0")
+
+
+def test_f4_says_when_nothing_waits_and_opens_the_oldest_request(console):
+    c = console(agent_block("a", title="Alpha") + agent_block("b", title="Beta"), cols=80, rows=24)
+    c.wait("Message to Alpha")
+    c.keys("F4")
+    c.wait("nothing waits for an answer")
+    c.type("perm")
+    c.keys("Enter")
+    c.wait(lambda s: "Permission requested by Alpha" in s and "request 1 of 1" in s)
+    c.keys("Escape")
+    c.wait(lambda s: "Permission requested" not in s)  # else Esc and Tab come as one key, Alt-Tab
+    c.keys("Tab")
+    c.wait("Message to Beta")
+    c.type("perm")
+    c.keys("Enter")
+    c.wait(lambda s: "Permission requested by Beta" in s and "request 2 of 2" in s)  # Beta's own, at once
+    c.keys("Escape")
+    c.wait(lambda s: "Permission requested" not in s and "2 permission requests waiting" in s)
+    c.keys("F4")
+    c.wait(lambda s: "Permission requested by Alpha" in s and "request 1 of 2" in s)  # the one waiting longest
+    c.keys("Enter")  # allowed once
+    c.wait(lambda s: "Permission requested by Beta" in s and "request 1 of 1" in s)
+    c.keys("2")
+    c.wait(lambda s: "permission: no" in s and "waiting" not in s)
+    c.keys("F9")
+    screen = c.wait("Beta has no worktree")
+    assert "m merge" not in screen and "x remove" not in screen and "F9 or Esc to go back" in screen
+    c.keys("x", "F9")  # nothing to remove: no question asked, F9 goes back at once
+    screen = c.wait(lambda s: "Beta has no worktree" not in s and "Message to Beta" in s)
+    assert "Remove" not in screen
+    c.keys("C-q")
+    c.wait("DECK-EXITED-0")
+
+
+@pytest.mark.parametrize(("cols", "rows"), SIZES)
+def test_an_attached_console_names_its_server_says_how_to_come_back_and_that_it_was_stopped(server, cols, rows):
+    s = server(agent_block("a", title="Alpha"))
+    c = AttachedConsole(s, cols, rows)
+    server.consoles.append(c)
+    screen = c.wait("Message to Alpha")
+    title = "Agents · server t" if cols >= 160 else "server t"
+    assert screen.startswith(f"┌ {title} ─")
+    assert screen.rstrip().endswith("Ctrl-Q detach") and "Ctrl-Q quit" not in screen
+    c.keys("C-q")
+    c.wait("Leave deck?")
+    c.keys("Enter")  # detach
+    c.wait("DECK-EXITED-0")
+    said = c.tmux("capture-pane", "-p", "-J")  # its lines as written, however the screen wrapped them
+    assert "deck: detached from deck server t (it goes on; deck attach t to come back, deck stop t to end it)" in said
+    c = AttachedConsole(s, cols, rows)
+    server.consoles.append(c)
+    c.wait("Message to Alpha")
+    assert s.deck("stop", "t").returncode == 0
+    screen = c.wait("DECK-EXITED-")
+    assert "deck: the deck server t was stopped" in screen and "went away" not in screen

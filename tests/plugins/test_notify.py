@@ -1,0 +1,231 @@
+"""The notify plugin: a moment (an agent asking, in error, a budget reached, a turn done) tells the
+user through `notify:sent` (bell and terminal notification in the terminal frontends), and runs
+the user's command with the moment on its stdin and in its environment — a command that fails,
+hangs or floods is logged, cut off, and never holds an agent up."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+import psutil
+import pytest
+from deck.plugins.notify import senders
+
+from tests.conftest import agent_block
+from tests.core.remote.test_server import clients, runtime, serve  # noqa: F401  (fixtures)
+from tests.frontends.test_line import ANSI, spawn_tty
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+
+RECORD = """\
+import json, os, sys
+data = sys.stdin.read()
+env = {k: v for k, v in os.environ.items() if k in ("DECK_AGENT", "DECK_WHAT", "DECK_TITLE")}
+with open(sys.argv[1], "a") as f:
+    f.write(json.dumps({"stdin": json.loads(data), "env": env, "pid": os.getpid()}) + "\\n")
+"""
+
+
+def recorder(tmp_path: Path) -> tuple[list[str], Path]:
+    """A command that appends what it got to a file: its argv, and that file."""
+    script, out = tmp_path / "record.py", tmp_path / "got.jsonl"
+    script.write_text(RECORD)
+    return [sys.executable, str(script), str(out)], out
+
+
+def got(out: Path) -> list[dict]:
+    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def notify_table(command: list[str] | None = None, **keys: object) -> str:
+    lines = ["[notify]"]
+    if command is not None:
+        lines.append(f"command = {json.dumps(command)}")
+    lines += [f"{key} = {json.dumps(value)}" for key, value in keys.items()]
+    return "\n".join(lines) + "\n"
+
+
+def wait_until(predicate, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        assert time.monotonic() < deadline, "not seen in time"
+        time.sleep(0.05)
+    return result
+
+
+def test_a_server_with_no_client_runs_the_command_with_the_moment(serve, clients, tmp_path) -> None:
+    command, out = recorder(tmp_path)
+    server = serve(notify_table(command) + agent_block("a"))
+    client = clients(server.path)
+    client.call("ChatService.Send", {"agent": "a", "text": "perm"})
+    client.close()  # nobody is attached when the agent asks
+    (record,) = wait_until(lambda: got(out))
+    moment = record["stdin"]
+    assert moment["agent"] == "a" and moment["what"] == "input" and moment["id"].startswith("perm-")
+    assert moment["title"].startswith("permission: ") and moment["since"].endswith("Z")
+    assert record["env"] == {"DECK_AGENT": "a", "DECK_WHAT": "input", "DECK_TITLE": moment["title"]}
+    watcher = clients(server.path)
+    (waiting,) = watcher.call("DeckService.Inbox")
+    assert waiting["id"] == moment["id"]  # telling of it answered nothing
+
+
+def test_notify_sent_reaches_an_attached_client_and_each_moment_is_told_once(serve, clients, tmp_path) -> None:
+    command, out = recorder(tmp_path)
+    server = serve(notify_table(command, on=["input", "error", "done"]) + agent_block("a") + agent_block("b", "--fail-start"))
+    watcher = clients(server.path)
+    watcher.call("ChatService.Send", {"agent": "a", "text": "hello"})
+    done = watcher.event("notify:sent", agent="a", what="done", timeout=20)
+    assert done["title"] == "finished its turn" and done["bell"] is True and done["desktop"] is False
+    watcher.request("AgentService.Start", {"name": "b"})
+    failed = watcher.event("notify:sent", agent="b", what="error", timeout=20)
+    assert "handshake" in failed["title"] or failed["title"]
+    wait_until(lambda: len(got(out)) == 2)
+    assert [r["stdin"]["what"] for r in got(out)] == ["done", "error"]
+
+
+def test_after_tells_only_of_what_is_still_waiting(serve, clients, tmp_path) -> None:
+    command, out = recorder(tmp_path)
+    server = serve(notify_table(command, after="1s") + agent_block("a") + agent_block("b"))
+    watcher = clients(server.path)
+    watcher.call("ChatService.Send", {"agent": "a", "text": "perm"})
+    answered = watcher.event("permission:requested", agent="a", timeout=20)
+    watcher.call("ChatService.AnswerPermission", {"id": answered["id"], "optionId": "yes"})  # at once
+    watcher.call("ChatService.Send", {"agent": "b", "text": "perm"})
+    left = watcher.event("permission:requested", agent="b", timeout=20)
+    sent = watcher.event("notify:sent", agent="b", timeout=20)
+    asked_at = [line for line in watcher.lines if line.get("event") == "permission:requested" and line["agent"] == "b"]
+    told_at = [line for line in watcher.lines if line.get("event") == "notify:sent"]
+    assert told_at[0]["seq"] > asked_at[0]["seq"] and sent["what"] == "input"
+    (record,) = wait_until(lambda: got(out))
+    assert record["stdin"]["id"] == left["id"]  # the one answered within `after` was never told of
+    time.sleep(1.2)
+    assert len(got(out)) == 1 and len([x for x in watcher.lines if x.get("event") == "notify:sent"]) == 1
+
+
+def test_on_chooses_the_moments(serve, clients, tmp_path) -> None:
+    command, out = recorder(tmp_path)
+    server = serve(notify_table(command, on=["done"]) + agent_block("a"))
+    watcher = clients(server.path)
+    watcher.call("ChatService.Send", {"agent": "a", "text": "perm"})
+    asked = watcher.event("permission:requested", agent="a", timeout=20)
+    watcher.call("ChatService.AnswerPermission", {"id": asked["id"], "optionId": "yes"})
+    watcher.event("notify:sent", agent="a", what="done", timeout=20)
+    wait_until(lambda: got(out))
+    assert [r["stdin"]["what"] for r in got(out)] == ["done"]
+
+
+async def test_a_failing_command_is_logged_and_the_agent_goes_on(make_deck, tmp_path) -> None:
+    command = [sys.executable, "-c", "import sys; print('no route to ntfy'); sys.exit(3)"]
+    deck, rec = make_deck(notify_table(command, on=["done"]) + agent_block("a"))
+    await deck.startup()
+    deck.chat.send("a", "hello")
+    await rec.wait_event("notify:sent", agent="a")
+    deck.chat.send("a", "again")
+    logs = await rec.wait(lambda r: [p["line"] for p in r.named("agent:log", "a") if "notify:" in p["line"]])
+    assert "failed (exit 3): no route to ntfy" in logs[0]
+    await rec.wait(lambda r: len([p for p in r.named("turn:changed", "a") if not p["busy"]]) >= 2)
+
+
+async def test_a_command_that_cannot_run_is_logged(make_deck, tmp_path) -> None:
+    deck, rec = make_deck(notify_table([str(tmp_path / "no-such-notifier")], on=["done"]) + agent_block("a"))
+    await deck.startup()
+    deck.chat.send("a", "hello")
+    logs = await rec.wait(lambda r: [p["line"] for p in r.named("agent:log", "a") if "notify:" in p["line"]])
+    assert "cannot run" in logs[0] and "no-such-notifier" in logs[0]
+
+
+async def test_a_hanging_command_is_killed_with_its_children_and_the_next_one_runs(make_deck, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(senders, "TIMEOUT", 2.0)
+    pids = tmp_path / "pids"
+    hang = (
+        "import os, subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}} {{child.pid}}\\n')\n"
+        "time.sleep(60)\n"
+    )
+    deck, rec = make_deck(notify_table([sys.executable, "-c", hang], on=["done"]) + agent_block("a"))
+    await deck.startup()
+    deck.chat.send("a", "hello")
+    await rec.wait_event("notify:sent", agent="a")
+    deck.chat.send("a", "again")  # a second moment while the first command hangs: it waits its turn
+    await rec.wait(lambda r: len(r.named("notify:sent", "a")) >= 2, timeout=1.5)  # the agent was not held up
+    wait_until(pids.exists)
+    time.sleep(0.3)
+    assert len(pids.read_text().splitlines()) == 1  # one command at a time
+    logs = await rec.wait(lambda r: [p["line"] for p in r.named("agent:log", "a") if "did not finish" in p["line"]])
+    assert "within 2s: stopped" in logs[0]
+    await rec.wait(lambda r: len([p for p in r.named("agent:log", "a") if "did not finish" in p["line"]]) >= 2, timeout=10)
+    def gone(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    started = [int(pid) for line in pids.read_text().splitlines() for pid in line.split()]
+    assert len(started) == 4  # two commands, each with a child of its own
+    wait_until(lambda: all(gone(pid) for pid in started), timeout=5)  # each process group killed whole
+
+
+async def test_a_command_that_floods_its_output_is_read_and_cut(make_deck, tmp_path) -> None:
+    flood = "import sys; sys.stdout.write('x' * 5_000_000); sys.exit(1)"
+    deck, rec = make_deck(notify_table([sys.executable, "-c", flood], on=["done"]) + agent_block("a"))
+    await deck.startup()
+    deck.chat.send("a", "hello")
+    logs = await rec.wait(lambda r: [p["line"] for p in r.named("agent:log", "a") if "notify:" in p["line"]])
+    assert "failed (exit 1)" in logs[0] and len(logs[0]) < senders.OUTPUT_MAX + 200
+
+
+def test_an_agents_title_is_one_clean_line_in_the_environment() -> None:
+    assert senders.clean("rm\x1b]52;c;x\x07\n-rf\u202e " + "y" * 500).startswith("rm ]52;c;x -rf y")
+    assert len(senders.clean("y" * 500)) == senders.TITLE_MAX
+    assert "\x00" not in senders.clean("a\x00b")
+
+
+def test_the_line_frontend_rings_and_shows_a_terminal_notification(tmp_path) -> None:
+    config = notify_table(None, desktop=True) + agent_block("a")
+    child, log = spawn_tty(tmp_path, config)
+    try:
+        child.expect("/help lists the commands")
+        child.sendline("@a perm")
+        child.expect(r"\x1b\]777;notify;deck: a;permission: ")
+        child.sendline("/allow")
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    raw = log.getvalue()
+    assert "\a" in raw.replace("\x1b]777", "").split("\x07")[0] or "\a\x1b]777" in raw
+    assert re.search(r"\x1b\]9;deck: a: permission: [^\x07\x1b]*\x07", raw)
+    assert "permission" in ANSI.sub("", raw)
+
+
+def test_no_bell_when_bell_is_off(tmp_path) -> None:
+    child, log = spawn_tty(tmp_path, notify_table(None, bell=False) + agent_block("a"))
+    try:
+        child.expect("/help lists the commands")
+        child.sendline("@a perm")
+        child.expect("permission")
+        child.sendline("/allow")
+        child.expect(r"\[a\] \S*ready")
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert "\a" not in log.getvalue() and "]777;" not in log.getvalue()
+
+
+def test_notify_can_be_switched_off(serve, clients, tmp_path) -> None:
+    command, out = recorder(tmp_path)
+    server = serve("[plugins]\ndisabled = [\"notify\"]\n" + notify_table(command, on=["done"]) + agent_block("a"))
+    watcher = clients(server.path)
+    watcher.call("ChatService.Send", {"agent": "a", "text": "hello"})
+    watcher.event("turn:changed", agent="a", busy=False, timeout=20)
+    time.sleep(0.5)
+    assert not got(out) and not watcher.events("notify:sent")
+    assert os.path.exists(server.path)
