@@ -65,7 +65,7 @@ def test_the_option_chosen_is_allow_once_else_a_lone_allow_always_never_a_reject
 
 def test_the_help_lists_the_kinds_a_pattern_may_name():
     from deck.chat.approval import KINDS
-    from deck.cli.commands import ApproveOption
+    from deck.cli.common import ApproveOption
 
     assert f"KIND ({', '.join(KINDS)})" in " ".join(ApproveOption.help.split())
 

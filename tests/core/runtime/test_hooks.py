@@ -17,6 +17,7 @@ from deck import errors as deck_errors
 from deck import frontend as deck_frontend
 from deck import hookimpl, hookspecs
 from deck.cli import commands as cli
+from deck.cli import common as cli_common
 from deck.runtime import plugins as pluginmanager
 from deck.testing import Recorder
 
@@ -188,7 +189,7 @@ def make_frontend(plugin: Recording) -> type[deck.Frontend]:
 def test_deck_calls_every_hook_itself(tmp_path, monkeypatch, installed):
     """A real `deck run` and a plugin command, in this process: each hook is called by deck, none by the test."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "setup_logging", lambda: None)  # the test process keeps its own logging
+    monkeypatch.setattr(cli_common, "setup_logging", lambda: None)  # the test process keeps its own logging
     config = tmp_path / "deck.toml"
     config.write_text(agent_block("a"))
     plugin = Recording()

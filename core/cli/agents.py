@@ -1,0 +1,64 @@
+"""`deck agents` and `deck plugins`: what a config's agents and deck's plugins are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from deck.cli.common import Command, ConfigOption, disabled_option, make_deck
+
+
+def agents(
+    config: Optional[Path] = ConfigOption,
+    as_json: bool = typer.Option(False, "--json", help="JSON output."),
+    check: bool = typer.Option(False, "--check", help="Check that each agent's command exists (exit 1 if not)."),
+    handshake: bool = typer.Option(False, "--handshake", help="With --check: also start each agent for an ACP handshake."),
+) -> None:
+    """List the configured agents.
+
+    --check tests that each command exists; --handshake also starts each agent.
+    """
+    deck = make_deck(config)
+    if check or handshake:
+        from deck.cli.check import run_check
+
+        raise typer.Exit(run_check(deck, handshake, as_json))
+    rows = [
+        {"name": a.name, "title": a.title, "icon": a.icon, "description": a.config.description, "command": a.config.command}
+        for a in deck.agents.values()
+    ]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        typer.echo(f"{row['icon']} {row['name']:<16} {row['title']:<24} {' '.join(row['command'])}")
+
+
+def plugins(
+    config: Optional[Path] = ConfigOption,
+    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="JSON output."),
+) -> None:
+    """List the loaded plugins and their hooks.
+
+    Where each plugin comes from, and the hooks it implements.
+    """
+    from deck.runtime.plugins import describe
+
+    deck = make_deck(config, disabled_option(plugin))
+    rows = describe(deck.pm)
+    disabled = sorted(set(deck.disabled))
+    if as_json:
+        typer.echo(json.dumps({"plugins": rows, "disabled": disabled}, indent=2))
+        return
+    for row in rows:
+        typer.echo(f"{row['name']:<16} {row['source']:<24} {', '.join(row['hooks'])}")
+    if disabled:
+        typer.echo(f"disabled: {', '.join(disabled)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command(cls=Command)(agents)
+    app.command(cls=Command)(plugins)

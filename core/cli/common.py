@@ -1,0 +1,230 @@
+"""What the commands of the `deck` command line share: the help's plain argument names, the
+config option, one-line failures, logging, and the deck a command runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
+
+import typer
+from deck.errors import ExitCode
+from typer.core import TyperCommand, TyperGroup
+
+if TYPE_CHECKING:
+    from deck.chat.approval import Approval
+    from deck.runtime.deck import Deck
+
+
+class Command(TyperCommand):
+    """Plain argument names in help: `deck send [OPTIONS] AGENT TEXT`, not `{AGENT}` and `AGENT <str>`.
+
+    Public (`deck.Command`): plugins pass it as `cls=` to their commands so their help reads the same."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.param_type_name == "argument":
+                name = (param.metavar or param.name or "").upper()
+                shown = name if param.required else f"[{name}]"
+                param.get_usage_pieces = lambda ctx, shown=shown: [shown]  # type: ignore[method-assign, misc]
+                param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _as_text(super().get_params(ctx))
+
+
+class Group(TyperGroup):
+    """The `deck` group: its options (help, completion) read as `Command`'s do."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _as_text(super().get_params(ctx))
+
+
+try:
+    from typer._coercion import RuntimeParam, build_runtime_param
+except ImportError:  # another typer: it coerces every parameter itself
+    _Plain: Any = None
+else:
+
+    class _Plain(RuntimeParam):  # type: ignore[no-redef]
+        """A text or flag value as the command line gives it, which is what typer's pydantic
+        coercion of `str`, `list[str]` and `bool` returns, without importing pydantic (some
+        150 ms at each start); any other value goes to typer's own coercion."""
+
+        def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+            if type(value) is self.annotation:
+                return value
+            if self.annotation == list[str] and isinstance(value, (tuple, list)) and all(type(v) is str for v in value):
+                return list(value)
+            return build_runtime_param(param.type_descriptor)._coerce_value(value, param, ctx)
+
+
+def _as_text(params: list[Any]) -> list[Any]:
+    """`params`, each plain `str`, `list[str]` or `bool` one (no parser, no choices) keeping its
+    value as given: `deck attach`, `deck stop` and `deck send --attach` never import pydantic."""
+    for param in params:
+        descriptor = getattr(param, "type_descriptor", None)
+        if _Plain is None or descriptor is None or getattr(param, "_runtime_param", False) is not None:
+            continue
+        if descriptor.annotation not in (str, bool, list[str]) or descriptor.parameter_info.parser is not None:
+            continue
+        if not descriptor.is_choice:
+            param._runtime_param = _Plain(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation)
+    return params
+
+
+ConfigOption = typer.Option(
+    None, "--config", "-c", metavar="PATH", help="Config file (else $DECK_CONFIG, ./deck.toml, XDG, built-in)."
+)
+
+
+def complete_agents(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion: the agents of the config the command line names (or the one in use)."""
+    from deck.config.models import embedded_default, find_config, parse, read_text
+
+    try:
+        found, _source = find_config(str(ctx.params["config"]) if ctx.params.get("config") else None)
+        text = read_text(found) if found is not None else embedded_default()  # a regular file only: never a FIFO
+        loaded = parse(text)
+    except Exception:  # completion never prints a traceback into the user's shell
+        return []
+    names = list(loaded.config.agents) if loaded.config is not None else []
+    return [n for n in names if n.startswith(incomplete)]
+
+
+def complete_frontends(incomplete: str) -> list[str]:
+    """Shell completion: the frontends deck ships (plugins may add more)."""
+    return [n for n in ("urwid", "line", "jsonl") if n.startswith(incomplete)]
+
+
+def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
+    """Print one clear line and exit with `code` (by default the user's mistake)."""
+    typer.echo(f"deck: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def setup_logging() -> None:
+    """Where deck's log records go, once per process: every record with its traceback to
+    $XDG_STATE_HOME/deck/deck.log (rotated), and a problem as one line on stderr (tty.TerminalLog),
+    which a full-screen frontend takes over while it owns the screen."""
+    import logging
+
+    from deck.proc.storage import state_dir
+    from deck.tty import LogFile, TerminalLog
+
+    root = logging.getLogger()
+    if any(isinstance(h, TerminalLog) for h in root.handlers):
+        return
+    path = state_dir() / "deck.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        root.addHandler(LogFile(path))
+        written: Optional[Path] = path
+    except OSError:
+        written = None  # no writable state dir: the terminal still gets its lines
+    root.addHandler(TerminalLog(written))
+    root.setLevel(logging.WARNING)  # other libraries: their problems only
+    logging.getLogger("deck").setLevel(logging.INFO)
+    logging.captureWarnings(True)  # Python warnings too, instead of raw on stderr
+
+
+def make_deck(config: Optional[Path], disabled: tuple[str, ...] = (), warn: bool = False) -> Deck:
+    """The deck of the config deck finds (`--config`, else discovery); `warn`: its warnings (unknown
+    keys, with the key meant) are said on stderr, one line each, before it runs."""
+    from deck.errors import UsageError
+    from deck.runtime.deck import Deck
+
+    setup_logging()
+    path, source = config_file(config)
+    try:
+        deck = Deck(path, source, disabled=disabled)
+    except UsageError as exc:
+        *first, last = exc.lines()  # "invalid config: PATH:LINE:COL: MESSAGE", one per problem, compiler style
+        for line in first:
+            typer.echo(f"deck: {line}", err=True)
+        fail(last)
+    if warn:
+        say_warnings(deck)
+    return deck
+
+
+def say_warnings(deck: Deck) -> None:
+    """The config's warnings (unknown keys, with the key meant) on stderr, one line each."""
+    where = str(deck.config_path or "<config>")
+    for problem in deck.problems:
+        if problem.warning:
+            typer.echo(f"deck: {problem.format(where)}", err=True)
+
+
+def config_file(config: Optional[Path]) -> tuple[Path | None, str]:
+    """The config file deck runs with, and how it was found; a usage error when it is missing."""
+    from deck.config.models import find_config
+
+    path, source = find_config(str(config) if config else None)
+    if path is not None and not path.exists():  # not is_file(): `--config <(…)` is a pipe
+        fail(f"config file not found: {path}")
+    return path, source
+
+
+def disabled_option(values: list[str]) -> tuple[str, ...]:
+    """`-p no:NAME` values → plugin names to disable."""
+    bad = [v for v in values if not v.startswith("no:") or len(v) == 3]
+    if bad:
+        fail(f"bad --plugin value {bad[0]!r}: use -p no:NAME to disable a plugin")
+    return tuple(v[3:] for v in values)
+
+
+ApproveOption = typer.Option(
+    [],
+    "--approve",
+    metavar="PATTERN",
+    help=(
+        "Approve the permission requests whose tool call PATTERN names (repeatable), with their "
+        "allow-once option (else allow-always): KIND (read, edit, delete, move, search, execute, "
+        "think, fetch, other), KIND:GLOB (that kind, its title matching the case-sensitive fnmatch "
+        "GLOB) or *:GLOB (any kind). Other requests follow the agent's permissions policy."
+    ),
+)
+
+
+def approvals_of(values: list[str]) -> tuple[Approval, ...]:
+    """`--approve` values → patterns; a bad one is a usage error (exit 2), never approves anything."""
+    from deck.chat.approval import Approval
+
+    approvals = []
+    for value in values:
+        try:
+            approvals.append(Approval.parse(value))
+        except ValueError as exc:
+            fail(f"bad --approve {value!r}: {exc}")
+    return tuple(approvals)
+
+
+def frontends(deck: Deck) -> dict[str, Any]:
+    return deck.hooks.register_frontends()
+
+
+def run_async(coro: Any) -> Any:
+    import asyncio
+
+    try:
+        return asyncio.run(coro)
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+
+
+def attached(name: str, frontend_cls: Any, **options: Any) -> int:
+    """Run `frontend_cls` as a client of the deck server `name`: its exit code (1 when it went away)."""
+    from deck.remote.serverdir import ServerError
+    from deck.remote.socket_client import SocketClient, run_attached
+
+    setup_logging()
+    try:
+        return int(run_async(run_attached(SocketClient(name), frontend_cls, **options)))
+    except ServerError as exc:
+        fail(str(exc), ExitCode.ERROR)
+
+
+def report_plugin_failure(plugin: str, hook: str, exc: BaseException) -> None:
+    """A plugin failed while the command line called it: one line on stderr, and the command goes on."""
+    typer.echo(f"deck: plugin {plugin} failed in {hook}: {exc!r}", err=True)

@@ -1,0 +1,132 @@
+"""`deck config path|init|validate|schema|show`: the config file, checked and shown."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from deck.cli.common import Command, ConfigOption, fail, report_plugin_failure
+from deck.errors import ExitCode
+
+config_app = typer.Typer(help="Check, locate and print the config file.", rich_markup_mode=None)
+
+
+@config_app.command("path", cls=Command)
+def config_path(config: Optional[Path] = ConfigOption) -> None:
+    """Say which config file is in use and how it was found."""
+    from deck.config.models import find_config
+
+    path, source = find_config(str(config) if config else None)
+    how = {"flag": "--config", "env": "$DECK_CONFIG", "cwd": "./deck.toml", "xdg": "$XDG_CONFIG_HOME/deck/deck.toml"}
+    if path is None:
+        typer.echo("built-in default (no config file found)")
+    elif not path.is_file():
+        typer.echo(f"{path} (from {how[source]}; file not found)")
+        raise typer.Exit(ExitCode.USAGE)
+    else:
+        typer.echo(f"{path} (from {how[source]})")
+
+
+@config_app.command("init", cls=Command)
+def config_init(
+    path: Path = typer.Argument(Path("deck.toml"), metavar="PATH", help="Where to write it.", show_default="./deck.toml"),
+) -> None:
+    """Write a commented first config.
+
+    The demo agent, and presets for real agents to uncomment. Never overwrites a file.
+    """
+    from deck.config.template import starter_config, write_new
+
+    try:
+        write_new(path, starter_config())
+    except FileExistsError:
+        fail(f"{path} already exists: not overwritten (move it away, or give another PATH)", ExitCode.ERROR)
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror or exc}", ExitCode.ERROR)
+    typer.echo(f"wrote {path}: the demo agent, and commented presets for real agents.")
+    run = "deck run" if path.resolve() == Path("deck.toml").resolve() else f"deck run --config {path}"
+    typer.echo(f"Next: edit it, check it with `deck config validate {path}`, then `{run}`.")
+
+
+@config_app.command("validate", cls=Command)
+def config_validate(
+    path: Optional[Path] = typer.Argument(None, metavar="PATH", help="The file to check (else the config in use)."),
+) -> None:
+    """Check a config file.
+
+    One `path:line:col: message` line per problem; exit 1 on an error.
+    """
+    where, loaded, _sections = _load_config(path, frontends=True)
+    for problem in loaded.problems:
+        typer.echo(problem.format(where))
+    if loaded.errors:
+        raise typer.Exit(ExitCode.ERROR)
+    warnings = len(loaded.warnings)
+    typer.echo(f"{where}: valid" + (f" ({warnings} warning{'s' if warnings > 1 else ''})" if warnings else ""))
+
+
+@config_app.command("schema", cls=Command)
+def config_schema(config: Optional[Path] = ConfigOption) -> None:
+    """Print the config's JSON Schema.
+
+    With the plugins' sections, for editor completion.
+    """
+    from deck.config.models import json_schema
+
+    _where, _loaded, sections = _load_config(config)
+    typer.echo(json.dumps(json_schema(sections), indent=2))
+
+
+@config_app.command("show", cls=Command)
+def config_show(
+    config: Optional[Path] = ConfigOption,
+    as_json: bool = typer.Option(False, "--json", help="JSON instead of TOML."),
+) -> None:
+    """Print the effective config.
+
+    The file with every default filled in.
+    """
+    from deck.config.models import effective, to_toml
+
+    where, loaded, _sections = _load_config(config)
+    if loaded.config is None:
+        for problem in loaded.problems:
+            typer.echo(problem.format(where), err=True)
+        raise typer.Exit(ExitCode.ERROR)
+    data = _as_shown(effective(loaded.config, loaded.sections))
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if as_json else to_toml(data), nl=as_json)
+
+
+def _as_shown(data: dict[str, Any]) -> dict[str, Any]:
+    """The effective config with each agent's title and icon as deck shows them (`Agent.title`,
+    `Agent.icon`): one left unset is the agent's name, and its first letter, not ""."""
+    for name, agent in (data.get("agents") or {}).items():
+        agent["title"] = agent.get("title") or name
+        agent["icon"] = agent.get("icon") or name[:1].upper()
+    return data
+
+
+def _load_config(path: Optional[Path], frontends: bool = False) -> tuple[str, Any, dict[str, Any]]:
+    """(where, Loaded, plugin sections) for `path`, else the config in use, else the built-in one;
+    with `frontends`, a `frontend` that none of the enabled plugins registers is warned of."""
+    from deck.config.models import disabled_plugins, embedded_default, find_config, parse, read_text
+
+    found, _source = find_config(str(path) if path else None)
+    if found is None:
+        where, text = "<built-in>", embedded_default()
+    else:
+        where = str(found)
+        try:
+            text = read_text(found, pipe=True)  # a regular file or `<(…)`, of 1 MiB at most
+        except FileNotFoundError:
+            fail(f"config file not found: {found}")
+        except (OSError, UnicodeDecodeError) as exc:
+            fail(f"cannot read {found}: {exc}")
+    from deck.runtime.hooks import PluginHooks
+    from deck.runtime.plugins import make_manager
+
+    hooks = PluginHooks(make_manager(disabled_plugins(text)), report_plugin_failure)
+    sections = hooks.config_sections()
+    return where, parse(text, sections, set(hooks.register_frontends()) if frontends else None), sections

@@ -1,0 +1,157 @@
+"""`deck run` and `deck send`: a deck in this process with a frontend, or one prompt."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from deck.cli.common import (
+    ApproveOption,
+    Command,
+    ConfigOption,
+    approvals_of,
+    attached,
+    complete_agents,
+    complete_frontends,
+    config_file,
+    disabled_option,
+    fail,
+    frontends,
+    make_deck,
+    run_async,
+    say_warnings,
+)
+from deck.errors import ExitCode
+
+
+def run(
+    config: Optional[Path] = ConfigOption,
+    frontend: Optional[str] = typer.Option(None, "--frontend", "-f", metavar="NAME", autocompletion=complete_frontends, help="urwid, line or jsonl (else the config's)."),
+    stay: bool = typer.Option(False, "--stay", help="jsonl: keep running after the end of stdin, until a signal."),
+    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help="Write every ACP line exchanged to this JSONL file."),
+    approve: list[str] = ApproveOption,
+    new: bool = typer.Option(False, "--new", help="Run apart even when a deck server (deck serve) runs this config."),
+) -> None:
+    """Start deck with a frontend.
+
+    With no config file anywhere, deck runs the built-in demo agent. When a deck server runs the
+    same config, `deck run` attaches to it instead (--new runs a deck of its own all the same).
+    """
+    approvals = approvals_of(approve)
+    disabled = disabled_option(plugin)
+    if not new:
+        _attach_instead(config, frontend, stay=stay, changed=bool(plugin or trace or approve))
+    deck = make_deck(config, disabled)
+    deck.trace_path = trace
+    deck.chat.approvals = approvals
+    available = frontends(deck)
+    name = frontend if frontend is not None else deck.config.frontend
+    if name is None:  # the default, unless it is switched off
+        name = "urwid" if sys.stdin.isatty() and sys.stdout.isatty() else "line"
+        name = name if name in available else next((n for n in ("line", "jsonl") if n in available), name)
+    if name not in available:
+        given = "" if frontend else f" in {deck.config_path or 'the config'}"
+        fail(f"unknown frontend {name!r}{given} (available: {', '.join(sorted(available)) or 'none'})")
+    if name not in ("line", "urwid"):  # those two show the config's warnings where they show the rest
+        say_warnings(deck)
+    options: dict[str, Any] = {"stay": stay} if name == "jsonl" else {}
+    code = run_async(deck.run(available[name], **options))
+    raise typer.Exit(code or ExitCode.OK)
+
+
+def send(
+    agent: str = typer.Argument(..., metavar="AGENT", autocompletion=complete_agents, help="The agent to ask."),
+    text: Optional[str] = typer.Argument(None, metavar="TEXT", help="The prompt; `-`, or none with stdin not a terminal: stdin."),
+    config: Optional[Path] = ConfigOption,
+    as_json: bool = typer.Option(False, "--json", help="Every event as a JSON line on stdout instead of the answer."),
+    approve: list[str] = ApproveOption,
+    attach: Optional[str] = typer.Option(None, "--attach", metavar="NAME", help="Send through the running deck server NAME (deck serve)."),
+    keep: bool = typer.Option(False, "--continue", help="Continue the agent's latest conversation (with --attach: the default)."),
+    conversation: Optional[str] = typer.Option(None, "--conversation", metavar="ID", help="Continue the stored conversation ID (or a unique start of it)."),
+) -> None:
+    """Send one prompt and stream the answer to stdout.
+
+    The prompt goes to a conversation of its own, unless --continue or --conversation
+    (through a server, --attach, to the agent's current one). A permission request is
+    approved by --approve or the agent's `permissions` policy, else refused; a question
+    is declined. Ctrl-C cancels the turn.
+
+    Exit code: 0 end_turn, 3 max_tokens, 4 max_turn_requests, 5 refusal, 6 cancelled,
+    1 when the agent failed, 2 for a usage error, 130 interrupted.
+    """
+    from deck.frontends.send import SendFrontend
+
+    if keep and conversation is not None:
+        fail("--continue and --conversation: give one of them")
+    if attach is not None and (approve or config is not None):
+        fail("--attach sends through a server, which follows its own config: no --config or --approve with it")
+    options: dict[str, Any] = {"agent": agent, "text": _prompt(text), "as_json": as_json, "conversation": conversation}
+    if attach is not None:
+        code = attached(attach, SendFrontend, keep=True, **options)  # the conversation its console shows
+        raise typer.Exit(code or ExitCode.OK)
+    approvals = approvals_of(approve)
+    deck = make_deck(config, warn=True)
+    deck.chat.approvals = approvals
+    code = run_async(deck.run(SendFrontend, keep=keep, **options))
+    raise typer.Exit(code or ExitCode.OK)
+
+
+def _prompt(text: Optional[str]) -> str:
+    """The prompt: TEXT, else what stdin holds (TEXT `-`, or no TEXT and stdin no terminal)."""
+    if text is not None and text != "-":
+        return text
+    if sys.stdin is None or (text is None and sys.stdin.isatty()):
+        fail("no TEXT: give the prompt as TEXT, or on stdin (`… | deck send AGENT`, or TEXT `-`)")
+    return _read_prompt(sys.stdin.buffer)
+
+
+def _read_prompt(stream: Any) -> str:
+    """All of `stream` as UTF-8 text, of at most the size of a line deck reads; else a usage error."""
+    from deck.acp.connection import MAX_LINE_BYTES
+
+    try:
+        data = stream.read(MAX_LINE_BYTES + 1)
+    except KeyboardInterrupt:
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
+    except OSError as exc:
+        fail(f"cannot read the prompt from stdin: {exc.strerror or exc}")
+    if len(data) > MAX_LINE_BYTES:
+        fail(f"the prompt on stdin is over {MAX_LINE_BYTES >> 20} MiB: deck reads {MAX_LINE_BYTES >> 20} MiB at most")
+    try:
+        return str(data.decode())
+    except UnicodeDecodeError as exc:
+        fail(f"the prompt on stdin is not UTF-8 text (byte {exc.start} is not)")
+
+
+def _attach_instead(config: Optional[Path], frontend: Optional[str], stay: bool, changed: bool) -> None:
+    """`deck run` of a config a deck server runs already: attach to it (saying so) rather than start
+    second copies of its agents in the same folders; refused when an option asks for what only a
+    deck of its own can do. Returns when no server runs the config."""
+    from deck.remote.socket_client import server_of
+
+    path, _source = config_file(config)
+    if path is None or not path.is_file():
+        return
+    name = server_of(path)
+    if name is None:
+        return
+    if changed or stay:
+        fail(f"the deck server {name} runs {path} already: `deck attach {name}` to use it, or"
+             " `deck run --new` to run a deck of its own beside it (second copies of its agents)")  # fmt: skip
+    typer.echo(f"deck: the deck server {name} runs {path}: attaching to it (deck run --new runs apart)", err=True)
+    if frontend is None:
+        from deck.config.models import load_file
+
+        _text, loaded = load_file(path)
+        frontend = loaded.config.frontend if loaded.config is not None else None
+    from deck.cli.server import attach
+
+    attach(name=name, frontend=frontend, plugin=[])
+
+
+def register(app: typer.Typer) -> None:
+    app.command(cls=Command)(run)
+    app.command(cls=Command)(send)
