@@ -7,14 +7,14 @@ import contextlib
 import functools
 import logging
 import os
-import shlex
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from deck._version import __version__
 from deck.acp.connection import PROTOCOL_VERSION, Connection
-from deck.agent import fs, interop, terminals
+from deck.agent import auth, fs, interop, terminals
+from deck.agent.early import EarlyUpdates
 from deck.agent.session import CONVERSATION, TOOL_UPDATES, Session, SessionSink
 from deck.config.models import AgentConfig
 from deck.errors import METHOD_NOT_FOUND, AcpError, ConnectionClosed, ServiceError, StartFailed
@@ -32,13 +32,6 @@ T = TypeVar("T")
 
 LOG_LINES = 200
 STDERR_TAIL = 10
-#: Updates kept for a session id deck does not know yet (they come before the session/new reply).
-MAX_EARLY_UPDATES = 1000
-#: Unknown session ids kept at once. A start or an ask opens one session at a time: an agent
-#: that invents ids loses the oldest ones' updates, and deck's memory stays bounded.
-MAX_EARLY_SESSIONS = 16
-#: What all unknown sessions' updates may hold together, counted as the lines they came in.
-MAX_EARLY_BYTES = 4 * 1024 * 1024
 #: Config keys that only change how an agent is shown: a change to them needs no restart.
 DISPLAY_ONLY = ("title", "icon", "description")
 #: How long an agent that closed its stdout has to exit before it counts as having
@@ -51,17 +44,6 @@ MAX_SESSIONS = 1000
 MAX_SESSION_STRING = 200
 #: What the note says when a new session serves a conversation that had one, after why.
 FORGETS = "it starts a new one and does not remember what came before."
-
-
-class _Early:
-    """The updates kept for one session id nobody has attached yet, and their size as sent."""
-
-    __slots__ = ("full", "size", "updates")
-
-    def __init__(self) -> None:
-        self.updates: list[dict[str, Any]] = []
-        self.size = 0
-        self.full = False  # its own share is used up: said once
 
 
 class Agent:
@@ -87,10 +69,8 @@ class Agent:
         self.tasks = TaskGroup(f"agent {name}")
         self.users = 0
         self.last_used = deck.clock()
-        self._early: dict[str, _Early] = {}  # oldest first
-        self._early_bytes = 0
-        self._early_flood = False  # the oldest sessions' updates are being dropped: said once
-        self._early_dropped = 0  # updates dropped so, said when a real session turns up
+        #: Updates that came for a session before its session/new reply (early.py).
+        self.early = EarlyUpdates(self.log)
         self._detached: deque[str] = deque(maxlen=64)
         self._said_closed: deque[str] = deque(maxlen=64)  # closed sessions whose late update was logged
         self._start_task: asyncio.Task[None] | None = None
@@ -297,9 +277,7 @@ class Agent:
             lambda line: self.log(f"deck: {line}"), grace=self.deck.timings.after_sigterm,
         )  # fmt: skip
         self.sessions.clear()
-        self._early.clear()
-        self._early_bytes = self._early_dropped = 0
-        self._early_flood = False
+        self.early = EarlyUpdates(self.log)
         self.process = await Process.spawn(
             list(cfg.command), cwd=cwd, env=env, on_stdout=conn.feed, on_stderr_line=self._stderr,
             log=lambda line: self.log(f"deck: {line}"),
@@ -473,29 +451,19 @@ class Agent:
             cursors.add(cursor)
         return list(sessions.values())
 
-    # -- authentication (ACP authMethods from the initialize result) ----------------------------
+    # -- authentication (ACP authMethods from the initialize result: auth.py) -------------------
 
     @property
     def auth_methods(self) -> list[dict[str, Any]]:
-        methods = self.init_result.get("authMethods")
-        return [m for m in methods if isinstance(m, dict) and "id" in m] if isinstance(methods, list) else []
+        return auth.methods(self.init_result)
 
     def check_auth_method(self, method: str) -> None:
         """Refuse a method id the agent did not offer, or one deck cannot pass to `authenticate`."""
-        found = next((m for m in self.auth_methods if m["id"] == method), None)
-        if found is None:
-            offered = ", ".join(repr(m["id"]) for m in self.auth_methods) or "none"
-            raise ServiceError(f"unknown authentication method {method!r} for {self.name}: it offers {offered}")
-        if found.get("type") == "terminal":  # ACP: the client never passes these to authenticate
-            raise ServiceError(f"{method!r} is a terminal login, not for authenticate: {_auth_hint(self, found)}")
+        auth.check(self.name, self.config, self.init_result, method)
 
     def auth_help(self, only: str | None = None) -> str:
         """What the user can do to authenticate: one line per method the agent offers."""
-        methods = [m for m in self.auth_methods if only is None or m["id"] == only]
-        if not methods:
-            return f"{self.name} lists no authentication methods: log in with the agent's own tool, or set its key in env."
-        head = "To authenticate:" if only else f"{self.name} offers these authentication methods:"
-        return "\n".join([head, *(f"- {_auth_hint(self, m)}" for m in methods)])
+        return auth.help_text(self.name, self.config, self.init_result, only)
 
     async def open_session(self, sink: SessionSink, origin: str) -> Session:
         """A new session of the running agent, its updates to `sink`; `origin` names it for the
@@ -535,17 +503,15 @@ class Agent:
         """Route the session's updates and requests to it, replaying any that came early."""
         assert session.id is not None
         self.sessions[session.id] = session
-        for update in self._take_early(session.id):
+        for update in self.early.take(session.id):
             self._deliver(session, update)
-        if self._early_flood:  # a real session turned up: the flood is over
-            self.log(f"deck: {self._early_dropped} update(s) for unknown sessions were dropped")
-            self._early_flood, self._early_dropped = False, 0
+        self.early.flood_over()  # a real session turned up
 
     def detach(self, session: Session) -> None:
         assert session.id is not None
         if self.sessions.get(session.id) is session:
             del self.sessions[session.id]
-        self._take_early(session.id)
+        self.early.take(session.id)
         self._detached.append(session.id)  # its late updates are dropped, not kept for nobody
 
     def _register_handlers(self, conn: Connection) -> None:
@@ -618,42 +584,7 @@ class Agent:
                 self._said_closed.append(session_id)
                 self.log(f"deck: updates for closed session {session_id[:100]!r} dropped")
             return
-        self._keep_early(str(session_id), update, self.conn.line_bytes if self.conn is not None else 0)
-
-    def _keep_early(self, session_id: str, update: dict[str, Any], size: int) -> None:
-        """Before the session/new reply: kept for the session's owner, within bounds.
-
-        At most MAX_EARLY_UPDATES per session, MAX_EARLY_SESSIONS sessions and
-        MAX_EARLY_BYTES in all (the line's length: cheap, and it grows as the value
-        does). Past the last two, the oldest sessions' updates go; each overflow is
-        logged once, not once per update.
-        """
-        early = self._early.get(session_id)
-        if early is None:
-            early = self._early[session_id] = _Early()
-        if len(early.updates) >= MAX_EARLY_UPDATES or early.size + size > MAX_EARLY_BYTES:
-            if not early.full:
-                early.full = True
-                self.log(f"deck: more than {MAX_EARLY_UPDATES} updates or {MAX_EARLY_BYTES} bytes for unknown "
-                         f"session {session_id!r}; dropping the rest")  # fmt: skip
-            return
-        early.updates.append(update)
-        early.size += size
-        self._early_bytes += size
-        while len(self._early) > MAX_EARLY_SESSIONS or self._early_bytes > MAX_EARLY_BYTES:
-            oldest = next(k for k in self._early if k != session_id)  # its own size is within the bound
-            if not self._early_flood:
-                self._early_flood = True
-                self.log(f"deck: updates for more than {MAX_EARLY_SESSIONS} unknown sessions or {MAX_EARLY_BYTES} "
-                         f"bytes; dropping the oldest sessions' updates, from {oldest!r} on")  # fmt: skip
-            self._early_dropped += len(self._take_early(oldest))
-
-    def _take_early(self, session_id: str) -> list[dict[str, Any]]:
-        early = self._early.pop(session_id, None)
-        if early is None:
-            return []
-        self._early_bytes -= early.size
-        return early.updates
+        self.early.keep(str(session_id), update, self.conn.line_bytes if self.conn is not None else 0)
 
     def _deliver(self, session: Session, update: dict[str, Any]) -> None:
         try:
@@ -721,9 +652,8 @@ class Agent:
             if self.conn is not None:
                 self.conn.close(reason)
             self.tasks.cancel()  # what the connection still runs; the next start waits for the end of it
-            if kept := sum(len(early.updates) for early in self._early.values()):
+            if kept := self.early.clear():
                 self.log(f"deck: {kept} update(s) for sessions never opened dropped: the agent stopped")
-            self._early.clear()
 
     def _take_pending_config(self) -> None:
         """No process any more: a definition changed in the config applies now."""
@@ -780,31 +710,6 @@ def _session_info(info: Any) -> dict[str, Any] | None:
         "title": title[:MAX_SESSION_STRING] if isinstance(title, str) else None,
         "updatedAt": updated if isinstance(updated, str) and len(updated) <= MAX_SESSION_STRING else None,
     }
-
-
-def _auth_hint(agent: Agent, method: dict[str, Any]) -> str:
-    """One authentication method and how to use it with deck.
-
-    Besides ACP's `agent` and `terminal` kinds, agents send `env_var` methods (codex-acp:
-    `{"type": "env_var", "vars": [{"name": "OPENAI_API_KEY"}]}`): the key must be in the
-    agent's environment and the method still goes through `authenticate`.
-    """
-    method_id, kind = str(method["id"]), method.get("type")
-    label = f"{method_id!r} ({method['name']})" if method.get("name") else repr(method_id)
-    use = f'authMethod = "{method_id}" in [agents.{agent.name}], or AgentService.Authenticate("{agent.name}", "{method_id}")'
-    if kind == "terminal":
-        words = [*agent.config.command, *(str(a) for a in method.get("args") or [])]
-        assignments = [f"{k}={shlex.quote(str(v))}" for k, v in (method.get("env") or {}).items()]
-        return f"{label}: run `{' '.join([*assignments, shlex.join(words)])}` once in a terminal, then restart {agent.name}"
-    if kind == "env_var":
-        raw = method.get("vars") or [{"name": method.get("varName")}]
-        names = [str(v["name"]) for v in raw if isinstance(v, dict) and v.get("name")]
-        env = {**os.environ, **agent.config.env}
-        missing = [n for n in names if not env.get(n)]
-        keys = ", ".join(f'{n} = "…"' for n in missing)
-        step = f"set env = {{ {keys} }} in [agents.{agent.name}] (or in deck's environment), then " if missing else ""
-        return f"{label}: {step}{use}"
-    return f"{label}: {use}"
 
 
 def _how_it_ended(process: Process, during: str) -> str:

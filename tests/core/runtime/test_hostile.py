@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from deck import Session
 from deck.acp.connection import MAX_DEPTH, Connection, LineFramer, decode_line
-from deck.agent import agent as agent_module
+from deck.agent import early as early_module
 from deck.errors import ServiceError, UnknownMethod
 from deck.frontends.jsonl import JsonlFrontend
 from deck.plugins.announcements import bridge
@@ -236,12 +236,12 @@ async def test_a_flood_of_unknown_session_ids_stays_bounded_and_the_turn_complet
     reply = deck.chat.conversation("u").messages[-1]
     assert reply.done and reply.stop_reason == "end_turn" and reply.text == "after"
     agent = deck.agents["u"]
-    assert len(agent._early) <= agent_module.MAX_EARLY_SESSIONS
-    assert agent._early_bytes <= agent_module.MAX_EARLY_BYTES
-    assert agent._early_bytes == sum(early.size for early in agent._early.values())
+    assert len(agent.early.sessions) <= early_module.MAX_EARLY_SESSIONS
+    assert agent.early.bytes <= early_module.MAX_EARLY_BYTES
+    assert agent.early.bytes == sum(early.size for early in agent.early.sessions.values())
     flood = [line for line in agent.logs if "unknown session" in line]
     assert 1 <= len(flood) <= 2, flood  # said once for the flood, not once per update or per id
-    assert f"more than {agent_module.MAX_EARLY_SESSIONS}" in flood[0] and "dropping" in flood[0]
+    assert f"more than {early_module.MAX_EARLY_SESSIONS}" in flood[0] and "dropping" in flood[0]
 
 
 async def test_big_updates_for_unknown_session_ids_are_bounded_by_their_bytes(make_deck):
@@ -250,8 +250,8 @@ async def test_big_updates_for_unknown_session_ids_are_bounded_by_their_bytes(ma
     await rec.wait_event("turn:changed", agent="u", busy=False, timeout=30)
     assert deck.chat.conversation("u").messages[-1].text == "after"
     agent = deck.agents["u"]
-    assert 0 < agent._early_bytes <= agent_module.MAX_EARLY_BYTES and len(agent._early) < 12
-    assert agent._early_bytes == sum(early.size for early in agent._early.values())
+    assert 0 < agent.early.bytes <= early_module.MAX_EARLY_BYTES and len(agent.early.sessions) < 12
+    assert agent.early.bytes == sum(early.size for early in agent.early.sessions.values())
     assert len([line for line in agent.logs if "unknown session" in line]) == 1
 
 
@@ -263,14 +263,14 @@ async def test_updates_whose_session_id_is_no_string_are_skipped_and_the_turn_co
     assert reply.done and reply.stop_reason == "end_turn" and reply.text == "after"
     skipped = [line for line in deck.agents["u"].logs if "sessionId that is no string" in line]
     assert len(skipped) == 4, skipped
-    assert deck.agents["u"]._early == {}
+    assert deck.agents["u"].early.sessions == {}
 
 
 async def test_early_updates_within_the_bounds_are_still_replayed(make_deck):
     deck, rec = make_deck(agent_block("a", "--early-update"))
     await deck.agent_service.start("a")
     assert deck.chat.conversation("a").commands[0]["name"] == "early"
-    assert deck.agents["a"]._early == {} and deck.agents["a"]._early_bytes == 0
+    assert deck.agents["a"].early.sessions == {} and deck.agents["a"].early.bytes == 0
 
 
 # -- a closed stdout ----------------------------------------------------------------------------------
