@@ -58,7 +58,8 @@ if TYPE_CHECKING:
     from deck.agent.session import CONVERSATION, Session, SessionSink
     from deck.cli.commands import Command
     from deck.client import Client
-    from deck.config.models import Duration, find_config, worktree_name_problem
+    from deck.config.files import find_config
+    from deck.config.models import Duration, worktree_name_problem
     from deck.errors import AcpError, ConnectionClosed, ServiceError
     from deck.events import now_iso
     from deck.frontend import Frontend
@@ -85,7 +86,7 @@ _LAZY = {
     "AcpError": ("errors", "AcpError"),
     "ConnectionClosed": ("errors", "ConnectionClosed"),
     "Duration": ("config.models", "Duration"),
-    "find_config": ("config.models", "find_config"),
+    "find_config": ("config.files", "find_config"),
     "worktree_name_problem": ("config.models", "worktree_name_problem"),
     "decode_line": ("acp.connection", "decode_line"),
     "TooDeep": ("acp.connection", "TooDeep"),

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
-from deck.config import models as config
+from deck.config import files as config_files
 from deck.errors import INTERNAL_ERROR, INVALID_PARAMS, RESOURCE_NOT_FOUND, AcpError
 from deck.proc.storage import NEW_FILE_MODE, replace_in, state_dir
 
@@ -118,7 +118,7 @@ class Private:
     def identities(self) -> _Identities:
         """What to compare with, as device and inode numbers, looked up now."""
         ids = _Identities(set(), set(), set())
-        for path in (self.config, *config.recent_files(), config.xdg_config_file()):
+        for path in (self.config, *config_files.recent_files(), config_files.xdg_config_file()):
             if not path:
                 continue
             real = os.path.realpath(path)

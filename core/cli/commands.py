@@ -76,7 +76,8 @@ def disabled_by(args: list[str]) -> list[str]:
     not even take these options): `-p no:NAME`, and the `[plugins] disabled` of the config it
     names with --config/-c, else of the config in use. Only that list is read from the file; a
     config deck cannot read disables nothing (the command says why, if it reads the config)."""
-    from deck.config.models import disabled_plugins, find_config, read_text
+    from deck.config.check import disabled_plugins
+    from deck.config.files import find_config, read_text
 
     disabled = [v[3:] for v in _option_values(args, "--plugin", "-p") if v.startswith("no:") and len(v) > 3]
     configs = _option_values(args, "--config", "-c")

@@ -80,7 +80,8 @@ ConfigOption = typer.Option(
 
 def complete_agents(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion: the agents of the config the command line names (or the one in use)."""
-    from deck.config.models import embedded_default, find_config, parse, read_text
+    from deck.config.check import parse
+    from deck.config.files import embedded_default, find_config, read_text
 
     try:
         found, _source = find_config(str(ctx.params["config"]) if ctx.params.get("config") else None)
@@ -158,7 +159,7 @@ def say_warnings(deck: Deck) -> None:
 
 def config_file(config: Optional[Path]) -> tuple[Path | None, str]:
     """The config file deck runs with, and how it was found; a usage error when it is missing."""
-    from deck.config.models import find_config
+    from deck.config.files import find_config
 
     path, source = find_config(str(config) if config else None)
     if path is not None and not path.exists():  # not is_file(): `--config <(…)` is a pipe

@@ -16,7 +16,7 @@ config_app = typer.Typer(help="Check, locate and print the config file.", rich_m
 @config_app.command("path", cls=Command)
 def config_path(config: Optional[Path] = ConfigOption) -> None:
     """Say which config file is in use and how it was found."""
-    from deck.config.models import find_config
+    from deck.config.files import find_config
 
     path, source = find_config(str(config) if config else None)
     how = {"flag": "--config", "env": "$DECK_CONFIG", "cwd": "./deck.toml", "xdg": "$XDG_CONFIG_HOME/deck/deck.toml"}
@@ -73,7 +73,7 @@ def config_schema(config: Optional[Path] = ConfigOption) -> None:
 
     With the plugins' sections, for editor completion.
     """
-    from deck.config.models import json_schema
+    from deck.config.output import json_schema
 
     _where, _loaded, sections = _load_config(config)
     typer.echo(json.dumps(json_schema(sections), indent=2))
@@ -88,7 +88,7 @@ def config_show(
 
     The file with every default filled in.
     """
-    from deck.config.models import effective, to_toml
+    from deck.config.output import effective, to_toml
 
     where, loaded, _sections = _load_config(config)
     if loaded.config is None:
@@ -111,7 +111,8 @@ def _as_shown(data: dict[str, Any]) -> dict[str, Any]:
 def _load_config(path: Optional[Path], frontends: bool = False) -> tuple[str, Any, dict[str, Any]]:
     """(where, Loaded, plugin sections) for `path`, else the config in use, else the built-in one;
     with `frontends`, a `frontend` that none of the enabled plugins registers is warned of."""
-    from deck.config.models import disabled_plugins, embedded_default, find_config, parse, read_text
+    from deck.config.check import disabled_plugins, parse
+    from deck.config.files import embedded_default, find_config, read_text
 
     found, _source = find_config(str(path) if path else None)
     if found is None:

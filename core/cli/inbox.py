@@ -19,7 +19,7 @@ def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
 
 def server(attach: Optional[str], config: Optional[Path]) -> str:
     """The server to ask: NAME, or the one running the config in use; a clear error when none runs."""
-    from deck.config.models import find_config
+    from deck.config.files import find_config
     from deck.remote.socket_client import server_of
 
     if attach is not None:

@@ -143,7 +143,7 @@ def _attach_instead(config: Optional[Path], frontend: Optional[str], stay: bool,
              " `deck run --new` to run a deck of its own beside it (second copies of its agents)")  # fmt: skip
     typer.echo(f"deck: the deck server {name} runs {path}: attaching to it (deck run --new runs apart)", err=True)
     if frontend is None:
-        from deck.config.models import load_file
+        from deck.config.check import load_file
 
         _text, loaded = load_file(path)
         frontend = loaded.config.frontend if loaded.config is not None else None

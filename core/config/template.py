@@ -6,7 +6,7 @@ import os
 from importlib import resources
 from pathlib import Path
 
-from deck.config.models import embedded_default
+from deck.config.files import embedded_default
 
 HEADER = """\
 # deck's config: the agents deck runs, and how. Check it with `deck config validate`,

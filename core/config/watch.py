@@ -21,8 +21,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deck.config import models as configmod
-from deck.config.models import Loaded, Problem
+from deck.config import check as config_check
+from deck.config import files as config_files
+from deck.config.check import Loaded, Problem
 from deck.errors import ServiceError
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ class LiveConfig:
             self._task.cancel()
         self.ready = asyncio.Event()
         path = self.deck.config_path
-        if path is None or configmod.is_pipe(path):
+        if path is None or config_files.is_pipe(path):
             self._task = None
             return
         self._task = self.deck.spawn(self._watch(path), f"watch {path}")
@@ -136,12 +137,12 @@ class LiveConfig:
             if path is None:
                 return
             try:
-                text = await asyncio.to_thread(configmod.read_text, path)
+                text = await asyncio.to_thread(config_files.read_text, path)
                 if not text.strip() and deck.text.strip():
                     # An editor that truncates then writes may be caught in between: an empty
                     # file would stop every agent. Read it again once it had time to finish.
                     await asyncio.sleep(SETTLE)
-                    text = await asyncio.to_thread(configmod.read_text, path)
+                    text = await asyncio.to_thread(config_files.read_text, path)
             except FileNotFoundError:
                 if [p.message for p in deck.problems] != [DELETED]:
                     await deck.apply_config(deck.text, Loaded(None, [Problem(1, 1, DELETED)]))
@@ -150,7 +151,7 @@ class LiveConfig:
                 text = deck.text  # what deck last read stays its content
                 loaded = Loaded(None, [Problem(1, 1, f"cannot read {path}: {exc}")])
             else:
-                loaded = await asyncio.to_thread(configmod.parse, text, deck.config_sections())
+                loaded = await asyncio.to_thread(config_check.parse, text, deck.config_sections())
             if text == deck.text and loaded.problems == deck.problems:
                 if loaded.config is not None:
                     deck.sections_checked(loaded)  # checked here, in a thread: `Deck.section` need not
@@ -168,14 +169,14 @@ class LiveConfig:
 
         With `base` (the `baseHash` the caller read), the file must still be the one it read.
         """
-        loaded = await asyncio.to_thread(configmod.parse, text, self.deck.config_sections())
+        loaded = await asyncio.to_thread(config_check.parse, text, self.deck.config_sections())
         if loaded.config is None:
             return loaded
         async with self.lock:
             deck = self.deck
             path = deck.config_path
             if path is None:  # the built-in config: saved as the user's own
-                path = configmod.xdg_config_file()
+                path = config_files.xdg_config_file()
                 if path.exists():
                     raise ServiceError(f"{path} exists already: open it to change it")
                 base = None  # no file was read: the check above is the one that counts
@@ -195,9 +196,9 @@ class LiveConfig:
             if not path.exists():
                 if not path.parent.is_dir():
                     raise ServiceError(f"cannot create {path}: no such directory {path.parent}")
-                await asyncio.to_thread(_write, path, configmod.embedded_default())
+                await asyncio.to_thread(_write, path, config_files.embedded_default())
                 created = True
-            text, loaded = await asyncio.to_thread(configmod.load_file, path, deck.config_sections())
+            text, loaded = await asyncio.to_thread(config_check.load_file, path, deck.config_sections())
             if loaded.config is None:
                 first = loaded.errors[0].format(str(path))
                 raise ServiceError(f"not a valid config: {first}", {"problems": [p.to_dict() for p in loaded.problems]})
@@ -210,15 +211,15 @@ class LiveConfig:
 def remember(path: Path) -> None:
     """Put `path` first in the recent config files; a failure is only logged (a convenience, never a failure)."""
     try:
-        configmod.remember(path)
+        config_files.remember(path)
     except OSError as exc:
         log.warning("cannot remember %s in the recent files: %s", path, exc)
 
 
 def _write(path: Path, text: str, base: str | None = None) -> None:
     try:
-        configmod.write_atomic(path, text, base=base)
-    except configmod.Changed as exc:
+        config_files.write_atomic(path, text, base=base)
+    except config_files.Changed as exc:
         raise ServiceError("the config file changed since it was read; reload it") from exc
     except OSError as exc:  # a read-only directory, a full disk, a pipe: the caller's error, not deck's
         raise ServiceError(f"cannot write {path}: {exc.strerror or exc}") from exc

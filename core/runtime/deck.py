@@ -20,7 +20,9 @@ from deck.agent.session import Session
 from deck.chat.book import MatchedReplay, ReplaySink
 from deck.chat.conversation import Caps, Conversation
 from deck.chat.spending import Spending
-from deck.config import models as configmod
+from deck.config import check as config_check
+from deck.config import files as config_files
+from deck.config import models as config_models
 from deck.config.models import DeckConfig
 from deck.errors import ServiceError, UnknownMethod, UsageError
 from deck.events import ConfigChanged, Event, PluginError, set_seq
@@ -66,15 +68,15 @@ class Deck:
         # The plugins `[plugins] disabled` leaves on are loaded first: the keys they add to deck's own
         # tables (idle_stop's `limits.*`) are checked with the config; their own sections on first use.
         self.text, unreadable = self._read_config(config_path)
-        self.disabled = (*configmod.disabled_plugins(self.text), *disabled)
+        self.disabled = (*config_check.disabled_plugins(self.text), *disabled)
         self.pm = pm or make_manager(self.disabled)
         self.hooks = Hooks(self, self.pm)
         #: The root of every task the deck runs (`spawn`): each agent connection has a group inside it.
         self.tasks = TaskGroup("deck")
         in_tables = {
-            k: v for k, v in self.config_sections().items() if k in configmod.CORE_TABLES or k == configmod.AGENT_KEYS
+            k: v for k, v in self.config_sections().items() if k in config_models.CORE_TABLES or k == config_models.AGENT_KEYS
         }
-        loaded = configmod.Loaded(None, [unreadable]) if unreadable else configmod.parse(self.text, in_tables)
+        loaded = config_check.Loaded(None, [unreadable]) if unreadable else config_check.parse(self.text, in_tables)
         if loaded.config is None:
             where = str(config_path) if config_path else "<embedded>"
             lines = [f"{where}:{p.line}:{p.column}: {p.message}" for p in loaded.errors]
@@ -82,7 +84,7 @@ class Deck:
         self.config: DeckConfig = loaded.config
         # Checked again with every plugin's section: what they hold is theirs to judge (a plugin
         # whose section is invalid goes without it), but their keys are known, not "unknown keys".
-        full = configmod.parse(self.text, self.config_sections()) if not unreadable else loaded
+        full = config_check.parse(self.text, self.config_sections()) if not unreadable else loaded
         self.problems = [p for p in full.problems if p.warning] if full.config is None else full.problems
         #: Plugins' sections of the config in force (`section`), read again on first use (plugins a
         #: deck's owner registers after it is made bring theirs).
@@ -107,10 +109,10 @@ class Deck:
         self._closing: asyncio.Future[None] | None = None
         self.exit_code: int | None = None
 
-    def _read_config(self, path: Path | None) -> tuple[str, configmod.Problem | None]:
+    def _read_config(self, path: Path | None) -> tuple[str, config_check.Problem | None]:
         if path is None:
-            return configmod.embedded_default(), None
-        return configmod.read_file(path, pipe=True)  # `--config <(…)` too, read once
+            return config_files.embedded_default(), None
+        return config_check.read_file(path, pipe=True)  # `--config <(…)` too, read once
 
     def config_sections(self) -> dict[str, Any]:
         """Config sections contributed by plugins: `{name: pydantic model}`."""
@@ -301,7 +303,7 @@ class Deck:
 
     # -- the config in force (the file is followed by `watch.py`, which calls these) -------------
 
-    async def apply_config(self, text: str, loaded: configmod.Loaded) -> None:
+    async def apply_config(self, text: str, loaded: config_check.Loaded) -> None:
         """`text`, checked as `loaded`, is the config file now: applied if valid, reported either way.
 
         Agents removed from it stop and go (their queued messages are abandoned first, so none
@@ -331,7 +333,7 @@ class Deck:
             self._sections = loaded.sections
         self._config_changed()
 
-    async def switch_config(self, path: Path, text: str, loaded: configmod.Loaded, *, created: bool) -> None:
+    async def switch_config(self, path: Path, text: str, loaded: config_check.Loaded, *, created: bool) -> None:
         """Another config file (`ConfigService.Open`): every agent stops, the conversations and what
         agents asked go, and the new file's agents take their place."""
         assert loaded.config is not None
@@ -352,10 +354,10 @@ class Deck:
         """Plugin section `name` of the config in force, validated by the plugin's model (None when
         absent and without defaults, or invalid)."""
         if self._sections is None:  # read on first use: plugins load after the config
-            self._sections = configmod.parse(self.text, self.config_sections()).sections
+            self._sections = config_check.parse(self.text, self.config_sections()).sections
         return self._sections.get(name)
 
-    def sections_checked(self, loaded: configmod.Loaded) -> None:
+    def sections_checked(self, loaded: config_check.Loaded) -> None:
         """The config text in force was checked again (`loaded`): its plugin sections need no parse of their own."""
         if self._sections is None and loaded.config is not None:
             self._sections = loaded.sections

@@ -295,7 +295,7 @@ class ConfigService:
 
     def start_watching(self) -> None:
         """Follow the config file's changes, and list it among the recent ones (called by `Deck.run`)."""
-        from deck.config.models import is_pipe
+        from deck.config.files import is_pipe
         from deck.config.watch import remember
 
         path = self.deck.config_path
@@ -310,7 +310,7 @@ class ConfigService:
     @rpc("ConfigService.Current")
     async def current(self) -> dict[str, Any]:
         """The config in use; `baseHash` is the sha256 of the file as read (of `Content()` in UTF-8), for `Save`."""
-        from deck.config.models import digest
+        from deck.config.files import digest
 
         deck = self.deck
         return {
@@ -332,7 +332,7 @@ class ConfigService:
 
     @rpc("ConfigService.Validate")
     async def validate(self, text: str) -> dict[str, Any]:
-        from deck.config.models import parse
+        from deck.config.check import parse
 
         # In a thread: checking a big text must not stall the event loop.
         return _checked(await asyncio.to_thread(parse, text, self.deck.config_sections()))
@@ -350,7 +350,7 @@ class ConfigService:
 
     @rpc("ConfigService.Schema")
     async def schema(self) -> dict[str, Any]:
-        from deck.config.models import json_schema
+        from deck.config.output import json_schema
 
         return json_schema(self.deck.config_sections())
 
@@ -382,7 +382,7 @@ class ConfigService:
     @rpc("ConfigService.Recent")
     async def recent(self) -> list[str]:
         """Config files opened, most recent first (8 at most)."""
-        from deck.config.models import recent_files
+        from deck.config.files import recent_files
 
         return recent_files()
 

@@ -319,7 +319,7 @@ def test_console_answers_and_declines_questions(console):
 
 
 def test_console_shows_a_broken_config_until_it_is_fixed(console, tmp_path: Path):
-    from deck.config.models import parse
+    from deck.config.check import parse
 
     c = console(agent_block("alpha"), cols=80, rows=24)
     c.wait("Message to alpha")

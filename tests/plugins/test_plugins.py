@@ -117,7 +117,8 @@ async def test_idle_stop_disabled_allows_any_number(make_deck):
 
 
 async def test_idle_stop_owns_its_limits_and_deck_checks_them_with_its_own(make_deck):
-    from deck.config.models import Limits, json_schema
+    from deck.config.models import Limits
+    from deck.config.output import json_schema
 
     core_limits = {"handshake_timeout", "message_size", "conversation_size"}
     assert set(Limits.model_fields) == core_limits  # the core's limits: the rest is idle_stop's

@@ -177,7 +177,7 @@ async def test_the_next_deck_shows_the_tail_of_a_conversation_over_its_cap(make_
 
 
 def test_the_caps_are_checked_in_the_config(tmp_path: Path) -> None:
-    from deck.config.models import parse
+    from deck.config.check import parse
 
     assert parse('[limits]\nmessageSize = "2 MiB"\nconversationSize = "1 GiB"\n').config.limits.message_size == 2 << 20
     problems = parse('[limits]\nmessageSize = "8 MiB"\nconversationSize = "8 MiB"\n').problems

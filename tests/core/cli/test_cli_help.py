@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from deck.config.models import parse
+from deck.config.check import parse
 
 from tests.conftest import agent_block
 from tests.core.cli.test_cli import COMMANDS

@@ -16,8 +16,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 from deck.cli.commands import app
-from deck.config.models import DeckConfig, Problem, effective, json_schema, to_toml
-from deck.config.models import parse as parse_alone
+from deck.config.check import Problem
+from deck.config.check import parse as parse_alone
+from deck.config.models import DeckConfig
+from deck.config.output import effective, json_schema, to_toml
 from deck.errors import ServiceError
 from deck.frontend import Frontend
 from deck.hookspecs import hookimpl
@@ -553,7 +555,7 @@ def test_durations_must_be_finite():
 
 
 def test_a_new_config_file_gets_the_usual_mode(tmp_path):
-    from deck.config.models import write_atomic
+    from deck.config.files import write_atomic
 
     mask = os.umask(0)
     os.umask(mask)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from deck.config import watch
-from deck.config.models import parse
+from deck.config.check import parse
 from deck.errors import ServiceError
 from deck.frontend import Frontend
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from deck.config.models import parse
+from deck.config.check import parse
 
 from tests.conftest import ROOT
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from deck.agent import fs
-from deck.config import models as config
+from deck.config import files as config_files
 from deck.proc import storage as files
 
 
@@ -30,9 +30,9 @@ def test_a_failed_check_keeps_the_old_file_and_leaves_no_temp_file(tmp_path):
     target.write_text("old\n")
 
     def changed() -> None:
-        raise config.Changed(str(target))
+        raise config_files.Changed(str(target))
 
-    with pytest.raises(config.Changed):
+    with pytest.raises(config_files.Changed):
         files.write_atomic(target, b"new\n", check=changed)
     assert target.read_text() == "old\n" and os.listdir(tmp_path) == ["deck.toml"]
 
@@ -62,13 +62,13 @@ def test_config_and_agent_writes_share_the_helper(tmp_path, monkeypatch):
 
     monkeypatch.setattr(files, "replace_in", spy)
     monkeypatch.setattr(fs, "replace_in", spy)
-    config.write_atomic(tmp_path / "deck.toml", "language = 'en'\n")
+    config_files.write_atomic(tmp_path / "deck.toml", "language = 'en'\n")
     fs.write_text_file(str(tmp_path), {"path": str(tmp_path / "out.txt"), "content": "hi"})
     assert calls == ["deck.toml", "out.txt"]
 
 
 def test_one_state_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
-    assert config.state_dir is files.state_dir and files.state_dir() == tmp_path / "deck"
+    assert config_files.state_dir is files.state_dir and files.state_dir() == tmp_path / "deck"
     monkeypatch.delenv("XDG_STATE_HOME")
     assert files.state_dir() == Path.home() / ".local" / "state" / "deck"

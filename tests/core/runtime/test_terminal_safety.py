@@ -22,11 +22,10 @@ from deck.tty import TerminalLog, json_printable, printable
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.agents.escapes_agent import HOSTILE, RAW, SHOWN
 from tests.conftest import AGENTS, agent_block
 from tests.deck_process import DeckProcess, run_deck  # noqa: F401 - run_deck is a fixture
 from tests.frontends.test_line import DECK, line_deck, plain_env, spawn_tty  # noqa: F401 - line_deck is a fixture
-
-from tests.agents.escapes_agent import HOSTILE, RAW, SHOWN
 
 ESCAPES_AGENT = AGENTS / "escapes_agent.py"
 SGR_BOLD = re.compile(r"\x1b\[1m[^\x1b]*bold")
