@@ -8,16 +8,17 @@ import functools
 import logging
 import os
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from deck._version import __version__
 from deck.acp.connection import PROTOCOL_VERSION, Connection
-from deck.agent import auth, fs, interop, terminals
+from deck.agent import auth, terminals
 from deck.agent.early import EarlyUpdates
+from deck.agent.requests import AgentRequests
 from deck.agent.session import CONVERSATION, TOOL_UPDATES, Session, SessionSink
 from deck.config.models import AgentConfig
-from deck.errors import METHOD_NOT_FOUND, AcpError, ConnectionClosed, ServiceError, StartFailed
+from deck.errors import AcpError, ConnectionClosed, ServiceError, StartFailed
 from deck.events import AgentLog, AgentStateChanged
 from deck.proc.supervisor import Process, SpawnError
 from deck.proc.tasks import TaskGroup
@@ -269,7 +270,8 @@ class Agent:
         )  # fmt: skip
         if self.deck.trace_acp:
             conn.trace = self._trace
-        self._register_handlers(conn)
+        conn.on_notification("session/update", self._on_update)
+        AgentRequests(self).register(conn)  # fs/*, terminal/*, permissions and questions
         self.conn = conn
         conv = self.deck.conversation_of(self.name)
         self.terminals = terminals.Terminals(
@@ -514,56 +516,6 @@ class Agent:
         self.early.take(session.id)
         self._detached.append(session.id)  # its late updates are dropped, not kept for nobody
 
-    def _register_handlers(self, conn: Connection) -> None:
-        conn.on_notification("session/update", self._on_update)
-        conn.on_request("session/request_permission", self._on_permission)
-        conn.on_request("elicitation/create", self._on_question)
-        conn.on_request("fs/read_text_file", lambda p: self._serve_fs("fs/read_text_file", fs.read_text_file, p))
-        conn.on_request("fs/write_text_file", lambda p: self._serve_fs("fs/write_text_file", fs.write_text_file, p))
-        for method in ("create", "output", "wait_for_exit", "kill", "release"):
-            conn.on_request(f"terminal/{method}", functools.partial(self._serve_terminal, method))
-
-    async def _serve_fs(self, method: str, serve: Callable[..., dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
-        """An fs/* request, inside the agent's cwd and away from deck's own files; a refusal is logged.
-
-        An agent listed in interop.py may get an error answered in the shape it needs."""
-        private = fs.Private(self.deck.config_path, tuple(self.deck.private_folders))
-        try:
-            # In a thread: a big file, or a slow disk, must not stall every other agent.
-            return await asyncio.to_thread(serve, self.cwd, params, private)
-        except AcpError as exc:
-            if (answer := interop.fs_answer(interop.quirks_for(self.init_result), method, exc)) is not None:
-                return answer
-            if exc.code != fs.RESOURCE_NOT_FOUND:
-                self.log(f"deck: {method} refused: {exc.args[0]}")
-            raise
-
-    async def _serve_terminal(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        """A terminal/* request: refused when the config turns terminals off; a refusal is logged."""
-        try:
-            if not self.config.terminals:
-                raise AcpError(METHOD_NOT_FOUND, f"terminals are off for {self.name} (terminals = false in its config)")
-            session = self._session_for(params)
-            found = self.terminals
-            if found is None:
-                raise ConnectionClosed("the agent is not running")
-            if method == "create":
-                created = await found.create(params, self._command_dir, {**os.environ, **self.config.env})
-                if session.origin == CONVERSATION:
-                    self.deck.conversation_of(self.name).terminal_started(created["terminalId"])
-                return created
-            if method == "output":
-                return found.output(params)
-            return await getattr(found, method)(params)  # type: ignore[no-any-return]
-        except AcpError as exc:
-            self.log(f"deck: terminal/{method} refused: {exc.args[0]}")
-            raise
-
-    def _command_dir(self, path: str | None) -> tuple[int, str]:
-        """The directory a command runs in, opened beneath the agent's cwd (in a thread: a slow disk)."""
-        private = fs.Private(self.deck.config_path, tuple(self.deck.private_folders))
-        return fs.open_directory(self.cwd, path or self.cwd, private), path or self.cwd
-
     def _on_update(self, params: dict[str, Any]) -> None:
         update = params.get("update")
         if not isinstance(update, dict):
@@ -592,19 +544,6 @@ class Agent:
         except Exception as exc:  # as for a live update (acp.Connection): logged, skipped
             log.exception("%s: bad early update", self.name)
             self.log(f"deck: error while handling an update, skipped: {exc!r}: {str(update)[:200]}")
-
-    def _session_for(self, params: dict[str, Any]) -> Session:
-        session_id = params.get("sessionId")
-        session = self.sessions.get(session_id) if isinstance(session_id, str) else None  # a list is no key
-        if session is None:
-            raise AcpError(-32002, f"unknown session: {str(session_id)[:100]}")
-        return session
-
-    async def _on_permission(self, params: dict[str, Any]) -> dict[str, Any]:
-        return await self.deck.ask_permission(self._session_for(params), params)
-
-    async def _on_question(self, params: dict[str, Any]) -> dict[str, Any]:
-        return await self.deck.ask_question(self._session_for(params), params)
 
     # -- stop and exit --------------------------------------------------------------------------
 
