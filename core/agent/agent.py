@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from deck._version import __version__
 from deck.acp.connection import PROTOCOL_VERSION, Connection
-from deck.agent import auth, terminals
+from deck.agent import auth, listing, terminals
 from deck.agent.early import EarlyUpdates
 from deck.agent.requests import AgentRequests
 from deck.agent.session import CONVERSATION, TOOL_UPDATES, Session, SessionSink
@@ -38,11 +38,6 @@ DISPLAY_ONLY = ("title", "icon", "description")
 #: How long an agent that closed its stdout has to exit before it counts as having
 #: closed its output while running (an exiting agent closes its stdout first).
 STDOUT_CLOSED_GRACE = 1.0
-#: `session/list` pages read at most, and the sessions kept of them: an agent that pages on forever is cut short.
-MAX_SESSION_PAGES = 20
-MAX_SESSIONS = 1000
-#: The longest session id, title or time kept from a `session/list` answer (longer titles are cut).
-MAX_SESSION_STRING = 200
 #: What the note says when a new session serves a conversation that had one, after why.
 FORGETS = "it starts a new one and does not remember what came before."
 
@@ -420,38 +415,15 @@ class Agent:
         """The sessions the running agent keeps in its cwd (ACP `session/list`), other clients' too:
         `[{sessionId, cwd, title, updatedAt}]` as the agent orders them.
 
-        What the agent answers is untrusted: at most MAX_SESSION_PAGES pages are read (a cursor
-        seen before ends the list too), MAX_SESSIONS sessions kept, malformed ones skipped and
-        long strings cut; each page must come within the handshake timeout."""
+        What the agent answers is untrusted (listing.py): pages, sessions and strings are
+        bounded, malformed entries skipped; each page must come within the handshake timeout."""
         if self.conn is None or not self.running:
             raise ConnectionClosed(self.error or "the agent is not running")
         if not self._session_capability("list"):
             raise ServiceError(
                 f"{self.name} cannot list its sessions: its initialize answer has no sessionCapabilities.list"
             )
-        conn, cwd = self.conn, self.cwd
-        sessions: dict[str, dict[str, Any]] = {}
-        cursors: set[str] = set()
-        cursor: str | None = None
-        for _ in range(MAX_SESSION_PAGES):
-            try:
-                async with asyncio.timeout(self.deck.config.limits.handshake_timeout):
-                    page = await conn.request("session/list", {"cwd": cwd, **({"cursor": cursor} if cursor else {})})
-            except TimeoutError:
-                raise ServiceError(f"{self.name} did not answer session/list in time") from None
-            except AcpError as exc:
-                raise ServiceError(f"session/list failed: {exc}") from exc
-            page = page if isinstance(page, dict) else {}
-            found = page.get("sessions")
-            for info in found if isinstance(found, list) else ():
-                listed = _session_info(info)
-                if listed is not None and len(sessions) < MAX_SESSIONS:
-                    sessions.setdefault(listed["sessionId"], listed)
-            cursor = page.get("nextCursor")
-            if not isinstance(cursor, str) or not cursor or cursor in cursors or len(sessions) >= MAX_SESSIONS:
-                break
-            cursors.add(cursor)
-        return list(sessions.values())
+        return await listing.list_sessions(self.conn, self.cwd, self.name, self.deck.config.limits.handshake_timeout)
 
     # -- authentication (ACP authMethods from the initialize result: auth.py) -------------------
 
@@ -629,26 +601,6 @@ class Agent:
         if self.running:
             self._take_pending_config()
             transition(self, AgentState.ERROR, reason)
-
-
-def _session_info(info: Any) -> dict[str, Any] | None:
-    """One `session/list` entry as deck gives it, or None when it has no usable id and cwd.
-
-    A title is cut to MAX_SESSION_STRING characters; an id or a time longer than that is dropped
-    (an id cut short would name another session)."""
-    if not isinstance(info, dict):
-        return None
-    session_id, cwd, title, updated = (info.get(k) for k in ("sessionId", "cwd", "title", "updatedAt"))
-    if not isinstance(session_id, str) or not session_id or len(session_id) > MAX_SESSION_STRING:
-        return None
-    if not isinstance(cwd, str):
-        return None
-    return {
-        "sessionId": session_id,
-        "cwd": cwd[:4096],
-        "title": title[:MAX_SESSION_STRING] if isinstance(title, str) else None,
-        "updatedAt": updated if isinstance(updated, str) and len(updated) <= MAX_SESSION_STRING else None,
-    }
 
 
 def _how_it_ended(process: Process, during: str) -> str:

@@ -340,7 +340,7 @@ async def test_agent_sessions_starts_the_agent_and_reads_every_page_of_its_sessi
 async def test_agent_sessions_reads_a_bounded_number_of_pages_from_an_agent_that_pages_forever(
     make_deck, tmp_path: Path
 ) -> None:
-    from deck.agent.agent import MAX_SESSION_PAGES
+    from deck.agent.listing import MAX_SESSION_PAGES
 
     kept_elsewhere(tmp_path, {"x1": ["one"]})
     run = Run(tmp_path, "--list-pages-forever")
@@ -503,7 +503,7 @@ async def test_a_loaded_session_is_titled_by_its_whole_first_user_message(make_d
 
 
 def test_a_session_list_entry_is_taken_only_as_far_as_it_makes_sense() -> None:
-    from deck.agent.agent import MAX_SESSION_STRING, _session_info
+    from deck.agent.listing import MAX_SESSION_STRING, session_info as _session_info
 
     good = {"sessionId": "s1", "cwd": "/w", "title": "t" * 500, "updatedAt": "2026-01-01T00:00:00Z", "_meta": {"x": 1}}
     assert _session_info(good) == {"sessionId": "s1", "cwd": "/w", "title": "t" * MAX_SESSION_STRING,
