@@ -32,10 +32,11 @@ from deck.events import (
     QuestionRequested,
     handles,
 )
+from deck.plugins.budget.events import BudgetReached
 from deck.plugins.notify.events import NotifySent
 from deck.tty import BELL, TerminalLog, notification
 
-from .agents import AgentsPanel
+from .agents import AgentsPanel, cost_text
 from .common import HintBar, LineBox, Text, palette
 from .conversation import ConversationView
 from .dialogs import (
@@ -410,6 +411,13 @@ class ConsoleApp(Handlers):
         if sound and callable(write) and callable(flush):  # a real terminal's screen (raw_display)
             write(sound)
             flush()
+
+    @handles(BudgetReached)
+    def _budget_reached(self, e: BudgetReached) -> None:
+        s = self.strings
+        whose = s("budget_of", agent=e.agent) if e.agent is not None else s("budget_total")
+        spent = cost_text(e.spent) or ""
+        self.say(s("budget_reached", whose=whose, budget=e.budget, spent=spent))
 
     @handles(ClientsChanged)
     def _clients_changed(self, e: ClientsChanged) -> None:

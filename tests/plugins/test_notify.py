@@ -5,6 +5,7 @@ hangs or floods is logged, cut off, and never holds an agent up."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -229,3 +230,28 @@ def test_notify_can_be_switched_off(serve, clients, tmp_path) -> None:
     time.sleep(0.5)
     assert not got(out) and not watcher.events("notify:sent")
     assert os.path.exists(server.path)
+
+
+async def test_desktop_runs_the_desktops_notifier_where_there_is_one(make_deck, tmp_path, monkeypatch) -> None:
+    """`desktop = true`: notify-send (found on PATH, with a display) gets the agent and the title as
+    its arguments, never through a shell."""
+    bin_dir, out = tmp_path / "bin", tmp_path / "notified.json"
+    bin_dir.mkdir()
+    notifier = bin_dir / "notify-send"
+    notifier.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(out)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    notifier.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("DISPLAY", ":99")
+    deck, rec = make_deck(notify_table(None, desktop=True) + agent_block("a"))
+    await deck.startup()
+    deck.chat.send("a", "perm")
+    sent = await rec.wait_event("notify:sent", agent="a")
+    assert sent["desktop"] is True and sent["title"].startswith("permission: ")
+    async with asyncio.timeout(15):
+        while not (out.exists() and out.read_text()):
+            await asyncio.sleep(0.05)
+    (argv,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert argv == ["--app-name=deck", "deck: a", sent["title"]]
+    monkeypatch.delenv("DISPLAY")
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    assert senders.desktop_notifier("deck: a", "x") is None  # no display: no desktop to notify
