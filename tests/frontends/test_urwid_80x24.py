@@ -74,7 +74,7 @@ def test_a_question_dialog_is_as_tall_as_its_content_in_the_conversations_place(
     c.keys("Escape")
     c.wait(lambda s: "Permission requested" not in s)
     c.keys("C-q")  # the demo agent is busy: quitting asks
-    screen = c.wait("Quit deck?")
+    screen = c.wait(lambda s: "Quit deck?" in s and "n  no" in s)  # the whole dialog drawn
     lines = screen.split("\n")
     top, bottom, left = box(lines, "Quit deck?")
     inside = "\n".join(line[left:] for line in lines[top : bottom + 1])
@@ -138,8 +138,9 @@ def test_f4_says_when_nothing_waits_and_opens_the_oldest_request(console):
     c.keys("2")
     c.wait(lambda s: "permission: no" in s and "waiting" not in s)
     c.keys("F9")
-    screen = c.wait("Beta has no worktree")
-    assert "m merge" not in screen and "x remove" not in screen and "F9 or Esc to go back" in screen
+    # The whole dialog, not a capture taken while tmux was still drawing it (its title alone):
+    screen = c.wait(lambda s: "Beta has no worktree" in s and "F9 or Esc to go back" in s)
+    assert "m merge" not in screen and "x remove" not in screen
     c.keys("x", "F9")  # nothing to remove: no question asked, F9 goes back at once
     screen = c.wait(lambda s: "Beta has no worktree" not in s and "Message to Beta" in s)
     assert "Remove" not in screen
@@ -152,7 +153,7 @@ def test_an_attached_console_names_its_server_says_how_to_come_back_and_that_it_
     s = server(agent_block("a", title="Alpha"))
     c = AttachedConsole(s, cols, rows)
     server.consoles.append(c)
-    screen = c.wait("Message to Alpha")
+    screen = c.wait(lambda s: "Message to Alpha" in s and s.rstrip().endswith("detach"))  # the whole screen drawn
     title = "Agents · server t" if cols >= 160 else "server t"
     assert screen.startswith(f"┌ {title} ─")
     assert screen.rstrip().endswith("Ctrl-Q detach") and "Ctrl-Q quit" not in screen
