@@ -62,20 +62,27 @@ def inbox(
         return
     from deck.tty import printable
 
+    options = {p["id"]: p.get("options") or [] for p in call(server(attach, config), "ChatService.Pending")}
     for row in rows:
         typer.echo(printable(f"{row['id']:<12} {row['agent']:<16} {row['since']:<24} {row['title']}"))
+        if row["kind"] == "permission" and options.get(row["id"]):
+            choices = ", ".join(f"{o.get('optionId')} ({o.get('name') or o.get('kind') or '?'})" for o in options[row["id"]])
+            typer.echo(printable(f"{'':<12} options: {choices}"))
+        elif row["kind"] == "question":
+            typer.echo(f"{'':<12} answer with --json VALUES, or --decline")
 
 
 def answer(
     request: str = typer.Argument(..., metavar="ID", help="The request's id, as `deck inbox` lists it."),
     option: Optional[str] = typer.Argument(None, metavar="OPTION", help="A permission's optionId."),
     values: Optional[str] = typer.Option(None, "--json", metavar="VALUES", help="A question's answer: a JSON object."),
+    decline: bool = typer.Option(False, "--decline", help="Decline a question (answer none of its fields)."),
     attach: Optional[str] = AttachOption,
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="The config whose server to ask."),
 ) -> None:
     """Answer a permission request or a question that waits.
 
-    A permission: one of its options (OPTION); a question: its fields (--json VALUES).
+    A permission: one of its options (OPTION); a question: its fields (--json VALUES), or --decline.
     """
     name = server(attach, config)
     waiting = {row["id"]: row for row in call(name, "DeckService.Inbox")}
@@ -83,15 +90,19 @@ def answer(
     if row is None:
         fail(f"nothing waits as {request!r}: `deck inbox` lists what does", ExitCode.ERROR)
     if row["kind"] == "permission":
-        if option is None or values is not None:
+        if option is None or values is not None or decline:
             pending = call(name, "ChatService.Pending")
             options: list[dict[str, Any]] = next((p["options"] for p in pending if p["id"] == request), [])
             known = ", ".join(str(o.get("optionId")) for o in options)
             fail(f"{request} is a permission request: answer it with one of its options ({known})")
         call(name, "ChatService.AnswerPermission", {"id": request, "optionId": option})
+    elif decline:
+        if option is not None or values is not None:
+            fail(f"--decline answers {request} with nothing: give no OPTION nor --json with it")
+        call(name, "ChatService.AnswerQuestion", {"id": request, "values": None})
     else:
         if option is not None or values is None:
-            fail(f"{request} is a question: answer it with --json VALUES (a JSON object of its fields)")
+            fail(f"{request} is a question: answer it with --json VALUES (a JSON object of its fields), or --decline")
         try:
             parsed = json.loads(values)
         except ValueError as exc:

@@ -31,6 +31,8 @@ def test_the_inbox_lists_every_agents_requests_oldest_first_and_deck_answer_reso
     assert rows[1]["title"] and rows[0]["since"].endswith("Z")
     plain = cli("inbox", "--attach", server.name)
     assert asked["id"] in plain.stdout and question["id"] in plain.stdout
+    assert "options: yes (Allow), no (Reject)" in plain.stdout  # what `deck answer` takes, at a glance
+    assert "answer with --json VALUES, or --decline" in plain.stdout
 
     wrong = cli("answer", asked["id"], "--attach", server.name, "--json", "{}")
     assert wrong.returncode == 2 and "is a permission request: answer it with one of its options (yes" in wrong.stderr
@@ -47,6 +49,15 @@ def test_the_inbox_lists_every_agents_requests_oldest_first_and_deck_answer_reso
     watcher.event("question:resolved", id=question["id"])
     assert json.loads(cli("inbox", "--attach", server.name, "--json").stdout) == []
     assert cli("inbox", "--attach", server.name).stdout.strip() == "nothing waits for you"
+    watcher.request("ChatService.Send", {"agent": "b", "text": "question"})
+    second = watcher.wait_line(lambda e: e.get("event") == "question:requested" and e["id"] != question["id"], timeout=20)
+    both = cli("answer", second["id"], "--attach", server.name, "--decline", "--json", "{}")
+    assert both.returncode == 2 and "--decline answers" in both.stderr
+    declined = cli("answer", second["id"], "--attach", server.name, "--decline")
+    assert declined.returncode == 0, declined.stderr
+    watcher.event("question:resolved", id=second["id"])
+    watcher.wait_line(lambda e: e.get("event") == "message:delta" and e.get("agent") == "b"
+                      and '"decline"' in (e.get("text") or ""), timeout=20)  # the agent got ACP's decline  # fmt: skip
 
 
 def test_the_inbox_with_no_server_is_a_clear_error(tmp_path, runtime, monkeypatch) -> None:
