@@ -25,6 +25,16 @@ HEADER = """\
 # [plugins]
 # disabled = []             # e.g. ["announcements"]
 
+# [notify]                  # told when an agent needs you (a bell, a terminal or desktop notification)
+# on = ["input", "error", "budget"]   # add "done" for every turn that ends
+# after = "0s"              # only if still waiting this long
+# desktop = false
+# command = ["sh", "-c", 'curl -fsS --data-raw "$DECK_TITLE" https://ntfy.sh/my-topic']
+
+# [budget]                  # stop agents that spend too much (an agent's own: budget = "5 USD")
+# total = "20 USD"
+# period = "day"            # day | server
+
 """
 
 PRESETS_HEADER = """
