@@ -100,8 +100,10 @@ class Notify:
         agent = self.deck.agents.get(moment.agent)
         if moment.what == "error" and (agent is None or agent.state is not AgentState.ERROR):
             return None
-        if moment.what == "done" and agent is not None and agent.state is AgentState.BUSY:
-            return None  # a new turn started: the user is there
+        if moment.what == "done":
+            if agent is None or agent.state in (AgentState.BUSY, AgentState.ERROR):
+                return None  # a new turn started (the user is there), or the error is the moment
+            return Moment(moment.agent, moment.what, _how_the_turn_ended(self.deck, moment.agent), moment.since)
         return moment
 
     def _commands(self, moment: Moment) -> list[list[str]]:
@@ -114,6 +116,16 @@ class Notify:
         if config.command:
             commands.append(list(config.command))
         return commands
+
+
+def _how_the_turn_ended(deck: Deck, agent: str) -> str:
+    """The title of a "done" moment: how the agent's last answer ended."""
+    last = next((m for m in reversed(deck.conversation_of(agent).messages) if m.role == "agent"), None)
+    if last is None or (last.error is None and last.stop_reason in (None, "end_turn")):
+        return "finished its turn"
+    if last.error is not None:
+        return f"its turn ended with an error: {str(last.error).splitlines()[0] if last.error else ''}"
+    return "its turn was cancelled" if last.stop_reason == "cancelled" else f"its turn stopped: {last.stop_reason}"
 
 
 def _moment(event: Event) -> Moment | None:

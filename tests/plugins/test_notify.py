@@ -255,3 +255,19 @@ async def test_desktop_runs_the_desktops_notifier_where_there_is_one(make_deck, 
     monkeypatch.delenv("DISPLAY")
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
     assert senders.desktop_notifier("deck: a", "x") is None  # no display: no desktop to notify
+
+
+def test_done_says_how_the_turn_ended_and_an_agent_that_failed_is_told_once(serve, clients, tmp_path) -> None:
+    command, out = recorder(tmp_path)
+    server = serve(notify_table(command, on=["done", "error"]) + agent_block("a") + agent_block("b", "--fail-start"))
+    watcher = clients(server.path)
+    watcher.call("ChatService.Send", {"agent": "a", "text": "slow"})
+    watcher.event("message:delta", agent="a", timeout=20)
+    watcher.call("ChatService.Cancel", {"agent": "a"})
+    cancelled = watcher.event("notify:sent", agent="a", what="done", timeout=20)
+    assert cancelled["title"] == "its turn was cancelled"
+    watcher.request("ChatService.Send", {"agent": "b", "text": "hello"})
+    watcher.event("notify:sent", agent="b", what="error", timeout=20)
+    wait_until(lambda: len(got(out)) == 2)
+    time.sleep(0.5)
+    assert [(r["stdin"]["agent"], r["stdin"]["what"]) for r in got(out)] == [("a", "done"), ("b", "error")]  # no "done" for b
