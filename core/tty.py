@@ -136,17 +136,26 @@ BELL = "\a"
 NOTIFICATION_MAX = 200
 
 
+def one_line(text: str, limit: int) -> str:
+    """`text` as one line of printable characters, at most `limit` of them (cut with "…"): what of
+    an agent's text may go into an environment variable, a program's arguments or an escape
+    sequence. Every character that is not printable (controls, bidi overrides, line breaks)
+    becomes a space, and runs of spaces one."""
+    line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def notification(title: str, body: str) -> str:
     """A terminal notification, as OSC 777 (urxvt, foot, WezTerm, VTE, Ghostty) and OSC 9 (iTerm2,
     Windows Terminal, kitty): both, since a terminal ignores the one it does not know. The texts
-    come from agents: every control character and `;` (OSC 777's separator) becomes a space."""
-
-    def field(text: str) -> str:
-        line = " ".join(_UNSAFE.sub(" ", text.replace(";", " ").replace("\n", " ")).split())
-        return line[:NOTIFICATION_MAX]
-
-    title, body = field(title), field(body)
+    come from agents: made `one_line`, and `;` (OSC 777's separator) a space."""
+    title, body = (one_line(text.replace(";", " "), NOTIFICATION_MAX) for text in (title, body))
     return f"\x1b]777;notify;{title};{body}\x07\x1b]9;{title}: {body}\x07"
+
+
+def alert(agent: str, title: str, bell: bool, desktop: bool) -> str:
+    """What a terminal frontend writes for a `notify:sent`: the bell, and a terminal notification."""
+    return (BELL if bell else "") + (notification(f"deck: {agent}", title) if desktop else "")
 
 
 # -- log records ---------------------------------------------------------------------------------

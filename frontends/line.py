@@ -43,13 +43,13 @@ from deck.events import (
     handles,
 )
 from deck.frontend import Frontend, read_lines, stdout_failed
-from deck.frontends.words import state_word, word
+from deck.frontends.words import money, state_word, word
 from deck.plugins.announcements.events import AgentAnnouncement
 from deck.plugins.budget.events import BudgetReached
 from deck.plugins.notify.events import NotifySent
 from deck.plugins.worktrees.events import WorktreeOverlap
 from deck.states import AgentState
-from deck.tty import BELL, notification, printable, sgr_spans, terminal_text
+from deck.tty import alert, printable, sgr_spans, terminal_text
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -417,12 +417,7 @@ class LineFrontend(Frontend):
     @handles(NotifySent)
     def _notified(self, e: NotifySent) -> None:
         """The notify plugin tells of a moment: the bell, and a terminal notification, when on a terminal."""
-        if not self.tty:
-            return
-        payload = e.payload()
-        sound = BELL if payload.get("bell") is True else ""
-        if payload.get("desktop") is True:
-            sound += notification(f"deck: {payload.get('agent', '')}", str(payload.get("title", "")))
+        sound = alert(e.agent, e.title, e.bell is True, e.desktop is True) if self.tty else ""
         if sound:
             self._buffer.write(sound)  # in order with what is printed, and never in the middle of a line's escapes
             self._schedule_flush()
@@ -1019,13 +1014,8 @@ def diff_summary(tool_diffs: list[dict[str, Any]]) -> str:
 
 
 def cost_text(cost: Any) -> str:
-    """`0.75 USD`, or `cost unknown (not counted)` when the agent reports none (or something that is not a cost): never 0."""
-    if isinstance(cost, dict):
-        amount, currency = cost.get("amount"), cost.get("currency")
-        if isinstance(amount, (int, float)) and not isinstance(amount, bool) and 0 <= amount < float("inf") \
-                and isinstance(currency, str) and 1 <= len(currency) <= 8 and currency.isalpha():  # fmt: skip
-            return printable(f"{amount:.2f} {currency.upper()}")
-    return "cost unknown (not counted)"
+    """`0.75 USD`, or `cost unknown (not counted)` when the agent reports none: never 0."""
+    return money(cost) or "cost unknown (not counted)"
 
 
 def context_share(used: int, size: int) -> str:

@@ -1,4 +1,4 @@
-"""The words every frontend shows for an agent's state, in English and French.
+"""The words every frontend shows for an agent's state, in English and French, and its cost.
 
 The console's translations (`frontends/urwid/i18n.py`) take them in; line mode reads them here.
 """
@@ -33,3 +33,16 @@ def word(key: str, language: str = "en") -> str:
 def state_word(state: str, language: str = "en") -> str:
     """The state (`"ready"`…) as a user reads it; a state this deck does not know, as it is."""
     return word(f"state_{state}", language) if f"state_{state}" in WORDS["en"] else state
+
+
+def money(cost: object) -> str | None:
+    """`0.75 USD` for a cost (`{amount, currency}`, as the deck checked it), None for anything else:
+    the frontends then say the cost is unknown, never 0."""
+    if not isinstance(cost, dict):
+        return None
+    amount, currency = cost.get("amount"), cost.get("currency")
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not 0 <= amount < float("inf"):
+        return None
+    if not (isinstance(currency, str) and 1 <= len(currency) <= 8 and currency.isalpha()):
+        return None
+    return f"{amount:.2f} {currency.upper()}"

@@ -98,14 +98,17 @@ class PluginHooks:
                 self.failed(plugin, name, TypeError(WRAPPER_REFUSED))
         return impls
 
-    def _call(self, name: str, **kwargs: Any) -> list[Any]:
-        """Every implementation's result that is not None; awaitables are handed to `_later`."""
+    def _call(self, name: str, refuse: type[Exception] | None = None, **kwargs: Any) -> list[Any]:
+        """Every implementation's result that is not None; awaitables are handed to `_later`;
+        `refuse` propagates (the others are reported)."""
         kwargs.update(self.context)
         results = []
         for function, argnames, plugin in self._impls(name):
             try:
                 result = function(*[kwargs[arg] for arg in argnames])
             except Exception as exc:
+                if refuse is not None and isinstance(exc, refuse):
+                    raise
                 self.failed(plugin, name, exc)
                 continue
             if result is None:
@@ -191,14 +194,7 @@ class Hooks(PluginHooks):
 
     def before_prompt(self, agent: Agent, text: str) -> None:
         """`deck_before_prompt`: a ServiceError refuses the message; any other failure is reported."""
-        for function, argnames, plugin in self._impls("deck_before_prompt"):
-            kwargs = {"deck": self.deck, "agent": agent, "text": text}
-            try:
-                function(*[kwargs[arg] for arg in argnames])
-            except ServiceError:
-                raise
-            except Exception as exc:
-                self.failed(plugin, "deck_before_prompt", exc)
+        self._call("deck_before_prompt", refuse=ServiceError, agent=agent, text=text)
 
     def session_mcp_servers(self, agent: Agent, session: Session) -> list[dict[str, Any]]:
         return [

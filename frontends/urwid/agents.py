@@ -7,6 +7,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import urwid
+from deck.frontends.words import money
 
 from .common import SPINNER, Clickable, ClippedLayout, LineBox, Text, gauge, on_background
 from .i18n import Strings
@@ -50,7 +51,7 @@ def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) 
     used, size = int(agent.usage.get("used") or 0), int(agent.usage.get("size") or 0)
     if used or size:
         lines.append(_under(UsageLine(strings("usage"), used, size)))
-        cost = cost_text(agent.usage.get("cost"))
+        cost = money(agent.usage.get("cost"))
         shown = strings("cost", amount=cost) if cost else strings("cost_unknown")
         lines.append(_under(Text(("label" if cost else "dim", shown), wrap="ellipsis")))
     return lines
@@ -148,10 +149,3 @@ class AgentsPanel(urwid.WidgetWrap):
             row.update(agent, number, self.strings, selected, frame)
             if selected:
                 self.walker.set_focus(self.walker.index(row))
-
-
-def cost_text(cost: Any) -> str | None:
-    """`0.75 USD`, or None when the agent reports no cost (the deck's usage holds only real ones)."""
-    if isinstance(cost, dict) and isinstance(cost.get("amount"), (int, float)) and isinstance(cost.get("currency"), str):
-        return f"{cost['amount']:.2f} {cost['currency']}"
-    return None

@@ -32,11 +32,12 @@ from deck.events import (
     QuestionRequested,
     handles,
 )
+from deck.frontends.words import money
 from deck.plugins.budget.events import BudgetReached
 from deck.plugins.notify.events import NotifySent
-from deck.tty import BELL, TerminalLog, notification
+from deck.tty import TerminalLog, alert
 
-from .agents import AgentsPanel, cost_text
+from .agents import AgentsPanel
 from .common import HintBar, LineBox, Text, palette
 from .conversation import ConversationView
 from .dialogs import (
@@ -402,10 +403,7 @@ class ConsoleApp(Handlers):
     @handles(NotifySent)
     def _notified(self, e: NotifySent) -> None:
         """The notify plugin tells of a moment: the bell, and a terminal notification, through the screen."""
-        payload = e.payload()
-        sound = BELL if payload.get("bell") is True else ""
-        if payload.get("desktop") is True:
-            sound += notification(f"deck: {payload.get('agent', '')}", str(payload.get("title", "")))
+        sound = alert(e.agent, e.title, e.bell is True, e.desktop is True)
         screen = self.loop.screen if self.loop is not None else None
         write, flush = getattr(screen, "write", None), getattr(screen, "flush", None)
         if sound and callable(write) and callable(flush):  # a real terminal's screen (raw_display)
@@ -416,7 +414,7 @@ class ConsoleApp(Handlers):
     def _budget_reached(self, e: BudgetReached) -> None:
         s = self.strings
         whose = s("budget_of", agent=e.agent) if e.agent is not None else s("budget_total")
-        spent = cost_text(e.spent) or ""
+        spent = money(e.spent) or ""
         self.say(s("budget_reached", whose=whose, budget=e.budget, spent=spent))
 
     @handles(ClientsChanged)

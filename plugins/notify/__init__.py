@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from deck import Duration, hookimpl, listens, now_iso
 from deck.events import AgentStateChanged, PermissionRequested, QuestionRequested, TurnChanged
 from deck.states import AgentState
+from deck.tty import one_line
 from pydantic import BaseModel, ConfigDict, Field
 
 from .events import EVENTS, NotifySent
-from .senders import Moment, Senders, clean, desktop_notifier
+from .senders import TITLE_MAX, Moment, Senders, desktop_notifier
 
 if TYPE_CHECKING:
     from deck import Deck
@@ -88,7 +89,7 @@ class Notify:
         if now is None:
             return
         config = settings(self.deck)  # the config in force now
-        self.deck.emit(NotifySent(now.agent, now.what, clean(now.title), config.bell, config.desktop))
+        self.deck.emit(NotifySent(now.agent, now.what, one_line(now.title, TITLE_MAX), config.bell, config.desktop))
         self.senders.send(now)
 
     async def _still(self, moment: Moment) -> Moment | None:
@@ -110,7 +111,7 @@ class Notify:
         config = settings(self.deck)
         commands = []
         if config.desktop:
-            notifier = desktop_notifier(f"deck: {clean(moment.agent, 60)}", clean(moment.title))
+            notifier = desktop_notifier(f"deck: {one_line(moment.agent, 60)}", one_line(moment.title, TITLE_MAX))
             if notifier is not None:
                 commands.append(notifier)
         if config.command:

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from deck.tty import one_line
+
 if TYPE_CHECKING:
     from deck import Deck
 
@@ -48,13 +50,6 @@ class Moment:
 
     def as_json(self) -> dict[str, Any]:
         return {"agent": self.agent, "what": self.what, "title": self.title, "since": self.since, "id": self.id}
-
-
-def clean(text: str, limit: int = TITLE_MAX) -> str:
-    """One line of printable text, at most `limit` characters: what may go into an environment
-    variable, a notifier's arguments or a terminal's escape sequence (an agent wrote it)."""
-    line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def desktop_notifier(title: str, body: str) -> list[str] | None:
@@ -99,7 +94,7 @@ class Senders:
     async def _run(self, command: list[str], moment: Moment) -> None:
         env = {
             **os.environ,
-            "DECK_AGENT": moment.agent, "DECK_WHAT": moment.what, "DECK_TITLE": clean(moment.title),
+            "DECK_AGENT": moment.agent, "DECK_WHAT": moment.what, "DECK_TITLE": one_line(moment.title, TITLE_MAX),
         }  # fmt: skip
         try:
             process = await asyncio.create_subprocess_exec(
@@ -128,7 +123,7 @@ class Senders:
                 await process.wait()
             raise
         if code != 0:
-            said = clean(output.decode("utf-8", "replace"), OUTPUT_MAX)
+            said = one_line(output.decode("utf-8", "replace"), OUTPUT_MAX)
             self._log(moment.agent, f"notify: {command[0]!r} failed (exit {code})" + (f": {said}" if said else ""))
 
     def _log(self, agent: str, line: str) -> None:

@@ -182,10 +182,14 @@ async def test_a_command_that_floods_its_output_is_read_and_cut(make_deck, tmp_p
     assert "failed (exit 1)" in logs[0] and len(logs[0]) < senders.OUTPUT_MAX + 200
 
 
-def test_an_agents_title_is_one_clean_line_in_the_environment() -> None:
-    assert senders.clean("rm\x1b]52;c;x\x07\n-rf\u202e " + "y" * 500).startswith("rm ]52;c;x -rf y")
-    assert len(senders.clean("y" * 500)) == senders.TITLE_MAX
-    assert "\x00" not in senders.clean("a\x00b")
+def test_an_agents_title_is_one_clean_line_in_the_environment_and_the_terminal() -> None:
+    from deck.tty import notification, one_line
+
+    assert one_line("rm\x1b]52;c;x\x07\n-rf\u202e " + "y" * 500, senders.TITLE_MAX).startswith("rm ]52;c;x -rf y")
+    assert len(one_line("y" * 500, senders.TITLE_MAX)) == senders.TITLE_MAX
+    assert "\x00" not in one_line("a\x00b", senders.TITLE_MAX)
+    shown = notification("deck: a", "x;\x1b]52;c;AAAA\x07\n y")  # no field ends early, no sequence of the agent's
+    assert shown == "\x1b]777;notify;deck: a;x ]52 c AAAA y\x07\x1b]9;deck: a: x ]52 c AAAA y\x07"
 
 
 def test_the_line_frontend_rings_and_shows_a_terminal_notification(tmp_path) -> None:
