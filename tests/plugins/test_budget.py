@@ -43,11 +43,11 @@ def test_an_agent_at_its_budget_is_cancelled_with_a_note_and_refused_while_the_o
     assert notes[0]["parts"][0]["text"].endswith("The turn is stopped, and new messages are refused.")
     answer = [m for m in conversation["messages"] if m["role"] == "agent"][-1]
     assert answer["stopReason"] == "cancelled"
+    before = len(deck.call("ChatService.Conversation", {"agent": "a"})["messages"])
     message = refused(deck, "a")
     assert re.search(r"the budget of a \(1 USD since the server started\) is reached: 1\.[2-9]0 USD spent", message)
     assert "raise it in the config" in message
-    before = len(deck.call("ChatService.Conversation", {"agent": "a"})["messages"])
-    assert len(deck.call("ChatService.Conversation", {"agent": "a"})["messages"]) == before  # nothing added
+    assert len(deck.call("ChatService.Conversation", {"agent": "a"})["messages"]) == before  # the refused one not added
     deck.call("ChatService.Send", {"agent": "b", "text": "spend 5"})  # b has no budget of its own, and no total
     ended(deck, "b")
     assert len(deck.events("budget:reached")) == 1  # told once

@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 from deck.plugins.notify import senders
 
 from tests.conftest import agent_block
+from tests.deck_process import DECK
 from tests.core.remote.test_server import clients, runtime, serve  # noqa: F401  (fixtures)
 from tests.frontends.test_line import ANSI, spawn_tty
 
@@ -85,7 +87,7 @@ def test_notify_sent_reaches_an_attached_client_and_each_moment_is_told_once(ser
     assert done["title"] == "finished its turn" and done["bell"] is True and done["desktop"] is False
     watcher.request("AgentService.Start", {"name": "b"})
     failed = watcher.event("notify:sent", agent="b", what="error", timeout=20)
-    assert "handshake" in failed["title"] or failed["title"]
+    assert "handshake" in failed["title"] and "\n" not in failed["title"]  # the error's first line
     wait_until(lambda: len(got(out)) == 2)
     assert [r["stdin"]["what"] for r in got(out)] == ["done", "error"]
 
@@ -275,3 +277,14 @@ def test_done_says_how_the_turn_ended_and_an_agent_that_failed_is_told_once(serv
     wait_until(lambda: len(got(out)) == 2)
     time.sleep(0.5)
     assert [(r["stdin"]["agent"], r["stdin"]["what"]) for r in got(out)] == [("a", "done"), ("b", "error")]  # no "done" for b
+
+
+@pytest.mark.parametrize("table, said", [
+    ('on = ["sometimes"]', "notify.on"), ('after = "soon"', "bad duration"), ('command = "notify-me"', "notify.command"),
+    ("bell = 1", "notify.bell"),
+])  # fmt: skip
+def test_a_bad_notify_table_is_a_config_error_with_its_line(tmp_path, table, said) -> None:
+    config = tmp_path / "deck.toml"
+    config.write_text(f"[notify]\n{table}\n" + agent_block("a"))
+    checked = subprocess.run([*DECK, "config", "validate", str(config)], capture_output=True, text=True, timeout=30)
+    assert checked.returncode == 1 and f"{config}:2:" in checked.stdout and said in checked.stdout, checked.stdout

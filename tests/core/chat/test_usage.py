@@ -9,6 +9,7 @@ from datetime import date
 import pytest
 from deck.chat.conversation import Conversation
 from deck.chat.spending import Bill, Spending
+from deck.errors import ServiceError
 
 from tests.conftest import agent_block
 from tests.deck_process import run_deck  # noqa: F401  (fixture)
@@ -102,3 +103,9 @@ def test_a_days_spending_outlives_a_restart_and_is_listed_per_day(run_deck, tmp_
     found = again.call("DeckService.Usage", {"by": "day"})
     assert found["sinceStart"] == {"USD": 0.5} and found["today"] == {"USD": 2.5}
     assert found["days"] == [{"day": date.today().isoformat(), "total": {"USD": 2.5}, "agents": {"a": {"USD": 2.5}}}]
+
+
+async def test_usage_by_anything_else_is_refused_with_the_choices(make_deck) -> None:
+    deck, _rec = make_deck(agent_block("a"))
+    with pytest.raises(ServiceError, match="unknown grouping 'week': use agent or day"):
+        await deck.call("DeckService.Usage", {"by": "week"})
