@@ -20,8 +20,8 @@ import pytest
 from deck.plugins.notify import senders
 
 from tests.conftest import agent_block
-from tests.deck_process import DECK
 from tests.core.remote.test_server import clients, runtime, serve  # noqa: F401  (fixtures)
+from tests.deck_process import DECK
 from tests.frontends.test_line import ANSI, spawn_tty
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
