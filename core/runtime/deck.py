@@ -66,7 +66,8 @@ class Deck:
         self._emitting = False
         self._pending_events: deque[Event] = deque()
         # The plugins `[plugins] disabled` leaves on are loaded first: the keys they add to deck's own
-        # tables (idle_stop's `limits.*`) are checked with the config; their own sections on first use.
+        # tables (idle_stop's `limits.*`, budget's per-agent `budget`) decide whether the config is
+        # valid; their own sections only give warnings here, and are read for use on first use.
         self.text, unreadable = self._read_config(config_path)
         self.disabled = (*config_check.disabled_plugins(self.text), *disabled)
         self.pm = pm or make_manager(self.disabled)
