@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -29,32 +30,53 @@ def serve(
     name: str = typer.Option("default", "--name", "-n", metavar="NAME", help="The server's name (its socket's)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background; return once it listens."),
     plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
+    web: Optional[str] = typer.Option(
+        None, "--web", metavar="[HOST:]PORT", help="Also serve the web page and its WebSocket (host 127.0.0.1 unless given)."
+    ),
+    web_allow_remote: bool = typer.Option(False, "--web-allow-remote", help="Allow --web on an address beyond loopback."),
     ready_fd: Optional[int] = typer.Option(None, "--ready-fd", hidden=True),
 ) -> None:
     """Run the agents with no frontend, for `deck attach` clients.
 
     Listens on the Unix socket $XDG_RUNTIME_DIR/deck/NAME.sock (else
     /tmp/deck-UID/NAME.sock) until `deck stop`, SIGTERM, SIGINT or SIGHUP.
+    With --web, serves the web page too: `deck web NAME` prints its address.
     """
     from deck.remote.server import ServerError, ServerFrontend, check_name, listen
 
     try:
         check_name(name)
+        page = _bind_web(web, web_allow_remote) if web is not None else None
     except ServerError as exc:
         fail(str(exc))
     if detach:
-        raise typer.Exit(_serve_detached(config, name, plugin))
+        if page is not None:
+            page.sock.close()
+        raise typer.Exit(_serve_detached(config, name, plugin, web, web_allow_remote))
     deck = make_deck(config, disabled_option(plugin), warn=True)
     _log_server()
     try:
-        listening = listen(name, str(deck.config_path.absolute()) if deck.config_path else "<built-in>")
+        config_name = str(deck.config_path.absolute()) if deck.config_path else "<built-in>"
+        listening = listen(name, config_name, web=page.url if page else "")
     except ServerError as exc:
         fail(str(exc), ExitCode.ERROR)
     try:
-        code = run_async(deck.run(ServerFrontend, listening=listening, ready_fd=ready_fd))
+        served = None
+        if page is not None:
+            from deck.remote.web import make_token
+
+            served = (page, make_token(listening.directory, name))
+        code = run_async(deck.run(ServerFrontend, listening=listening, ready_fd=ready_fd, web=served))
     finally:
         listening.release()
     raise typer.Exit(code or ExitCode.OK)
+
+
+def _bind_web(address: str, allow_remote: bool) -> Any:
+    """The page's socket, listening (aiohttp is imported only here, for a server that serves it)."""
+    from deck.remote.web import bind
+
+    return bind(address, allow_remote=allow_remote)
 
 
 def _log_server() -> None:
@@ -67,7 +89,7 @@ def _log_server() -> None:
     logging.getLogger("deck.remote.server").addHandler(handler)
 
 
-def _serve_detached(config: Optional[Path], name: str, plugin: list[str]) -> int:
+def _serve_detached(config: Optional[Path], name: str, plugin: list[str], web: Optional[str], web_allow_remote: bool) -> int:
     """`deck serve` again in the background, in a session of its own: return once its socket accepts,
     or print what it said and fail."""
     import os
@@ -89,6 +111,8 @@ def _serve_detached(config: Optional[Path], name: str, plugin: list[str]) -> int
         args += ["--config", str(config)]
     for value in plugin:
         args += ["--plugin", value]
+    if web is not None:
+        args += ["--web", web] + (["--web-allow-remote"] if web_allow_remote else [])
     with log_file:
         start = log_file.tell()
         server = subprocess.Popen(
@@ -236,8 +260,46 @@ def list_servers(as_json: bool = typer.Option(False, "--json", help="JSON output
         )
 
 
+def web_page(
+    name: str = NameArgument,
+    open_it: bool = typer.Option(False, "--open", help="Open it in the browser too."),
+) -> None:
+    """Print the address of a server's web page, its token included.
+
+    The token is in the address's fragment (after #), which the browser never
+    sends to any server; whoever has the address can drive the agents.
+    """
+    from deck.remote.server import ServerError, check_name, registration
+    from deck.remote.serverdir import open_dir, read_token
+
+    try:
+        check_name(name)
+        known = registration(name)
+        if known is None:
+            raise ServerError(f"no deck server named {name} is running (start one with `deck serve --web PORT`)")
+        if not known.web:
+            raise ServerError(f"the deck server {name} serves no web page: start it with `deck serve --name {name} --web PORT`")
+        directory = open_dir(create=False)
+        try:
+            token = read_token(directory, name)
+        finally:
+            os.close(directory)
+        if token is None:
+            raise ServerError(f"the deck server {name} has no token file: is it still starting?")
+    except ServerError as exc:
+        fail(str(exc), ExitCode.ERROR)
+    url = f"{known.web}#token={token}"
+    typer.echo(url)
+    if open_it:
+        import webbrowser
+
+        if not webbrowser.open(url):
+            fail("no browser to open here: open the address above in one", ExitCode.ERROR)
+
+
 def register(app: typer.Typer) -> None:
     app.command(cls=Command)(serve)
+    app.command("web", cls=Command)(web_page)
     app.command(cls=Command)(attach)
     app.command(cls=Command)(stop)
     app.command("ls", cls=Command)(list_servers)

@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deck.acp.connection import MAX_LINE_BYTES, LineFramer
+from deck.acp.connection import LineFramer
 from deck.errors import INVALID_REQUEST
 from deck.events import ClientsChanged, Event, now_iso
 from deck.frontend import Frontend
 from deck.proc.storage import replace_in
+from deck.remote.peer import Peer
 from deck.remote.serverdir import NAME_RE, AlreadyRunning, NoServer, ServerError, check_name, open_dir, socket_dir
 from deck.runtime.local import LocalClient
 from deck.wire import RequestReader, encode_event, error_line, to_bytes
@@ -47,8 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Bytes queued for one client (beyond what its socket buffer holds) before it is disconnected.
-QUEUE_LIMIT = 16 * 1024 * 1024
 #: How long the count of clients must hold before `clients:changed` says it, in seconds.
 CLIENTS_SETTLE = 0.15
 #: How long a server that ends waits for its clients to take their last lines.
@@ -65,9 +64,13 @@ class Registration:
     config: str
     since: str
     socket: str
+    #: The page's address (`deck serve --web`), without its token; "" when it serves none.
+    web: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "pid": self.pid, "config": self.config, "since": self.since, "socket": self.socket}
+        return {
+            "name": self.name, "pid": self.pid, "config": self.config, "since": self.since, "socket": self.socket, "web": self.web
+        }
 
 
 def read_registration(directory: int, name: str) -> Registration | None:
@@ -75,7 +78,9 @@ def read_registration(directory: int, name: str) -> Registration | None:
         fd = os.open(f"{name}.json", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
         with os.fdopen(fd, "rb") as f:
             data = json.loads(f.read(64 * 1024))
-        return Registration(str(data["name"]), int(data["pid"]), str(data["config"]), str(data["since"]), str(data["socket"]))
+        return Registration(
+            str(data["name"]), int(data["pid"]), str(data["config"]), str(data["since"]), str(data["socket"]), str(data.get("web") or "")
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -127,14 +132,15 @@ class Listening:
         if self.lock < 0:
             return
         self.close()
-        _remove(self.directory, self.name, (".json", ".lock"))
+        _remove(self.directory, self.name, (".json", ".token", ".lock"))
         os.close(self.lock)
         os.close(self.directory)
         self.lock = -1
 
 
-def listen(name: str, config: str) -> Listening:
-    """Claim server `name`: lock it, replace a stale socket, bind and listen (0600), register it.
+def listen(name: str, config: str, *, web: str = "") -> Listening:
+    """Claim server `name`: lock it, replace a stale socket, bind and listen (0600), register it
+    (with `web`, the address of the page it serves).
 
     A live server of that name is an AlreadyRunning error naming its pid."""
     check_name(name)
@@ -149,7 +155,7 @@ def listen(name: str, config: str) -> Listening:
             path = socket_dir() / f"{name}.sock"
             if len(os.fsencode(path)) >= 108:
                 raise ServerError(f"the socket path {path} is too long for a Unix socket: set XDG_RUNTIME_DIR to a shorter folder")
-            _remove(directory, name, (".sock", ".json"))  # stale: its server is gone, since we hold the lock
+            _remove(directory, name, (".sock", ".json", ".token"))  # stale: its server is gone, since we hold the lock
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.bind(str(path))
@@ -159,12 +165,12 @@ def listen(name: str, config: str) -> Listening:
             except OSError as exc:
                 sock.close()
                 raise ServerError(f"cannot listen on {path}: {exc.strerror or exc}") from None
-            registration = Registration(name, os.getpid(), config, now_iso(), str(path))
+            registration = Registration(name, os.getpid(), config, now_iso(), str(path), web)
             data = json.dumps(registration.to_dict()).encode()
             replace_in(directory, f"{name}.json", data, 0o600)
             return Listening(name, path, sock, directory, lock, registration)
         except BaseException:
-            _remove(directory, name, (".sock", ".json", ".lock"))
+            _remove(directory, name, (".sock", ".json", ".token", ".lock"))
             os.close(lock)
             raise
     except BaseException:
@@ -230,7 +236,7 @@ def running() -> list[Registration]:
                 continue
             lock = _lock(directory, name)
             if lock is not None:  # nobody holds it: no server
-                _remove(directory, name, (".sock", ".json", ".lock"))
+                _remove(directory, name, (".sock", ".json", ".token", ".lock"))
                 os.close(lock)
                 continue
             known = read_registration(directory, name)
@@ -244,23 +250,12 @@ def running() -> list[Registration]:
 # -- the server ------------------------------------------------------------------------------
 
 
-class Connection(asyncio.Protocol):
+class Connection(Peer, asyncio.Protocol):
     """One client on the socket: the lines it sends are requests, every event and its responses go back."""
 
     def __init__(self, server: ServerFrontend, id: int) -> None:
-        self.server = server
-        self.id = id
-        self.transport: asyncio.Transport | None = None
-        self.pid = 0
-        self.uid = -1
-        self.since = ""
-        self.command = ""
-        self.closed = False
-        self.reader: RequestReader | None = None
+        super().__init__(server, id)
         self.framer: LineFramer | None = None
-        self._lost: asyncio.Future[None] | None = None
-        #: How many bytes may wait for the client before it is disconnected.
-        self.limit = QUEUE_LIMIT
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -307,54 +302,10 @@ class Connection(asyncio.Protocol):
         self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self._lost is not None and not self._lost.done():
-            self._lost.set_result(None)
-        if self.reader is not None:
-            self.server.detach(self)
+        self.lost()
 
     def _overflow(self, size: int) -> None:
         self.respond(error_line(None, INVALID_REQUEST, f"line of {size} bytes skipped: too long"))
-
-    def respond(self, line: str) -> None:
-        """A response to this client, after the events already announced. A big one (the snapshot of long
-        conversations) is room the client asked for: the queue may hold it on top of QUEUE_LIMIT, once."""
-        self.server.flush()
-        data = to_bytes([line])
-        if self.send(data) and len(data) > QUEUE_LIMIT // 16 and self.transport is not None:
-            room = self.transport.get_write_buffer_size() + QUEUE_LIMIT
-            self.limit = min(max(self.limit, room), MAX_LINE_BYTES + QUEUE_LIMIT)
-
-    def send(self, data: bytes) -> bool:
-        """Queue `data` for the client, never waiting; False if it is gone. A client whose queue went past
-        its limit (it stopped reading) is disconnected."""
-        transport = self.transport
-        if self.closed or transport is None or transport.is_closing():
-            return False
-        queued = transport.get_write_buffer_size()
-        if queued <= QUEUE_LIMIT:
-            self.limit = QUEUE_LIMIT  # the room given for a big response is used up
-        elif queued > self.limit:
-            log.warning(
-                "client %d (pid %d) stopped reading: disconnected with %d bytes queued", self.id, self.pid, queued
-            )
-            self.closed = True
-            transport.abort()
-            return False
-        transport.write(data)
-        return True
-
-    def close(self) -> None:
-        if not self.closed and self.transport is not None:
-            self.closed = True
-            self.transport.close()
-
-    async def wait_closed(self) -> None:
-        if self._lost is not None:
-            await asyncio.shield(self._lost)
-
-    def info(self) -> dict[str, Any]:
-        return {"id": self.id, "pid": self.pid, "uid": self.uid, "command": self.command, "since": self.since}
 
 
 def _command(pid: int) -> str:
@@ -372,11 +323,16 @@ class ServerFrontend(Frontend):
     name = "serve"
     description = "the clients of a Unix socket (deck serve)"
 
-    def __init__(self, client: Any, *, listening: Listening, ready_fd: int | None = None, **options: Any) -> None:
+    def __init__(
+        self, client: Any, *, listening: Listening, ready_fd: int | None = None, web: Any = None, **options: Any
+    ) -> None:
         super().__init__(client, **options)
         self.listening = listening
+        #: The page's socket and token (`deck.remote.web`), with --web.
+        self.web_listening = web
+        self.web: Any = None
         self.ready_fd = ready_fd
-        self.connections: dict[int, Connection] = {}
+        self.connections: dict[int, Peer] = {}
         self._next_id = 0
         self._out: list[str] = []
         self._flush_scheduled = False
@@ -395,6 +351,11 @@ class ServerFrontend(Frontend):
         self.client.subscribe(self.on_event)
         server = await loop.create_unix_server(self._connection, sock=self.listening.sock)
         log.info("deck server %s listening on %s (pid %d)", self.listening.name, self.listening.path, os.getpid())
+        if self.web_listening is not None:
+            from deck.remote.web import WebServer  # aiohttp, only for a server that serves the page
+
+            self.web = WebServer(self, *self.web_listening)
+            await self.web.start()
         self._ready()
         try:
             await asyncio.Event().wait()  # until the deck ends: a signal, DeckService.Shutdown
@@ -410,6 +371,8 @@ class ServerFrontend(Frontend):
                     self._count_timer.cancel()
                 self.flush()
                 await self._farewell()
+                if self.web is not None:
+                    await self.web.stop()
                 self.client.unsubscribe(self.on_event)
                 self.listening.release()  # the name is free: a new server of it may start
 
@@ -437,18 +400,22 @@ class ServerFrontend(Frontend):
     # -- clients -------------------------------------------------------------------------------
 
     def _connection(self) -> Connection:
-        self._next_id += 1
-        return Connection(self, self._next_id)
+        return Connection(self, self.next_id())
 
-    def attach(self, connection: Connection) -> None:
+    def next_id(self) -> int:
+        """The id of the next client, whatever carries it."""
+        self._next_id += 1
+        return self._next_id
+
+    def attach(self, connection: Peer) -> None:
         self.connections[connection.id] = connection
-        log.info("client %d attached (pid %d): %d attached", connection.id, connection.pid, len(self.connections))
+        log.info("client %d attached (%s): %d attached", connection.id, connection.who(), len(self.connections))
         self._count_soon()
 
-    def detach(self, connection: Connection) -> None:
+    def detach(self, connection: Peer) -> None:
         if self.connections.pop(connection.id, None) is None:
             return
-        log.info("client %d detached (pid %d): %d attached", connection.id, connection.pid, len(self.connections))
+        log.info("client %d detached (%s): %d attached", connection.id, connection.who(), len(self.connections))
         self._count_soon()
 
     def _count_soon(self) -> None:

@@ -185,3 +185,18 @@ def check_peer(sock: socket.socket, name: str, path: Path, uid: int | None = Non
         raise ServerError(f"refused the deck server {name} at {path}: cannot tell whose it is ({exc.strerror or exc})") from None
     if found is not None and found != expected:
         raise ServerError(f"refused the deck server {name} at {path}: it runs as uid {found}, not as you ({expected})")
+
+
+def read_token(directory: int, name: str) -> str | None:
+    """The token of server `name`'s web page, from NAME.token in the folder open as `directory`
+    (None if it serves none): a regular file of the user's own, a symlink not followed."""
+    try:
+        fd = os.open(f"{name}.token", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=directory)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            return None
+        token = f.read(256).decode(errors="replace").strip()
+    return token or None

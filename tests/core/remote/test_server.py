@@ -928,10 +928,10 @@ async def test_a_big_response_does_not_count_as_a_client_that_stopped_reading(ma
     """A snapshot larger than the queue's limit is what the client asked for: it is kept, then the limit applies."""
     import asyncio
 
-    from deck.remote import server as server_module
+    from deck.remote import peer
     from deck.remote.server import ServerFrontend, listen
 
-    monkeypatch.setattr(server_module, "QUEUE_LIMIT", 64 * 1024)
+    monkeypatch.setattr(peer, "QUEUE_LIMIT", 64 * 1024)
     loop = asyncio.get_running_loop()
     deck, recorder = make_deck(agent_block("a"))
     ready_read, ready_write = os.pipe()

@@ -1,0 +1,770 @@
+// deck's web page: a client of the server's wire over a WebSocket (/ws), as `deck attach` is on the
+// socket. It keeps what DeckService.Snapshot gave and applies the events that follow (by `seq`),
+// and draws at most once a frame: a turn of 200,000 chunks costs a string append per chunk.
+// What agents send is put in the page as text (textContent, deckMarkdown), never as HTML.
+"use strict";
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const TOKEN_KEY = "deck-token";
+  //: A streamed text part is drawn as Markdown again at most this often, and up to this size.
+  const MARKDOWN_EVERY_MS = 300;
+  const MARKDOWN_LIVE_MAX = 60000;
+  const MARKDOWN_MAX = 1000000;
+  //: Messages drawn at once (the older ones behind a button), live terminal output kept.
+  const SHOWN_MESSAGES = 150;
+  const TERMINAL_TAIL = 16384;
+
+  const state = {
+    seq: 0, agents: new Map(), conversations: {}, pending: new Map(), selected: null, clients: 0,
+    tab: "chat", usage: null, terminals: new Map(), shownFrom: {},
+  };
+
+  // -- the token ---------------------------------------------------------------------------------
+
+  function token() {
+    const match = /(?:^#|&)token=([A-Za-z0-9_-]+)/.exec(location.hash);
+    if (match) {
+      sessionStorage.setItem(TOKEN_KEY, match[1]);
+      history.replaceState(null, "", location.pathname + location.search); // off the address bar
+    }
+    return sessionStorage.getItem(TOKEN_KEY);
+  }
+
+  // -- the connection ----------------------------------------------------------------------------
+
+  let ws = null;
+  let nextId = 1;
+  const calls = new Map();
+  let synced = false;
+  let early = [];
+  let retry = 500;
+
+  function connect() {
+    const secret = token();
+    if (!secret) {
+      link("no token: open the address `deck web` prints", "down");
+      return;
+    }
+    link("connecting…");
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    ws = new WebSocket(`${scheme}://${location.host}/ws`, ["deck", "deck.token." + secret]);
+    synced = false;
+    early = [];
+    ws.onopen = () => {
+      retry = 500;
+      call("DeckService.Snapshot").then(resync, (e) => toast(e.message));
+    };
+    ws.onmessage = (m) => {
+      for (const line of String(m.data).split("\n")) if (line) receive(line);
+    };
+    ws.onclose = () => {
+      for (const [, pending] of calls) pending.reject(new Error("connection lost"));
+      calls.clear();
+      link(`reconnecting in ${Math.round(retry / 100) / 10} s…`, "down");
+      setTimeout(connect, retry);
+      retry = Math.min(retry * 2, 8000);
+    };
+  }
+
+  function receive(line) {
+    let data;
+    try { data = JSON.parse(line); } catch { return; }
+    if (data.event) {
+      if (!synced) early.push(data);
+      else apply(data);
+      return;
+    }
+    const pending = calls.get(data.id);
+    if (!pending) {
+      if (data.error) toast(data.error.message);
+      return;
+    }
+    calls.delete(data.id);
+    if (data.error) pending.reject(Object.assign(new Error(data.error.message), { data: data.error.data }));
+    else pending.resolve(data.result);
+  }
+
+  function call(method, params) {
+    return new Promise((resolve, reject) => {
+      if (!ws || ws.readyState !== WebSocket.OPEN) { reject(new Error("not connected")); return; }
+      const id = nextId++;
+      calls.set(id, { resolve, reject });
+      ws.send(JSON.stringify({ jsonrpc: "2.0", id, method, params: params || {} }));
+    });
+  }
+
+  function act(method, params) {
+    return call(method, params).catch((e) => { toast(e.message); throw e; });
+  }
+
+  // A snapshot, then the events that came after it (seq greater): nothing shown twice.
+  function resync(snapshot) {
+    state.seq = snapshot.seq;
+    state.agents = new Map(snapshot.agents.map((a) => [a.name, a]));
+    state.conversations = snapshot.conversations || {};
+    state.pending = new Map((snapshot.pending || []).map((p) => [p.id, p]));
+    if (!state.selected || !state.agents.has(state.selected)) state.selected = snapshot.agents.length ? snapshot.agents[0].name : null;
+    synced = true;
+    const held = early;
+    early = [];
+    for (const event of held) apply(event);
+    link("connected", "up");
+    dirty.all = true;
+    schedule();
+    refreshUsage();
+  }
+
+  function link(text, how) {
+    const node = $("link");
+    node.textContent = text;
+    node.className = "link" + (how ? " " + how : "");
+  }
+
+  // -- events ------------------------------------------------------------------------------------
+
+  function conversation(agent) {
+    return (state.conversations[agent] ||= { messages: [], busy: false, queued: 0, usage: null, commands: [], modes: null, configOptions: [], title: null });
+  }
+
+  function findMessage(conv, id) {
+    for (let i = conv.messages.length - 1; i >= 0; i--) if (conv.messages[i].id === id) return conv.messages[i];
+    return null;
+  }
+
+  const handlers = {
+    "agent:state"(e) {
+      const known = state.agents.get(e.agent) || { name: e.agent, title: e.agent, icon: "" };
+      state.agents.set(e.agent, { ...known, state: e.state, error: e.error ?? null, outdated: e.outdated });
+      dirty.agents = true;
+      if (e.agent === state.selected) dirty.head = true;
+    },
+    "message:updated"(e) {
+      const conv = conversation(e.agent);
+      const at = conv.messages.findIndex((m) => m.id === e.message.id);
+      if (at >= 0) conv.messages[at] = e.message;
+      else conv.messages.push(e.message);
+      touch(e.agent, e.message.id, true);
+    },
+    "message:delta"(e) {
+      const message = findMessage(conversation(e.agent), e.messageId);
+      if (!message) return;
+      const parts = message.parts;
+      if (e.part) parts[e.index] = e.part;
+      else if (parts[e.index] && parts[e.index].type === e.kind) parts[e.index].text += e.text;
+      else parts[e.index] = { type: e.kind, text: e.text };
+      touch(e.agent, e.messageId, false);
+    },
+    "turn:changed"(e) {
+      const conv = conversation(e.agent);
+      conv.busy = e.busy;
+      conv.queued = e.queued;
+      dirty.agents = true;
+      if (e.agent === state.selected) dirty.head = true;
+    },
+    "permission:requested"(e) { state.pending.set(e.id, { ...e, kind: "permission" }); needsYou(e); },
+    "question:requested"(e) { state.pending.set(e.id, { ...e, kind: "question" }); needsYou(e); },
+    "permission:resolved"(e) { resolved(e.id); },
+    "question:resolved"(e) { resolved(e.id); },
+    "usage:changed"(e) {
+      conversation(e.agent).usage = e.usage;
+      usageSoon();
+      if (e.agent === state.selected) dirty.head = true;
+    },
+    "conversation:reset"(e) {
+      call("ChatService.Conversation", { agent: e.agent }).then((c) => {
+        state.conversations[e.agent] = c;
+        delete state.shownFrom[e.agent];
+        if (e.agent === state.selected) dirty.all = true;
+        schedule();
+      }, () => {});
+    },
+    "conversation:changed"(e) {
+      if (e.field !== "cut") conversation(e.agent)[e.field] = e.value;
+      else call("ChatService.Conversation", { agent: e.agent }).then((c) => { state.conversations[e.agent] = c; dirty.all = true; schedule(); }, () => {});
+      if (e.agent === state.selected) dirty.head = true;
+    },
+    "terminal:output"(e) {
+      const key = e.agent + "\u0000" + e.terminalId;
+      state.terminals.set(key, ((state.terminals.get(key) || "") + e.text).slice(-TERMINAL_TAIL));
+      if (e.agent === state.selected) dirty.all = true;
+    },
+    "clients:changed"(e) { state.clients = e.clients; },
+    "config:changed"() { call("DeckService.Snapshot").then(resync, () => {}); },
+    "worktree:changed"(e) { if (state.tab === "worktree" && e.agent === state.selected) showWorktree(); },
+    "budget:reached"(e) { toast(`budget reached${e.agent ? " for " + e.agent : ""}: ${e.budget}`, "info"); usageSoon(); },
+  };
+
+  function apply(event) {
+    if (event.seq <= state.seq) return; // already in the snapshot
+    state.seq = event.seq;
+    const handler = handlers[event.event];
+    if (handler) handler(event);
+    schedule();
+  }
+
+  function touch(agent, messageId, whole) {
+    if (agent !== state.selected) return;
+    if (whole) dirty.messages.add(messageId);
+    else dirty.streamed.add(messageId);
+  }
+
+  function needsYou(e) {
+    dirty.agents = true;
+    dirty.ask = true;
+    if (document.hidden && window.Notification && Notification.permission === "granted") {
+      const what = e.kind === "question" || e.message ? e.message : e.toolCall && e.toolCall.title;
+      new Notification(`${e.agent} needs you`, { body: String(what || "").slice(0, 200), tag: e.id });
+    }
+  }
+
+  function resolved(id) {
+    state.pending.delete(id);
+    dirty.agents = true;
+    dirty.ask = true;
+  }
+
+  // -- drawing, at most once a frame -------------------------------------------------------------
+
+  const dirty = { all: true, agents: true, head: true, ask: true, messages: new Set(), streamed: new Set() };
+  let scheduled = false;
+
+  function schedule() {
+    if (!scheduled) {
+      scheduled = true;
+      requestAnimationFrame(draw);
+    }
+  }
+
+  let draws = 0;
+
+  function draw() {
+    scheduled = false;
+    draws++;
+    if (dirty.all) {
+      dirty.agents = dirty.head = dirty.ask = true;
+      drawMessages();
+      dirty.messages.clear();
+      dirty.streamed.clear();
+      dirty.all = false;
+    }
+    if (dirty.agents) { drawAgents(); dirty.agents = false; }
+    if (dirty.head) { drawHead(); dirty.head = false; }
+    if (dirty.ask) { drawAsk(); dirty.ask = false; }
+    if (dirty.messages.size || dirty.streamed.size) {
+      const stick = nearBottom();
+      const conv = conversation(state.selected);
+      for (const id of new Set([...dirty.messages, ...dirty.streamed])) {
+        const message = findMessage(conv, id);
+        if (message) drawMessage(message);
+      }
+      dirty.messages.clear();
+      dirty.streamed.clear();
+      if (stick) scrollDown();
+    }
+  }
+
+  function el(tag, cls, text) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function waiting(agent) {
+    let n = 0;
+    for (const p of state.pending.values()) if (p.agent === agent) n++;
+    return n;
+  }
+
+  function drawAgents() {
+    const list = $("agent-list");
+    list.replaceChildren();
+    for (const agent of state.agents.values()) {
+      const li = el("li");
+      const b = el("button");
+      b.dataset.agent = agent.name;
+      if (agent.name === state.selected) b.setAttribute("aria-current", "true");
+      b.append(el("span", "dot " + agent.state), el("span", "agent-icon", agent.icon || ""), el("span", "name", agent.title || agent.name));
+      const n = waiting(agent.name);
+      if (n) b.append(el("span", "needs", String(n)));
+      b.title = `${agent.name}: ${agent.state}`;
+      b.onclick = () => select(agent.name);
+      li.append(b);
+      list.append(li);
+    }
+    const total = state.pending.size;
+    $("inbox").hidden = total === 0;
+    $("inbox-count").textContent = String(total);
+    document.title = total ? `(${total}) deck` : "deck";
+  }
+
+  function drawHead() {
+    const agent = state.agents.get(state.selected);
+    $("agent-name").textContent = agent ? agent.title || agent.name : "no agent";
+    $("agent-icon").textContent = agent ? agent.icon || "" : "";
+    $("agent-state").textContent = agent ? agent.state + (agent.outdated ? " (outdated)" : "") : "";
+    $("agent-state").className = "state " + (agent ? agent.state : "");
+    const error = $("agent-error");
+    error.hidden = !(agent && agent.error);
+    error.textContent = agent && agent.error ? agent.error : "";
+    const conv = conversation(state.selected);
+    const bits = [];
+    if (conv.busy) bits.push("working…");
+    if (conv.queued) bits.push(`${conv.queued} queued`);
+    if (conv.title) bits.push(conv.title);
+    if (conv.usage) bits.push(usageText(conv.usage));
+    $("turn").textContent = bits.join(" · ");
+    $("cancel").disabled = !conv.busy;
+    for (const b of document.querySelectorAll("#agent-head [data-act]")) b.disabled = !agent;
+  }
+
+  function usageText(usage) {
+    const parts = [];
+    if (usage.size) parts.push(`context ${Math.round((100 * usage.used) / usage.size)}%`);
+    parts.push(usage.cost ? money(usage.cost) : "cost unknown");
+    return parts.join(", ");
+  }
+
+  function money(m) {
+    if (!m) return "cost unknown";
+    const amount = Number(m.amount);
+    return (m.currency === "USD" ? "$" : "") + amount.toFixed(amount < 1 ? 4 : 2) + (m.currency === "USD" ? "" : " " + m.currency);
+  }
+
+  // -- the conversation --------------------------------------------------------------------------
+
+  const drawn = new Map(); // message id → {node, parts: [{node, kind, size, markdownAt}]}
+
+  function drawMessages() {
+    const box = $("messages");
+    box.replaceChildren();
+    drawn.clear();
+    if (!state.selected) { box.append(el("div", "empty", "No agent in the config.")); return; }
+    const messages = conversation(state.selected).messages;
+    const from = Math.max(0, state.shownFrom[state.selected] ?? messages.length - SHOWN_MESSAGES);
+    if (from > 0) {
+      const more = el("button", "", `Show ${from} earlier messages`);
+      more.onclick = () => { state.shownFrom[state.selected] = Math.max(0, from - SHOWN_MESSAGES); dirty.all = true; schedule(); };
+      box.append(more);
+    }
+    if (!messages.length) box.append(el("div", "empty", "No messages yet: say something below."));
+    for (const message of messages.slice(from)) drawMessage(message);
+    scrollDown();
+  }
+
+  function drawMessage(message) {
+    let entry = drawn.get(message.id);
+    if (!entry) {
+      entry = { node: el("div"), parts: [] };
+      entry.node.dataset.id = message.id;
+      drawn.set(message.id, entry);
+      const box = $("messages");
+      const empty = box.querySelector(".empty");
+      if (empty) empty.remove();
+      box.append(entry.node);
+    }
+    entry.node.className = `msg ${message.role}` + (message.queued ? " queued" : "") + (message.done ? " done" : " live");
+    message.parts.forEach((part, i) => drawPart(entry, i, part, message));
+    for (let i = message.parts.length; i < entry.parts.length; i++) entry.parts[i].node.remove();
+    entry.parts.length = Math.min(entry.parts.length, message.parts.length);
+    let meta = entry.node.querySelector(":scope > .meta");
+    const said = metaText(message);
+    if (said) {
+      if (!meta) { meta = el("div", "meta"); entry.node.append(meta); }
+      meta.textContent = said;
+      entry.node.append(meta);
+    } else if (meta) meta.remove();
+  }
+
+  function metaText(message) {
+    const bits = [];
+    if (message.queued) bits.push("queued");
+    if (message.stopReason && message.stopReason !== "end_turn") bits.push(message.stopReason);
+    if (message.durationMs) bits.push(`${(message.durationMs / 1000).toFixed(1)} s`);
+    return bits.join(" · ");
+  }
+
+  function drawPart(entry, i, part, message) {
+    let slot = entry.parts[i];
+    const kind = part.type;
+    if (slot && slot.kind !== kind) { slot.node.remove(); slot = null; }
+    if (!slot) {
+      slot = { node: el("div"), kind, size: -1, markdownAt: 0, plain: null };
+      const before = entry.parts[i + 1] ? entry.parts[i + 1].node : entry.node.querySelector(":scope > .meta");
+      entry.node.insertBefore(slot.node, before || null);
+      entry.parts[i] = slot;
+    }
+    if (kind === "text" || kind === "thought") drawText(slot, part.text || "", message.done, kind);
+    else if (kind === "plan") drawPlan(slot, part);
+    else if (kind === "tool") drawTool(slot, part, message.agent);
+    else { slot.node.className = "text"; slot.node.textContent = part.text || JSON.stringify(part); }
+  }
+
+  // Markdown while it is small, redrawn at most every MARKDOWN_EVERY_MS; past that, while it streams,
+  // only the new text is appended as a text node; once done, Markdown once (up to MARKDOWN_MAX).
+  function drawText(slot, text, done, kind) {
+    if (slot.size === text.length && slot.done === done) return;
+    const now = performance.now();
+    const box = kind === "thought" ? thoughtBox(slot) : slot.node;
+    if (kind !== "thought") slot.node.className = "text";
+    const live = !done && text.length > MARKDOWN_LIVE_MAX;
+    if (live || text.length > MARKDOWN_MAX) {
+      if (!slot.plain || slot.plainSize > text.length) {
+        slot.plain = el("pre", "plain");
+        box.replaceChildren(slot.plain);
+        slot.plainSize = 0;
+      }
+      slot.plain.append(document.createTextNode(text.slice(slot.plainSize)));
+      slot.plainSize = text.length;
+    } else {
+      if (!done && now - slot.markdownAt < MARKDOWN_EVERY_MS && slot.size >= 0) {
+        setTimeout(() => { dirty.streamed.add(slot.node.closest(".msg")?.dataset.id); schedule(); }, MARKDOWN_EVERY_MS);
+        return;
+      }
+      slot.plain = null;
+      box.replaceChildren(window.deckMarkdown.render(text));
+      slot.markdownAt = now;
+    }
+    slot.size = text.length;
+    slot.done = done;
+  }
+
+  function thoughtBox(slot) {
+    if (!slot.thought) {
+      slot.node.className = "thought";
+      const details = el("details");
+      details.open = true;
+      details.append(el("summary", "", "thinking"));
+      slot.thought = el("div", "text");
+      details.append(slot.thought);
+      slot.node.replaceChildren(details);
+    }
+    return slot.thought;
+  }
+
+  function drawPlan(slot, part) {
+    slot.node.className = "";
+    const list = el("ul", "plan");
+    for (const entry of part.entries || []) list.append(el("li", entry.status || "", entry.content || ""));
+    slot.node.replaceChildren(list);
+  }
+
+  function drawTool(slot, part, agent) {
+    slot.node.className = "tool";
+    const head = el("div");
+    head.append(el("span", "title", part.title || part.kind || "tool call"), el("span", "status " + (part.status || ""), part.status || ""));
+    const nodes = [head];
+    for (const loc of part.locations || []) nodes.push(el("div", "snippet", loc.path + (loc.line ? ":" + loc.line : "")));
+    for (const diff of part.diffs || []) nodes.push(diffBlock(diff));
+    for (const term of part.terminals || []) {
+      const live = state.terminals.get(agent + "\u0000" + term.terminalId) || "";
+      const output = live.length > (term.output || "").length ? live : term.output || "";
+      const pre = el("pre", "terminal", output || "…");
+      nodes.push(pre);
+      if (term.exitStatus) nodes.push(el("div", "snippet", `exit ${term.exitStatus.exitCode ?? term.exitStatus.signal}`));
+    }
+    if (part.output) nodes.push(el("pre", "output", String(part.output).slice(-20000)));
+    slot.node.replaceChildren(...nodes);
+  }
+
+  function diffBlock(diff) {
+    const pre = el("pre", "diff");
+    pre.append(el("span", "file", (diff.newFile ? "new file " : "") + diff.path));
+    for (const [sign, line] of lineDiff(diff.oldText || "", diff.newText || "")) {
+      pre.append(el("span", sign === "+" ? "add" : sign === "-" ? "del" : "", sign + " " + line + "\n"));
+    }
+    return pre;
+  }
+
+  // The lines removed and added (a longest common subsequence, for diffs of a sensible size).
+  function lineDiff(a, b) {
+    const x = a ? a.replace(/\n$/, "").split("\n") : [];
+    const y = b ? b.replace(/\n$/, "").split("\n") : [];
+    if (x.length * y.length > 400000) return [...x.map((l) => ["-", l]), ...y.map((l) => ["+", l])];
+    const n = x.length, m = y.length;
+    const t = Array.from({ length: n + 1 }, () => new Uint32Array(m + 1));
+    for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--) t[i][j] = x[i] === y[j] ? t[i + 1][j + 1] + 1 : Math.max(t[i + 1][j], t[i][j + 1]);
+    const out = [];
+    let i = 0, j = 0;
+    while (i < n && j < m) {
+      if (x[i] === y[j]) { out.push([" ", x[i]]); i++; j++; }
+      else if (t[i + 1][j] >= t[i][j + 1]) out.push(["-", x[i++]]);
+      else out.push(["+", y[j++]]);
+    }
+    while (i < n) out.push(["-", x[i++]]);
+    while (j < m) out.push(["+", y[j++]]);
+    return out;
+  }
+
+  function nearBottom() {
+    const tab = $("tab-chat");
+    return tab.scrollHeight - tab.scrollTop - tab.clientHeight < 80;
+  }
+
+  function scrollDown() {
+    const tab = $("tab-chat");
+    tab.scrollTop = tab.scrollHeight;
+  }
+
+  // -- permission requests and questions ---------------------------------------------------------
+
+  let asking = null;
+
+  function oldestWaiting(agent) {
+    for (const p of state.pending.values()) if (!agent || p.agent === agent) return p;
+    return null;
+  }
+
+  function drawAsk() {
+    const dialog = $("ask");
+    if (asking && !state.pending.has(asking)) {
+      asking = null;
+      if (dialog.open) dialog.close();
+    }
+    if (asking) return;
+    const next = oldestWaiting(state.selected);
+    if (!next) return;
+    asking = next.id;
+    if (next.kind === "permission") askPermission(next);
+    else askQuestion(next);
+    if (!dialog.open) dialog.showModal();
+  }
+
+  function askPermission(p) {
+    const tool = p.toolCall || {};
+    $("ask-title").textContent = `${p.agent} asks: ${tool.title || tool.kind || "permission"}`;
+    const body = $("ask-body");
+    body.replaceChildren();
+    for (const diff of tool.diffs || []) body.append(diffBlock(diff));
+    if (tool.input && !(tool.diffs || []).length) body.append(el("pre", "", String(tool.input).slice(0, 4000)));
+    const options = $("ask-options");
+    options.replaceChildren();
+    for (const option of p.options || []) {
+      const b = el("button", option.kind && option.kind.startsWith("allow") ? "primary" : "", option.name || option.optionId);
+      b.type = "button";
+      b.dataset.option = option.optionId;
+      b.onclick = () => act("ChatService.AnswerPermission", { id: p.id, optionId: option.optionId }).catch(() => {});
+      options.append(b);
+    }
+    options.append(laterButton());
+  }
+
+  function askQuestion(q) {
+    $("ask-title").textContent = `${q.agent} asks`;
+    const body = $("ask-body");
+    body.replaceChildren(el("p", "", q.message || ""));
+    const props = (q.schema && q.schema.properties) || {};
+    const fields = [];
+    for (const [name, spec] of Object.entries(props)) {
+      const label = el("label", "", spec.title || name);
+      let input;
+      const choices = spec.enum || (spec.oneOf || []).map((o) => o.const);
+      if (choices && choices.length) {
+        input = el("select");
+        for (const c of choices) input.append(Object.assign(el("option", "", String(c)), { value: String(c) }));
+      } else if (spec.type === "boolean") {
+        input = Object.assign(el("input"), { type: "checkbox", checked: !!spec.default });
+      } else {
+        input = Object.assign(el("input"), { type: spec.type === "number" || spec.type === "integer" ? "number" : "text" });
+        if (spec.default !== undefined) input.value = spec.default;
+      }
+      input.name = name;
+      label.append(input);
+      body.append(label);
+      fields.push([name, spec, input]);
+    }
+    const options = $("ask-options");
+    const answer = el("button", "primary", "Answer");
+    answer.type = "button";
+    answer.onclick = () => {
+      const values = {};
+      for (const [name, spec, input] of fields) {
+        if (spec.type === "boolean") values[name] = input.checked;
+        else if (spec.type === "number" || spec.type === "integer") values[name] = Number(input.value);
+        else values[name] = input.value;
+      }
+      act("ChatService.AnswerQuestion", { id: q.id, values }).catch(() => {});
+    };
+    const decline = el("button", "", "Decline");
+    decline.type = "button";
+    decline.onclick = () => act("ChatService.AnswerQuestion", { id: q.id, values: null }).catch(() => {});
+    options.replaceChildren(answer, decline, laterButton());
+  }
+
+  function laterButton() {
+    const later = el("button", "quiet", "Later");
+    later.type = "button";
+    later.onclick = () => { $("ask").close(); };
+    return later;
+  }
+
+  // -- the other tabs ----------------------------------------------------------------------------
+
+  function showTab(name) {
+    state.tab = name;
+    for (const b of document.querySelectorAll("[data-tab]")) b.setAttribute("aria-selected", String(b.dataset.tab === name));
+    for (const t of ["chat", "history", "worktree", "usage"]) $("tab-" + t).hidden = t !== name;
+    $("composer").hidden = name !== "chat";
+    if (name === "history") showHistory();
+    if (name === "worktree") showWorktree();
+    if (name === "usage") refreshUsage(true);
+    if (name === "chat") scrollDown();
+  }
+
+  function showHistory() {
+    const box = $("history");
+    box.replaceChildren(el("div", "empty", "Loading…"));
+    call("ChatService.History", { agent: state.selected, limit: 50 }).then((rows) => {
+      box.replaceChildren();
+      if (!rows.length) box.append(el("div", "empty", "No stored conversation for this agent."));
+      const list = el("div", "list");
+      for (const row of rows) {
+        const item = el("div", "item");
+        item.append(el("div", "", row.title || "(untitled)"), el("div", "snippet", `${row.messages} messages · ${row.updatedAt}`));
+        const open = el("button", "", "Open");
+        open.onclick = () => act("ChatService.OpenConversation", { id: row.id }).then(() => showTab("chat"), () => {});
+        item.append(open);
+        list.append(item);
+      }
+      box.append(list);
+    }, (e) => box.replaceChildren(el("div", "empty", e.message)));
+  }
+
+  function search(query) {
+    const box = $("history");
+    call("ChatService.Search", { query, limit: 50 }).then((rows) => {
+      box.replaceChildren();
+      if (!rows.length) box.append(el("div", "empty", `Nothing found for “${query}”.`));
+      const list = el("div", "list");
+      for (const row of rows) {
+        const item = el("div", "item");
+        item.append(el("div", "", `${row.agent} · ${row.role} · ${row.at}`), el("div", "snippet", row.snippet));
+        const open = el("button", "", "Open");
+        open.onclick = () => act("ChatService.OpenConversation", { id: row.conversationId }).then(() => { select(row.agent); showTab("chat"); }, () => {});
+        item.append(open);
+        list.append(item);
+      }
+      box.append(list);
+    }, (e) => box.replaceChildren(el("div", "empty", e.message)));
+  }
+
+  function showWorktree() {
+    const box = $("worktree");
+    const agent = state.selected;
+    call("WorktreeService.Diff", { agent }).then((diff) => {
+      const pre = el("pre", "diff");
+      for (const line of String(diff).split("\n")) {
+        const cls = line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff ") ? "file" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : line.startsWith("@@") ? "hunk" : "";
+        pre.append(el("span", cls, line + "\n"));
+      }
+      box.replaceChildren(diff ? pre : el("div", "empty", "No changes in this agent's worktree."));
+    }, (e) => box.replaceChildren(el("div", "empty", e.message)));
+  }
+
+  let usageTimer = null;
+  function usageSoon() {
+    if (!usageTimer) usageTimer = setTimeout(() => { usageTimer = null; refreshUsage(); }, 1000);
+  }
+
+  function refreshUsage(show) {
+    call("DeckService.Usage").then((usage) => {
+      state.usage = usage;
+      const total = Object.entries(usage.total || {}).map(([c, a]) => money({ amount: a, currency: c })).join(" + ");
+      $("spent").textContent = total ? `spent ${total}` : "";
+      if (show || state.tab === "usage") drawUsage(usage);
+    }, () => {});
+  }
+
+  function drawUsage(usage) {
+    const table = el("table", "usage");
+    const head = el("tr");
+    for (const h of ["agent", "context", "conversation", "today"]) head.append(el("th", "", h));
+    table.append(head);
+    for (const [name, row] of Object.entries(usage.agents || {})) {
+      const tr = el("tr");
+      const today = Object.entries(row.today || {}).map(([c, a]) => money({ amount: a, currency: c })).join(" + ");
+      tr.append(
+        el("td", "", name),
+        el("td", "", row.size ? `${row.used} / ${row.size}` : "—"),
+        el("td", "", row.cost ? money(row.cost) : "cost unknown"),
+        el("td", "", today || "—"),
+      );
+      table.append(tr);
+    }
+    const box = $("usage");
+    box.replaceChildren(table);
+    if ((usage.notCounted || []).length) box.append(el("p", "snippet", `Not counted (they report no cost): ${usage.notCounted.join(", ")}`));
+  }
+
+  // -- what the user does ------------------------------------------------------------------------
+
+  function select(name) {
+    if (name === state.selected) return;
+    state.selected = name;
+    asking = null;
+    if ($("ask").open) $("ask").close();
+    dirty.all = true;
+    schedule();
+    if (state.tab !== "chat") showTab(state.tab);
+  }
+
+  function send() {
+    const box = $("prompt");
+    const text = box.value;
+    if (!text.trim() || !state.selected) return;
+    act("ChatService.Send", { agent: state.selected, text }).then(() => { box.value = ""; }, () => {});
+  }
+
+  function toast(text, kind) {
+    const node = el("div", "toast" + (kind ? " " + kind : ""), text);
+    $("toasts").append(node);
+    setTimeout(() => node.remove(), 6000);
+  }
+
+  function wire() {
+    $("composer").onsubmit = (e) => { e.preventDefault(); send(); };
+    $("prompt").onkeydown = (e) => {
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
+    };
+    $("cancel").onclick = () => act("ChatService.Cancel", { agent: state.selected }).catch(() => {});
+    const actions = { start: "AgentService.Start", stop: "AgentService.Stop", restart: "AgentService.Restart" };
+    for (const b of document.querySelectorAll("#agent-head [data-act]")) {
+      b.onclick = () => {
+        if (b.dataset.act === "new") act("ChatService.NewConversation", { agent: state.selected }).catch(() => {});
+        else act(actions[b.dataset.act], { name: state.selected }).catch(() => {});
+      };
+    }
+    for (const b of document.querySelectorAll("[data-tab]")) b.onclick = () => showTab(b.dataset.tab);
+    $("inbox").onclick = () => {
+      const next = oldestWaiting(null);
+      if (!next) return;
+      select(next.agent);
+      showTab("chat");
+      asking = null;
+      dirty.ask = true;
+      schedule();
+    };
+    $("search-form").onsubmit = (e) => {
+      e.preventDefault();
+      const query = $("search").value.trim();
+      if (query) search(query);
+      else showHistory();
+    };
+    $("wt-refresh").onclick = showWorktree;
+    $("wt-merge").onclick = () => {
+      if (!confirm(`Merge ${state.selected}'s worktree into its base branch?`)) return;
+      act("WorktreeService.Merge", { agent: state.selected }).then((r) => { toast(`merged ${r.files} file(s) into ${r.base}`, "info"); showWorktree(); }, () => {});
+    };
+    const notify = $("notify");
+    notify.hidden = !window.Notification || Notification.permission === "granted";
+    notify.onclick = () => Notification.requestPermission().then((p) => { notify.hidden = p === "granted"; });
+    $("ask").addEventListener("close", () => { /* "Later": asked again when it comes back to this agent */ });
+    document.addEventListener("visibilitychange", () => { if (!document.hidden) schedule(); });
+  }
+
+  wire();
+  connect();
+  // For the tests and the benchmark: what the page holds, its socket, how often it drew.
+  window.deckPage = { state, call, socket: () => ws, draws: () => draws };
+})();
