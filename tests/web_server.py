@@ -78,7 +78,7 @@ class WebSocketClient:
                 break
             async with self._changed:
                 self.messages.append(message.data)
-                self.lines.append(json.loads(message.data))
+                self.lines += [json.loads(line) for line in message.data.splitlines()]
                 self._changed.notify_all()
         async with self._changed:
             self._changed.notify_all()

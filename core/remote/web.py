@@ -49,6 +49,9 @@ log = logging.getLogger("deck.remote.server")
 #: The subprotocol the page speaks, and the prefix of the one that carries its token.
 PROTOCOL = "deck"
 TOKEN_PROTOCOL = "deck.token."
+#: Offered beside PROTOCOL, a client takes the lines in batches: each message holds the lines
+#: written together (each ended by a newline, as on the socket); else each message is one line.
+BATCHES = "deck.lines"
 #: The largest message a client may send (a request line); past it the WebSocket is closed (1009).
 MAX_MESSAGE = 16 * 1024 * 1024
 #: What every answer says to the browser: only the page's own files run, nothing inline, no framing.
@@ -154,24 +157,34 @@ def text_frames(data: bytes) -> bytes:
     """Wire lines (each ended by a newline) as WebSocket text frames from the server, one per line."""
     out = []
     for line in data.split(b"\n")[:-1]:
-        size = len(line)
-        if size < 126:
-            out.append(b"\x81" + bytes((size,)))
-        elif size < 65536:
-            out.append(b"\x81\x7e" + struct.pack("!H", size))
-        else:
-            out.append(b"\x81\x7f" + struct.pack("!Q", size))
-        out.append(line)
+        out += (_header(len(line)), line)
     return b"".join(out)
+
+
+def text_frame(data: bytes) -> bytes:
+    """`data` as one WebSocket text frame from the server (never masked)."""
+    return _header(len(data)) + data
+
+
+def _header(size: int) -> bytes:
+    if size < 126:
+        return b"\x81" + bytes((size,))
+    if size < 65536:
+        return b"\x81\x7e" + struct.pack("!H", size)
+    return b"\x81\x7f" + struct.pack("!Q", size)
 
 
 class WebClient(Peer):
     """One browser (or script) on `/ws`: each text message it sends holds request lines; each line of
     the wire goes back as one text message, written straight to its transport, never waited for."""
 
-    def __init__(self, server: ServerFrontend, web: WebServer, id: int, ws: web.WebSocketResponse, request: web.Request) -> None:
+    def __init__(
+        self, server: ServerFrontend, web: WebServer, id: int, ws: web.WebSocketResponse, request: web.Request, *, batches: bool
+    ) -> None:
         super().__init__(server, id)
         self.web = web
+        #: The lines written together go as one message (the client offered BATCHES).
+        self.batches = batches
         self.ws = ws
         self.transport = request.transport
         self.address = request.remote or "?"
@@ -182,7 +195,7 @@ class WebClient(Peer):
         self.reader = RequestReader(server.client, self.respond)
 
     def framed(self, data: bytes) -> bytes:
-        return self.web.frames(data)
+        return self.web.frames(data, self.batches)
 
     def who(self) -> str:
         return f"web {self.address}"
@@ -221,14 +234,16 @@ class WebServer:
         self.token = token
         self.tasks: set[asyncio.Task[Any]] = set()
         self.files = _page_files()
-        self._frames: tuple[bytes, bytes] = (b"", b"")
+        self._frames: dict[bool, tuple[bytes, bytes]] = {False: (b"", b""), True: (b"", b"")}
         self._runner: web.AppRunner | None = None
 
-    def frames(self, data: bytes) -> bytes:
-        """`data` as WebSocket frames, made once for every browser the same bytes go to."""
-        if self._frames[0] is not data:
-            self._frames = (data, text_frames(data))
-        return self._frames[1]
+    def frames(self, data: bytes, batches: bool) -> bytes:
+        """`data` as WebSocket frames (one per line, or one for all with `batches`), made once for every
+        client the same bytes go to."""
+        made = self._frames[batches]
+        if made[0] is not data:
+            made = self._frames[batches] = (data, text_frame(data) if batches else text_frames(data))
+        return made[1]
 
     async def start(self) -> None:
         app = web.Application(middlewares=[self._guard], client_max_size=64 * 1024)
@@ -288,7 +303,7 @@ class WebServer:
             protocols=(PROTOCOL,) if PROTOCOL in offered else (), max_msg_size=MAX_MESSAGE, heartbeat=30.0, compress=False
         )
         await ws.prepare(request)
-        client = WebClient(self.frontend, self, self.frontend.next_id(), ws, request)
+        client = WebClient(self.frontend, self, self.frontend.next_id(), ws, request, batches=BATCHES in offered)
         self.frontend.attach(client)
         await client.serve()
         return ws

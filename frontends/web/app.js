@@ -48,7 +48,8 @@
     }
     link("connecting…");
     const scheme = location.protocol === "https:" ? "wss" : "ws";
-    ws = new WebSocket(`${scheme}://${location.host}/ws`, ["deck", "deck.token." + secret]);
+    // "deck.lines": the lines written together come as one message (fewer messages, the same lines).
+    ws = new WebSocket(`${scheme}://${location.host}/ws`, ["deck", "deck.lines", "deck.token." + secret]);
     synced = false;
     early = [];
     ws.onopen = () => {

@@ -34,6 +34,9 @@ Benchmarks and targets:
                 agents stream 500 chunks/s each: deck's RSS growth ≤ 40 MB; their p99 chunk latency
                 is measured beside the same run without the flood ("quiet") and with the same flood
                 outside deck, read at the pace deck reads it ("outside": what it costs the machine)
+    web         the socket's prompt to an attached jsonl client while a headless Chromium shows the
+                web page (scripts/bench/web.py): the client's time ÷ without the browser ≤ 1.2; the
+                server's CPU with the browser ÷ without (≤ 1.3) and the page's first paint (≤ 1 s) beside it
 
 `--base PYTHON` also runs the throughput with the deck that PYTHON imports (another checkout
 installed in its own venv: `git worktree add /tmp/base REV && python -m venv /tmp/base-venv &&
@@ -657,6 +660,7 @@ BENCHES = {
     "socket": (bench_socket, ("socket", "floor", 1.6)),
     "clients": (bench_clients, ("4 clients s", "1 client s", 1.5)),
     "flood": (bench_flood, ("RSS growth MB", None, 40.0)),
+    "web": (lambda rounds: __import__("web").bench_web(rounds), ("terminal+web s", "terminal s", 1.2)),
 }
 #: Ratios printed for information: (measure, peer it is compared with).
 RATIOS = {
@@ -672,6 +676,7 @@ RATIOS = {
     "socket": [("deck run", "floor"), ("socket", "deck run")],
     "send": [("deck send", "acpx exec"), ("deck send MB", "acpx exec MB")],
     "flood": [("p99 ms", "quiet p99 ms"), ("p99 ms", "outside p99 ms")],
+    "web": [("server+web cpu s", "server cpu s")],
 }
 SLOW = {"idle", "stop"}
 

@@ -503,7 +503,8 @@ async def test_a_loaded_session_is_titled_by_its_whole_first_user_message(make_d
 
 
 def test_a_session_list_entry_is_taken_only_as_far_as_it_makes_sense() -> None:
-    from deck.agent.listing import MAX_SESSION_STRING, session_info as _session_info
+    from deck.agent.listing import MAX_SESSION_STRING
+    from deck.agent.listing import session_info as _session_info
 
     good = {"sessionId": "s1", "cwd": "/w", "title": "t" * 500, "updatedAt": "2026-01-01T00:00:00Z", "_meta": {"x": 1}}
     assert _session_info(good) == {"sessionId": "s1", "cwd": "/w", "title": "t" * MAX_SESSION_STRING,

@@ -34,11 +34,14 @@ def served(tmp_path: Path, runtime: Path) -> Iterator[WebServe]:  # noqa: F811
     server.stop()
 
 
-async def connect(server: WebServe, *, via: str = "protocol", token: str | None = None, **headers: str) -> WebSocketClient:
-    """A WebSocket client of `server`, the token given `via` a subprotocol, a bearer or the query."""
+async def connect(
+    server: WebServe, *, via: str = "protocol", token: str | None = None, batches: bool = False, **headers: str
+) -> WebSocketClient:
+    """A WebSocket client of `server`, the token given `via` a subprotocol, a bearer or the query; with
+    `batches`, it takes the lines written together as one message ("deck.lines", as the page does)."""
     token = server.token if token is None else token
     session = aiohttp.ClientSession()
-    url, protocols = server.ws_url, ["deck"]
+    url, protocols = server.ws_url, ["deck", *(["deck.lines"] if batches else [])]
     if via == "protocol":
         protocols.append("deck.token." + token)
     elif via == "bearer":
@@ -207,6 +210,22 @@ async def test_each_line_of_the_wire_is_one_message_and_a_browser_and_a_terminal
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     await done(browser)
     terminal.close()
+
+
+@pytest.mark.anyio
+async def test_a_client_that_offers_deck_lines_gets_the_same_lines_in_fewer_messages(served: WebServe) -> None:
+    one = await connect(served)
+    batched = await connect(served, batches=True)
+    assert batched.ws.protocol == "deck"
+    await one.call("ChatService.Send", {"agent": "a", "text": "stream 3000"})
+    last = await one.event("turn:changed", agent="a", busy=False)
+    await batched.wait(lambda lines: any(x.get("seq") == last["seq"] for x in lines))
+    events = [x for x in one.lines if "event" in x and x["seq"] > 0]
+    assert [x for x in batched.lines if "event" in x and x["seq"] >= events[0]["seq"] and x["seq"] <= last["seq"]] == events
+    assert all(m.endswith("\n") for m in batched.messages)  # whole lines, each ended as on the socket
+    assert len(batched.messages) < len(one.messages) / 2  # the 3000 chunks came a batch at a time
+    await done(one)
+    await done(batched)
 
 
 @pytest.mark.anyio
