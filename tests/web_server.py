@@ -55,7 +55,9 @@ class WebServe:
         if self.popen.poll() is None:
             self.popen.terminate()
         try:
-            return self.popen.wait(30)
+            return self.popen.wait(60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the server did not stop in 60 s: {self.stderr.decode(errors='replace')}") from None
         finally:
             if self.popen.stdout is not None:
                 self.popen.stdout.close()

@@ -363,6 +363,8 @@ class ServerFrontend(Frontend):
         finally:
             server.close()
             self.listening.close()  # no new client from now on
+            if self.web is not None:
+                self.web.closing = True
             log.info("deck server %s stopping", self.listening.name)
             try:
                 await self.client.close()  # every agent stops; the clients see their last states

@@ -236,6 +236,8 @@ class WebServer:
         self.files = _page_files()
         self._frames: dict[bool, tuple[bytes, bytes]] = {False: (b"", b""), True: (b"", b"")}
         self._runner: web.AppRunner | None = None
+        #: The server is ending: a browser that reconnects meanwhile is told so, and not attached.
+        self.closing = False
 
     def frames(self, data: bytes, batches: bool) -> bytes:
         """`data` as WebSocket frames (one per line, or one for all with `batches`), made once for every
@@ -293,6 +295,8 @@ class WebServer:
         return None
 
     async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        if self.closing:
+            return web.Response(status=503, text="the deck server is stopping\n")
         refused = self.refusal(request)
         if refused is not None:
             status, text = refused

@@ -39,6 +39,7 @@
   let synced = false;
   let early = [];
   let retry = 500;
+  let failures = 0; // connections closed before they opened: a wrong token (a server started again), or no server
 
   function connect() {
     const secret = token();
@@ -54,6 +55,7 @@
     early = [];
     ws.onopen = () => {
       retry = 500;
+      failures = -1;
       call("DeckService.Snapshot").then(resync, (e) => toast(e.message));
     };
     ws.onmessage = (m) => {
@@ -62,7 +64,9 @@
     ws.onclose = () => {
       for (const [, pending] of calls) pending.reject(new Error("connection lost"));
       calls.clear();
-      link(`reconnecting in ${Math.round(retry / 100) / 10} s…`, "down");
+      failures = failures < 0 ? 0 : failures + 1;
+      const why = failures >= 3 ? "refused or unreachable: if the server was started again, open the address `deck web` prints; " : "";
+      link(`${why}reconnecting in ${Math.round(retry / 100) / 10} s…`, "down");
       setTimeout(connect, retry);
       retry = Math.min(retry * 2, 8000);
     };
@@ -725,8 +729,11 @@
 
   function wire() {
     $("composer").onsubmit = (e) => { e.preventDefault(); send(); };
+    // On a touch screen Enter is a new line (there is no Shift to hold): the Send button sends.
+    const touch = matchMedia("(pointer: coarse)").matches;
+    if (touch) $("prompt").placeholder = "Message the agent";
     $("prompt").onkeydown = (e) => {
-      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
+      if (e.key === "Enter" && !e.shiftKey && !e.isComposing && !touch) { e.preventDefault(); send(); }
     };
     $("cancel").onclick = () => act("ChatService.Cancel", { agent: state.selected }).catch(() => {});
     const actions = { start: "AgentService.Start", stop: "AgentService.Stop", restart: "AgentService.Restart" };

@@ -198,11 +198,16 @@ def test_the_phone_size_has_no_horizontal_scrolling(browser: Any, served: WebSer
     phone.set_default_timeout(20000)
     try:
         opened(phone, served)
-        say(phone, "big 3000")  # one word of 3000 characters
+        phone.fill("#prompt", "big 3000")  # one word of 3000 characters
+        phone.press("#prompt", "Enter")  # on a touch screen, a new line: Send sends
+        assert phone.input_value("#prompt") == "big 3000\n"
+        phone.tap("#send")
         phone.wait_for_function("() => document.querySelectorAll('.msg.agent.done').length === 1")
-        say(phone, "```\n" + "code " * 200 + "\n```")
+        phone.fill("#prompt", "```\n" + "code " * 200 + "\n```")
+        phone.tap("#send")
         phone.wait_for_function("() => document.querySelectorAll('.msg.agent.done').length === 2")
-        say(phone, "perm")
+        phone.fill("#prompt", "perm")
+        phone.tap("#send")
         phone.wait_for_selector("#ask[open]")
         widths = phone.evaluate("[document.documentElement.scrollWidth, document.body.scrollWidth, innerWidth]")
         assert widths[0] <= 390 and widths[1] <= 390, widths
@@ -262,3 +267,50 @@ def test_a_200000_chunk_answer_is_drawn_a_frame_at_a_time(page: Any, served: Web
     assert text.count(" c") >= 199990  # every chunk, once
     draws = page.evaluate("deckPage.draws()")
     assert draws < 5000, draws  # coalesced: not one draw per chunk
+
+
+def test_a_commands_live_output_is_shown_on_its_tool_call(page: Any, tmp_path: Path, runtime: Path) -> None:  # noqa: F811
+    """An agent runs a command through deck's terminal/* and embeds it in a tool call: the page shows its
+    output as it comes, then how it ended."""
+    import sys
+
+    from tests.conftest import AGENTS
+    from tests.deck_process import DECK  # noqa: F401 (the same interpreter runs the agent)
+
+    agent = f'[agents.t]\ncommand = {json.dumps([sys.executable, str(AGENTS / "terminal_agent.py")])}\ncwd = {json.dumps(str(tmp_path))}\n'
+    server = WebServe(write_config(tmp_path / "deck.toml", agent))
+    code = "import time\nfor i in range(4):\n    print('tick', i, flush=True)\n    time.sleep(0.3)\n"
+    steps = [
+        ["terminal/create", {"command": sys.executable, "args": ["-c", code]}, "t"],
+        ["tool", {"id": "run1", "terminal": "$t", "status": "in_progress"}],
+        ["terminal/wait_for_exit", {"terminalId": "$t"}],
+        ["tool", {"id": "run1", "terminal": "$t", "status": "completed"}],
+    ]
+    try:
+        opened(page, server)
+        say(page, json.dumps({"steps": steps}))
+        page.wait_for_function("() => [...document.querySelectorAll('.tool pre.terminal')].some(p => p.innerText.includes('tick 1'))")
+        page.wait_for_function("() => [...document.querySelectorAll('.tool pre.terminal')].some(p => p.innerText.includes('tick 3'))")
+        page.wait_for_selector(".tool .snippet:text('exit 0')")
+        assert page.locator(".tool .status.completed").count() == 1
+    finally:
+        server.stop()
+
+
+def test_a_request_in_a_tab_out_of_sight_is_a_browser_notification(browser: Any, served: WebServe, terminal: Raw) -> None:  # noqa: F811
+    """With the user's leave (Notification.permission granted) and the tab hidden, a permission request shows one."""
+    context = browser.new_context()
+    context.add_init_script(
+        "Object.defineProperty(document, 'hidden', { get: () => true });"
+        "window.shown = [];"
+        "window.Notification = class { constructor(title, options) { window.shown.push([title, options.body]); }"
+        " static get permission() { return 'granted'; } static requestPermission() { return Promise.resolve('granted'); } };"
+    )  # the browser's own Notification and visibility, as a user who allowed it and looks elsewhere
+    tab = context.new_page()
+    try:
+        opened(tab, served)
+        terminal.call("ChatService.Send", {"agent": "a", "text": "perm"})
+        tab.wait_for_function("() => window.shown.length > 0")
+        assert tab.evaluate("window.shown") == [["a needs you", "Edit file"]]
+    finally:
+        context.close()

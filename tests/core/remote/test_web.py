@@ -12,6 +12,7 @@ import os
 import socket
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -198,8 +199,10 @@ async def test_each_line_of_the_wire_is_one_message_and_a_browser_and_a_terminal
     asked = await browser.event("permission:requested", agent="a")
     terminal.wait_for(lambda lines: any(x.get("event") == "permission:requested" for x in lines))
     assert await browser.call("ChatService.AnswerPermission", {"id": asked["id"], "optionId": "yes"})
-    last = await browser.event("turn:changed", agent="a", busy=False, queued=0)
-    seen = terminal.wait_for(lambda lines: [x for x in lines if x.get("seq") == last["seq"]] and lines)
+    [last] = await browser.wait(
+        lambda lines: [x for x in lines if x.get("event") == "turn:changed" and not x["busy"] and x["seq"] > asked["seq"]]
+    )  # the end of the permission's turn
+    seen = list(terminal.wait_for(lambda lines: [x for x in lines if x.get("seq") == last["seq"]] and lines))
     assert [x for x in seen if "event" in x and x["seq"] > 0 and x["seq"] <= last["seq"] and x["seq"] >= browser.lines[0]["seq"]] == [
         x for x in browser.lines if "event" in x and x["seq"] <= last["seq"]
     ]
@@ -220,7 +223,7 @@ async def test_a_client_that_offers_deck_lines_gets_the_same_lines_in_fewer_mess
     await one.call("ChatService.Send", {"agent": "a", "text": "stream 3000"})
     last = await one.event("turn:changed", agent="a", busy=False)
     await batched.wait(lambda lines: any(x.get("seq") == last["seq"] for x in lines))
-    events = [x for x in one.lines if "event" in x and x["seq"] > 0]
+    events = [x for x in one.lines if "event" in x and 0 < x["seq"] <= last["seq"]]
     assert [x for x in batched.lines if "event" in x and x["seq"] >= events[0]["seq"] and x["seq"] <= last["seq"]] == events
     assert all(m.endswith("\n") for m in batched.messages)  # whole lines, each ended as on the socket
     assert len(batched.messages) < len(one.messages) / 2  # the 3000 chunks came a batch at a time
@@ -397,3 +400,14 @@ def test_deck_web_says_when_no_server_or_no_page_is_there(tmp_path: Path, runtim
 def test_deck_ls_shows_the_page_without_its_token(served: WebServe) -> None:
     listed = json.loads(subprocess.run([*DECK, "ls", "--json"], capture_output=True, text=True, timeout=30).stdout)
     assert [s["web"] for s in listed] == [served.base] and served.token not in json.dumps(listed)
+
+
+def test_deck_web_open_hands_the_address_to_the_users_browser(served: WebServe, tmp_path: Path) -> None:
+    """`--open` starts the browser $BROWSER names (as Python's webbrowser does) with the address, token included."""
+    got = tmp_path / "opened"
+    opener = tmp_path / "opener.py"
+    opener.write_text(f"import sys, pathlib\npathlib.Path({str(got)!r}).write_text(sys.argv[1])\n")
+    env = {**os.environ, "BROWSER": f"{sys.executable} {opener} %s"}
+    result = subprocess.run([*DECK, "web", served.name, "--open"], capture_output=True, text=True, timeout=30, env=env)
+    assert result.returncode == 0 and result.stdout.strip() == served.url
+    assert got.read_text() == served.url
