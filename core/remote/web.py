@@ -155,7 +155,7 @@ def make_token(directory: int, name: str) -> str:
 
 def text_frames(data: bytes) -> bytes:
     """Wire lines (each ended by a newline) as WebSocket text frames from the server, one per line."""
-    out = []
+    out: list[bytes] = []
     for line in data.split(b"\n")[:-1]:
         out += (_header(len(line)), line)
     return b"".join(out)
