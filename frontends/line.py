@@ -49,7 +49,7 @@ from deck.plugins.budget.events import BudgetReached
 from deck.plugins.notify.events import NotifySent
 from deck.plugins.worktrees.events import WorktreeOverlap
 from deck.states import AgentState
-from deck.tty import alert, printable, sgr_spans, terminal_text
+from deck.tty import alert, one_line, printable, sgr_spans, terminal_text
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -92,6 +92,9 @@ COMMANDS = (
     ("/history [AGENT]", "the stored conversations, newest first: id, title, last update, messages"),
     ("/search WORDS", "the stored messages holding every word (word* for a prefix)"),
     ("/new [AGENT]", "a new conversation for the agent (the old one stays in the history)"),
+    ("/queue", "the current agent's messages waiting to be sent, numbered"),
+    ("/unqueue N", "take message N out of the queue: it is not sent"),
+    ("/edit N TEXT", "replace the text of queued message N"),
     ("/open ID", "make stored conversation ID its agent's current one"),
     ("/diff [AGENT]", "its worktree's work as a diff against its base branch (worktree = true)"),
     ("/merge [AGENT]", "merge its worktree's work into its base branch"),
@@ -738,6 +741,15 @@ class LineFrontend(Frontend):
                 return
             self.current = agent
             self._spawn(self.client.call("ChatService.NewConversation", {"agent": agent}), agent)
+        elif name in ("queue", "unqueue", "edit"):
+            if self.current is None:
+                self.error(DECK, "there is no agent in the config")
+                return
+            number, _, text = line[len(name) + 1 :].strip().partition(" ")
+            if name != "queue" and not number.isdigit():
+                self.error(DECK, f"/{name} N{' TEXT' if name == 'edit' else ''}: N is the message's number in /queue")
+                return
+            self._spawn(self._queue(self.current, name, int(number) if number.isdigit() else 0, text), self.current)
         elif name == "open":
             if len(args) != 1:
                 self.error(DECK, "/open ID: the id of a conversation that /history lists")
@@ -866,6 +878,26 @@ class LineFrontend(Frontend):
             count = f"{row['messages']} message{'' if row['messages'] == 1 else 's'}"
             title = " ".join((row["title"] or "").split())
             self.emit(row["agent"], f"{row['id']}  {_local(row['updatedAt'])}  {count}  {title}")
+
+    async def _queue(self, agent: str, command: str, number: int, text: str) -> None:
+        """/queue, /unqueue N, /edit N TEXT: the agent's queue, numbered from 1 in the order it goes."""
+        waiting = await self.client.call("ChatService.Queue", {"agent": agent})
+        if command == "queue":
+            if not waiting:
+                self.emit(agent, "nothing waits to be sent", "dim")
+            for n, message in enumerate(waiting, 1):
+                self.emit(agent, f"{n}. {one_line(message['text'], 200)}")
+            return
+        if not 1 <= number <= len(waiting):
+            self.error(agent, f"no message {number} in the queue ({len(waiting)} waiting: /queue lists them)")
+            return
+        message_id = waiting[number - 1]["id"]
+        if command == "unqueue":
+            await self.client.call("ChatService.Unqueue", {"agent": agent, "id": message_id})
+            self.emit(agent, f"message {number} taken out of the queue: it will not be sent", "dim")
+        else:
+            await self.client.call("ChatService.EditQueued", {"agent": agent, "id": message_id, "text": text})
+            self.emit(agent, f"message {number} edited", "dim")
 
     async def _search(self, words: str) -> None:
         if not words:

@@ -308,6 +308,14 @@ class Conversation:
         message.text_for_prompt = text
         return self.add(message)
 
+    def replace_text(self, message: Message, text: str) -> None:
+        """A queued user message's text, edited before it is sent."""
+        self.size += text_size(text) - message.size
+        message.parts[:] = [TextPart("text", text)]
+        message.size = text_size(text)
+        message.text_for_prompt = text
+        self.updated(message)
+
     def add_system(self, code: str, error: str | None = None, text: str = "") -> Message:
         message = Message(self.agent, "system")
         message.code = code

@@ -34,6 +34,8 @@ QUIET_MAX = 2.0
 #: deck ends the turn as cancelled, says so in the message and the agent's log, and ignores the
 #: answer when it comes; the agent keeps running, with its session, and what is sent next goes to it.
 END_TURN_GRACE = 3.0
+#: The `error` of a message taken out of the queue before it was sent.
+REMOVED = "removed from the queue: not sent"
 
 
 class Turns:
@@ -82,6 +84,38 @@ class Turns:
         if conv.queued_count != queued:  # the turn's own end says when it stops: only the count changed
             self._changed(conv)
         return {"cancelled": cancelled, "abandoned": abandoned}
+
+    def queued(self, agent_name: str) -> list[dict[str, Any]]:
+        """The messages waiting to be sent to `agent_name`, in the order they will go."""
+        conv = self._conversations.of(self._deck.agent(agent_name).name)
+        return [{"id": m.id, "text": m.text_for_prompt, "createdAt": m.created_at} for m in conv.queue]
+
+    def unqueue(self, agent_name: str, message_id: str) -> dict[str, Any]:
+        """Take a message out of the queue before it is sent: it stays in the conversation, marked
+        removed (its `error`), and is never sent."""
+        conv, message = self._waiting(agent_name, message_id)
+        conv.queue.remove(message)
+        message.queued = False
+        message.error = REMOVED
+        conv.updated(message)
+        self._changed(conv)
+        return {"id": message.id, "queued": len(conv.queue)}
+
+    def edit_queued(self, agent_name: str, message_id: str, text: str) -> dict[str, Any]:
+        """Replace the text of a message that waits to be sent."""
+        if not text.strip():
+            raise ServiceError("empty message: remove it from the queue with ChatService.Unqueue instead")
+        conv, message = self._waiting(agent_name, message_id)
+        self._deck.hooks.before_prompt(self._deck.agent(agent_name), text)
+        conv.replace_text(message, text)
+        return {"id": message.id, "text": text}
+
+    def _waiting(self, agent_name: str, message_id: str) -> tuple[Conversation, Message]:
+        conv = self._conversations.of(self._deck.agent(agent_name).name)
+        for message in conv.queue:
+            if message.id == message_id:
+                return conv, message
+        raise ServiceError(f"{message_id} does not wait in {agent_name}'s queue: it was sent, removed, or never queued")
 
     async def drain(self) -> None:
         """Wait until every turn and queued message is done."""

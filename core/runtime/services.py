@@ -148,6 +148,21 @@ class ChatService:
     def cancel(self, agent: str) -> dict[str, Any]:
         return self.turns.cancel(agent)
 
+    @rpc("ChatService.Queue")
+    def queue(self, agent: str) -> list[dict[str, Any]]:
+        """The messages waiting to be sent to `agent`, in order: `[{id, text, createdAt}]`."""
+        return self.turns.queued(agent)
+
+    @rpc("ChatService.Unqueue")
+    def unqueue(self, agent: str, id: str) -> dict[str, Any]:
+        """Take message `id` out of `agent`'s queue: it is never sent (kept in the conversation, marked removed)."""
+        return self.turns.unqueue(agent, id)
+
+    @rpc("ChatService.EditQueued")
+    def edit_queued(self, agent: str, id: str, text: str) -> dict[str, Any]:
+        """Replace the text of message `id` while it waits in `agent`'s queue."""
+        return self.turns.edit_queued(agent, id, text)
+
     @rpc("ChatService.Pending")
     def list_pending(self) -> list[dict[str, Any]]:
         """The permission requests and questions waiting for an answer, in the order asked: each the

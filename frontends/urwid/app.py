@@ -70,7 +70,7 @@ PANEL_SHARE, PANEL_MIN, PANEL_MAX = 0.22, 18, 40
 #: The hint bar's hints in the order shown, each with its rank: the highest ranks are left out first
 #: when the screen is narrow (at 80 columns: send, agent, cancel, scroll, logs, config, quit).
 HINTS = [("hint_send", 1), ("hint_newline", 6), ("hint_agent", 2), ("hint_actions", 5), ("hint_cancel", 3),
-         ("hint_scroll", 3), ("hint_logs", 4), ("hint_config", 4), ("hint_history", 6), ("hint_diff", 6), ("hint_quit", 1)]  # fmt: skip
+         ("hint_new", 5), ("hint_scroll", 3), ("hint_logs", 4), ("hint_config", 4), ("hint_history", 6), ("hint_diff", 6), ("hint_quit", 1)]  # fmt: skip
 #: A file written at exit when set: draws and their times (time.monotonic), for scripts/bench_urwid.py.
 STATS_ENV = "DECK_URWID_STATS"
 
@@ -585,6 +585,10 @@ class ConsoleApp(Handlers):
             self.send()
         elif key == "meta enter" and self.view == "chat":
             self.edit.insert_text("\n")
+        elif key == "ctrl n":
+            self.new_conversation()
+        elif key == "up" and self.view == "chat" and not self.edit.edit_text and self._last_queued() is not None:
+            self.take_back_queued()
         else:
             return False
         return True
@@ -652,6 +656,40 @@ class ConsoleApp(Handlers):
                 raise
 
         self.spawn(sending())
+
+    def new_conversation(self) -> None:
+        """Ctrl-N: a fresh conversation for the selected agent (the old one stays in the history)."""
+        if not self.selected:
+            return
+        title = self.model.agents[self.selected].title
+        self.spawn(
+            self.client.call("ChatService.NewConversation", {"agent": self.selected}),
+            lambda _result: self.say(self.strings("new_conversation", agent=title)),
+        )
+
+    def _last_queued(self) -> Any:
+        """The selected agent's last message that waits to be sent, if any."""
+        agent = self.model.agents.get(self.selected) if self.selected else None
+        if agent is None:
+            return None
+        return next((m for m in reversed(agent.messages) if m.role == "user" and m.queued), None)
+
+    def take_back_queued(self) -> None:
+        """↑ on an empty input: the last queued message comes out of the queue into the input, to be
+        edited and sent again (or dropped)."""
+        message = self._last_queued()
+        if message is None or not self.selected:
+            return
+        text = "".join(p.text for p in message.parts if p.type == "text")
+        title = self.model.agents[self.selected].title
+
+        def taken(_result: Any) -> None:
+            if not self.edit.edit_text:
+                self.edit.set_edit_text(text)
+                self.edit.set_edit_pos(len(text))
+            self.say(self.strings("unqueued", agent=title))
+
+        self.spawn(self.client.call("ChatService.Unqueue", {"agent": self.selected, "id": message.id}), taken)
 
     def cancel_turn(self) -> None:
         if not self.selected:

@@ -184,6 +184,8 @@ class MessageRenderer:
                 head += [" ", ("warning", f"({s('queued')})")]
             if message.error == "cancelled":
                 head += [" ", ("dim", f"({s('message_cancelled')})")]
+            elif message.error:  # not sent: taken out of the queue, or the agent stopped first
+                head += [" ", ("dim", f"({message.error})")]
             out.append(Text(head))
         elif message.role == "system":
             out.append(Text(("system", f"! {s('system')}")))

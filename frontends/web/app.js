@@ -373,6 +373,7 @@
     message.parts.forEach((part, i) => drawPart(entry, i, part, message));
     for (let i = message.parts.length; i < entry.parts.length; i++) entry.parts[i].node.remove();
     entry.parts.length = Math.min(entry.parts.length, message.parts.length);
+    drawQueued(entry, message);
     let meta = entry.node.querySelector(":scope > .meta");
     const said = metaText(message);
     if (said) {
@@ -382,9 +383,30 @@
     } else if (meta) meta.remove();
   }
 
+  // A message that waits to be sent can be edited or taken out of the queue.
+  function drawQueued(entry, message) {
+    let bar = entry.node.querySelector(":scope > .queued-actions");
+    if (!(message.role === "user" && message.queued)) {
+      if (bar) bar.remove();
+      return;
+    }
+    if (bar) return;
+    bar = el("div", "actions queued-actions");
+    const edit = el("button", "", "Edit");
+    edit.onclick = () => {
+      const text = prompt("The message, before it is sent:", message.parts.map((p) => p.text || "").join(""));
+      if (text !== null && text.trim()) act("ChatService.EditQueued", { agent: message.agent, id: message.id, text }).catch(() => {});
+    };
+    const remove = el("button", "", "Remove");
+    remove.onclick = () => act("ChatService.Unqueue", { agent: message.agent, id: message.id }).catch(() => {});
+    bar.append(edit, remove);
+    entry.node.append(bar);
+  }
+
   function metaText(message) {
     const bits = [];
     if (message.queued) bits.push("queued");
+    if (message.error) bits.push(message.error);
     if (message.stopReason && message.stopReason !== "end_turn") bits.push(message.stopReason);
     if (message.durationMs) bits.push(`${(message.durationMs / 1000).toFixed(1)} s`);
     return bits.join(" · ");

@@ -658,3 +658,27 @@ def test_inbox_lists_what_waits_and_next_goes_to_the_oldest(line_deck):
     deck.send("/inbox")
     deck.expect(r"\[deck\] nothing waits for you")
     assert deck.close() == 0
+
+
+def test_queue_unqueue_and_edit_what_waits_to_be_sent(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("sleep 1.5")
+    deck.expect(r"\[a\] busy")
+    deck.send("one")
+    deck.send("two")
+    deck.send("/queue")
+    deck.expect(r"\[a\] 1\. one")
+    deck.expect(r"\[a\] 2\. two")
+    deck.send("/edit 2 deux")
+    deck.expect(r"\[a\] message 2 edited")
+    deck.send("/unqueue 1")
+    deck.expect(r"\[a\] message 1 taken out of the queue: it will not be sent")
+    deck.send("/unqueue 5")
+    deck.expect(r".*no message 5 in the queue \(1 waiting: /queue lists them\)")
+    deck.send("/edit x")
+    deck.expect(r".*/edit N TEXT: N is the message's number in /queue")
+    deck.expect(r"\[a\] You said: deux")
+    deck.send("/queue")
+    deck.expect(r"\[a\] nothing waits to be sent")
+    assert deck.close() == 0
+    assert not any("You said: one" in line for line in deck.lines)

@@ -334,3 +334,25 @@ def test_console_shows_a_broken_config_until_it_is_fixed(console, tmp_path: Path
     screen = c.wait(lambda s: "deck.toml:" not in s and "Message to Alpha" in s)
     c.keys("C-q")
     c.wait("DECK-EXITED-0")
+
+
+def test_console_takes_back_a_queued_message_and_starts_a_new_conversation(console):
+    """↑ on an empty input takes the last queued message back to edit it; Ctrl-N a new conversation."""
+    c = console(agent_block("alpha"), cols=120, rows=40)
+    c.wait("Ctrl-N new")  # in the hints
+    c.type("sleep 2")
+    c.keys("Enter")
+    c.wait("busy")
+    c.type("first draft")
+    c.keys("Enter")
+    c.wait("queued")
+    c.keys("Up")
+    c.wait(lambda s: "is back in the input" in s and "(removed from the queue: not sent)" in s)
+    c.keys("BSpace", "BSpace", "BSpace", "BSpace", "BSpace")
+    c.type("final")
+    c.keys("Enter")
+    screen = c.wait("You said: first final", timeout=20)
+    assert "You said: first draft" not in screen
+    c.keys("C-n")
+    screen = c.wait("a new conversation with alpha")
+    c.wait(lambda s: "You said: first final" not in s)

@@ -785,7 +785,8 @@ async def test_the_panel_takes_a_share_of_the_width_and_the_hints_one_line(make_
         assert rows[-2].startswith("└") and rows[-2].endswith("┘")  # the input box, then one line of hints
         assert rows[-1].startswith("Enter send") and len(rows[-1]) <= cols and "Ctrl-Q quit" in rows[-1]
         assert "PgUp PgDn" in rows[-1] and ("F3 config" in rows[-1]) == (cols >= 80)
-        assert ("Alt-Enter newline" in rows[-1]) == (cols >= 120)
+        assert ("Ctrl-N new" in rows[-1]) == (cols >= 120)  # a new conversation
+        assert ("Alt-Enter newline" in rows[-1]) == (cols >= 160)
     finally:
         app.detach()
 

@@ -314,3 +314,21 @@ def test_a_request_in_a_tab_out_of_sight_is_a_browser_notification(browser: Any,
         assert tab.evaluate("window.shown") == [["a needs you", "Edit file"]]
     finally:
         context.close()
+
+
+def test_a_queued_message_is_edited_or_removed_from_the_page(page: Any, served: WebServe, terminal: Raw) -> None:  # noqa: F811
+    opened(page, served)
+    say(page, "sleep 2")
+    page.wait_for_selector("#cancel:enabled")
+    say(page, "one")
+    say(page, "two")
+    page.wait_for_function("() => document.querySelectorAll('.msg.user.queued .queued-actions').length === 2")
+    page.locator(".msg.user.queued", has_text="one").locator("button:text('Remove')").click()
+    page.wait_for_selector(".msg.user .meta:has-text('removed from the queue')")
+    page.once("dialog", lambda dialog: dialog.accept("zwei"))
+    page.locator(".msg.user.queued", has_text="two").locator("button:text('Edit')").click()
+    page.wait_for_function("() => document.querySelector('#messages').innerText.includes('You said: zwei')")
+    assert [w["text"] for w in terminal.call("ChatService.Queue", {"agent": "a"})] == []
+    text = messages_text(page)
+    assert "You said: one" not in text and "You said: two" not in text
+    assert page.locator(".queued-actions").count() == 0  # nothing waits: no buttons left
