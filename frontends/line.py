@@ -92,6 +92,9 @@ COMMANDS = (
     ("/history [AGENT]", "the stored conversations, newest first: id, title, last update, messages"),
     ("/search WORDS", "the stored messages holding every word (word* for a prefix)"),
     ("/new [AGENT]", "a new conversation for the agent (the old one stays in the history)"),
+    ("/mode [ID]", "the current agent's session modes, or switch to mode ID"),
+    ("/model [ID]", "the models it offers (its config option of category model), or choose one"),
+    ("/set [ID VALUE]", "its config options and their values, or set option ID (on/off for a boolean one)"),
     ("/queue", "the current agent's messages waiting to be sent, numbered"),
     ("/unqueue N", "take message N out of the queue: it is not sent"),
     ("/edit N TEXT", "replace the text of queued message N"),
@@ -104,6 +107,24 @@ COMMANDS = (
     ("/shutdown", "stop the server attached to and its agents, then leave (else as /quit)"),
 )
 HELP = "\n".join(f"{command:<{max(len(c) for c, _ in COMMANDS)}}  {text}" for command, text in COMMANDS)
+
+
+#: What /set takes for a boolean config option.
+BOOLEAN_WORDS = {"on": True, "off": False, "true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+
+
+def _option_line(option: dict[str, Any]) -> str:
+    """`ID = VALUE (NAME: a, b, c)`: a config option, its value and what it may be."""
+    value = option.get("currentValue")
+    shown = ("on" if value else "off") if option.get("type") == "boolean" else str(value)
+    values: list[str] = []
+    for item in option.get("options") or []:
+        if isinstance(item, dict):
+            inner = item.get("options") if "group" in item else [item]
+            values += [str(v.get("value")) for v in inner or [] if isinstance(v, dict)]
+    what = one_line(str(option.get("name") or option.get("id")), 60)
+    choices = "on, off" if option.get("type") == "boolean" else ", ".join(values[:20])
+    return one_line(f"{option.get('id')} = {shown} ({what}: {choices})", 300)
 
 
 @dataclass
@@ -741,6 +762,11 @@ class LineFrontend(Frontend):
                 return
             self.current = agent
             self._spawn(self.client.call("ChatService.NewConversation", {"agent": agent}), agent)
+        elif name in ("mode", "model", "set"):
+            if self.current is None:
+                self.error(DECK, "there is no agent in the config")
+                return
+            self._spawn(self._choose(self.current, name, args), self.current)
         elif name in ("queue", "unqueue", "edit"):
             if self.current is None:
                 self.error(DECK, "there is no agent in the config")
@@ -878,6 +904,59 @@ class LineFrontend(Frontend):
             count = f"{row['messages']} message{'' if row['messages'] == 1 else 's'}"
             title = " ".join((row["title"] or "").split())
             self.emit(row["agent"], f"{row['id']}  {_local(row['updatedAt'])}  {count}  {title}")
+
+    async def _choose(self, agent: str, command: str, args: list[str]) -> None:
+        """/mode [ID], /model [ID], /set [ID VALUE]: list the agent's choices, or make one. A mode is
+        set through the agent's config option of category mode when it offers one, else as a
+        session mode (`session/set_mode`)."""
+        await self.client.call("AgentService.Start", {"name": agent})  # its choices come with its session
+        conv = await self.client.call("ChatService.Conversation", {"agent": agent})
+        options = [o for o in conv.get("configOptions") or [] if isinstance(o, dict) and isinstance(o.get("id"), str)]
+        modes = conv.get("modes") or {}
+        category = {"mode": "mode", "model": "model"}.get(command)
+        option = next((o for o in options if o.get("category") == category), None) if category else None
+        if command == "set":
+            if not args:
+                if not options:
+                    self.emit(agent, f"{agent} offers no config options", "dim")
+                for o in options:
+                    self.emit(agent, _option_line(o))
+                return
+            if len(args) < 2:
+                self.error(agent, "/set ID VALUE: an option's id and its new value (/set lists them)")
+                return
+            option = next((o for o in options if o["id"] == args[0]), None)
+            if option is None:
+                self.error(agent, f"no config option {args[0]!r} (options: {', '.join(o['id'] for o in options) or 'none'})")
+                return
+            await self._set_option(agent, option, " ".join(args[1:]))
+        elif option is not None:
+            if not args:
+                self.emit(agent, _option_line(option))
+                return
+            await self._set_option(agent, option, args[0])
+        elif command == "mode" and modes.get("availableModes"):
+            available = [m for m in modes["availableModes"] if isinstance(m, dict)]
+            if not args:
+                for m in available:
+                    mark = "*" if m.get("id") == modes.get("currentModeId") else " "
+                    self.emit(agent, f"{mark} {m.get('id')}  {one_line(str(m.get('name') or ''), 80)}")
+                return
+            await self.client.call("ChatService.SetMode", {"agent": agent, "modeId": args[0]})
+            self.emit(agent, f"mode: {args[0]}", "dim")
+        else:
+            self.error(agent, f"{agent} offers no {command} to choose (its config options: /set)")
+
+    async def _set_option(self, agent: str, option: dict[str, Any], text: str) -> None:
+        value: str | bool = text
+        if option.get("type") == "boolean":
+            if text.lower() not in BOOLEAN_WORDS:
+                self.error(agent, f"{option['id']} is on or off: /set {option['id']} on|off")
+                return
+            value = BOOLEAN_WORDS[text.lower()]
+        result = await self.client.call("ChatService.SetConfigOption", {"agent": agent, "configId": option["id"], "value": value})
+        now = next((o for o in result.get("configOptions") or [] if isinstance(o, dict) and o.get("id") == option["id"]), None)
+        self.emit(agent, _option_line(now or option), "dim")
 
     async def _queue(self, agent: str, command: str, number: int, text: str) -> None:
         """/queue, /unqueue N, /edit N TEXT: the agent's queue, numbered from 1 in the order it goes."""

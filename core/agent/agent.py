@@ -310,6 +310,8 @@ class Agent:
                         # The Claude Code and Codex adapters then stream their own commands' output.
                         "_meta": {"terminal_output": True},
                         "elicitation": {"form": {}},
+                        # Boolean config options are shown and set as the select ones are.
+                        "session": {"configOptions": {"boolean": {}}},
                     },
                     "clientInfo": {"name": "deck", "title": "deck", "version": __version__},
                 },

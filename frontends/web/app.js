@@ -322,6 +322,49 @@
     $("turn").textContent = bits.join(" · ");
     $("cancel").disabled = !conv.busy;
     for (const b of document.querySelectorAll("#agent-head [data-act]")) b.disabled = !agent;
+    drawOptions(conv);
+  }
+
+  // The agent's config options (model, mode, thought level…: a select, or a checkbox for a boolean
+  // one), and its legacy session modes when no option of category mode stands for them.
+  function drawOptions(conv) {
+    const row = $("options");
+    row.replaceChildren();
+    const agent = state.selected;
+    const options = (conv.configOptions || []).filter((o) => o && typeof o.id === "string");
+    for (const option of options) {
+      const label = el("label", "", option.name || option.id);
+      label.title = option.description || option.id;
+      if (option.type === "boolean") {
+        const box = Object.assign(el("input"), { type: "checkbox", checked: !!option.currentValue });
+        box.dataset.option = option.id;
+        box.onchange = () => act("ChatService.SetConfigOption", { agent, configId: option.id, value: box.checked }).catch(() => {});
+        label.append(box);
+      } else {
+        const select = el("select");
+        select.dataset.option = option.id;
+        for (const item of option.options || []) {
+          for (const choice of item.group !== undefined ? item.options || [] : [item]) {
+            select.append(Object.assign(el("option", "", choice.name || String(choice.value)), { value: String(choice.value) }));
+          }
+        }
+        select.value = String(option.currentValue);
+        select.onchange = () => act("ChatService.SetConfigOption", { agent, configId: option.id, value: select.value }).catch(() => {});
+        label.append(select);
+      }
+      row.append(label);
+    }
+    const modes = conv.modes;
+    if (modes && (modes.availableModes || []).length && !options.some((o) => o.category === "mode")) {
+      const label = el("label", "", "Mode");
+      const select = el("select");
+      select.dataset.option = "mode";
+      for (const mode of modes.availableModes) select.append(Object.assign(el("option", "", mode.name || mode.id), { value: mode.id }));
+      select.value = modes.currentModeId;
+      select.onchange = () => act("ChatService.SetMode", { agent, modeId: select.value }).catch(() => {});
+      label.append(select);
+      row.append(label);
+    }
   }
 
   function usageText(usage) {

@@ -10,7 +10,8 @@ succeeded; then an unknown method id is refused, and an `env_var` method needs i
 --trap-child FILE (a child in the agent's group that writes FILE 0.3 s after SIGTERM, then ends),
 --mcp-no-cancel (a cancelled turn leaves its `ask` tool call open: no MCP cancel, the server stays),
 --mode-option (modes default, auto-edit, plan offered twice: as `modes` and as the config option
-`mode` of category "mode"; session/set_config_option answers the whole set, as it now stands),
+`mode` of category "mode"; session/set_config_option answers the whole set, as it now stands;
+with --boolean-option, a boolean option `fast` too),
 --sessions FILE (each session's prompts kept in FILE, so that a later process knows them; session
 ids then name the process), --requests FILE (each request deck sends appended to FILE, a JSON line),
 --resume (lists sessionCapabilities.resume; session/resume of a session in FILE answers {}),
@@ -79,6 +80,7 @@ parser.add_argument("--bad-early-update", action="store_true")
 parser.add_argument("--trap-child")
 parser.add_argument("--mcp-no-cancel", action="store_true")
 parser.add_argument("--mode-option", action="store_true")
+parser.add_argument("--boolean-option", action="store_true")  # with --mode-option: a boolean option "fast" too
 parser.add_argument("--sessions")
 parser.add_argument("--requests")
 parser.add_argument("--resume", action="store_true")
@@ -542,6 +544,8 @@ def handle(msg: dict) -> None:
                  "options": [{"value": m, "name": m} for m in MODES]},
                 {"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "m1",
                  "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]
+            if args.boolean_option:
+                result["configOptions"].append({"id": "fast", "name": "Fast", "type": "boolean", "currentValue": False})
         send({"id": rid, "result": result})
     elif method == "session/prompt":
         text = " ".join(b.get("text", "") for b in params.get("prompt", []))

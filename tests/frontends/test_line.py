@@ -682,3 +682,55 @@ def test_queue_unqueue_and_edit_what_waits_to_be_sent(line_deck):
     deck.expect(r"\[a\] nothing waits to be sent")
     assert deck.close() == 0
     assert not any("You said: one" in line for line in deck.lines)
+
+
+def test_mode_model_and_set_list_and_change_the_agents_config_options(line_deck, tmp_path):
+    requests = tmp_path / "requests.jsonl"
+    deck = line_deck(agent_block("a", "--mode-option", "--boolean-option", "--requests", str(requests)))
+    deck.send("/set")
+    deck.expect(r"\[a\] mode = default \(Mode: default, auto-edit, plan\)")
+    deck.expect(r"\[a\] model = m1 \(Model: m1, m2\)")
+    deck.expect(r"\[a\] fast = off \(Fast: on, off\)")
+    deck.send("/model m2")
+    deck.expect(r"\[a\] model = m2 \(Model: m1, m2\)")
+    deck.send("/set fast on")
+    deck.expect(r"\[a\] fast = on \(Fast: on, off\)")
+    deck.send("/mode plan")  # the option of category mode
+    deck.expect(r"\[a\] mode = plan \(Mode: default, auto-edit, plan\)")
+    deck.send("/set fast maybe")
+    deck.expect(r".*fast is on or off: /set fast on\|off")
+    deck.send("/set nope 1")
+    deck.expect(r".*no config option 'nope' \(options: mode, model, fast\)")
+    deck.send("/model")
+    deck.expect(r"\[a\] model = m2 \(Model: m1, m2\)")
+    assert deck.close() == 0
+    sent = [json.loads(line) for line in requests.read_text().splitlines()]
+    capabilities = next(r for r in sent if r["method"] == "initialize")["params"]["clientCapabilities"]
+    assert capabilities["session"] == {"configOptions": {"boolean": {}}}  # deck says it takes boolean options
+    chosen = [r["params"] for r in sent if r["method"] == "session/set_config_option"]
+    assert [(c["configId"], c["value"], c.get("type")) for c in chosen] == [
+        ("model", "m2", None), ("fast", True, "boolean"), ("mode", "plan", None),
+    ]
+
+
+def test_mode_falls_back_to_session_modes_and_says_when_there_is_no_choice(line_deck):
+    """The demo agent offers legacy session modes only (no config options): /mode lists and sets them
+    with session/set_mode; the fake agent offers neither."""
+    demo = f'[agents.demo]\ncommand = {json.dumps([sys.executable, "-P", "-m", "deck.demo"])}\n'
+    deck = line_deck(demo + agent_block("a"))
+    deck.send("@demo")
+    deck.send("/mode")
+    deck.expect(r"\[demo\] \* default  Default")
+    deck.expect(r"\[demo\]   plan  Plan only")
+    deck.send("/mode plan")
+    deck.expect(r"\[demo\] mode: plan")
+    deck.send("/mode")
+    deck.expect(r"\[demo\] \* plan  Plan only")
+    deck.send("@a")
+    deck.send("/model")
+    deck.expect(r".*a offers no model to choose \(its config options: /set\)")
+    deck.send("/mode")
+    deck.expect(r".*a offers no mode to choose \(its config options: /set\)")
+    deck.send("/set")
+    deck.expect(r"\[a\] a offers no config options")
+    assert deck.close() == 0

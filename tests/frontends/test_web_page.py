@@ -332,3 +332,31 @@ def test_a_queued_message_is_edited_or_removed_from_the_page(page: Any, served: 
     text = messages_text(page)
     assert "You said: one" not in text and "You said: two" not in text
     assert page.locator(".queued-actions").count() == 0  # nothing waits: no buttons left
+
+
+def test_the_agents_config_options_and_modes_are_shown_and_set_from_the_page(page: Any, tmp_path: Path, runtime: Path) -> None:  # noqa: F811
+    import sys
+
+    requests = tmp_path / "requests.jsonl"
+    demo = f'[agents.demo]\ncommand = {json.dumps([sys.executable, "-P", "-m", "deck.demo"])}\n'
+    config = agent_block("a", "--mode-option", "--boolean-option", "--requests", str(requests)) + demo
+    server = WebServe(write_config(tmp_path / "deck.toml", config))
+    try:
+        opened(page, server)
+        page.click("[data-act=start]")
+        page.wait_for_selector("#options select[data-option=model]")
+        assert page.input_value("#options select[data-option=model]") == "m1"
+        page.select_option("#options select[data-option=model]", "m2")
+        page.check("#options input[data-option=fast]")
+        page.select_option("#options select[data-option=mode]", "plan")
+        page.wait_for_function("() => deckPage.state.conversations.a.configOptions.find(o => o.id === 'mode').currentValue === 'plan'")
+        chosen = [json.loads(line)["params"] for line in requests.read_text().splitlines() if '"session/set_config_option"' in line]
+        assert [(c["configId"], c["value"]) for c in chosen] == [("model", "m2"), ("fast", True), ("mode", "plan")]
+        assert page.locator("#options select[data-option=mode]").count() == 1  # the option, not the legacy modes too
+        page.click("#agent-list button[data-agent=demo]")
+        page.click("[data-act=start]")
+        page.wait_for_selector("#options select[data-option=mode]")  # the demo's legacy session modes
+        page.select_option("#options select[data-option=mode]", "plan")
+        page.wait_for_function("() => deckPage.state.conversations.demo.modes.currentModeId === 'plan'")
+    finally:
+        server.stop()
