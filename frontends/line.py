@@ -101,11 +101,14 @@ COMMANDS = (
     ("/open ID", "make stored conversation ID its agent's current one"),
     ("/diff [AGENT]", "its worktree's work as a diff against its base branch (worktree = true)"),
     ("/merge [AGENT]", "merge its worktree's work into its base branch"),
-    ("/help", "this help"),
+    ("/help", "this help, then the current agent's own commands"),
+    ("//NAME ...", "the agent's own command NAME, even where deck has one of that name (else /NAME reaches it)"),
     ("/quit", "stop the agents and leave"),
     ("", "attached to a server (deck attach), /quit only detaches: the server and its agents go on"),
     ("/shutdown", "stop the server attached to and its agents, then leave (else as /quit)"),
 )
+#: deck's own command names: an agent's command of the same name is reached as //NAME.
+DECK_COMMANDS = frozenset(c[1:].split()[0] for c, _ in COMMANDS if c.startswith("/") and not c.startswith("//"))
 HELP = "\n".join(f"{command:<{max(len(c) for c, _ in COMMANDS)}}  {text}" for command, text in COMMANDS)
 
 
@@ -183,6 +186,8 @@ class LineFrontend(Frontend):
         )
         #: The config's agents in order, its theme and language: from the snapshot, then each config change.
         self.agents: list[str] = []
+        #: Each agent's own slash commands (ACP available_commands_update), by name.
+        self.agent_commands: dict[str, dict[str, str]] = {}
         self.theme = "dark"
         self.language = "en"
         self.current: str | None = None
@@ -290,6 +295,8 @@ class LineFrontend(Frontend):
         self.agents = [info["name"] for info in snapshot["agents"]]
         self._settings(snapshot["config"])
         self.current = self.agents[0] if self.agents else None
+        for name, conversation in (snapshot.get("conversations") or {}).items():
+            self._agent_commands(name, conversation.get("commands"))
         self._asks = {}
         for pending in snapshot["pending"]:  # what waits already (this frontend attached to a server) is shown
             if pending.get("kind") == "permission":
@@ -558,8 +565,17 @@ class LineFrontend(Frontend):
         else:
             self.emit(e.agent, f"conversation {e.conversation_id} opened", "dim")
 
+    def _agent_commands(self, agent: str, commands: Any) -> None:
+        self.agent_commands[agent] = {
+            str(c["name"]): str(c.get("description") or "")
+            for c in commands or []
+            if isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"]
+        }
+
     @handles(ConversationChanged)
     def _conversation_changed(self, e: ConversationChanged) -> None:
+        if e.field == "commands":
+            self._agent_commands(e.agent, e.value)
         if e.field == "cut" and isinstance(e.value, dict):
             count = e.value.get("messageIds") or ()
             self.emit(e.agent, f"{len(count)} earlier message(s) let go to keep the conversation under its"
@@ -727,6 +743,11 @@ class LineFrontend(Frontend):
 
     def _command(self, line: str) -> None:
         name, *args = line[1:].split() or [""]
+        if line.startswith("//") or (name not in DECK_COMMANDS and name in self.agent_commands.get(self.current or "", {})):
+            # The agent's own command: sent as its message. `//NAME` reaches one named as deck's is.
+            if self.current is not None:
+                self._send(self.current, line[1:] if line.startswith("//") else line)
+            return
         if name in ("start", "stop", "restart", "logs", "cancel"):
             agent = args[0] if args else self.current
             if agent is None or agent not in self.agents:
@@ -829,6 +850,13 @@ class LineFrontend(Frontend):
     def _help(self) -> None:
         for line in HELP.splitlines():
             self.emit(DECK, line)
+        commands = self.agent_commands.get(self.current or "", {})
+        if commands:
+            self.emit(DECK, f"{self.current}'s own commands (sent to it as a message; //NAME for one that deck's hides):")
+            width = max(len(n) for n in commands) + 1
+            for name, description in sorted(commands.items()):
+                hidden = " (//" + name + ": deck has a /" + name + ")" if name in DECK_COMMANDS else ""
+                self.emit(DECK, one_line(f"/{name:<{width}} {description}{hidden}", 300))
 
     def _spawn(self, work: Awaitable[Any], agent: str) -> None:
         """Await `work` (a call, or a coroutine of calls); an error it raises is shown under `agent`."""

@@ -35,7 +35,7 @@ from deck.events import (
 from deck.frontends.words import money
 from deck.plugins.budget.events import BudgetReached
 from deck.plugins.notify.events import NotifySent
-from deck.tty import TerminalLog, alert
+from deck.tty import TerminalLog, alert, one_line
 
 from .agents import AgentsPanel
 from .common import HintBar, LineBox, Text, palette
@@ -550,6 +550,8 @@ class ConsoleApp(Handlers):
             return False  # the dialog has every other key
         if key in ("ctrl q", "f10"):
             self.ask_quit()
+        elif key == "tab" and self.view == "chat" and self.edit.edit_text.startswith("/") and " " not in self.edit.edit_text:
+            self.complete_command()
         elif key == "tab":
             self.select_by_offset(1)
         elif key == "shift tab":
@@ -656,6 +658,24 @@ class ConsoleApp(Handlers):
                 raise
 
         self.spawn(sending())
+
+    def complete_command(self) -> None:
+        """Tab after `/` in the input: the selected agent's slash command that begins so, completed;
+        several: the longest common start, and the list in the status line."""
+        agent = self.model.agents.get(self.selected) if self.selected else None
+        typed = self.edit.edit_text[1:]
+        names = sorted(n for n in (agent.commands if agent else {}) if n.startswith(typed))
+        if not names:
+            self.say(self.strings("no_commands", agent=agent.title if agent else ""))
+            return
+        common = os.path.commonprefix(names)
+        done = f"/{common} " if len(names) == 1 else f"/{common}"
+        self.edit.set_edit_text(done)
+        self.edit.set_edit_pos(len(done))
+        if len(names) > 1:
+            self.say(one_line("  ".join(f"/{n}" for n in names), 400))
+        elif agent is not None:  # the agent's words: one line of printable characters
+            self.say(one_line(f"/{names[0]}: {agent.commands[names[0]]}", 400))
 
     def new_conversation(self) -> None:
         """Ctrl-N: a fresh conversation for the selected agent (the old one stays in the history)."""

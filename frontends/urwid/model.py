@@ -14,6 +14,7 @@ from typing import Any
 from deck.events import (
     AgentLog,
     AgentStateChanged,
+    ConversationChanged,
     Event,
     Handlers,
     MessageDelta,
@@ -117,6 +118,8 @@ class AgentModel:
     #: Files its worktree changes against its base (None: no worktree seen), and, by each other
     #: agent whose worktree changes some of them too, how many and the first of them.
     changed_files: int | None = None
+    #: Its own slash commands (ACP available_commands_update): name → description.
+    commands: dict[str, str] = field(default_factory=dict)
     overlaps: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)
 
     def shared_files(self) -> int:
@@ -225,6 +228,7 @@ class Model(Handlers):
             agent.add_message(data)
         agent.queued = int(snapshot.get("queued") or 0)
         agent.usage = dict(snapshot.get("usage") or {"used": 0, "size": 0})
+        agent.commands = _commands(snapshot.get("commands"))
         self.changes.roster = True
 
     def set_worktrees(self, rows: list[dict[str, Any]]) -> None:
@@ -262,6 +266,12 @@ class Model(Handlers):
         agent.error = e.error
         agent.outdated = bool(e.outdated)
         self.changes.agents.add(agent.name)
+
+    @handles(ConversationChanged)
+    def _conversation_changed(self, e: ConversationChanged) -> None:
+        agent = self._agent(e.agent)
+        if agent is not None and e.field == "commands":
+            agent.commands = _commands(e.value)
 
     @handles(AgentLog)
     def _agent_log(self, e: AgentLog) -> None:
@@ -389,3 +399,12 @@ def _with(entry: Any, e: TerminalOutput | TerminalExited) -> Any:
     if isinstance(e, TerminalOutput):
         return {**entry, "output": (str(entry.get("output") or "") + str(e.text))[-TERMINAL_TAIL:]}
     return {**entry, "exitStatus": e.exit_status}
+
+
+def _commands(value: Any) -> dict[str, str]:
+    """An agent's slash commands as the wire says them, by name (junk left out)."""
+    return {
+        str(c["name"]): str(c.get("description") or "")
+        for c in value or []
+        if isinstance(c, dict) and isinstance(c.get("name"), str) and c["name"] and " " not in c["name"]
+    }

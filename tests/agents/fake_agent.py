@@ -11,7 +11,8 @@ succeeded; then an unknown method id is refused, and an `env_var` method needs i
 --mcp-no-cancel (a cancelled turn leaves its `ask` tool call open: no MCP cancel, the server stays),
 --mode-option (modes default, auto-edit, plan offered twice: as `modes` and as the config option
 `mode` of category "mode"; session/set_config_option answers the whole set, as it now stands;
-with --boolean-option, a boolean option `fast` too),
+with --boolean-option, a boolean option `fast` too), --commands NAME,NAME (its slash commands, said
+once its session is made),
 --sessions FILE (each session's prompts kept in FILE, so that a later process knows them; session
 ids then name the process), --requests FILE (each request deck sends appended to FILE, a JSON line),
 --resume (lists sessionCapabilities.resume; session/resume of a session in FILE answers {}),
@@ -80,7 +81,8 @@ parser.add_argument("--bad-early-update", action="store_true")
 parser.add_argument("--trap-child")
 parser.add_argument("--mcp-no-cancel", action="store_true")
 parser.add_argument("--mode-option", action="store_true")
-parser.add_argument("--boolean-option", action="store_true")  # with --mode-option: a boolean option "fast" too
+parser.add_argument("--boolean-option", action="store_true")
+parser.add_argument("--commands", default="")  # NAME,NAME…: its slash commands, said after session/new  # with --mode-option: a boolean option "fast" too
 parser.add_argument("--sessions")
 parser.add_argument("--requests")
 parser.add_argument("--resume", action="store_true")
@@ -547,6 +549,9 @@ def handle(msg: dict) -> None:
             if args.boolean_option:
                 result["configOptions"].append({"id": "fast", "name": "Fast", "type": "boolean", "currentValue": False})
         send({"id": rid, "result": result})
+        if args.commands:
+            update(sid, {"sessionUpdate": "available_commands_update", "availableCommands": [
+                {"name": n, "description": f"the agent's {n}"} for n in args.commands.split(",")]})
     elif method == "session/prompt":
         text = " ".join(b.get("text", "") for b in params.get("prompt", []))
         threading.Thread(target=turn, args=(rid, params.get("sessionId"), text), daemon=True).start()

@@ -734,3 +734,23 @@ def test_mode_falls_back_to_session_modes_and_says_when_there_is_no_choice(line_
     deck.send("/set")
     deck.expect(r"\[a\] a offers no config options")
     assert deck.close() == 0
+
+
+def test_the_agents_own_commands_are_listed_and_reached_and_deck_keeps_its_own(line_deck):
+    """/NAME of the agent's goes to it as a message; one named as deck's is deck's, and //NAME reaches the agent's."""
+    deck = line_deck(agent_block("a", "--commands", "review,new"))
+    deck.send("/start")
+    deck.expect(r"\[a\] ready")
+    deck.send("/help")
+    deck.expect(r"\[deck\] a's own commands \(sent to it as a message; //NAME for one that deck's hides\):")
+    deck.expect(r"\[deck\] /new +the agent's new \(//new: deck has a /new\)")
+    deck.expect(r"\[deck\] /review +the agent's review")
+    deck.send("/review the diff")
+    deck.expect(r"\[a\] You said: /review the diff")
+    deck.send("//new")
+    deck.expect(r"\[a\] You said: /new")
+    deck.send("/new")  # deck's: a new conversation
+    deck.expect(r"\[a\] new conversation")
+    deck.send("/nosuch")
+    deck.expect(r".*unknown command: /nosuch")
+    assert deck.close() == 0

@@ -356,3 +356,22 @@ def test_console_takes_back_a_queued_message_and_starts_a_new_conversation(conso
     c.keys("C-n")
     screen = c.wait("a new conversation with alpha")
     c.wait(lambda s: "You said: first final" not in s)
+
+
+def test_console_completes_the_agents_slash_commands_with_tab(console):
+    c = console(agent_block("alpha", "--commands", "review,refactor,test"), cols=120, rows=40)
+    c.wait("Message to alpha")
+    c.keys("F5")
+    c.wait("ready")
+    c.type("/re")
+    c.keys("Tab")
+    c.wait("/refactor /review")  # two begin so: both listed, the input at their common start
+    c.type("v")
+    c.keys("Tab")
+    c.wait("/review: the agent's review")
+    c.type("the diff")
+    c.keys("Enter")
+    c.wait("You said: /review the diff")
+    c.type("/zz")
+    c.keys("Tab")
+    c.wait("has no slash command that begins so")
