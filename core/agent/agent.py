@@ -40,6 +40,8 @@ DISPLAY_ONLY = ("title", "icon", "description")
 STDOUT_CLOSED_GRACE = 1.0
 #: What the note says when a new session serves a conversation that had one, after why.
 FORGETS = "it starts a new one and does not remember what came before."
+#: How long an agent has to answer `session/close` before deck stops it anyway, in seconds.
+CLOSE_TIMEOUT = 2.0
 
 
 class Agent:
@@ -401,6 +403,20 @@ class Agent:
         caps = self.init_result.get("agentCapabilities")
         session_caps = caps.get("sessionCapabilities") if isinstance(caps, dict) else None
         return isinstance(session_caps, dict) and isinstance(session_caps.get(name), dict)
+
+    async def close_session(self) -> None:
+        """ACP `session/close` of its current session, when deck will not come back to it (a new
+        conversation, another one opened, the agent removed from the config) and the agent lists
+        `sessionCapabilities.close`: its resources go now, not when it is stopped. Best effort: a
+        refusal or no answer within CLOSE_TIMEOUT is logged, and the stop goes on."""
+        session = self.session
+        if self.conn is None or session is None or session.id is None or not self._session_capability("close"):
+            return
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await self.conn.request("session/close", {"sessionId": session.id})
+        except (AcpError, ConnectionClosed, TimeoutError) as exc:
+            self.log(f"deck: session/close of {session.id} failed: {str(exc) or 'no answer'}")
 
     @property
     def can_resume_sessions(self) -> bool:

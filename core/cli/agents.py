@@ -7,19 +7,27 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from deck.cli.common import Command, ConfigOption, disabled_option, make_deck
+from deck.cli.common import Command, ConfigOption, disabled_option, fail, make_deck, run_async
+from deck.errors import ExitCode
 
 
 def agents(
+    action: Optional[str] = typer.Argument(None, metavar="[logout NAME]", help="logout NAME: log the agent out (ACP logout)."),
+    name: Optional[str] = typer.Argument(None, hidden=True),
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
     check: bool = typer.Option(False, "--check", help="Check that each agent's command exists (exit 1 if not)."),
     handshake: bool = typer.Option(False, "--handshake", help="With --check: also start each agent for an ACP handshake."),
 ) -> None:
-    """List the configured agents.
+    """List the configured agents, or log one out.
 
-    --check tests that each command exists; --handshake also starts each agent.
+    --check tests that each command exists; --handshake also starts each
+    agent. `deck agents logout NAME` logs agent NAME out (ACP logout).
     """
+    if action is not None:
+        if action != "logout" or not name:
+            fail(f"unknown action {action!r}: `deck agents` lists the agents, `deck agents logout NAME` logs one out")
+        raise typer.Exit(_logout(config, name))
     deck = make_deck(config)
     if check or handshake:
         from deck.cli.check import run_check
@@ -34,6 +42,26 @@ def agents(
         return
     for row in rows:
         typer.echo(f"{row['icon']} {row['name']:<16} {row['title']:<24} {' '.join(row['command'])}")
+
+
+def _logout(config: Optional[Path], name: str) -> int:
+    """Start agent `name` of the config, log it out (ACP `logout`), stop it."""
+    from deck.errors import ServiceError
+
+    deck = make_deck(config)
+
+    async def logout() -> None:
+        try:
+            await deck.call("AgentService.Logout", {"name": name})
+        finally:
+            await deck.shutdown()
+
+    try:
+        run_async(logout())
+    except ServiceError as exc:
+        fail(str(exc), ExitCode.ERROR)
+    typer.echo(f"{name} logged out: its next start authenticates again")
+    return ExitCode.OK
 
 
 def plugins(

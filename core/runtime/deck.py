@@ -320,7 +320,7 @@ class Deck:
                         self.chat.cancel(agent.name)
                 agent.retire()
             self.agents = {name: agent for name, agent in self.agents.items() if name in new.agents}
-            await asyncio.gather(*(agent.stop() for agent in removed), return_exceptions=True)
+            await asyncio.gather(*(_closed_then_stopped(agent) for agent in removed), return_exceptions=True)
             self.config = new
             kept, self.agents = self.agents, {}
             for name, definition in new.agents.items():
@@ -371,3 +371,9 @@ class Deck:
         valid = not any(not p.warning for p in self.problems)
         path = str(self.config_path) if self.config_path else ""
         self.emit(ConfigChanged(path, valid, [p.to_dict() for p in self.problems]))
+
+
+async def _closed_then_stopped(agent: Agent) -> None:
+    """An agent removed from the config: its session closed (`session/close`, where it lists it), then stopped."""
+    await agent.close_session()
+    await agent.stop()

@@ -73,6 +73,25 @@ class AgentService:
         return agent.info()
 
 
+    @rpc("AgentService.Logout")
+    async def logout(self, name: str) -> dict[str, Any]:
+        """ACP `logout`, where the agent lists `agentCapabilities.auth.logout` (started for it if it must
+        be); the agent is then stopped, so that its next start authenticates again."""
+        agent = self.deck.agent(name)
+        await agent.start()
+        caps = agent.init_result.get("agentCapabilities")
+        auth = caps.get("auth") if isinstance(caps, dict) else None
+        if not (isinstance(auth, dict) and isinstance(auth.get("logout"), dict)):
+            raise ServiceError(f"{name} does not offer to log out (its initialize answer lists no agentCapabilities.auth.logout)")
+        if agent.conn is None:
+            raise ServiceError(f"{name} is not running")
+        await agent.conn.request("logout", {})
+        agent.log("deck: logged out (ACP logout); the next start authenticates again")
+        await agent.close_session()
+        await agent.stop()
+        return agent.info()
+
+
 class HistoryProvider(Protocol):
     """What keeps conversations beyond one run (the `history` plugin provides one, `deck_history_provider`).
 
@@ -280,6 +299,7 @@ class ChatService:
         conv = self.conversations.of(agent)
         if conv.busy or conv.queue:
             raise ServiceError(f"{agent} is answering: cancel its answer first (ChatService.Cancel)")
+        await self.deck.agent(agent).close_session()  # its session is left for good
         await self.deck.agent(agent).stop()
         return running
 

@@ -19,6 +19,8 @@ ids then name the process), --requests FILE (each request deck sends appended to
 --refuse-resume (lists it too, and answers session/resume with an error),
 --resume-replays (lists it too, and session/resume replays like --load, then names its commands),
 --load (lists loadSession; session/load replays each prompt of the session and its echo as updates),
+--close (lists sessionCapabilities.close; session/close answers {}; --refuse-close: an error),
+--logout (lists agentCapabilities.auth.logout; logout answers {}),
 --list (lists sessionCapabilities.list; session/list answers the sessions in FILE, two a page, titled
 with their first prompt; --list-pages-forever: every page has a nextCursor, a new one each time),
 --crash-load / --crash-resume (lists loadSession / sessionCapabilities.resume; session/load replays one
@@ -82,6 +84,9 @@ parser.add_argument("--trap-child")
 parser.add_argument("--mcp-no-cancel", action="store_true")
 parser.add_argument("--mode-option", action="store_true")
 parser.add_argument("--boolean-option", action="store_true")
+parser.add_argument("--close", action="store_true")  # lists sessionCapabilities.close; session/close answers {}
+parser.add_argument("--refuse-close", action="store_true")
+parser.add_argument("--logout", action="store_true")  # lists agentCapabilities.auth.logout; logout answers {}  # with --close: session/close answers an error
 parser.add_argument("--commands", default="")  # NAME,NAME…: its slash commands, said after session/new  # with --mode-option: a boolean option "fast" too
 parser.add_argument("--sessions")
 parser.add_argument("--requests")
@@ -483,6 +488,10 @@ def handle(msg: dict) -> None:
             caps["loadSession"] = True
         if args.list or args.list_pages_forever:
             caps.setdefault("sessionCapabilities", {})["list"] = {}
+        if args.close:
+            caps.setdefault("sessionCapabilities", {})["close"] = {}
+        if args.logout:
+            caps["auth"] = {"logout": {}}
         answer = {"protocolVersion": args.protocol, "agentCapabilities": caps, "authMethods": args.auth_methods}
         if args.no_protocol:
             del answer["protocolVersion"]
@@ -518,6 +527,12 @@ def handle(msg: dict) -> None:
             send({"id": rid, "result": {}})
     elif method == "session/load" and args.load:
         replay(params.get("sessionId"))
+        send({"id": rid, "result": {}})
+    elif method == "logout" and args.logout:
+        send({"id": rid, "result": {}})
+    elif method == "session/close" and args.refuse_close:
+        send({"id": rid, "error": {"code": -32603, "message": "cannot close it now"}})
+    elif method == "session/close" and args.close:
         send({"id": rid, "result": {}})
     elif method == "session/list" and (args.list or args.list_pages_forever):
         start = int(params.get("cursor") or 0)
