@@ -170,7 +170,7 @@ class Conversations(Mapping[str, Conversation]):
         """Make a conversation kept from an earlier run `agent`'s conversation, before the agent
         runs: `stored` as the history gives it (`messages` as wire dicts, `sessionId`, `title`, `usage`);
         the agent's next start continues its session (`Agent._continue_session`)."""
-        messages, cut, usage = stored.get("messages"), stored.get("cut"), stored.get("usage")
+        messages, cut, usage, choices = stored.get("messages"), stored.get("cut"), stored.get("usage"), stored.get("choices")
         session_id, title = stored.get("sessionId"), stored.get("title")
         self.of(agent).restore(
             [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else [],
@@ -178,6 +178,7 @@ class Conversations(Mapping[str, Conversation]):
             title if isinstance(title, str) else None,
             cut if isinstance(cut, dict) else None,
             usage if isinstance(usage, dict) else None,
+            choices if isinstance(choices, dict) else None,
         )
 
     def reset(self, agent: str) -> None:
@@ -194,3 +195,5 @@ class Conversations(Mapping[str, Conversation]):
             conv.add_system("agent-restarted", text=session.restarted)
         conv.session_started(session.id, session.result)
         session.attach(ConversationSink(conv))
+        if conv.choices:  # what the user chose for it, set again on this session once it is ready
+            self._deck.chat.settings.again(agent.name)

@@ -272,6 +272,9 @@ class Conversation:
         self.commands: list[dict[str, Any]] = []
         self.modes: dict[str, Any] | None = None
         self.config_options: list[dict[str, Any]] = []
+        #: What the user chose for this conversation (`{"options": {configId: value}, "mode": modeId}`),
+        #: kept in the history and set again on the agent's next session (`Conversations.session_opened`).
+        self.choices: dict[str, Any] = {}
         self.title: str | None = None
         self.current: Message | None = None  # the agent message receiving updates
         self._tools: dict[str, tuple[Message, int]] = {}
@@ -359,6 +362,7 @@ class Conversation:
         title: str | None,
         cut: dict[str, int] | None = None,
         usage: dict[str, Any] | None = None,
+        choices: dict[str, Any] | None = None,
     ) -> list[Message]:
         """Take a conversation kept from an earlier run (messages in their `to_dict` form), before
         the agent runs: `session_id` is the session its next start resumes, or loads; `cut` counts
@@ -373,6 +377,7 @@ class Conversation:
         self.size = sum(m.size for m in self.messages)
         self.cut = dict(cut) if cut else {"messages": 0, "bytes": 0}
         self.session_id, self.title = session_id, title
+        self.choices = _choices(choices)
         self.usage = {"used": _count(usage.get("used")), "size": _count(usage.get("size"))} if usage else _no_usage()
         cost = money(usage.get("cost")) if usage else None
         if cost is not None:
@@ -403,6 +408,14 @@ class Conversation:
         options = result.get("configOptions")
         if options is not None or self.config_options:
             self._set("config_options", dicts(options))
+
+    def chose(self, *, option: str | None = None, mode: str | None = None, value: Any = None) -> None:
+        """The user set config option `option` to `value`, or the session mode `mode`: kept (and said,
+        as `conversation:changed` of `choices`) to be set again on the agent's next session."""
+        options: dict[str, Any] = dict(self.choices.get("options") or {})
+        if option is not None:
+            options[option] = value
+        self._set("choices", {"options": options, "mode": mode if mode is not None else self.choices.get("mode")})
 
     def _set(self, attr: str, value: Any) -> None:
         setattr(self, attr, value)
@@ -735,7 +748,7 @@ class Conversation:
         modes["currentModeId"] = mode_id
         self._set("modes", modes)
         option = _mode_option(self.config_options)
-        if option is not None and option.get("currentValue") != mode_id and mode_id in _option_values(option):
+        if option is not None and option.get("currentValue") != mode_id and mode_id in option_values(option):
             followed = {**option, "currentValue": mode_id}
             self._set("config_options", [followed if o is option else o for o in self.config_options])
 
@@ -871,12 +884,22 @@ def _modes(value: Any) -> dict[str, Any] | None:
     }
 
 
+def _choices(stored: Any) -> dict[str, Any]:
+    """The user's choices as the history kept them, junk left out."""
+    if not isinstance(stored, dict):
+        return {}
+    options = stored.get("options")
+    kept = {k: v for k, v in options.items() if isinstance(k, str) and isinstance(v, (str, bool))} if isinstance(options, dict) else {}
+    mode = stored.get("mode")
+    return {"options": kept, "mode": mode if isinstance(mode, str) else None} if kept or isinstance(mode, str) else {}
+
+
 def _mode_option(options: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The config option that selects the session mode (category "mode"), if the agent offers one."""
     return next((o for o in options if o.get("category") == "mode"), None)
 
 
-def _option_values(option: dict[str, Any]) -> list[Any]:
+def option_values(option: dict[str, Any]) -> list[Any]:
     """The values a select option offers, whether listed flat or in groups."""
     values: list[Any] = []
     for item in dicts(option.get("options")):

@@ -6,9 +6,11 @@ The agent starts if it must; its answer is folded into the conversation as the m
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
-from deck.errors import ServiceError
+from deck.chat.conversation import option_values
+from deck.errors import AcpError, ConnectionClosed, ServiceError
 
 if TYPE_CHECKING:
     from deck.agent.session import Session
@@ -22,12 +24,27 @@ class SessionSettings:
     def __init__(self, deck: Deck, conversations: Conversations) -> None:
         self._deck = deck
         self._conversations = conversations
+        #: Agent name → its choices being set again on its new session (`again`).
+        self._again_tasks: dict[str, asyncio.Task[None]] = {}
+
+    def again(self, agent: str) -> None:
+        """Set the user's choices again on `agent`'s new session, once it is ready (`settled` waits)."""
+        task = self._deck.spawn(self.set_again(agent), f"choices {agent}")
+        self._again_tasks[agent] = task
+        task.add_done_callback(lambda done: self._again_tasks.pop(agent, None) if self._again_tasks.get(agent) is done else None)
+
+    async def settled(self, agent: str) -> None:
+        """Return once the choices being set again on `agent`'s session are set: a prompt goes after them."""
+        task = self._again_tasks.get(agent)
+        if task is not None and task is not asyncio.current_task():
+            await asyncio.wait({task})
 
     async def set_mode(self, agent: str, mode_id: str) -> dict[str, Any]:
         session = await self._session(agent)
         conv = self._conversations.of(agent)
         await session.request("session/set_mode", {"modeId": mode_id})
         conv.apply_update({"sessionUpdate": "current_mode_update", "currentModeId": mode_id})
+        conv.chose(mode=mode_id)
         return {"modes": conv.modes}
 
     async def set_config_option(self, agent: str, config_id: str, value: str | bool) -> dict[str, Any]:
@@ -39,7 +56,32 @@ class SessionSettings:
         result = await session.request("session/set_config_option", params)
         if isinstance(result, dict) and isinstance(result.get("configOptions"), list):
             conv.apply_update({"sessionUpdate": "config_option_update", "configOptions": result["configOptions"]})
+        conv.chose(option=config_id, value=value)
         return {"configOptions": conv.config_options}
+
+    async def set_again(self, agent: str) -> None:
+        """The user's choices for `agent`'s conversation, set on its new session where it differs from
+        them and still offers them (after a resume, or a restart). One the agent refuses is logged."""
+        conv = self._conversations.of(agent)
+        options = {o.get("id"): o for o in conv.config_options}
+        for config_id, value in (conv.choices.get("options") or {}).items():
+            option = options.get(config_id)
+            if option is None or option.get("currentValue") == value:
+                continue
+            offered = isinstance(value, bool) if option.get("type") == "boolean" else value in option_values(option)
+            if offered:
+                await self._again(agent, self.set_config_option(agent, config_id, value), f"{config_id} = {value}")
+        mode = conv.choices.get("mode")
+        modes = conv.modes or {}
+        available = [m.get("id") for m in modes.get("availableModes") or [] if isinstance(m, dict)]
+        if isinstance(mode, str) and mode != modes.get("currentModeId") and mode in available:
+            await self._again(agent, self.set_mode(agent, mode), f"mode {mode}")
+
+    async def _again(self, agent: str, setting: Any, what: str) -> None:
+        try:
+            await setting
+        except (ServiceError, AcpError, ConnectionClosed) as exc:
+            self._deck.agent(agent).log(f"deck: could not set {what} again on the new session: {exc}")
 
     async def _session(self, name: str) -> Session:
         agent = self._deck.agent(name)

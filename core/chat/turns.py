@@ -139,6 +139,7 @@ class Turns:
                 except ServiceError as exc:
                     self._unavailable(conv, str(exc))
                     return
+                await self._deck.chat.settings.settled(agent.name)  # the user's model, mode… set again first
                 if after_cancel:
                     await _quiet(conv)
                 if not conv.queue:  # Cancel abandoned it while the agent started

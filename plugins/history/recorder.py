@@ -204,6 +204,7 @@ class HistoryRecorder:
         self._stored: dict[str, _Stored] = {}  # conversation id → what was written of it
         self._conversation_of: dict[str, str] = {}  # message id → the stored conversation it is in
         self._early_titles: dict[str, str | None] = {}  # agent → a title it gave before it had a conversation
+        self._early_choices: dict[str, dict[str, Any]] = {}  # agent → what the user chose before its first message
         self._streaming: dict[str, _Streaming] = {}  # message id → a message not done when last updated
         self._dirty: dict[str, _Streaming] = {}  # message id → one of those, streamed into since the last hand-off
         # agent → ids of messages streamed into that the recorder has no streaming copy of (a finished
@@ -255,6 +256,12 @@ class HistoryRecorder:
         elif isinstance(event, ConversationChanged):
             if event.field == "title":
                 self._agent_title(event.agent, event.value)
+            elif event.field == "choices" and isinstance(event.value, dict):
+                cid = self.current.get(event.agent)
+                if cid is None:
+                    self._early_choices[event.agent] = event.value  # kept with its first message
+                else:
+                    self.writer.set_choices(cid, event.value)
         elif isinstance(event, AgentStateChanged):
             if event.state == "ready":  # a new session serves the conversation
                 self._sync_session(event.agent)
@@ -264,6 +271,7 @@ class HistoryRecorder:
                 self.config = key
                 self.current.clear()
                 self._early_titles.clear()
+                self._early_choices.clear()
 
     # -- conversations ---------------------------------------------------------------------------
 
@@ -275,6 +283,9 @@ class HistoryRecorder:
             cid = self.writer.new_conversation(self.config, agent, stored.session_id, stored.title)
             self.current[agent] = cid
             self._stored[cid] = stored
+            choices = self._early_choices.pop(agent, None)
+            if choices is not None:
+                self.writer.set_choices(cid, choices)
         return cid
 
     def _put(self, agent: str, message: dict[str, Any]) -> None:

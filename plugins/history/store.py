@@ -210,15 +210,20 @@ def _v4(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
+def _v5(db: sqlite3.Connection) -> None:
+    """The user's choices for each conversation (its config options and mode), set again on resume."""
+    db.execute("ALTER TABLE conversations ADD COLUMN choices TEXT")  # JSON: {"options": {id: value}, "mode": id}
+
+
 #: Migration n (from 1) takes a database from version n - 1 to n, inside the opening transaction.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
 # -- the store ---------------------------------------------------------------------------------------
 
 _NEW_CONVERSATION_COLUMNS = "id, config_path, agent, session_id, title, created_at, updated_at"
-_CONVERSATION_COLUMNS = f"{_NEW_CONVERSATION_COLUMNS}, usage"
+_CONVERSATION_COLUMNS = f"{_NEW_CONVERSATION_COLUMNS}, usage, choices"
 
 _UPSERT = """
     INSERT INTO messages (
@@ -402,7 +407,7 @@ class HistoryStore:
                 f" FROM conversations AS c {where} ORDER BY updated_at DESC, created_at DESC LIMIT ?",
                 (*args, _limit(limit)),
             ).fetchall()
-        return [{**_conversation(row[:8]), "messages": row[8]} for row in rows]
+        return [{**_conversation(row[:9]), "messages": row[9]} for row in rows]
 
     def set_session(self, conversation_id: str, session_id: str | None) -> None:
         """The agent's ACP session id for this conversation (what a later start resumes)."""
@@ -410,6 +415,10 @@ class HistoryStore:
 
     def set_title(self, conversation_id: str, title: str | None) -> None:
         self._set(conversation_id, "title", title)
+
+    def set_choices(self, conversation_id: str, choices: dict[str, Any]) -> None:
+        """The user's choices for the conversation (`{options: {id: value}, mode}`), to set again on resume."""
+        self._set(conversation_id, "choices", _dumps(choices))
 
     def spending(self, config_path: str | None = None, day: str | None = None) -> builtins.list[dict[str, Any]]:
         """What was spent, per day, agent and currency, oldest day first: `{day, agent, currency, amount}`."""
@@ -728,9 +737,10 @@ def _extend(message: Message, chunks: Iterable[tuple[int, str, str | bytes]]) ->
 
 
 def _conversation(row: tuple[Any, ...]) -> Conversation:
-    cid, config_path, agent, session_id, title, created_at, updated_at, usage = row
+    cid, config_path, agent, session_id, title, created_at, updated_at, usage, choices = row
     return {
         "usage": _usage(usage),
+        "choices": _usage(choices),  # a JSON object, or None
         "id": cid,
         "agent": agent,
         "configPath": config_path,
@@ -1260,6 +1270,11 @@ class Writer:
         """What the conversation's session reported last (`{used, size, cost?}`)."""
         with self._pending_changes() as pending:
             pending.meta.setdefault(conversation_id, {})["usage"] = _dumps(usage)
+
+    def set_choices(self, conversation_id: str, choices: dict[str, Any]) -> None:
+        """The user's choices for the conversation (`{options: {id: value}, mode}`), to set again on resume."""
+        with self._pending_changes() as pending:
+            pending.meta.setdefault(conversation_id, {})["choices"] = _dumps(choices)
 
     def spend(self, day: str, config_path: str, agent: str, currency: str, amount: float) -> None:
         """`amount` more spent by `agent` on `day`."""

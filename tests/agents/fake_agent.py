@@ -447,6 +447,22 @@ def replay(sid: str) -> None:
         chunk(sid, f"You said: {text}")
 
 
+def session_settings(sid: str) -> dict:
+    """--mode-option: the modes and config options of a session as it opens (a new one, or one resumed by
+    a new process, which does not remember what was chosen): the defaults."""
+    if not args.mode_option:
+        return {}
+    result: dict = {"modes": {"currentModeId": "default", "availableModes": [{"id": m, "name": m} for m in MODES]}}
+    options[sid] = result["configOptions"] = [
+        {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "default",
+         "options": [{"value": m, "name": m} for m in MODES]},
+        {"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "m1",
+         "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]
+    if args.boolean_option:
+        result["configOptions"].append({"id": "fast", "name": "Fast", "type": "boolean", "currentValue": False})
+    return result
+
+
 def set_option(sid: str, config_id: str, value) -> None:
     for option in options.get(sid, []):
         if option["id"] == config_id:
@@ -524,7 +540,7 @@ def handle(msg: dict) -> None:
         if args.refuse_resume or (args.sessions and params.get("sessionId") not in remembered()):
             send({"id": rid, "error": {"code": -32002, "message": "Resource not found", "data": "no such session"}})
         else:
-            send({"id": rid, "result": {}})
+            send({"id": rid, "result": session_settings(params.get("sessionId"))})
     elif method == "session/load" and args.load:
         replay(params.get("sessionId"))
         send({"id": rid, "result": {}})
@@ -554,15 +570,7 @@ def handle(msg: dict) -> None:
             result["modes"] = {"currentModeId": "a", "availableModes": [{"id": "a", "name": "A"}, {"id": "b", "name": "B"}]}
             result["configOptions"] = [{"id": "model", "name": "Model", "type": "select", "currentValue": "m1",
                                         "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]
-        if args.mode_option:
-            result["modes"] = {"currentModeId": "default", "availableModes": [{"id": m, "name": m} for m in MODES]}
-            options[sid] = result["configOptions"] = [
-                {"id": "mode", "name": "Mode", "category": "mode", "type": "select", "currentValue": "default",
-                 "options": [{"value": m, "name": m} for m in MODES]},
-                {"id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": "m1",
-                 "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]
-            if args.boolean_option:
-                result["configOptions"].append({"id": "fast", "name": "Fast", "type": "boolean", "currentValue": False})
+        result.update(session_settings(sid))
         send({"id": rid, "result": result})
         if args.commands:
             update(sid, {"sessionUpdate": "available_commands_update", "availableCommands": [

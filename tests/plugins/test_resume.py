@@ -514,3 +514,61 @@ def test_a_session_list_entry_is_taken_only_as_far_as_it_makes_sense() -> None:
     for junk in ("s3", None, {"cwd": "/w"}, {"sessionId": "", "cwd": "/w"}, {"sessionId": "s" * 500, "cwd": "/w"},
                  {"sessionId": 3, "cwd": "/w"}, {"sessionId": "s4"}):  # fmt: skip
         assert _session_info(junk) is None
+
+
+@pytest.mark.anyio
+async def test_the_users_model_and_mode_are_set_again_on_the_resumed_session(make_deck, tmp_path: Path) -> None:
+    """What the user chose is kept with the conversation; the agent's next process resumes the session with
+    its defaults, and deck sets the choices again, each once; a new conversation starts from the defaults."""
+    run = Run(tmp_path, "--resume", "--mode-option", "--boolean-option")
+    deck, rec = make_deck(run.toml)
+    await deck.startup()
+    await deck.call("AgentService.Start", {"name": "a"})
+    await deck.call("ChatService.SetConfigOption", {"agent": "a", "configId": "model", "value": "m2"})
+    await deck.call("ChatService.SetConfigOption", {"agent": "a", "configId": "fast", "value": True})
+    await chat(deck, rec, "hello")
+    await deck.shutdown()
+    first = len(run.got())
+
+    deck, rec = make_deck(run.toml)
+    await deck.startup()
+    await chat(deck, rec, "again")
+    again = run.got()[first:]
+    assert [r["method"] for r in again][:2] == ["initialize", "session/resume"]
+    chosen = [(r["params"]["configId"], r["params"]["value"]) for r in again if r["method"] == "session/set_config_option"]
+    assert sorted(chosen) == [("fast", True), ("model", "m2")]  # set again, each once
+    methods = [r["method"] for r in again]
+    assert methods.index("session/prompt") > max(i for i, m in enumerate(methods) if m == "session/set_config_option")
+    conv = await deck.call("ChatService.Conversation", {"agent": "a"})
+    assert {o["id"]: o["currentValue"] for o in conv["configOptions"]} == {"mode": "default", "model": "m2", "fast": True}
+
+    await deck.call("ChatService.NewConversation", {"agent": "a"})
+    await chat(deck, rec, "fresh")
+    later = [r for r in run.got()[first + len(again):] if r["method"] == "session/set_config_option"]
+    assert later == []  # a new conversation: the agent's defaults
+    await deck.shutdown()
+
+
+@pytest.mark.anyio
+async def test_a_choice_the_agent_no_longer_offers_is_not_sent(make_deck, tmp_path: Path) -> None:
+    """Stored choices of a value the resumed session does not offer (its models changed) or of an option it no
+    longer has are left out; a stored session mode it offers is set again with session/set_mode."""
+    run = Run(tmp_path, "--resume", "--mode-option")
+    deck, rec = make_deck(run.toml)
+    await deck.startup()
+    await chat(deck, rec, "hello")
+    await deck.shutdown()
+    store = HistoryStore(tmp_path / "state" / "deck" / "history.db")
+    try:
+        [row] = store.list()
+        store.set_choices(row["id"], {"options": {"model": "m9", "gone": "x"}, "mode": "plan"})
+    finally:
+        store.close()
+    first = len(run.got())
+    deck, rec = make_deck(run.toml)
+    await deck.startup()
+    await chat(deck, rec, "again")
+    again = run.got()[first:]
+    assert [r for r in again if r["method"] == "session/set_config_option"] == []
+    assert [r["params"]["modeId"] for r in again if r["method"] == "session/set_mode"] == ["plan"]
+    await deck.shutdown()
