@@ -110,6 +110,17 @@ class Agent:
         return self.workdir or self.config.resolved_cwd()
 
     @property
+    def directories(self) -> list[str]:
+        """The folders besides its cwd it may read and write through fs/* (`additionalDirectories`)."""
+        return self.config.resolved_directories()
+
+    def session_directories(self) -> dict[str, Any]:
+        """`additionalDirectories` for its session requests, where it lists the capability (else nothing)."""
+        if self.directories and self._session_capability("additionalDirectories"):
+            return {"additionalDirectories": self.directories}
+        return {}
+
+    @property
     def session_id(self) -> str | None:
         """The id of its conversation's session."""
         return self.session.id if self.session is not None else None

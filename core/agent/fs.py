@@ -204,6 +204,22 @@ def _path(params: dict[str, Any]) -> str:
     return path
 
 
+def root_for(params: dict[str, Any], cwd: str, directories: list[str]) -> str:
+    """The folder a request's path is resolved beneath: the first of the agent's additional
+    directories (`additionalDirectories`) whose path it starts with, else its cwd (where a path
+    outside everything is refused). Only the choice is made here, by the path's components: the
+    path is then resolved beneath that folder's descriptor, as any other, symlinks included."""
+    path = params.get("path")
+    if not directories or not isinstance(path, str) or not os.path.isabs(path) or "\0" in path:
+        return cwd
+    parts = _components(path)
+    for root in (cwd, *directories):
+        folder = _components(os.path.realpath(root))
+        if parts[: len(folder)] == folder:
+            return root
+    return cwd
+
+
 # -- resolving beneath the working directory ---------------------------------------------------------
 
 

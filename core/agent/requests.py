@@ -40,7 +40,8 @@ class AgentRequests:
         private = fs.Private(self.agent.deck.config_path, tuple(self.agent.deck.private_folders))
         try:
             # In a thread: a big file, or a slow disk, must not stall every other agent.
-            return await asyncio.to_thread(serve, self.agent.cwd, params, private)
+            root = fs.root_for(params, self.agent.cwd, self.agent.directories)
+            return await asyncio.to_thread(serve, root, params, private)
         except AcpError as exc:
             if (answer := interop.fs_answer(interop.quirks_for(self.agent.init_result), method, exc)) is not None:
                 return answer
@@ -72,7 +73,8 @@ class AgentRequests:
     def _command_dir(self, path: str | None) -> tuple[int, str]:
         """The directory a command runs in, opened beneath the agent's cwd (in a thread: a slow disk)."""
         private = fs.Private(self.agent.deck.config_path, tuple(self.agent.deck.private_folders))
-        return fs.open_directory(self.agent.cwd, path or self.agent.cwd, private), path or self.agent.cwd
+        root = fs.root_for({"path": path}, self.agent.cwd, self.agent.directories) if path else self.agent.cwd
+        return fs.open_directory(root, path or self.agent.cwd, private), path or self.agent.cwd
 
     def _session_for(self, params: dict[str, Any]) -> Session:
         session_id = params.get("sessionId")

@@ -71,7 +71,8 @@ class Session:
         """`session/new` in the agent's cwd, with the MCP servers the plugins give this session."""
         conn = self._connection()
         servers = self.agent.deck.hooks.session_mcp_servers(self.agent, self)
-        result = await conn.request("session/new", {"cwd": self.agent.cwd, "mcpServers": servers})
+        params = {"cwd": self.agent.cwd, "mcpServers": servers, **self.agent.session_directories()}
+        result = await conn.request("session/new", params)
         if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
             raise ServiceError("session/new returned no sessionId")
         self.id, self.result = result["sessionId"], result
@@ -106,7 +107,7 @@ class Session:
 
     def _continued(self, session_id: str) -> dict[str, Any]:
         servers = self.agent.deck.hooks.session_mcp_servers(self.agent, self)
-        return {"sessionId": session_id, "cwd": self.agent.cwd, "mcpServers": servers}
+        return {"sessionId": session_id, "cwd": self.agent.cwd, "mcpServers": servers, **self.agent.session_directories()}
 
     def attach(self, sink: SessionSink) -> None:
         """Send the session's updates to `sink` from now on, those that came before the reply first."""

@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 
@@ -219,9 +220,27 @@ class AgentConfig(_Model):
     worktree: bool = Field(
         False, description="Run in a git worktree of its own (branch deck/NAME) of the repository its cwd is in."
     )
+    additional_directories: list[str] = Field(
+        default_factory=list,
+        alias="additionalDirectories",
+        description="More folders the agent may read and write through fs/*, besides its cwd (absolute, or ~/…); "
+        "given to the agent's sessions where it takes them (ACP additionalDirectories).",
+    )
+
+    @field_validator("additional_directories")
+    @classmethod
+    def _absolute_directories(cls, folders: list[str]) -> list[str]:
+        for folder in folders:
+            if not os.path.isabs(os.path.expanduser(folder)):
+                raise ValueError(f"{folder!r} is not an absolute path (give /… or ~/…)")
+        return folders
 
     def resolved_cwd(self) -> str:
         return str(Path(os.path.expanduser(self.cwd or ".")).resolve())
+
+    def resolved_directories(self) -> list[str]:
+        """The additional directories, `~` expanded and resolved, in the config's order."""
+        return [str(Path(os.path.expanduser(folder)).resolve()) for folder in self.additional_directories]
 
 
 class DeckConfig(_Model):

@@ -21,6 +21,7 @@ ids then name the process), --requests FILE (each request deck sends appended to
 --load (lists loadSession; session/load replays each prompt of the session and its echo as updates),
 --close (lists sessionCapabilities.close; session/close answers {}; --refuse-close: an error),
 --logout (lists agentCapabilities.auth.logout; logout answers {}),
+--additional-dirs (lists sessionCapabilities.additionalDirectories),
 --list (lists sessionCapabilities.list; session/list answers the sessions in FILE, two a page, titled
 with their first prompt; --list-pages-forever: every page has a nextCursor, a new one each time),
 --crash-load / --crash-resume (lists loadSession / sessionCapabilities.resume; session/load replays one
@@ -86,7 +87,8 @@ parser.add_argument("--mode-option", action="store_true")
 parser.add_argument("--boolean-option", action="store_true")
 parser.add_argument("--close", action="store_true")  # lists sessionCapabilities.close; session/close answers {}
 parser.add_argument("--refuse-close", action="store_true")
-parser.add_argument("--logout", action="store_true")  # lists agentCapabilities.auth.logout; logout answers {}  # with --close: session/close answers an error
+parser.add_argument("--logout", action="store_true")
+parser.add_argument("--additional-dirs", action="store_true")  # lists sessionCapabilities.additionalDirectories  # lists agentCapabilities.auth.logout; logout answers {}  # with --close: session/close answers an error
 parser.add_argument("--commands", default="")  # NAME,NAME…: its slash commands, said after session/new  # with --mode-option: a boolean option "fast" too
 parser.add_argument("--sessions")
 parser.add_argument("--requests")
@@ -508,6 +510,8 @@ def handle(msg: dict) -> None:
             caps.setdefault("sessionCapabilities", {})["close"] = {}
         if args.logout:
             caps["auth"] = {"logout": {}}
+        if args.additional_dirs:
+            caps.setdefault("sessionCapabilities", {})["additionalDirectories"] = {}
         answer = {"protocolVersion": args.protocol, "agentCapabilities": caps, "authMethods": args.auth_methods}
         if args.no_protocol:
             del answer["protocolVersion"]
