@@ -164,6 +164,8 @@ class QuestionRequested(Event):
     message_id: str
     message: str
     schema: dict[str, Any]
+    #: An ACP URL-mode elicitation: the page the agent sends the user to (the answer is then only go ahead or not).
+    url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

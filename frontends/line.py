@@ -537,7 +537,10 @@ class LineFrontend(Frontend):
             title = (prop.get("title") or prop.get("description") or "") if isinstance(prop, dict) else ""
             mark = " (required)" if key in required else ""
             self.emit(p["agent"], f"  {key}: {kind}{mark}{' — ' + title if title else ''}", "yellow")
-        self.emit(p["agent"], "→ /answer KEY=VALUE ..., /decline", "yellow")
+        if p.get("url"):
+            self.emit(p["agent"], "→ open the address above, then /answer to go on, or /decline", "yellow")
+        else:
+            self.emit(p["agent"], "→ /answer KEY=VALUE ..., /decline", "yellow")
 
     @handles(QuestionResolved)
     def _question_resolved(self, e: QuestionResolved) -> None:

@@ -322,7 +322,7 @@ class Agent:
                         "terminal": self.config.terminals,
                         # The Claude Code and Codex adapters then stream their own commands' output.
                         "_meta": {"terminal_output": True},
-                        "elicitation": {"form": {}},
+                        "elicitation": {"form": {}, "url": {}},
                         # Boolean config options are shown and set as the select ones are.
                         "session": {"configOptions": {"boolean": {}}},
                     },

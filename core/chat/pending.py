@@ -41,6 +41,8 @@ QUESTION: Kind = "question"
 READ_KINDS = frozenset({"read", "search"})
 #: What the agent is told when nobody answers: the request was cancelled.
 CANCELLED_PERMISSION: dict[str, Any] = {"outcome": {"outcome": "cancelled"}}
+#: The longest URL a URL-mode elicitation may show.
+MAX_URL = 4096
 CANCELLED_QUESTION: dict[str, Any] = {"action": "cancel"}
 #: A question declined (answered with `null` values).
 DECLINED = False
@@ -168,20 +170,33 @@ class PendingRequests:
         return {"outcome": {"outcome": "selected", "optionId": option_id}}
 
     async def ask_question(self, asker: Asker, params: dict[str, Any]) -> dict[str, Any]:
-        """An ACP `elicitation/create` (form mode) → the user's answer, a decline or a cancel."""
-        if params.get("mode", "form") != "form":
-            return {"action": "decline"}
+        """An ACP `elicitation/create` → the user's answer, a decline or a cancel. A form asks for its
+        fields; a URL (mode `url`, an http or https address) is shown, and the user goes ahead (any
+        answer, `{}`) or declines. Any other mode, or a URL of another scheme, is declined."""
         agent = asker.agent
-        event = QuestionRequested(
-            f"question-{next(_ids)}", agent.name, asker.message_id(), str(params.get("message", "")),
-            params.get("requestedSchema") or {},
-        )  # fmt: skip
+        mode = params.get("mode", "form")
+        url = params.get("url")
+        if mode == "url":
+            if not isinstance(url, str) or not url.lower().startswith(("https://", "http://")) or len(url) > MAX_URL:
+                agent.log(f"deck: elicitation/create declined: a URL must be http(s), at most {MAX_URL} characters")
+                return {"action": "decline"}
+            message = str(params.get("message", "")) or "Open this page to go on"
+            event = QuestionRequested(
+                f"question-{next(_ids)}", agent.name, asker.message_id(), f"{message}\n{url}", {}, url
+            )
+        elif mode == "form":
+            event = QuestionRequested(
+                f"question-{next(_ids)}", agent.name, asker.message_id(), str(params.get("message", "")),
+                params.get("requestedSchema") or {},
+            )  # fmt: skip
+        else:
+            return {"action": "decline"}
         answer = await self._wait(Pending(QUESTION, asker, event), event)
         if answer is None:
             return CANCELLED_QUESTION
         if answer is DECLINED:
             return {"action": "decline"}
-        return {"action": "accept", "content": answer}
+        return {"action": "accept"} if mode == "url" else {"action": "accept", "content": answer}
 
     async def _wait(self, pending: Pending, event: Event) -> Any:
         """Announce `pending` and wait for its answer (None: cancelled); it leaves the registry either way."""
@@ -216,8 +231,11 @@ class PendingRequests:
 
     def answer_question(self, pending_id: str, values: dict[str, Any] | None) -> dict[str, Any]:
         """Answer with `values`; None declines the question. Values that do not fit the question's
-        form are refused (InvalidParams), and the question waits for another answer."""
+        form are refused (InvalidParams), and the question waits for another answer. A URL question
+        takes any values as the go-ahead."""
         pending = self.get(pending_id, QUESTION)
+        if values is not None and pending.payload.get("url"):
+            values = {}
         if values is not None:
             problem = answer_problem(pending.payload.get("schema"), values)
             if problem is not None:

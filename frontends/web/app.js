@@ -624,6 +624,10 @@
     $("ask-title").textContent = `${q.agent} asks`;
     const body = $("ask-body");
     body.replaceChildren(el("p", "", q.message || ""));
+    if (q.url && /^https?:\/\//i.test(q.url)) { // a URL-mode question: the page to open, then go ahead or not
+      const link = Object.assign(el("a", "", "Open the page"), { href: q.url, target: "_blank", rel: "noopener noreferrer nofollow" });
+      body.append(link);
+    }
     const props = (q.schema && q.schema.properties) || {};
     const fields = [];
     for (const [name, spec] of Object.entries(props)) {
@@ -645,7 +649,7 @@
       fields.push([name, spec, input]);
     }
     const options = $("ask-options");
-    const answer = el("button", "primary", "Answer");
+    const answer = el("button", "primary", q.url ? "Done, go on" : "Answer");
     answer.type = "button";
     answer.onclick = () => {
       const values = {};

@@ -223,6 +223,10 @@ def turn(rid, sid: str, text: str) -> None:
         answer = ask("elicitation/create", {"sessionId": sid, "mode": "form", "message": "Your name?",
                                             "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}})
         chunk(sid, json.dumps(answer.get("result")))
+    elif word == "url-question":  # `url-question URL`: a URL-mode elicitation
+        answer = ask("elicitation/create", {"sessionId": sid, "mode": "url", "elicitationId": "e1", "url": rest,
+                                            "message": "Sign in to go on"})
+        chunk(sid, json.dumps(answer.get("result")))
     elif word == "late":
         chunk(sid, "before ")
         send({"id": rid, "result": result})

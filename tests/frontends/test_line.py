@@ -754,3 +754,14 @@ def test_the_agents_own_commands_are_listed_and_reached_and_deck_keeps_its_own(l
     deck.send("/nosuch")
     deck.expect(r".*unknown command: /nosuch")
     assert deck.close() == 0
+
+
+def test_a_url_question_shows_the_address_and_answer_goes_on(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("url-question https://auth.example.com/device")
+    deck.expect(r"\[a\] question: Sign in to go on")
+    deck.expect(r"\[a\] → open the address above, then /answer to go on, or /decline")
+    deck.send("/answer")
+    deck.expect(r'\[a\] \{"action": "accept"\}')
+    assert deck.close() == 0
+    assert any("https://auth.example.com/device" in line for line in deck.lines)

@@ -138,3 +138,35 @@ async def test_a_permission_request_without_options_is_refused_at_once(make_deck
     assert json.loads(reply.text) == {"error": {"code": -32602, "message": "no options to choose from"}}
     assert rec.named("permission:requested") == [] and deck.chat.list_pending() == []
     assert [line for line in deck.agents["a"].logs if "no options to choose from" in line]
+
+
+async def test_a_url_question_shows_the_address_and_the_go_ahead_is_an_accept(make_deck, tmp_path):
+    """ACP URL-mode elicitation: deck advertises it; the user is shown the address, and goes ahead (any
+    answer) or declines; the agent gets `accept` with no content, or `decline`."""
+    from tests.conftest import agent_block
+
+    requests = tmp_path / "requests.jsonl"
+    deck, rec = make_deck(agent_block("a", "--requests", str(requests)))
+    sent = deck.chat.turns.send("a", "url-question https://auth.example.com/device?code=XY")
+    asked = await rec.wait_event("question:requested", agent="a")
+    assert asked["url"] == "https://auth.example.com/device?code=XY"
+    assert asked["message"] == "Sign in to go on\nhttps://auth.example.com/device?code=XY" and asked["schema"] == {}
+    await deck.call("ChatService.AnswerQuestion", {"id": asked["id"], "values": {"ignored": 1}})
+    assert json.loads((await wait_reply(deck, rec, sent)).text) == {"action": "accept"}
+    initialize = json.loads(requests.read_text().splitlines()[0])
+    assert initialize["params"]["clientCapabilities"]["elicitation"] == {"form": {}, "url": {}}
+    sent = deck.chat.turns.send("a", "url-question https://auth.example.com/again")
+    asked = await rec.wait(lambda r: [q for q in r.named("question:requested", "a") if q["url"].endswith("again")])
+    await deck.call("ChatService.AnswerQuestion", {"id": asked[0]["id"], "values": None})
+    assert json.loads((await wait_reply(deck, rec, sent)).text) == {"action": "decline"}
+
+
+async def test_a_url_question_of_another_scheme_is_declined_without_asking(make_deck):
+    from tests.conftest import agent_block
+
+    deck, rec = make_deck(agent_block("a"))
+    for url in ("javascript:alert(1)", "file:///etc/passwd", "https://x.example/" + "a" * 5000):
+        reply = await ask(deck, rec, f"url-question {url}")
+        assert json.loads(reply.text) == {"action": "decline"}
+    assert rec.named("question:requested") == []
+    assert sum("elicitation/create declined" in line for line in deck.agent("a").logs) == 3
