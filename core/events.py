@@ -159,6 +159,7 @@ class UsageChanged(Event):
 @dataclass(frozen=True, slots=True)
 class QuestionRequested(Event):
     name: ClassVar[str] = "question:requested"
+    _optional: ClassVar[frozenset[str]] = frozenset({"url"})
     id: str
     agent: str
     message_id: str
