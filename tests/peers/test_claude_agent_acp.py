@@ -197,3 +197,25 @@ async def test_its_cost_is_counted_and_a_budget_stops_it(peer_deck, workdir):
         with pytest.raises(ServiceError, match=r"the budget of claude \(0.000001 USD per day\) is reached"):
             pd.deck.chat.send("claude", "more")
         await pd.close()
+
+
+def test_its_model_mode_and_commands_through_line_mode(workdir, tmp_path):
+    """Claude Code's config options (model, mode) are listed and set with /model and /mode; its own slash
+    commands are listed by /help apart from deck's. No model call: the session's options alone."""
+    from tests.frontends.test_line import LineDeck
+
+    config = tmp_path / "deck.toml"
+    config.write_text(claude(workdir))
+    deck = LineDeck(config)
+    try:
+        deck.send("/model")
+        deck.expect(r"\[claude\] model = default \(Model: default, .*haiku.*\)", timeout=60)
+        deck.send("/model haiku")
+        deck.expect(r"\[claude\] model = haiku \(Model: .*\)", timeout=30)
+        deck.send("/mode plan")
+        deck.expect(r"\[claude\] mode = plan \(Mode: default, acceptEdits, plan.*\)", timeout=30)
+        deck.send("/help")
+        deck.expect(r"\[deck\] claude's own commands \(sent to it as a message; //NAME for one that deck's hides\):")
+        deck.expect(r"\[deck\] /review .*", timeout=10)
+    finally:
+        assert deck.close() == 0

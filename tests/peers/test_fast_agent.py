@@ -246,3 +246,28 @@ async def test_stop_during_a_turn_ends_it_with_an_error(peer_deck, home, workdir
     assert reply.stop_reason is None and reply.error == "agent stopped", reply.error
     assert pd.rec.states("fast")[-1] == "stopped"
     await pd.close()
+
+
+def test_its_modes_and_its_commands_beside_decks_own_in_line_mode(home, workdir, tmp_path):
+    """fast-agent offers a legacy session mode and no config options; its own /model and /history are named
+    as deck's are: deck's win, //NAME reaches fast-agent's, and /help says so."""
+    from tests.frontends.test_line import LineDeck
+
+    config = tmp_path / "deck.toml"
+    config.write_text(fast(home, workdir))
+    deck = LineDeck(config)
+    try:
+        deck.send("/mode")
+        deck.expect(r"\[fast\] \* agent  Agent", timeout=60)
+        deck.send("/model")  # deck's: fast-agent has no model option
+        deck.expect(r".*fast offers no model to choose \(its config options: /set\)")
+        deck.send("/help")
+        deck.expect(r"\[deck\] fast's own commands \(sent to it as a message; //NAME for one that deck's hides\):")
+        deck.expect(r"\[deck\] /history .*\(//history: deck has a /history\)")
+        deck.expect(r"\[deck\] /model .*\(//model: deck has a /model\)")
+        deck.send("//status")  # not deck's: reached either way; // makes sure
+        deck.expect(r"\[fast\] > /status", timeout=10)
+        deck.expect(r"\[fast\] ready", timeout=60)
+    finally:
+        assert deck.close() == 0
+    assert not any(line.startswith("[deck] unknown command") for line in deck.lines)
