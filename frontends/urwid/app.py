@@ -70,7 +70,7 @@ PANEL_SHARE, PANEL_MIN, PANEL_MAX = 0.22, 18, 40
 #: The hint bar's hints in the order shown, each with its rank: the highest ranks are left out first
 #: when the screen is narrow (at 80 columns: send, agent, cancel, scroll, logs, config, quit).
 HINTS = [("hint_send", 1), ("hint_newline", 6), ("hint_agent", 2), ("hint_actions", 5), ("hint_cancel", 3),
-         ("hint_new", 5), ("hint_scroll", 3), ("hint_logs", 4), ("hint_config", 4), ("hint_history", 6), ("hint_diff", 6), ("hint_quit", 1)]  # fmt: skip
+         ("hint_new", 5), ("hint_settings", 6), ("hint_scroll", 3), ("hint_logs", 4), ("hint_config", 4), ("hint_history", 6), ("hint_diff", 6), ("hint_quit", 1)]  # fmt: skip
 #: A file written at exit when set: draws and their times (time.monotonic), for scripts/bench_urwid.py.
 STATS_ENV = "DECK_URWID_STATS"
 
@@ -589,6 +589,8 @@ class ConsoleApp(Handlers):
             self.edit.insert_text("\n")
         elif key == "ctrl n":
             self.new_conversation()
+        elif key == "ctrl o":
+            self.open_settings()
         elif key == "up" and self.view == "chat" and not self.edit.edit_text and self._last_queued() is not None:
             self.take_back_queued()
         else:
@@ -950,6 +952,51 @@ class ConsoleApp(Handlers):
 
         self._show_dialog("quit", ChoiceDialog(s("leave_title"), text, choices, answered), DIALOG_WIDTH)
 
+    def open_settings(self) -> None:
+        """Ctrl-O: the selected agent's settings (its config options: model, mode, thought level…; its
+        session modes where no option stands for them), one picked, then its value."""
+        if not self.selected:
+            return
+        name = self.selected
+        title = self.model.agents[name].title
+        self.spawn(self.client.call("ChatService.Conversation", {"agent": name}), lambda conv: self._settings(name, title, conv))
+
+    def _settings(self, name: str, title: str, conv: dict[str, Any]) -> None:
+        s = self.strings
+        settings = setting_choices(conv)
+        if not settings:
+            self.say(s("settings_none", agent=title))
+            return
+        choices = [(str(n) if n < 10 else "", one_line(label, 60), str(n - 1)) for n, (label, _setting) in enumerate(settings, 1)]
+        choices.append(("esc", s("leave_stay"), ""))
+
+        def picked(index: str) -> None:
+            self.close_dialog()
+            if index:
+                self._setting_values(name, title, settings[int(index)][1])
+
+        self._show_dialog("settings", ChoiceDialog(s("settings_title", agent=title), s("settings_text"), choices, picked), DIALOG_WIDTH)
+
+    def _setting_values(self, name: str, title: str, setting: dict[str, Any]) -> None:
+        values = setting["values"]
+        choices = [(str(n) if n < 10 else "", one_line(label, 60), str(n - 1)) for n, (_value, label) in enumerate(values, 1)]
+        choices.append(("esc", self.strings("leave_stay"), ""))
+        current = next((str(i) for i, (value, _label) in enumerate(values) if value == setting["current"]), None)
+
+        def picked(index: str) -> None:
+            self.close_dialog()
+            if not index:
+                return
+            value = values[int(index)][0]
+            if setting["id"] is None:
+                call = self.client.call("ChatService.SetMode", {"agent": name, "modeId": value})
+            else:
+                call = self.client.call("ChatService.SetConfigOption", {"agent": name, "configId": setting["id"], "value": value})
+            self.spawn(call, lambda _done: self.say(self.strings("setting_set", agent=title, setting=setting["name"], value=str(values[int(index)][1]))))
+
+        dialog = ChoiceDialog(one_line(f"{title} · {setting['name']}", 60), self.strings("settings_value"), choices, picked, default=current)
+        self._show_dialog("settings", dialog, DIALOG_WIDTH)
+
     def open_history(self) -> None:
         """The selected agent's past conversations and a search over every agent's (`history.py`)."""
         agent = self.model.agents.get(self.selected)
@@ -992,3 +1039,32 @@ def _show(pile: urwid.Pile, first: list[urwid.Widget], *rest: urwid.Widget) -> N
         pile.contents[:] = [(w, pile.options()) for w in widgets]
         if focus in widgets:
             pile.focus_position = widgets.index(focus)
+
+
+def setting_choices(conv: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """What the settings picker offers for a conversation (`ChatService.Conversation`): each config
+    option as `(label, {id, name, current, values: [(value, label)]})`, and the session modes (id
+    None) where no option of category mode stands for them."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    options = [o for o in conv.get("configOptions") or [] if isinstance(o, dict) and isinstance(o.get("id"), str)]
+    for option in options:
+        name = str(option.get("name") or option["id"])
+        current = option.get("currentValue")
+        if option.get("type") == "boolean":
+            values: list[tuple[Any, str]] = [(True, "on"), (False, "off")]
+        else:
+            values = []
+            for item in option.get("options") or []:
+                if isinstance(item, dict):
+                    inner = item.get("options") if "group" in item else [item]
+                    values += [(v.get("value"), str(v.get("name") or v.get("value"))) for v in inner or [] if isinstance(v, dict)]
+        shown = next((label for value, label in values if value == current), str(current))
+        out.append((f"{name}: {shown}", {"id": option["id"], "name": name, "current": current, "values": values}))
+    modes = conv.get("modes") or {}
+    available = [m for m in modes.get("availableModes") or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    if available and not any(o.get("category") == "mode" for o in options):
+        values = [(m["id"], str(m.get("name") or m["id"])) for m in available]
+        current = modes.get("currentModeId")
+        shown = next((label for value, label in values if value == current), str(current))
+        out.append((f"Mode: {shown}", {"id": None, "name": "Mode", "current": current, "values": values}))
+    return out

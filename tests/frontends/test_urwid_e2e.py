@@ -375,3 +375,24 @@ def test_console_completes_the_agents_slash_commands_with_tab(console):
     c.type("/zz")
     c.keys("Tab")
     c.wait("has no slash command that begins so")
+
+
+def test_console_settings_picker_sets_the_agents_model(console):
+    """Ctrl-O: the agent's config options, one picked, then its value; the choice reaches the agent."""
+    c = console(agent_block("alpha", "--mode-option", "--boolean-option"), cols=120, rows=40)
+    c.wait("Message to alpha")
+    c.keys("F5")
+    c.wait("ready")
+    c.keys("C-o")
+    screen = c.wait("Settings of alpha")
+    assert "Mode: default" in screen and "Model: M1" in screen and "Fast: off" in screen
+    c.keys("2")
+    c.wait("alpha · Model")
+    c.keys("2")
+    c.wait("alpha: Model is now M2")
+    c.keys("C-o")
+    c.wait("Model: M2")
+    c.keys("3")
+    c.wait("alpha · Fast")
+    c.keys("1")
+    c.wait("alpha: Fast is now on")
