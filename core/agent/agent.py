@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from deck._version import __version__
 from deck.acp.connection import PROTOCOL_VERSION, Connection
-from deck.agent import auth, listing, terminals
+from deck.agent import auth, listing, remote, terminals
 from deck.agent.early import EarlyUpdates
 from deck.agent.requests import AgentRequests
 from deck.agent.session import CONVERSATION, TOOL_UPDATES, Session, SessionSink
@@ -268,7 +268,11 @@ class Agent:
         if cfg.worktree and self.workdir is None:  # never in the main checkout instead
             raise SpawnError("worktree = true, but no worktree was prepared: the worktrees plugin is off, or failed")
         cwd = self.cwd
-        if not os.path.isdir(cwd):
+        command = list(cfg.command)
+        if cfg.host:  # its cwd and env are the host's: here, ssh runs in deck's own folder, with deck's env
+            command = remote.ssh_command(cfg.host, list(cfg.ssh), cwd, command, dict(cfg.env), remote.control_dir())
+            cwd, env = os.getcwd(), dict(os.environ)
+        elif not os.path.isdir(cwd):
             raise SpawnError(f"working directory does not exist: {cwd}")
         await self.tasks.close()  # the last connection's: cancelled as it ended, done by now
         self.tasks = tasks = self.deck.tasks.group(f"agent {self.name}")
@@ -289,7 +293,7 @@ class Agent:
         self.sessions.clear()
         self.early = EarlyUpdates(self.log)
         self.process = await Process.spawn(
-            list(cfg.command), cwd=cwd, env=env, on_stdout=conn.feed, on_stderr_line=self._stderr,
+            command, cwd=cwd, env=env, on_stdout=conn.feed, on_stderr_line=self._stderr,
             log=lambda line: self.log(f"deck: {line}"),
         )  # fmt: skip
 
@@ -318,8 +322,9 @@ class Agent:
                 {
                     "protocolVersion": PROTOCOL_VERSION,
                     "clientCapabilities": {
-                        "fs": {"readTextFile": True, "writeTextFile": True},
-                        "terminal": self.config.terminals,
+                        # An agent on another host works on that host's files and runs its commands there.
+                        "fs": {"readTextFile": not self.config.host, "writeTextFile": not self.config.host},
+                        "terminal": self.config.terminals and not self.config.host,
                         # The Claude Code and Codex adapters then stream their own commands' output.
                         "_meta": {"terminal_output": True},
                         "elicitation": {"form": {}, "url": {}},
@@ -479,8 +484,16 @@ class Agent:
         return session
 
     async def _unless_exited(self, coro: Coroutine[Any, Any, T], process: Process) -> T:
-        """Await `coro`, but fail at once if the process exits, or closes its stdout, first."""
-        return await _unless_exited(self.tasks.spawn(coro, f"handshake step {self.name}", log_errors=False), process)
+        """Await `coro`, but fail at once if the process exits, or closes its stdout, first. On another
+        host, ssh's own failure (exit 255: unreachable, refused, an unknown host key) names the host."""
+        try:
+            return await _unless_exited(self.tasks.spawn(coro, f"handshake step {self.name}", log_errors=False), process)
+        except ServiceError:
+            code = process.exited.result() if process.exited.done() else None
+            lost = remote.connection_lost(self.config.host, code) if self.config.host else None
+            if lost is not None:
+                raise ServiceError(lost) from None
+            raise
 
     async def _fail(self, reason: str) -> None:
         """The start failed: the agent is in error at once (the caller is answered), and a process
@@ -621,6 +634,8 @@ class Agent:
         self._exit_watch = None
         if not process.exited.done():
             reason = "the agent closed its output (stdout) but kept running"
+        elif self.config.host and (lost := remote.connection_lost(self.config.host, process.exited.result())):
+            reason = lost
         elif (code := process.exited.result()) >= 0:
             reason = f"the agent exited on its own with code {code}"
         else:

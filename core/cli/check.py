@@ -45,6 +45,44 @@ def find_command(cfg: AgentConfig) -> tuple[str | None, str | None]:
     return path, None
 
 
+async def find_remote_command(cfg: AgentConfig) -> tuple[str | None, str | None]:
+    """The same for an agent on another host, asked there through ssh (BatchMode: no prompt): where
+    the program is on the host, or why not (the host unreachable, its cwd or the command missing)."""
+    import shlex
+
+    from deck.agent.remote import SSH_FAILED, control_dir, ssh_base
+
+    program = cfg.command[0]
+    probe = f"cd -- {shlex.quote(cfg.cwd)} || exit 3; command -v {shlex.quote(program)} || exit 4"
+    args = [*ssh_base(list(cfg.ssh), control_dir()), "--", cfg.host, "sh -c " + shlex.quote(probe)]
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+    except OSError as exc:
+        return None, f"cannot run ssh for {cfg.host}: {exc.strerror or exc}"
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), REMOTE_CHECK_SECONDS)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return None, f"{cfg.host} not reachable: no answer within {REMOTE_CHECK_SECONDS} s"
+    except OSError as exc:
+        return None, f"cannot run ssh for {cfg.host}: {exc.strerror or exc}"
+    said = err.decode(errors="replace").strip().splitlines()
+    if process.returncode == SSH_FAILED:
+        return None, f"{cfg.host} not reachable through ssh: {said[-1] if said else 'ssh exited 255'}"
+    if process.returncode == 3:
+        return None, f"working directory does not exist on {cfg.host}: {cfg.cwd}"
+    if process.returncode != 0:
+        return None, f"command not found on {cfg.host}: {program}"
+    return f"{cfg.host}:{out.decode(errors='replace').strip()}", None
+
+
+#: How long `deck agents --check` waits for a host to answer.
+REMOTE_CHECK_SECONDS = 30
+
+
 async def handshake(deck: Deck, name: str) -> dict[str, Any]:
     """Start agent `name` (initialize + session/new), then stop it."""
     started = time.monotonic()
@@ -63,7 +101,7 @@ async def check_all(deck: Deck, with_handshake: bool) -> list[dict[str, Any]]:
     rows = []
     try:
         for agent in deck.agents.values():
-            found, problem = find_command(agent.config)
+            found, problem = await find_remote_command(agent.config) if agent.config.host else find_command(agent.config)
             row: dict[str, Any] = {"name": agent.name, "command": agent.config.command, "found": found}
             if problem is not None:
                 row["problem"] = problem

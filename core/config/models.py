@@ -220,6 +220,13 @@ class AgentConfig(_Model):
     worktree: bool = Field(
         False, description="Run in a git worktree of its own (branch deck/NAME) of the repository its cwd is in."
     )
+    host: str = Field(
+        "", description="Run the agent on this machine through ssh (a name of ~/.ssh/config, or user@host); "
+        "its cwd and command are the host's. Default: here."
+    )
+    ssh: list[str] = Field(
+        default_factory=list, description='More arguments for ssh before the host, e.g. ["-p", "2222"] (with host).'
+    )
     additional_directories: list[str] = Field(
         default_factory=list,
         alias="additionalDirectories",
@@ -235,7 +242,22 @@ class AgentConfig(_Model):
                 raise ValueError(f"{folder!r} is not an absolute path (give /… or ~/…)")
         return folders
 
+    @model_validator(mode="after")
+    def _remote(self) -> AgentConfig:
+        if self.host:
+            if self.host.startswith("-") or any(c.isspace() for c in self.host):
+                raise ValueError(f"host {self.host!r} is not a host name (no leading '-', no spaces)")
+            if not self.cwd.startswith("/"):
+                raise ValueError(f"an agent on {self.host} needs cwd, an absolute path there (its sessions open in it)")
+            if self.worktree:
+                raise ValueError(f"worktree = true is not available for an agent on another host ({self.host}) yet")
+        elif self.ssh:
+            raise ValueError("ssh arguments are for an agent with a host: add host = \"…\"")
+        return self
+
     def resolved_cwd(self) -> str:
+        if self.host:  # the host's own path, taken as written
+            return self.cwd
         return str(Path(os.path.expanduser(self.cwd or ".")).resolve())
 
     def resolved_directories(self) -> list[str]:

@@ -223,6 +223,8 @@ def turn(rid, sid: str, text: str) -> None:
         answer = ask("elicitation/create", {"sessionId": sid, "mode": "form", "message": "Your name?",
                                             "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}})
         chunk(sid, json.dumps(answer.get("result")))
+    elif word == "getenv":  # `getenv NAME`: the value of NAME in its environment (null when unset)
+        chunk(sid, json.dumps(os.environ.get(rest)))
     elif word == "url-question":  # `url-question URL`: a URL-mode elicitation
         answer = ask("elicitation/create", {"sessionId": sid, "mode": "url", "elicitationId": "e1", "url": rest,
                                             "message": "Sign in to go on"})
