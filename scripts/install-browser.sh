@@ -9,14 +9,8 @@ say() { printf 'install-browser: %s\n' "$*" >&2; }
 
 found=${DECK_CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
 if [ -z "$found" ]; then
-    if [ "$(id -u)" -eq 0 ]; then
-        as_root=()
-    elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-        as_root=(sudo -n)
-    else
-        say "no Chromium, and no way to install it: run 'apt-get install chromium' as root (or set DECK_CHROMIUM)"
-        exit 1
-    fi
+    . "$(dirname "$0")/as-root.sh"
+    as_root_or_fail "chromium"
     say "installing Debian's chromium"
     export DEBIAN_FRONTEND=noninteractive
     "${as_root[@]}" apt-get update -qq

@@ -10,14 +10,8 @@ if command -v ssh >/dev/null && [ -x /usr/sbin/sshd ] && command -v ssh-keygen >
     say "using $(ssh -V 2>&1)"
     exit 0
 fi
-if [ "$(id -u)" -eq 0 ]; then
-    as_root=()
-elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
-    as_root=(sudo -n)
-else
-    say "no sshd, and no way to install it: run 'apt-get install openssh-server openssh-client' as root"
-    exit 1
-fi
+. "$(dirname "$0")/as-root.sh"
+as_root_or_fail "openssh-server openssh-client"
 say "installing Debian's openssh-server and openssh-client (its service is not started)"
 export DEBIAN_FRONTEND=noninteractive
 # The package would start the machine's own sshd on port 22: policy-rc.d (exit 101) forbids it.

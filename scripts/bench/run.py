@@ -37,6 +37,9 @@ Benchmarks and targets:
     web         the socket's prompt to an attached jsonl client while a headless Chromium shows the
                 web page (scripts/bench/web.py): the client's time ÷ without the browser ≤ 1.2; the
                 server's CPU with the browser ÷ without (≤ 1.3) and the page's first paint (≤ 1 s) beside it
+    ssh         the throughput's prompt from an agent over ssh to 127.0.0.1 (a real sshd of the benchmark's
+                own, scripts/bench/ssh.py) ÷ the same agent run directly; and the start of a second agent on
+                that host, its connection already open, beside the first's
 
 `--base PYTHON` also runs the throughput with the deck that PYTHON imports (another checkout
 installed in its own venv: `git worktree add /tmp/base REV && python -m venv /tmp/base-venv &&
@@ -583,14 +586,14 @@ def _server_cpu(cfg: Path, count: int) -> float:
         _stop(server)
 
 
-def served(cfg: Path, name: str = "bench") -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    """`deck serve --name NAME` of `cfg`, once it listens; and the environment of its clients (its
-    socket in a folder of its own)."""
+def served(cfg: Path, name: str = "bench", *options: str) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """`deck serve --name NAME` of `cfg` (with `options`), once it listens; and the environment of its
+    clients (its socket in a folder of its own)."""
     env = deck_env()
     env["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="dk-")  # short: a socket path has at most 107 bytes
     ready, ready_w = os.pipe()
     server = subprocess.Popen(
-        [*DECK, "serve", "--config", str(cfg), "--name", name, "--ready-fd", str(ready_w)],
+        [*DECK, "serve", "--config", str(cfg), "--name", name, *options, "--ready-fd", str(ready_w)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, pass_fds=(ready_w,),
     )  # fmt: skip
     os.close(ready_w)
@@ -661,6 +664,7 @@ BENCHES = {
     "clients": (bench_clients, ("4 clients s", "1 client s", 1.5)),
     "flood": (bench_flood, ("RSS growth MB", None, 40.0)),
     "web": (lambda rounds: __import__("web").bench_web(rounds), ("terminal+web s", "terminal s", 1.2)),
+    "ssh": (lambda rounds: __import__("ssh").bench_ssh(rounds), ("over ssh", "direct", 1.5)),
 }
 #: Ratios printed for information: (measure, peer it is compared with).
 RATIOS = {
@@ -677,6 +681,7 @@ RATIOS = {
     "send": [("deck send", "acpx exec"), ("deck send MB", "acpx exec MB")],
     "flood": [("p99 ms", "quiet p99 ms"), ("p99 ms", "outside p99 ms")],
     "web": [("server+web cpu s", "server cpu s")],
+    "ssh": [("second start ms", "first start ms")],
 }
 SLOW = {"idle", "stop"}
 

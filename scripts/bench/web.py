@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from typing import Any
 
@@ -26,7 +25,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 
 def bench_web(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, list[float]]:
     from playwright.sync_api import sync_playwright
-    from run import DECK, PRODUCER, PY, _read_to_turn_end, attached, config, deck_env, request
+    from run import DECK, PRODUCER, PY, _read_to_turn_end, attached, config, request, served
 
     cfg = config({"bench": [PY, str(PRODUCER), str(count), str(size)]})
     runs: dict[str, list[float]] = {
@@ -35,17 +34,7 @@ def bench_web(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, li
     chromium = os.environ.get("DECK_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 
     def serve() -> tuple[subprocess.Popen[bytes], dict[str, str], str]:
-        env = deck_env()
-        env["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="dk-")
-        ready, ready_w = os.pipe()
-        server = subprocess.Popen(
-            [*DECK, "serve", "--config", str(cfg), "--name", "bench", "--web", "0", "--ready-fd", str(ready_w)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, pass_fds=(ready_w,),
-        )  # fmt: skip
-        os.close(ready_w)
-        with os.fdopen(ready, "rb") as f:
-            if f.read(6) != b"ready\n":
-                raise RuntimeError(f"deck serve ended: exit {server.wait()}")
+        server, env = served(cfg, "bench", "--web", "0")
         url = subprocess.run([*DECK, "web", "bench"], env=env, capture_output=True, text=True, check=True).stdout.strip()
         return server, env, url
 
