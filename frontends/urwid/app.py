@@ -70,7 +70,7 @@ PANEL_SHARE, PANEL_MIN, PANEL_MAX = 0.22, 18, 40
 #: The hint bar's hints in the order shown, each with its rank: the highest ranks are left out first
 #: when the screen is narrow (at 80 columns: send, agent, cancel, scroll, logs, config, quit).
 HINTS = [("hint_send", 1), ("hint_newline", 6), ("hint_agent", 2), ("hint_actions", 5), ("hint_cancel", 3),
-         ("hint_new", 5), ("hint_settings", 6), ("hint_scroll", 3), ("hint_logs", 4), ("hint_config", 4), ("hint_history", 6), ("hint_diff", 6), ("hint_quit", 1)]  # fmt: skip
+         ("hint_new", 5), ("hint_settings", 7), ("hint_scroll", 3), ("hint_logs", 4), ("hint_config", 4), ("hint_history", 6), ("hint_diff", 6), ("hint_quit", 1)]  # fmt: skip
 #: A file written at exit when set: draws and their times (time.monotonic), for scripts/bench_urwid.py.
 STATS_ENV = "DECK_URWID_STATS"
 
