@@ -150,3 +150,21 @@ async def test_two_agents_on_one_host_share_one_connection(make_deck, sshd, tmp_
     assert len(list(control.iterdir())) == 1  # its socket
     await deck.shutdown()
     shutil.rmtree(control, ignore_errors=True)
+
+
+async def test_after_a_lost_connection_the_next_start_resumes_the_conversation(make_deck, sshd, tmp_path):
+    """The connection goes mid-conversation: the agent is in error; the next message starts it again on the
+    host, and its session is resumed (History and resume), not a new one."""
+    requests = tmp_path / "requests.jsonl"
+    flags = ("--resume", "--sessions", str(tmp_path / "sessions.json"), "--requests", str(requests))
+    deck, rec = make_deck(remote_agent(sshd, tmp_path, *flags, own=True))
+    assert await say(deck, rec, "first") == "You said: first"
+    session = deck.agents["far"].session_id
+    for connection in sshd.connections():
+        connection.kill()
+    await rec.wait_event("agent:state", agent="far", state="error", timeout=60)
+    assert await say(deck, rec, "second") == "You said: second"
+    methods = [json.loads(line)["method"] for line in requests.read_text().splitlines()]
+    assert methods.count("initialize") == 2 and "session/resume" in methods
+    resumed = [json.loads(line)["params"] for line in requests.read_text().splitlines() if '"session/resume"' in line]
+    assert resumed[0]["sessionId"] == session
