@@ -18,7 +18,7 @@ SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
 class SSHServer:
-    """`sshd -D` on a free port of 127.0.0.1, for the current user with a key made here."""
+    """sshd on a free port of 127.0.0.1, for the current user with a key made here."""
 
     def __init__(self, folder: Path) -> None:
         if not os.path.exists(SSHD) or not shutil.which("ssh") or not shutil.which("ssh-keygen"):
@@ -40,15 +40,19 @@ class SSHServer:
         )
         if os.getuid() == 0:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # its privilege separation folder
-        self.log = open(folder / "sshd.log", "wb")
-        self.process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=self.log, stderr=self.log)
+        # As a daemon (no -D): not a child of the test, so what runs on "the host" is no test's descendant,
+        # as it would not be on another machine (the peers' tests look for processes left behind).
+        started = subprocess.run([SSHD, "-f", str(config), "-E", str(folder / "sshd.log")], capture_output=True, text=True)
+        if started.returncode != 0:
+            raise AssertionError(f"sshd did not start: {started.stderr}{(folder / 'sshd.log').read_text()}")
         deadline = time.monotonic() + 15
         while True:
             try:
+                self.pid = int((folder / "sshd.pid").read_text())
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 break
-            except OSError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
+            except (OSError, ValueError):
+                if time.monotonic() > deadline:
                     raise AssertionError(f"sshd did not start: {(folder / 'sshd.log').read_text()}") from None
                 time.sleep(0.05)
         host_key = (folder / "host_key.pub").read_text().split()
@@ -69,7 +73,7 @@ class SSHServer:
     def connections(self) -> list[psutil.Process]:
         """The server's processes for its connections (its children)."""
         try:
-            return psutil.Process(self.process.pid).children()
+            return psutil.Process(self.pid).children()
         except psutil.NoSuchProcess:
             return []
 
@@ -79,9 +83,12 @@ class SSHServer:
                 child.kill()
             except psutil.NoSuchProcess:
                 pass
-        self.process.terminate()
-        self.process.wait(10)
-        self.log.close()
+        try:
+            server = psutil.Process(self.pid)
+            server.terminate()
+            server.wait(10)
+        except psutil.NoSuchProcess:
+            pass
 
 
 def marked(mark: str) -> list[psutil.Process]:
