@@ -39,6 +39,7 @@ from deck.events import now_iso
 from deck.proc.storage import replace_in
 from deck.remote.peer import Peer
 from deck.remote.serverdir import ServerError
+from deck.tty import one_line
 from deck.wire import RequestReader
 
 if TYPE_CHECKING:
@@ -188,7 +189,7 @@ class WebClient(Peer):
         self.ws = ws
         self.transport = request.transport
         self.address = request.remote or "?"
-        agent = request.headers.get("User-Agent", "")[:120]
+        agent = one_line(request.headers.get("User-Agent", ""), 120)  # the browser's words: printable, one line
         self.since = now_iso()
         self.command = f"web {self.address}" + (f" ({agent})" if agent else "")
         self._lost = asyncio.get_running_loop().create_future()
