@@ -360,3 +360,16 @@ def test_the_agents_config_options_and_modes_are_shown_and_set_from_the_page(pag
         page.wait_for_function("() => deckPage.state.conversations.demo.modes.currentModeId === 'plan'")
     finally:
         server.stop()
+
+
+def test_the_page_without_its_token_or_with_a_wrong_one_gets_nothing_and_says_so(browser: Any, served: WebServe) -> None:  # noqa: F811
+    for fragment, said in (("", "no token"), ("#token=" + "x" * 43, "refused or unreachable")):
+        context = browser.new_context()
+        tab = context.new_page()
+        try:
+            tab.goto(served.base + fragment)
+            tab.wait_for_function(f"() => document.querySelector('#link').textContent.includes({said!r})", timeout=30000)
+            assert tab.evaluate("() => deckPage.state.agents.size") == 0  # not one agent, not one event
+            assert tab.locator("#agent-list li").count() == 0
+        finally:
+            context.close()
