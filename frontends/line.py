@@ -799,6 +799,9 @@ class LineFrontend(Frontend):
             if name != "queue" and not number.isdigit():
                 self.error(DECK, f"/{name} N{' TEXT' if name == 'edit' else ''}: N is the message's number in /queue")
                 return
+            if name == "edit" and not text.strip():
+                self.error(DECK, f"/edit {number} TEXT: the new text (to drop message {number}: /unqueue {number})")
+                return
             self._spawn(self._queue(self.current, name, int(number) if number.isdigit() else 0, text), self.current)
         elif name == "open":
             if len(args) != 1:

@@ -42,6 +42,9 @@ class SessionSettings:
     async def set_mode(self, agent: str, mode_id: str) -> dict[str, Any]:
         session = await self._session(agent)
         conv = self._conversations.of(agent)
+        offered = [m.get("id") for m in (conv.modes or {}).get("availableModes") or [] if isinstance(m, dict)]
+        if offered and mode_id not in offered:
+            raise ServiceError(f"{agent} offers no mode {mode_id!r} (modes: {', '.join(str(m) for m in offered)})")
         await session.request("session/set_mode", {"modeId": mode_id})
         conv.apply_update({"sessionUpdate": "current_mode_update", "currentModeId": mode_id})
         conv.chose(mode=mode_id)

@@ -244,11 +244,15 @@ class AgentConfig(_Model):
 
     @model_validator(mode="after")
     def _remote(self) -> AgentConfig:
+        if "host" in self.model_fields_set and not self.host.strip():
+            raise ValueError("host is empty: name the host (or leave host out for an agent on this machine)")
         if self.host:
             if self.host.startswith("-") or any(c.isspace() for c in self.host):
                 raise ValueError(f"host {self.host!r} is not a host name (no leading '-', no spaces)")
-            if not self.cwd.startswith("/"):
+            if not self.cwd:
                 raise ValueError(f"an agent on {self.host} needs cwd, an absolute path there (its sessions open in it)")
+            if not self.cwd.startswith("/"):
+                raise ValueError(f"cwd {self.cwd!r} is not an absolute path on {self.host} (~ is not expanded there)")
             if self.worktree:
                 raise ValueError(f"worktree = true is not available for an agent on another host ({self.host}) yet")
         elif self.ssh:

@@ -270,6 +270,7 @@ class WebServer:
         """Every answer carries the security headers; a loopback server refuses a foreign `Host`."""
         host = urlsplit(f"//{request.host}").hostname or ""
         if not self.listening.remote and not is_loopback(host):
+            log.warning("refused a web request at %s: Host %r is not a loopback name", request.remote or "?", one_line(request.host, 100))
             response: web.StreamResponse = web.Response(status=421, text="refused: this deck page answers on loopback only\n")
         else:
             try:
@@ -289,7 +290,9 @@ class WebServer:
         origin = request.headers.get("Origin")
         if origin is not None:
             parts = urlsplit(origin)
-            if parts.scheme not in ("http", "https") or parts.netloc.lower() != request.host.lower():
+            # On loopback the page is http; beyond it (--web-allow-remote) it may be https, behind a TLS proxy.
+            schemes = ("http", "https") if self.listening.remote else ("http",)
+            if parts.scheme not in schemes or parts.netloc.lower() != request.host.lower():
                 return 403, "refused: the page of another origin may not connect"
         if not any(hmac.compare_digest(given.encode(), self.token.encode()) for given in _tokens(request)):
             return 401, "refused: no token, or a wrong one (deck web NAME prints the page's address with it)"

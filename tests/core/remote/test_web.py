@@ -13,6 +13,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,6 +117,10 @@ def test_a_foreign_host_name_is_refused_on_loopback(served: WebServe) -> None:
     """A name of the attacker's that resolves to 127.0.0.1 (DNS rebinding) gets nothing, not even the page."""
     status, _, body = http(served, "/", Host=f"evil.example:{served.port}")
     assert status == 421 and b"loopback" in body
+    deadline = time.monotonic() + 10
+    while b"is not a loopback name" not in served.stderr and time.monotonic() < deadline:
+        time.sleep(0.05)  # the server's log line, as its stderr is read
+    assert f"Host 'evil.example:{served.port}' is not a loopback name".encode() in served.stderr
     for host in (f"localhost:{served.port}", f"127.0.0.1:{served.port}", "localhost:8080"):  # 8080: through ssh -L
         assert http(served, "/", Host=host)[0] == 200
 
@@ -136,7 +141,10 @@ async def test_a_websocket_without_the_token_or_with_a_wrong_one_is_refused_befo
 
 @pytest.mark.anyio
 async def test_a_websocket_from_another_origin_is_refused_even_with_the_token(served: WebServe) -> None:
-    for origin in ("http://evil.example", f"http://evil.example:{served.port}", f"http://127.0.0.1:{served.port + 1}", "null", f"file://127.0.0.1:{served.port}"):
+    for origin in (
+        "http://evil.example", f"http://evil.example:{served.port}", f"http://127.0.0.1:{served.port + 1}", "null",
+        f"file://127.0.0.1:{served.port}", f"https://127.0.0.1:{served.port}",  # on loopback the page is http
+    ):  # fmt: skip
         assert await refused(served, Origin=origin) == 403, origin
     client = await connect(served, Origin=f"http://127.0.0.1:{served.port}")  # the page's own
     assert (await client.call("DeckService.Snapshot"))["agents"][0]["name"] == "a"
