@@ -221,8 +221,8 @@ class AgentConfig(_Model):
         False, description="Run in a git worktree of its own (branch deck/NAME) of the repository its cwd is in."
     )
     host: str = Field(
-        "", description="Run the agent on this machine through ssh (a name of ~/.ssh/config, or user@host); "
-        "its cwd and command are the host's. Default: here."
+        "", description="Run the agent on that machine through ssh (a name of ~/.ssh/config, or user@host); "
+        "its cwd and command are the host's. Default (or \"\"): this machine."
     )
     ssh: list[str] = Field(
         default_factory=list, description='More arguments for ssh before the host, e.g. ["-p", "2222"] (with host).'
@@ -244,8 +244,6 @@ class AgentConfig(_Model):
 
     @model_validator(mode="after")
     def _remote(self) -> AgentConfig:
-        if "host" in self.model_fields_set and not self.host.strip():
-            raise ValueError("host is empty: name the host (or leave host out for an agent on this machine)")
         if self.host:
             if self.host.startswith("-") or any(c.isspace() for c in self.host):
                 raise ValueError(f"host {self.host!r} is not a host name (no leading '-', no spaces)")

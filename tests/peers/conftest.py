@@ -194,6 +194,8 @@ class PeerDeck:
         self.schema = schema
         self.processes = ProcessWatch()
         self._watcher: asyncio.Task[None] | None = None
+        #: What ran before this deck (a test's own servers, its sshd): not the deck's to end.
+        self._before = {p.pid for p in psutil.Process().children(recursive=True)}
 
     def watch(self) -> None:
         async def loop() -> None:
@@ -221,7 +223,7 @@ class PeerDeck:
             left = self.processes.alive() + [
                 f"{p.pid} {' '.join(p.cmdline())[:120]}"
                 for p in psutil.Process().children(recursive=True)
-                if p.status() != psutil.STATUS_ZOMBIE
+                if p.status() != psutil.STATUS_ZOMBIE and p.pid not in self._before
             ]
             for agent in self.deck.agents.values():
                 left += processes_in(Path(agent.config.resolved_cwd()))

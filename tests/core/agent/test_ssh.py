@@ -108,7 +108,6 @@ def test_a_remote_agent_needs_an_absolute_cwd_and_ssh_needs_a_host(tmp_path):
     for table, said in (
         (agent_table("far", ["x"], host="testbox"), "needs cwd, an absolute path there"),
         (agent_table("far", ["x"], host="testbox", cwd="work"), "cwd 'work' is not an absolute path on testbox"),
-        (agent_table("far", ["x"], host="", cwd="/w"), "host is empty"),
         (agent_table("far", ["x"], ssh=["-p", "2222"]), "ssh arguments are for an agent with a host"),
         (agent_table("far", ["x"], host="-oProxyCommand=x", cwd="/w"), "is not a host name"),
         (agent_table("far", ["x"], host="testbox", cwd="/w", worktree=True), "not available for an agent on another host"),
