@@ -255,8 +255,9 @@ def list_servers(as_json: bool = typer.Option(False, "--json", help="JSON output
     typer.echo(f"{'NAME':<16} {'PID':>7} {'AGENTS':>6} {'RUNNING':>7} {'BUSY':>4} {'CLIENTS':>7}  {'SINCE':<24}  CONFIG")
     for row in rows:
         agents, running, busy, clients = ("?" if row[k] is None else str(row[k]) for k in ("agents", "running", "busy", "clients"))
+        web = f"  (web page: {row['web']})" if row.get("web") else ""  # its token: `deck web NAME`
         typer.echo(
-            f"{row['name']:<16} {row['pid']:>7} {agents:>6} {running:>7} {busy:>4} {clients:>7}  {row['since']:<24}  {row['config']}"
+            f"{row['name']:<16} {row['pid']:>7} {agents:>6} {running:>7} {busy:>4} {clients:>7}  {row['since']:<24}  {row['config']}{web}"
         )
 
 

@@ -408,6 +408,8 @@ def test_deck_web_says_when_no_server_or_no_page_is_there(tmp_path: Path, runtim
 def test_deck_ls_shows_the_page_without_its_token(served: WebServe) -> None:
     listed = json.loads(subprocess.run([*DECK, "ls", "--json"], capture_output=True, text=True, timeout=30).stdout)
     assert [s["web"] for s in listed] == [served.base] and served.token not in json.dumps(listed)
+    table = subprocess.run([*DECK, "ls"], capture_output=True, text=True, timeout=30).stdout
+    assert table.splitlines()[1].endswith(f"(web page: {served.base})") and served.token not in table
 
 
 def test_deck_web_open_hands_the_address_to_the_users_browser(served: WebServe, tmp_path: Path) -> None:
