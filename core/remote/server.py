@@ -44,6 +44,7 @@ from deck.runtime.local import LocalClient
 from deck.wire import RequestReader, encode_event, error_line, to_bytes
 
 if TYPE_CHECKING:
+    from deck.remote.web import WebListening, WebServer
     from deck.runtime.deck import Deck
 
 log = logging.getLogger(__name__)
@@ -324,13 +325,19 @@ class ServerFrontend(Frontend):
     description = "the clients of a Unix socket (deck serve)"
 
     def __init__(
-        self, client: Any, *, listening: Listening, ready_fd: int | None = None, web: Any = None, **options: Any
+        self,
+        client: Any,
+        *,
+        listening: Listening,
+        ready_fd: int | None = None,
+        web: tuple[WebListening, str] | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(client, **options)
         self.listening = listening
         #: The page's socket and token (`deck.remote.web`), with --web.
         self.web_listening = web
-        self.web: Any = None
+        self.web: WebServer | None = None
         self.ready_fd = ready_fd
         self.connections: dict[int, Peer] = {}
         self._next_id = 0

@@ -489,7 +489,11 @@
       slot.plainSize = text.length;
     } else {
       if (!done && now - slot.markdownAt < MARKDOWN_EVERY_MS && slot.size >= 0) {
-        setTimeout(() => { dirty.streamed.add(slot.node.closest(".msg")?.dataset.id); schedule(); }, MARKDOWN_EVERY_MS);
+        slot.later ||= setTimeout(() => { // one redraw at the end of the wait, however many chunks came
+          slot.later = null;
+          dirty.streamed.add(slot.node.closest(".msg")?.dataset.id);
+          schedule();
+        }, MARKDOWN_EVERY_MS);
         return;
       }
       slot.plain = null;

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAKE_AGENT, agent_table
-from tests.deck_process import DeckProcess, write_config
+from tests.deck_process import DECK, DeckProcess, write_config
 from tests.sshd import SSHServer, marked, sshd, wait_unmarked  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
@@ -103,8 +104,6 @@ async def test_an_unknown_host_key_fails_at_once_with_no_prompt(make_deck, sshd,
 
 
 def test_a_remote_agent_needs_an_absolute_cwd_and_ssh_needs_a_host(tmp_path):
-    from tests.core.agent.test_additional_dirs import DECK, subprocess
-
     for table, said in (
         (agent_table("far", ["x"], host="testbox"), "needs cwd, an absolute path there"),
         (agent_table("far", ["x"], host="testbox", cwd="work"), "cwd 'work' is not an absolute path on testbox"),
@@ -118,8 +117,6 @@ def test_a_remote_agent_needs_an_absolute_cwd_and_ssh_needs_a_host(tmp_path):
 
 
 def test_deck_agents_check_asks_the_host(sshd, tmp_path):
-    from tests.core.agent.test_additional_dirs import DECK, subprocess
-
     good = remote_agent(sshd, tmp_path)
     missing = agent_table("gone", ["no-such-agent-here"], cwd=str(tmp_path), host="testbox", ssh=["-F", str(sshd.config)])
     nowhere = agent_table("lost", ["x"], cwd="/no/such/folder", host="testbox", ssh=["-F", str(sshd.config)])
@@ -168,3 +165,23 @@ async def test_after_a_lost_connection_the_next_start_resumes_the_conversation(m
     assert methods.count("initialize") == 2 and "session/resume" in methods
     resumed = [json.loads(line)["params"] for line in requests.read_text().splitlines() if '"session/resume"' in line]
     assert resumed[0]["sessionId"] == session
+
+
+def test_the_connections_folder_must_be_the_users_own(tmp_path, monkeypatch):
+    """A folder planted at the connections' place (a symlink, or one others may enter) is refused, not used."""
+    from deck.agent.remote import control_dir
+    from deck.proc.supervisor import SpawnError
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (tmp_path / "deck-ssh").symlink_to(elsewhere)
+    with pytest.raises(SpawnError, match="not a folder of your own"):
+        control_dir()
+    (tmp_path / "deck-ssh").unlink()
+    (tmp_path / "deck-ssh").mkdir(mode=0o777)
+    os.chmod(tmp_path / "deck-ssh", 0o777)
+    with pytest.raises(SpawnError, match="not a folder of your own"):
+        control_dir()
+    os.chmod(tmp_path / "deck-ssh", 0o700)
+    assert control_dir() == tmp_path / "deck-ssh"
