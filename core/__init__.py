@@ -41,6 +41,7 @@ __all__ = [
     "Command",
     "server_of",
     "call_server",
+    "call_deck",
     # public modules
     "client",
     "diffs",
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from deck import client, diffs, errors, events, frontend, states, tty
     from deck.acp.connection import TooDeep, decode_line
     from deck.agent.agent import Agent
+    from deck.agent.remote import host_command
     from deck.agent.session import CONVERSATION, Session, SessionSink
     from deck.cli.commands import Command
     from deck.client import Client
@@ -65,7 +67,7 @@ if TYPE_CHECKING:
     from deck.frontend import Frontend
     from deck.hookspecs import hookimpl, listens
     from deck.proc.storage import state_dir
-    from deck.remote.socket_client import call_server, server_of
+    from deck.remote.socket_client import call_deck, call_server, server_of
     from deck.runtime.deck import Deck
     from deck.runtime.rpc import rpc as rpc_method
     from deck.states import AgentState
@@ -95,6 +97,8 @@ _LAZY = {
     "Command": ("cli.commands", "Command"),
     "server_of": ("remote.socket_client", "server_of"),
     "call_server": ("remote.socket_client", "call_server"),
+    "host_command": ("agent.remote", "host_command"),
+    "call_deck": ("remote.socket_client", "call_deck"),
 }
 _MODULES = frozenset({"client", "diffs", "errors", "events", "frontend", "states", "tty"})
 

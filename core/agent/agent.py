@@ -77,6 +77,7 @@ class Agent:
         self._handshake_task: asyncio.Future[None] | None = None
         self._run_stderr: deque[str] = deque(maxlen=STDERR_TAIL)  # this run's last stderr lines
         self._auth_method: str | None = None
+        self._with_session = True  # this start opens the conversation's session (`start(session=False)`)
         self._exit_watch: asyncio.Task[None] | None = None
         self._why_new = ""  # why the last start could not continue the conversation's earlier session
         #: A session the agent exited during (or closed its output during) resuming or loading it, and
@@ -185,8 +186,11 @@ class Agent:
 
     # -- start ----------------------------------------------------------------------------
 
-    async def start(self, auth_method: str | None = None) -> None:
-        """Start the agent if it is not running; raise ServiceError when it cannot start."""
+    async def start(self, auth_method: str | None = None, *, session: bool = True) -> None:
+        """Start the agent if it is not running; raise ServiceError when it cannot start.
+
+        `session=False` stops the handshake after `initialize` (and `authenticate`): the agent runs
+        with no session of deck's, for a request about its sessions (`delete_session`), never a prompt."""
         if self.retired:
             raise ServiceError(f"{self.name} is no longer in the config")
         if self._stop_task is not None:
@@ -206,9 +210,10 @@ class Agent:
                 transition(self, AgentState.ERROR, str(exc))
                 raise ServiceError(f"{self.name} could not start: {exc}") from exc
             if self.running or self.state is AgentState.STARTING:
-                return await self.start(auth_method)
+                return await self.start(auth_method, session=session)
             self._take_pending_config()
             self._auth_method = auth_method
+            self._with_session = session
             self._stop_after_start = False
             transition(self, AgentState.STARTING)
             self._start_task = self.deck.spawn(self._start(), f"start {self.name}")
@@ -254,7 +259,8 @@ class Agent:
             await self._end_process("stopped while starting")
             transition(self, AgentState.STOPPED)
             return
-        self.deck.session_opened(self)
+        if self.session is not None:
+            self.deck.session_opened(self)
         self.last_used = self.deck.clock()  # idle time counts from the start
         if self.process is not None:
             self.process.remember_descendants()  # found again after a crash, when the agent is gone
@@ -351,6 +357,9 @@ class Agent:
                 await self._unless_exited(conn.request("authenticate", {"methodId": method}), exited)
             except AcpError as exc:
                 raise ServiceError(f"authenticate with {method!r} failed: {exc}\n{self.auth_help(only=method)}") from exc
+        if not self._with_session:
+            self.session = None
+            return
         earlier = self.deck.conversation_of(self.name).session_id
         session = await self._continue_session(earlier, exited) if earlier else None
         if session is None:
@@ -433,6 +442,25 @@ class Agent:
                 await self.conn.request("session/close", {"sessionId": session.id})
         except (AcpError, ConnectionClosed, TimeoutError) as exc:
             self.log(f"deck: session/close of {session.id} failed: {str(exc) or 'no answer'}")
+
+    async def delete_session(self, session_id: str) -> None:
+        """ACP `session/delete` of one of its sessions (gone from its `session/list` too), where the
+        running agent lists `sessionCapabilities.delete`; a ServiceError says why it was not deleted."""
+        if self.conn is None or not self.running:
+            raise ServiceError(self.error or f"{self.name} is not running")
+        if not self._session_capability("delete"):
+            raise ServiceError(f"{self.name} does not delete sessions (its initialize answer has no sessionCapabilities.delete)")
+        limit = self.deck.config.limits.handshake_timeout
+        try:
+            async with asyncio.timeout(limit):
+                await self.conn.request("session/delete", {"sessionId": session_id})
+        except TimeoutError:
+            raise ServiceError(f"{self.name} did not answer session/delete within {limit:g}s") from None
+        except ConnectionClosed as exc:
+            raise ServiceError(f"{self.name} ended before answering session/delete: {exc}") from exc
+        except AcpError as exc:
+            raise ServiceError(f"{self.name} refused session/delete: {exc}") from exc
+        self.log(f"deck: session {session_id} deleted (session/delete)")
 
     @property
     def can_resume_sessions(self) -> bool:

@@ -321,3 +321,19 @@ async def call_server(name: str, method: str, params: Any = None) -> Any:
         return await client.call(method, params)
     finally:
         await client.close()
+
+
+async def call_deck(config: Path | None, source: str, method: str, params: Any = None) -> Any:
+    """One service call for the config file `config` (None: the built-in config): through its
+    running deck server when there is one, so that its refusals hold (a busy agent, a running
+    one), else through a deck of that config made for the call and shut down after it."""
+    from deck.runtime.deck import Deck
+
+    server = server_of(config) if config is not None else None
+    if server is not None:
+        return await call_server(server, method, params)
+    deck = Deck(config, source)
+    try:
+        return await deck.call(method, params)
+    finally:
+        await deck.shutdown()

@@ -73,6 +73,26 @@ class AgentService:
         return agent.info()
 
 
+    @rpc("AgentService.DeleteSession")
+    async def delete_session(self, name: str, sessionId: str) -> dict[str, Any]:
+        """ACP `session/delete` of one of the agent's own sessions, where it lists
+        `sessionCapabilities.delete` (what `deck history --forget` asks). An agent that is not
+        running is started for it with no session of deck's, and stopped again after."""
+        agent = self.deck.agent(name)
+        if not sessionId.strip():
+            raise ServiceError("empty sessionId: name one of the agent's sessions")
+        if sessionId == agent.session_id and agent.running:
+            raise ServiceError(f"{sessionId} is {name}'s current session: start a new conversation first")
+        started_here = not agent.running
+        if started_here:
+            await agent.start(session=False)
+        try:
+            await agent.delete_session(sessionId)
+        finally:
+            if started_here:
+                await agent.stop()
+        return {"agent": name, "sessionId": sessionId}
+
     @rpc("AgentService.Logout")
     async def logout(self, name: str) -> dict[str, Any]:
         """ACP `logout`, where the agent lists `agentCapabilities.auth.logout` (started for it if it must

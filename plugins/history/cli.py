@@ -198,12 +198,49 @@ def _conversation(store: HistoryStore, wanted: str) -> dict[str, Any] | None:
 
 
 def _forget(conversation_id: str) -> None:
+    """Delete a conversation from the history, then its session on the agent where it has one."""
     if conversation_id.startswith("-"):  # ids are UUIDs: `--forget --all` took the next option for one
         _fail(f"--forget needs a conversation ID (from `deck history`), not {conversation_id!r}", ExitCode.USAGE)
     store = _open()
-    if store is None or not _closing(store, lambda: store.forget(conversation_id)):
+    stored = None if store is None else _closing(store, lambda: _take(store, conversation_id))
+    if stored is None:
         _fail(f"no conversation {conversation_id!r} in the history" + ("" if store else " (no history yet)"))
     typer.echo(f"forgot conversation {conversation_id}")
+    if stored["sessionId"]:
+        _delete_session(stored["agent"], stored["sessionId"], stored["configPath"])
+
+
+def _take(store: HistoryStore, conversation_id: str) -> dict[str, Any] | None:
+    """The conversation as it was stored (no messages), deleted from the history; None if there is none."""
+    stored = store.get(conversation_id, tail=0)
+    if stored is not None:
+        store.forget(conversation_id)
+    return stored
+
+
+def _delete_session(agent: str, session_id: str, config_path: str) -> None:
+    """The agent's own copy of a forgotten conversation: ACP `session/delete` where the agent lists
+    it (`AgentService.DeleteSession`, through the config's running server, else an agent started
+    for it). What cannot be deleted is said on stderr; the history's copy is gone either way."""
+    import asyncio
+
+    from deck import call_deck
+    from deck.errors import ServiceError, UsageError
+
+    path = Path(config_path) if config_path else None
+    why = None
+    if path is not None and not path.is_file():
+        why = f"its config {path} is gone"
+    else:
+        params = {"name": agent, "sessionId": session_id}
+        try:
+            asyncio.run(call_deck(path, "history", "AgentService.DeleteSession", params))
+        except (ServiceError, UsageError) as exc:
+            why = str(exc)
+    if why is None:
+        typer.echo(printable(f"deleted its session {session_id} on {agent} (session/delete)"))
+    else:
+        typer.echo(printable(f"deck: its session {session_id} on {agent} stays: {why}"), err=True)
 
 
 # -- helpers --------------------------------------------------------------------------------------

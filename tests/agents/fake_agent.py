@@ -20,6 +20,7 @@ ids then name the process), --requests FILE (each request deck sends appended to
 --resume-replays (lists it too, and session/resume replays like --load, then names its commands),
 --load (lists loadSession; session/load replays each prompt of the session and its echo as updates),
 --close (lists sessionCapabilities.close; session/close answers {}; --refuse-close: an error),
+--delete (lists sessionCapabilities.delete; session/delete answers {}; --refuse-delete: an error),
 --logout (lists agentCapabilities.auth.logout; logout answers {}),
 --additional-dirs (lists sessionCapabilities.additionalDirectories),
 --list (lists sessionCapabilities.list; session/list answers the sessions in FILE, two a page, titled
@@ -87,9 +88,11 @@ parser.add_argument("--mode-option", action="store_true")
 parser.add_argument("--boolean-option", action="store_true")
 parser.add_argument("--close", action="store_true")  # lists sessionCapabilities.close; session/close answers {}
 parser.add_argument("--refuse-close", action="store_true")
-parser.add_argument("--logout", action="store_true")
-parser.add_argument("--additional-dirs", action="store_true")  # lists sessionCapabilities.additionalDirectories  # lists agentCapabilities.auth.logout; logout answers {}  # with --close: session/close answers an error
-parser.add_argument("--commands", default="")  # NAME,NAME…: its slash commands, said after session/new  # with --mode-option: a boolean option "fast" too
+parser.add_argument("--delete", action="store_true")  # lists sessionCapabilities.delete; session/delete answers {}
+parser.add_argument("--refuse-delete", action="store_true")  # with --delete: session/delete answers an error
+parser.add_argument("--logout", action="store_true")  # lists agentCapabilities.auth.logout; logout answers {}
+parser.add_argument("--additional-dirs", action="store_true")  # lists sessionCapabilities.additionalDirectories
+parser.add_argument("--commands", default="")  # NAME,NAME…: its slash commands, said after session/new
 parser.add_argument("--sessions")
 parser.add_argument("--requests")
 parser.add_argument("--resume", action="store_true")
@@ -514,6 +517,8 @@ def handle(msg: dict) -> None:
             caps.setdefault("sessionCapabilities", {})["list"] = {}
         if args.close:
             caps.setdefault("sessionCapabilities", {})["close"] = {}
+        if args.delete:
+            caps.setdefault("sessionCapabilities", {})["delete"] = {}
         if args.logout:
             caps["auth"] = {"logout": {}}
         if args.additional_dirs:
@@ -559,6 +564,10 @@ def handle(msg: dict) -> None:
     elif method == "session/close" and args.refuse_close:
         send({"id": rid, "error": {"code": -32603, "message": "cannot close it now"}})
     elif method == "session/close" and args.close:
+        send({"id": rid, "result": {}})
+    elif method == "session/delete" and args.refuse_delete:
+        send({"id": rid, "error": {"code": -32002, "message": "Resource not found", "data": "no such session"}})
+    elif method == "session/delete" and args.delete:
         send({"id": rid, "result": {}})
     elif method == "session/list" and (args.list or args.list_pages_forever):
         start = int(params.get("cursor") or 0)

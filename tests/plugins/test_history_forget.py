@@ -1,0 +1,108 @@
+"""`deck history --forget ID` deletes the conversation from the history, then the agent's own copy of
+its session (ACP `session/delete`) where the agent lists `sessionCapabilities.delete`: started for it
+with no session of deck's, stopped after. An agent without the capability, one that refuses, one no
+longer in the config, a config gone: the history's copy is forgotten all the same and stderr says why
+the agent's stays. Real `deck` processes and fake agents; what deck sent read back from --requests."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import agent_block
+from tests.deck_process import write_config
+from tests.plugins.test_history import Recorded, deck_cli, private_env, run_and_exit
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def sent(requests: Path, method: str) -> list[dict]:
+    return [r["params"] for r in map(json.loads, requests.read_text().splitlines()) if r["method"] == method]
+
+
+def recorded_with(tmp_path: Path, *flags: str) -> tuple[Recorded, Path]:
+    """A deck run in which agent `a` (the fake agent with `flags`) answered one prompt, then deck exited."""
+    requests = tmp_path / "requests.jsonl"
+    env = private_env(tmp_path)
+    config = write_config(tmp_path / "deck.toml", agent_block("a", *flags, "--requests", str(requests)))
+    return Recorded(tmp_path, env, config, run_and_exit(config, env, "hello")), requests
+
+
+def forget(recorded: Recorded) -> tuple[dict, str, object]:
+    """The recorded conversation, its agent session, and `deck history --forget` of it (the real command)."""
+    row = recorded.only_conversation()
+    session = json.loads(recorded.cli("export", row["id"], "--format", "json").stdout)["sessionId"]
+    assert session
+    return row, session, deck_cli(recorded.env, "history", "--forget", row["id"])
+
+
+def test_an_agent_that_lists_delete_has_the_session_deleted_with_no_session_of_its_own(tmp_path: Path) -> None:
+    recorded, requests = recorded_with(tmp_path, "--delete")
+    row, session, done = forget(recorded)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"forgot conversation {row['id']}\ndeleted its session {session} on a (session/delete)\n"
+    assert sent(requests, "session/delete") == [{"sessionId": session}]
+    assert len(sent(requests, "session/new")) == 1  # the run's: the start for the delete opened none
+    assert len(sent(requests, "initialize")) == 2
+    assert json.loads(recorded.cli("history", "--json", "--all").stdout) == []
+
+
+def test_an_agent_that_does_not_list_delete_is_sent_none_and_the_history_forgets_all_the_same(tmp_path: Path) -> None:
+    recorded, requests = recorded_with(tmp_path)
+    row, session, done = forget(recorded)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"forgot conversation {row['id']}\n"
+    assert done.stderr == (
+        f"deck: its session {session} on a stays: a does not delete sessions"
+        " (its initialize answer has no sessionCapabilities.delete)\n"
+    )
+    assert sent(requests, "session/delete") == [] and len(sent(requests, "session/new")) == 1
+    assert json.loads(recorded.cli("history", "--json", "--all").stdout) == []
+
+
+def test_a_refused_delete_is_said_and_the_history_forgets_all_the_same(tmp_path: Path) -> None:
+    recorded, requests = recorded_with(tmp_path, "--delete", "--refuse-delete")
+    row, session, done = forget(recorded)
+    assert done.returncode == 0 and done.stdout == f"forgot conversation {row['id']}\n"
+    assert re.fullmatch(rf"deck: its session {session} on a stays: a refused session/delete: .*Resource not found.*\n", done.stderr)
+    assert sent(requests, "session/delete") == [{"sessionId": session}]
+    assert json.loads(recorded.cli("history", "--json", "--all").stdout) == []
+
+
+def test_an_agent_gone_from_the_config_or_a_config_gone_keeps_its_session_and_says_why(tmp_path: Path) -> None:
+    recorded, requests = recorded_with(tmp_path, "--delete")
+    write_config(recorded.config, agent_block("b", "--delete", "--requests", str(requests)))
+    row, session, done = forget(recorded)
+    assert done.returncode == 0 and done.stdout == f"forgot conversation {row['id']}\n"
+    assert done.stderr == f"deck: its session {session} on a stays: unknown agent 'a' (agents: b)\n"
+    assert sent(requests, "session/delete") == [] and len(sent(requests, "initialize")) == 1
+
+    (tmp_path / "again").mkdir()
+    again, _ = recorded_with(tmp_path / "again", "--delete")
+    again.config.unlink()
+    row, session, done = forget(again)
+    assert done.returncode == 0 and done.stdout == f"forgot conversation {row['id']}\n"
+    assert done.stderr == f"deck: its session {session} on a stays: its config {again.config.resolve()} is gone\n"
+
+
+
+@pytest.mark.anyio
+async def test_the_service_refuses_the_running_agents_current_session_and_deletes_another_without_a_restart(
+    make_deck, tmp_path: Path
+) -> None:
+    requests = tmp_path / "requests.jsonl"
+    deck, rec = make_deck(agent_block("a", "--delete", "--requests", str(requests)))
+    await deck.call("AgentService.Start", {"name": "a"})
+    current = deck.agent("a").session_id
+    with pytest.raises(Exception, match="current session: start a new conversation first"):
+        await deck.call("AgentService.DeleteSession", {"name": "a", "sessionId": current})
+    with pytest.raises(Exception, match="empty sessionId"):
+        await deck.call("AgentService.DeleteSession", {"name": "a", "sessionId": " "})
+    done = await deck.call("AgentService.DeleteSession", {"name": "a", "sessionId": "s-older"})
+    assert done == {"agent": "a", "sessionId": "s-older"}
+    assert sent(requests, "session/delete") == [{"sessionId": "s-older"}]
+    assert deck.agent("a").running and deck.agent("a").session_id == current  # not restarted
+    assert any("session s-older deleted" in line for line in deck.agent("a").logs)
