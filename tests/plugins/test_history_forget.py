@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import agent_block
 from tests.deck_process import write_config
+from tests.core.remote.test_server import runtime  # noqa: F401  (a fixture: the servers' folder of the test's own)
 from tests.plugins.test_history import Recorded, deck_cli, private_env, run_and_exit
 
 pytestmark = pytest.mark.timeout(60)
@@ -106,3 +107,23 @@ async def test_the_service_refuses_the_running_agents_current_session_and_delete
     assert sent(requests, "session/delete") == [{"sessionId": "s-older"}]
     assert deck.agent("a").running and deck.agent("a").session_id == current  # not restarted
     assert any("session s-older deleted" in line for line in deck.agent("a").logs)
+
+
+def test_with_a_server_of_the_config_running_the_delete_goes_through_it(tmp_path: Path, runtime: Path) -> None:
+    from tests.core.remote.test_server import Raw, Server
+
+    recorded, requests = recorded_with(tmp_path, "--delete")
+    server = Server(recorded.config, env=recorded.env)
+    client: Raw | None = None
+    try:
+        assert server.ready, server.stderr
+        row, session, done = forget(recorded)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.endswith(f"deleted its session {session} on a (session/delete)\n")
+        client = Raw(server.path)
+        assert any(f"session {session} deleted" in line for line in client.call("AgentService.Logs", {"name": "a"}))
+        assert sent(requests, "session/delete") == [{"sessionId": session}]
+    finally:
+        if client is not None:
+            client.close()
+        server.kill_everything()
