@@ -7,6 +7,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import stat
 import sys
 import tempfile
@@ -352,10 +353,14 @@ def test_an_agent_cannot_rewrite_the_config_deck_runs_with(tmp_path):
         proc.kill_everything()
 
 
-async def test_deck_files_are_off_limits_however_they_are_spelled(make_deck, tmp_path, monkeypatch, resolver):
-    if len(str(tmp_path / "run")) >= MAX_SOCKET_PATH - 30:
-        pytest.skip("the temp folder's path is too long for deck's socket folder to be made inside it")
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "run"))
+async def test_deck_files_are_off_limits_however_they_are_spelled(make_deck, tmp_path, monkeypatch, resolver, request):
+    # deck's socket folder inside the agent's cwd, reached through a short link: a socket's path has room
+    # for about 100 bytes, and a test's temp folder can be longer.
+    short = Path(tempfile.mkdtemp(prefix="dk-", dir="/tmp")) / "t"
+    short.symlink_to(tmp_path)
+    request.addfinalizer(lambda: shutil.rmtree(short.parent))
+    assert len(str(short / "run")) < MAX_SOCKET_PATH - 30
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(short / "run"))
     (tmp_path / "run").mkdir(mode=0o700)
     other = tmp_path / "other.toml"  # a config deck opened before
     other.write_text("")
