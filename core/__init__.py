@@ -41,6 +41,7 @@ __all__ = [
     "Command",
     "server_of",
     "call_server",
+    "host_command",
     "call_deck",
     # public modules
     "client",

@@ -37,6 +37,9 @@ class SSHServer:
             f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {folder / 'host_key'}\nPidFile {folder / 'sshd.pid'}\n"
             f"AuthorizedKeysFile {folder / 'authorized_keys'}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
             "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nLogLevel VERBOSE\nMaxStartups 50\n"
+            # A client may give its sessions their own state folder and git variables (`-o SetEnv=…`),
+            # as a host's login environment would: the worktree tests do.
+            "AcceptEnv XDG_STATE_HOME GIT_*\n"
         )
         if os.getuid() == 0:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # its privilege separation folder

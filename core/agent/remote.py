@@ -79,6 +79,13 @@ def ssh_base(ssh_args: list[str], control: Path) -> list[str]:
     return ["ssh", *SSH_OPTIONS, *ssh_args, *SSH_DEFAULTS, "-o", f"ControlPath={control / 'ssh-%C'}"]
 
 
+def host_command(host: str, ssh_args: list[str], script: str, *args: str) -> list[str]:
+    """The local command line that runs the sh `script` on `host` through the connection its agents
+    share (the same options and socket), `args` its `$1`, `$2`…: each quoted, so the host's shell
+    never reads an argument as anything but one word."""
+    return [*ssh_base(ssh_args, control_dir()), "--", host, shlex.join(["sh", "-c", script, "sh", *args])]
+
+
 def connection_lost(host: str, code: int | None) -> str | None:
     """What an agent's exit says when ssh itself failed (exit 255): the host named; else None."""
     if code == SSH_FAILED:

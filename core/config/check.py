@@ -145,8 +145,8 @@ def parse(
 
 
 def _worktree_problems(config: DeckConfig, locate: _Locator) -> list[Problem]:
-    """A warning for each `worktree = true` agent whose name cannot be a worktree's, or whose cwd is
-    in no git repository: it cannot start."""
+    """A warning for each `worktree = true` agent whose name cannot be a worktree's, or whose cwd (on
+    this machine) is in no git repository: it cannot start."""
     found = []
     for name, agent in config.agents.items():
         if not agent.worktree:
@@ -154,7 +154,7 @@ def _worktree_problems(config: DeckConfig, locate: _Locator) -> list[Problem]:
         loc = ("agents", name, "worktree")
         if (why := worktree_name_problem(name)) is not None:
             found.append(Problem(*locate.value(loc), f"{_dotted(loc)}: {why}, so the agent cannot start", warning=True))
-        if not in_git_repository(agent.resolved_cwd()):
+        if not agent.host and not in_git_repository(agent.resolved_cwd()):  # a host's is looked at as it starts
             message = f"{_dotted(loc)}: {agent.resolved_cwd()} is in no git repository, so the agent cannot start"
             found.append(Problem(*locate.value(loc), message, warning=True))
     return found

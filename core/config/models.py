@@ -251,8 +251,6 @@ class AgentConfig(_Model):
                 raise ValueError(f"an agent on {self.host} needs cwd, an absolute path there (its sessions open in it)")
             if not self.cwd.startswith("/"):
                 raise ValueError(f"cwd {self.cwd!r} is not an absolute path on {self.host} (~ is not expanded there)")
-            if self.worktree:
-                raise ValueError(f"worktree = true is not available for an agent on another host ({self.host}) yet")
         elif self.ssh:
             raise ValueError("ssh arguments are for an agent with a host: add host = \"…\"")
         return self

@@ -62,7 +62,7 @@ def worktrees(
         gone = "" if row.get("configured", True) else "  (not in the config)"
         state = "uncommitted work" if row["dirty"] else "clean"
         typer.echo(printable(f"{row['agent']:<16} {row['branch']} → {row['base']}: {count(row['ahead'], 'commit')} ahead, "
-                             f"{count(row['changedFiles'], 'changed file')}, {state}  {row['path']}{gone}"))  # fmt: skip
+                             f"{count(row['changedFiles'], 'changed file')}, {state}  {where(row)}{gone}"))  # fmt: skip
 
 
 def diff(agent: str = AgentArgument, config: Optional[Path] = ConfigOption) -> None:
@@ -112,7 +112,7 @@ def remove(
     """
     result = call(config, "WorktreeService.Remove", {"agent": agent, "force": force})
     kept = "" if result["branchDeleted"] else f" (branch {result['branch']} kept)"
-    typer.echo(printable(f"{agent}: removed {result['path']}{kept}"))
+    typer.echo(printable(f"{agent}: removed {where(result)}{kept}"))
 
 
 def _unknown(config: Optional[Path], agent: str) -> str | None:
@@ -124,6 +124,11 @@ def _unknown(config: Optional[Path], agent: str) -> str | None:
         return None
     path, _source = find_config(str(config) if config else None)
     return f"no agent {agent} in {path or 'the built-in config'} (agents: {', '.join(names) or 'none'})"
+
+
+def where(row: dict[str, Any]) -> str:
+    """A worktree's path, `HOST:PATH` when it is on an agent's host."""
+    return f"{row['host']}:{row['path']}" if row.get("host") else row["path"]
 
 
 def count(n: int, word: str) -> str:

@@ -46,51 +46,73 @@ class Result:
     truncated: bool = False
 
 
+#: The environment every git command gets: no pager, prompt, editor or optional lock.
+QUIET = {
+    "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat", "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C",
+    "GIT_ASKPASS": "", "SSH_ASKPASS": "", "GIT_EDITOR": ":",
+}  # fmt: skip
+
+
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """deck's environment without the `GIT_*` variables, with no pager, prompt or optional lock."""
+    """deck's environment without the `GIT_*` variables, with QUIET's and `extra`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(
-        GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", PAGER="cat", GIT_OPTIONAL_LOCKS="0", LC_ALL="C", GIT_ASKPASS="",
-        SSH_ASKPASS="", GIT_EDITOR=":",
-    )  # fmt: skip
+    env.update(QUIET)
     env.update(extra or {})
     return env
 
 
 async def git(
     *args: str, cwd: str, check: bool = True, env: dict[str, str] | None = None, limit: int = MAX_OUTPUT,
-    options: Sequence[str] = (), into: BinaryIO | None = None,
+    options: Sequence[str] = (), into: BinaryIO | None = None, data: bytes | None = None,
 ) -> Result:
     """Run `git OPTIONS ARGS` in `cwd`; a non-zero exit raises GitError unless `check` is off.
 
     `options` go before the command (`--git-dir`, more `-c`); with `into` (a file) the output is
-    written there, whatever its size, and not read. A caller cancelled meanwhile waits up to
-    CANCEL_GRACE seconds for git to finish on its own, so that no lock file or half-made worktree
-    is left behind; then git is killed."""
+    written there, whatever its size, and not read; `data` is its standard input. A caller
+    cancelled meanwhile waits up to CANCEL_GRACE seconds for git to finish on its own, so that no
+    lock file or half-made worktree is left behind; then git is killed."""
     if not os.path.isdir(cwd):
         raise GitError(f"{cwd} does not exist (or is not a folder)")
     try:
-        process = await asyncio.create_subprocess_exec(
-            "git", *SAFE, *options, *args, cwd=cwd, env=clean_env(env), stdin=asyncio.subprocess.DEVNULL,
-            stdout=into or asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
+        result = await run(["git", *SAFE, *options, *args], cwd=cwd, env=clean_env(env), limit=limit, into=into, data=data)
     except FileNotFoundError as exc:
         raise GitMissing("git is not installed (or not on PATH)") from exc
     except OSError as exc:
         raise GitError(f"cannot run git in {cwd}: {exc.strerror or exc}") from exc
-    task = asyncio.ensure_future(_collect(process, limit))
-    try:
-        result = await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await _finish(process, task)
-        raise
     if check and result.code != 0:
         raise GitError(f"git {' '.join(args[:2])} failed in {cwd}: {result.err.strip() or f'exit code {result.code}'}")
     return result
 
 
-async def _collect(process: asyncio.subprocess.Process, limit: int) -> Result:
+async def run(
+    argv: Sequence[str], *, cwd: str, env: dict[str, str], limit: int = MAX_OUTPUT, into: BinaryIO | None = None,
+    data: bytes | None = None,
+) -> Result:
+    """Run `argv` (git, or ssh running git on a host) in a session of its own, its output bounded
+    by `limit` (or written `into` a file), `data` its standard input; a caller cancelled meanwhile
+    waits up to CANCEL_GRACE seconds for it to finish on its own, then it is killed."""
+    process = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL if data is None else asyncio.subprocess.PIPE,
+        stdout=into or asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    task = asyncio.ensure_future(_collect(process, limit, data))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await _finish(process, task)
+        raise
+
+
+async def _collect(process: asyncio.subprocess.Process, limit: int, data: bytes | None) -> Result:
     assert process.stderr is not None
+
+    async def feed() -> None:
+        if process.stdin is None:
+            return
+        with contextlib.suppress(ConnectionError):  # it ended without reading all of it
+            process.stdin.write(data or b"")
+            await process.stdin.drain()
+        process.stdin.close()
 
     async def read_out() -> tuple[bytes, bool]:
         if process.stdout is None:  # written to a file
@@ -111,7 +133,7 @@ async def _collect(process: asyncio.subprocess.Process, limit: int) -> Result:
             pass  # the rest is drained, never kept
         return data
 
-    (out, truncated), err = await asyncio.gather(read_out(), read_err())
+    (out, truncated), err, _ = await asyncio.gather(read_out(), read_err(), feed())
     code = await process.wait()
     return Result(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), truncated)
 

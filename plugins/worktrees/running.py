@@ -23,7 +23,7 @@ from .tree import Place
 def _locked(place: Place, how: int) -> int | None:
     """A descriptor of `place`'s lock file (made if need be) locked `how` (LOCK_SH or LOCK_EX),
     without waiting; None while another deck holds it the other way."""
-    place.folder.mkdir(parents=True, exist_ok=True)
+    place.lock.parent.mkdir(parents=True, exist_ok=True)
     while True:
         fd = os.open(place.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:

@@ -23,6 +23,7 @@ from deck.events import AgentStateChanged, TurnChanged
 from . import running, tree
 from .events import WorktreeChanged, WorktreeOverlap
 from .git import GitMissing
+from .machine import LOCAL, Machine, Remote
 from .tree import Place, Status
 
 if TYPE_CHECKING:
@@ -56,9 +57,23 @@ class Worktrees:
         self._running: dict[str, tuple[str, int]] = {}
         #: Whether every worktree was looked at once (work left from before this deck counts too).
         self._surveyed = False
+        #: The hosts of agents with a `host`, by host and ssh arguments (each asked once where its worktrees are).
+        self._hosts: dict[tuple[str, tuple[str, ...]], Remote] = {}
 
-    def lock(self, repo: str) -> asyncio.Lock:
-        return self._locks.setdefault(repo, asyncio.Lock())
+    def lock(self, place: Place) -> asyncio.Lock:
+        return self._locks.setdefault(place.key, asyncio.Lock())
+
+    async def machine(self, agent: Agent) -> Machine:
+        """The machine `agent`'s repository is on: this one, or its host (through ssh)."""
+        config = agent.config
+        if not config.host:
+            return LOCAL
+        host = self._hosts.setdefault((config.host, tuple(config.ssh)), Remote(config.host, config.ssh))
+        await host.prepare()
+        return host
+
+    async def locate(self, agent: Agent) -> Place:
+        return await tree.locate(agent.name, agent.config.resolved_cwd(), await self.machine(agent))
 
     # -- hooks --------------------------------------------------------------------------------
 
@@ -70,11 +85,11 @@ class Worktrees:
 
     async def _prepare(self, agent: Agent) -> None:
         try:
-            place = await tree.locate(agent.name, agent.config.resolved_cwd())
+            place = await self.locate(agent)
             self._claim(place)
-            async with self.lock(place.repo):
+            async with self.lock(place):
                 await tree.ensure(place)
-            os.makedirs(place.workdir, exist_ok=True)  # a cwd folder git does not track
+            await place.machine.mkdirs(place.workdir)  # a cwd folder git does not track
         except ServiceError as exc:
             self._release(agent.name)
             raise StartFailed(f"no worktree: {exc}") from exc
@@ -153,52 +168,60 @@ class Worktrees:
         """The worktree of agent `name`: a `worktree = true` agent of the config, or one kept from before."""
         agent = self.deck.agents.get(name)
         if agent is not None and agent.config.worktree:
-            return await tree.locate(name, agent.config.resolved_cwd())
-        return await tree.find_kept(name)
+            return await self.locate(agent)
+        try:
+            return await tree.find_kept(name)
+        except ServiceError:  # on this machine; perhaps on the host of an agent of the config
+            kept = [p for p in await self.places() if p.host and p.agent == name]
+            if len(kept) != 1:
+                raise
+            return kept[0]
 
     async def made(self, name: str) -> Place:
         """`place(name)`, of a worktree made already (its folder, or its record if only the folder
         is gone): an agent that has not started yet is told so, not taken for a broken worktree."""
         place = await self.place(name)
-        if not place.exists() and not place.meta.exists():
+        if not await place.exists() and not (await place.machine.look(place.meta)).exists:
             raise ServiceError(f"{name} has no worktree yet: it is made at its first start")
         return place
 
     async def base(self, place: Place) -> str:
-        base = tree.read_meta(place).get("base")
+        base = (await tree.read_meta(place)).get("base")
         if not isinstance(base, str):
-            raise ServiceError(f"the base branch of {place.agent}'s worktree is not known ({place.meta} is missing)")
+            raise ServiceError(f"the base branch of {place.agent}'s worktree is not known ({place.machine.at(place.meta)} is missing)")
         return base
 
     async def status(self, name: str, place: Place | None = None) -> Status:
         place = place or await self.place(name)
-        async with self.lock(place.repo):
+        async with self.lock(place):
             found = await tree.status(place, await self.base(place))
-        self.changed[name] = (place.repo, await asyncio.to_thread(frozenset, found.files))
+        self.changed[name] = (place.key, await asyncio.to_thread(frozenset, found.files))
         return found
 
     async def places(self) -> list[Place]:
         """Every worktree there is for this config: its agents' (made already), then those kept
         in the same repositories for agents gone from the config."""
         found: list[Place] = []
-        repos: set[str] = set()
+        repos: dict[Machine, set[str]] = {LOCAL: set()}
         for agent in self.deck.agents.values():
             if not agent.config.worktree:  # its repository may keep worktrees of agents gone or switched off
-                top = tree.top_of(agent.config.resolved_cwd())
+                top = None if agent.config.host else tree.top_of(agent.config.resolved_cwd())
                 if top is not None:
-                    repos.add(top)
+                    repos[LOCAL].add(top)
                 continue
             try:
-                place = await tree.locate(agent.name, agent.config.resolved_cwd())
+                place = await self.locate(agent)
             except GitMissing:
                 raise  # not "no worktrees": none can be looked at
             except ServiceError:
-                continue  # not in a repository: `deck config validate` says so, its start fails
-            repos.add(place.repo)
-            if place.exists() or place.lost():
+                continue  # not in a repository (or its host unreachable): its start says so
+            repos.setdefault(place.machine, set()).add(place.repo)
+            if await place.exists() or await place.lost():
                 found.append(place)
-        known = {(p.agent, p.repo) for p in found}
-        return found + tree.orphans({Place("", repo).folder for repo in repos}, known)
+        for machine, tops in repos.items():
+            known = {(p.agent, p.repo) for p in found if p.machine is machine}
+            found += await tree.orphans(machine, {str(Place("", top, "", machine).folder) for top in tops}, known)
+        return found
 
     async def check_overlaps(self) -> None:
         """Announce each pair of agents whose worktrees change some of the same files, again when
@@ -246,7 +269,8 @@ class WorktreeService:
             except GitMissing:
                 raise
             except ServiceError as exc:
-                rows.append({"agent": place.agent, "path": place.path, "branch": place.branch, "error": str(exc)})
+                rows.append({"agent": place.agent, "path": place.path, "branch": place.branch, "error": str(exc),
+                             **({"host": place.host} if place.host else {})})  # fmt: skip
                 continue
             rows.append({**found.to_dict(), "configured": place.agent in self.worktrees.deck.agents})
         await self.worktrees.check_overlaps()
@@ -256,7 +280,7 @@ class WorktreeService:
     async def diff(self, agent: str) -> str:
         worktrees = self.worktrees
         place = await worktrees.made(agent)
-        async with worktrees.lock(place.repo):
+        async with worktrees.lock(place):
             text = await tree.diff(place, await worktrees.base(place))
         await worktrees.status(agent, place)
         await worktrees.check_overlaps()
@@ -272,7 +296,7 @@ class WorktreeService:
             raise ServiceError(f"{agent} is busy: merge once its turn is over")
         place = await worktrees.made(agent)
         about = await self._about(agent)
-        async with worktrees.lock(place.repo):
+        async with worktrees.lock(place):
             result = await tree.merge(place, await worktrees.base(place), squash, message, about)
         found = await worktrees.status(agent, place)
         worktrees.deck.emit(WorktreeChanged(agent, len(found.files), found.ahead, found.dirty))
@@ -301,8 +325,8 @@ class WorktreeService:
         if live is not None and live.state not in (AgentState.STOPPED, AgentState.ERROR):
             raise ServiceError(f"{agent} is running in its worktree: stop it first")
         place = await worktrees.made(agent)
-        base = tree.read_meta(place).get("base")
-        async with worktrees.lock(place.repo):
+        base = (await tree.read_meta(place)).get("base")
+        async with worktrees.lock(place):
             with running.removing(place):  # refused while another deck runs it there (`deck run`)
                 result = await tree.remove(place, base if isinstance(base, str) else None, force)
         worktrees.changed.pop(agent, None)

@@ -25,17 +25,18 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
+import posixpath
 import tempfile
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from deck import state_dir, worktree_name_problem
+from deck import worktree_name_problem
 from deck.errors import ServiceError
 
-from .git import MAX_OUTPUT, GitError, Result, git
+from .git import MAX_OUTPUT, GitError, Result
+from .machine import LOCAL, Look, Machine
 
 #: Options of every git command in a worktree: git never goes into a folder of it holding a `.git`
 #: of its own (a submodule's, or one the agent wrote), whose config could name programs to run.
@@ -50,38 +51,58 @@ FALLBACK_IDENTITY = {
 }  # fmt: skip
 
 
-def worktrees_root() -> Path:
-    return state_dir() / "worktrees"
-
-
 @dataclass(frozen=True)
 class Place:
-    """Where agent `agent`'s worktree is, for the repository whose main checkout's top is `repo`."""
+    """Where agent `agent`'s worktree is, for the repository whose main checkout's top is `repo`, on
+    `machine` (this one, or the agent's host: then every path here is the host's)."""
 
     agent: str
     repo: str
     #: The agent's cwd relative to the repository's top ("" at the top).
     subdir: str = ""
+    machine: Machine = field(default=LOCAL, compare=False)
 
     @property
-    def folder(self) -> Path:
+    def host(self) -> str:
+        return self.machine.host
+
+    @property
+    def key(self) -> str:
+        """The repository, whatever machine it is on: what a lock and the overlaps go by."""
+        return self.machine.at(self.repo)
+
+    @property
+    def folder(self) -> PurePosixPath:
         """The repository's folder of worktrees."""
-        top = Path(self.repo)
+        top = PurePosixPath(self.repo)
         digest = hashlib.sha256(str(top).encode("utf-8", "surrogateescape")).hexdigest()[:12]
-        return worktrees_root() / f"{top.name or 'repo'}-{digest}"
+        return self.machine.root / f"{top.name or 'repo'}-{digest}"
 
     @property
     def path(self) -> str:
         return str(self.folder / self.agent)
 
     @property
-    def meta(self) -> Path:
-        return self.folder / f"{self.agent}.json"
+    def shown(self) -> str:
+        """The worktree's path as messages give it (`HOST:PATH` on a host)."""
+        return self.machine.at(self.path)
+
+    @property
+    def shown_repo(self) -> str:
+        return self.machine.at(self.repo)
+
+    @property
+    def meta(self) -> str:
+        return str(self.folder / f"{self.agent}.json")
 
     @property
     def lock(self) -> Path:
-        """The lock file a deck running the agent in this worktree holds (`running.py`)."""
-        return self.folder / f"{self.agent}.lock"
+        """The lock file a deck running the agent in this worktree holds (`running.py`): on this
+        machine, whatever machine the worktree is on (a host's under `hosts/`)."""
+        if not self.host:
+            return Path(self.folder) / f"{self.agent}.lock"
+        digest = hashlib.sha256(self.host.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        return Path(LOCAL.root, "hosts", digest, self.folder.name, f"{self.agent}.lock")
 
     @property
     def branch(self) -> str:
@@ -89,23 +110,27 @@ class Place:
 
     @property
     def workdir(self) -> str:
-        return os.path.join(self.path, self.subdir) if self.subdir else self.path
+        return posixpath.join(self.path, self.subdir) if self.subdir else self.path
 
-    def exists(self) -> bool:
-        return os.path.exists(os.path.join(self.path, ".git"))
+    async def look(self) -> Look:
+        return await self.machine.look(self.path)
 
-    def lost(self) -> bool:
+    async def exists(self) -> bool:
+        return (await self.look()).git
+
+    async def lost(self) -> bool:
         """Its folder is there without its `.git` (the agent's to delete): files git no longer sees as
         the worktree, kept in sight, never reused nor dropped unless forced."""
-        return os.path.isdir(self.path) and not self.exists()
+        found = await self.look()
+        return found.folder and not found.git
 
-    def refuse_symlink(self) -> None:
-        if os.path.islink(self.path):
-            raise ServiceError(f"{self.path} is a symlink, not {self.agent}'s worktree: deck does not follow it")
+    async def refuse_symlink(self) -> None:
+        if (await self.look()).link:
+            raise ServiceError(f"{self.shown} is a symlink, not {self.agent}'s worktree: deck does not follow it")
 
     def lost_error(self) -> ServiceError:
-        return ServiceError(f"{self.path} is there without its .git file: git no longer sees it as {self.agent}'s "
-                            "worktree; its files are kept (move them away to start afresh, or `deck worktree remove {self.agent} --force`)")  # fmt: skip
+        return ServiceError(f"{self.shown} is there without its .git file: git no longer sees it as {self.agent}'s "
+                            f"worktree; its files are kept (move them away to start afresh, or `deck worktree remove {self.agent} --force`)")  # fmt: skip
 
 
 def check_name(agent: str) -> None:
@@ -115,17 +140,17 @@ def check_name(agent: str) -> None:
         raise ServiceError(why)
 
 
-async def locate(agent: str, cwd: str) -> Place:
-    """The place of `agent`'s worktree for an agent whose cwd is `cwd`."""
+async def locate(agent: str, cwd: str, machine: Machine = LOCAL) -> Place:
+    """The place of `agent`'s worktree for an agent whose cwd is `cwd` (on `machine`)."""
     check_name(agent)
-    if not os.path.isdir(cwd):
-        raise ServiceError(f"working directory does not exist: {cwd}")
-    found = await git("rev-parse", "--show-toplevel", cwd=cwd, check=False)
+    if not (await machine.look(cwd)).folder:
+        raise ServiceError(f"working directory does not exist: {machine.at(cwd)}")
+    found = await machine.git("rev-parse", "--show-toplevel", cwd=cwd, check=False)
     if found.code != 0:
-        raise ServiceError(f"{cwd} is in no git repository: worktree = true needs one")
-    top = os.path.realpath(found.out.strip())
-    subdir = os.path.relpath(os.path.realpath(cwd), top)
-    return Place(agent, top, "" if subdir == "." else subdir)
+        raise ServiceError(f"{machine.at(cwd)} is in no git repository: worktree = true needs one")
+    top = await machine.realpath(found.out.strip())
+    subdir = posixpath.relpath(await machine.realpath(cwd), top)
+    return Place(agent, top, "" if subdir == "." else subdir, machine)
 
 
 def top_of(folder: str) -> str | None:
@@ -134,110 +159,108 @@ def top_of(folder: str) -> str | None:
     return next((str(p) for p in (path, *path.parents) if (p / ".git").exists()), None)
 
 
-def read_meta(place: Place) -> dict[str, Any]:
+def parse_meta(data: bytes | None) -> dict[str, Any]:
     try:
-        data = json.loads(place.meta.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        found = json.loads(data or b"")
+    except ValueError:
         return {}
-    return data if isinstance(data, dict) else {}
+    return found if isinstance(found, dict) else {}
 
 
-def write_meta(place: Place, base: str) -> None:
+async def read_meta(place: Place) -> dict[str, Any]:
+    return parse_meta(await place.machine.read(place.meta))
+
+
+async def write_meta(place: Place, base: str) -> None:
     data = json.dumps({"agent": place.agent, "repo": place.repo, "base": base}, indent=2) + "\n"
-    fd, temp = tempfile.mkstemp(dir=place.folder, prefix=f".{place.agent}.", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-        os.replace(temp, place.meta)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
+    await place.machine.write(place.meta, data.encode())
 
 
-def orphans(repo_folders: set[Path], known: set[tuple[str, str]]) -> list[Place]:
-    """Worktrees kept in `repo_folders` whose agent is not in `known` ((agent, repo) pairs): removed
-    from the config, their work kept."""
+async def orphans(machine: Machine, repo_folders: set[str], known: set[tuple[str, str]]) -> list[Place]:
+    """Worktrees kept in `repo_folders` (on `machine`) whose agent is not in `known` ((agent, repo)
+    pairs): removed from the config, their work kept."""
     found = []
-    for folder in sorted(repo_folders):
-        for meta in sorted(folder.glob("*.json")):
-            with contextlib.suppress(OSError, ValueError):
-                data = json.loads(meta.read_text(encoding="utf-8"))
-                agent, repo = data.get("agent"), data.get("repo")
-                if isinstance(agent, str) and isinstance(repo, str) and (agent, repo) not in known:
-                    place = Place(agent, repo)
-                    if place.folder == folder and (place.exists() or place.lost()):
-                        found.append(place)
+    for path, data in await machine.records(sorted(repo_folders)):
+        meta = parse_meta(data)
+        agent, repo = meta.get("agent"), meta.get("repo")
+        if isinstance(agent, str) and isinstance(repo, str) and (agent, repo) not in known:
+            if worktree_name_problem(agent) is not None:
+                continue
+            place = Place(agent, repo, "", machine)
+            if place.meta == path and (await place.exists() or await place.lost()):
+                found.append(place)
     return found
 
 
-async def find_kept(agent: str) -> Place:
-    """The kept worktree of `agent`, whatever repository it is of (an agent no longer in the config)."""
+async def find_kept(agent: str, machine: Machine = LOCAL) -> Place:
+    """The kept worktree of `agent` on `machine`, whatever repository it is of (an agent no longer in the config)."""
     check_name(agent)
-    places = [p for p in orphans(set(worktrees_root().glob("*-*")), set()) if p.agent == agent]
+    places = [p for p in await orphans(machine, set(await machine.folders()), set()) if p.agent == agent]
     if not places:
         raise ServiceError(f"no worktree of {agent!r}: it has no worktree = true in the config, and none is kept")
     if len(places) > 1:
-        raise ServiceError(f"{agent!r} has worktrees in several repositories: {', '.join(p.repo for p in places)}")
+        raise ServiceError(f"{agent!r} has worktrees in several repositories: {', '.join(p.shown_repo for p in places)}")
     return places[0]
 
 
 # -- making and reusing ---------------------------------------------------------------------------
 
 
-async def current_branch(repo: str) -> str | None:
-    found = await git("symbolic-ref", "--short", "-q", "HEAD", cwd=repo, check=False)
+async def current_branch(place: Place) -> str | None:
+    found = await place.machine.git("symbolic-ref", "--short", "-q", "HEAD", cwd=place.repo, check=False)
     return found.out.strip() or None if found.code == 0 else None
 
 
 async def ensure(place: Place) -> str:
     """Make `place`'s worktree if it is not there (reusing its branch if that is), return its base branch."""
-    meta = read_meta(place)
+    meta = await read_meta(place)
     base = meta.get("base") if isinstance(meta.get("base"), str) else None
-    if place.lost():
+    git = place.machine.git
+    if await place.lost():
         raise place.lost_error()  # `git worktree add` would fail there, after a prune that forgets its entry
-    if place.exists():
+    if await place.exists():
         await checkout_of(place)  # a worktree of this repository, registered there
-        base = base or await current_branch(place.repo)
+        base = base or await current_branch(place)
         if base is None:
-            raise ServiceError(f"the base branch of {place.path} is not known and {place.repo} is on no branch")
+            raise ServiceError(f"the base branch of {place.shown} is not known and {place.shown_repo} is on no branch")
         if not meta:
-            write_meta(place, base)
+            await write_meta(place, base)
         return base
     if base is None:
-        base = await current_branch(place.repo)
+        base = await current_branch(place)
         if base is None:
-            raise ServiceError(f"{place.repo} is on no branch (detached HEAD): check out the branch to work from first")
+            raise ServiceError(f"{place.shown_repo} is on no branch (detached HEAD): check out the branch to work from first")
     if (await git("rev-parse", "--verify", "-q", "HEAD^{commit}", cwd=place.repo, check=False)).code != 0:
-        raise ServiceError(f"{place.repo} has no commit yet: a worktree starts from one")
+        raise ServiceError(f"{place.shown_repo} has no commit yet: a worktree starts from one")
     await git("worktree", "prune", cwd=place.repo)  # a worktree folder deleted by hand is forgotten
-    place.folder.mkdir(parents=True, exist_ok=True)
-    if await branch_exists(place.repo, place.branch):
+    await place.machine.mkdirs(str(place.folder))
+    if await branch_exists(place, place.branch):
         await git("worktree", "add", place.path, place.branch, cwd=place.repo)
     else:
         await git("worktree", "add", "-b", place.branch, place.path, "HEAD", cwd=place.repo)
-    write_meta(place, base)
+    await write_meta(place, base)
     return base
 
 
 @dataclass(frozen=True)
 class Checkout:
     """A worktree as deck points git at it: its repository `gitdir` (the main checkout's record of
-    it, `.git/worktrees/ID`) and its files `path`."""
+    it, `.git/worktrees/ID`) and its files `path`, on `machine`."""
 
     gitdir: str
     path: str
+    machine: Machine = LOCAL
 
     async def git(
         self, *args: str, index: str | None = None, env: dict[str, str] | None = None, check: bool = True,
-        into: BinaryIO | None = None, limit: int = MAX_OUTPUT,
+        into: BinaryIO | None = None, limit: int = MAX_OUTPUT, data: bytes | None = None,
     ) -> Result:
         """`git ARGS` in the worktree, its repository and files given both ways (`--git-dir` and
         `--work-tree`, `GIT_DIR` and `GIT_WORK_TREE`), with `index` for its index if given."""
         where = {"GIT_DIR": self.gitdir, "GIT_WORK_TREE": self.path, **({"GIT_INDEX_FILE": index} if index else {})}
         options = (*IN_WORKTREE, f"--git-dir={self.gitdir}", f"--work-tree={self.path}")
-        return await git(*args, cwd=self.path, env={**where, **(env or {})}, check=check, options=options, into=into,
-                         limit=limit)  # fmt: skip
+        return await self.machine.git(*args, cwd=self.path, env={**where, **(env or {})}, check=check, options=options,
+                                      into=into, limit=limit, data=data)  # fmt: skip
 
 
 async def checkout_of(place: Place) -> Checkout:
@@ -249,27 +272,26 @@ async def checkout_of(place: Place) -> Checkout:
     could lead to another agent's worktree, whose work would be taken for this one's (diffed,
     merged, reset). The repository found (and a `config.worktree` in it) must be out of the
     worktree, where the agent cannot write."""
-    place.refuse_symlink()
-    common = await git("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=place.repo)
-    admin = Path(common.out.strip()) / "worktrees"
-    target = os.path.realpath(place.path)
-    with contextlib.suppress(OSError):
-        for entry in sorted(admin.iterdir()):
-            with contextlib.suppress(OSError):
-                gitdir = (entry / "gitdir").read_text(encoding="utf-8", errors="replace").strip()
-                if os.path.realpath(os.path.dirname(gitdir)) == target:
-                    if inside(os.path.realpath(entry), target) or inside(os.path.realpath(admin), target):
-                        raise ServiceError(f"the repository of {place.path} is inside it: deck does not use it")
-                    return Checkout(str(entry), place.path)
-    raise ServiceError(f"{place.path} is not a worktree of {place.repo} (`git worktree list` there does not have it)")
+    await place.refuse_symlink()
+    machine = place.machine
+    common = await machine.git("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=place.repo)
+    admin, entries = await machine.entries(posixpath.join(common.out.strip(), "worktrees"))
+    target = await machine.realpath(place.path)
+    for entry in entries:
+        if entry.worktree == target:
+            if inside(entry.real, target) or inside(admin, target):
+                raise ServiceError(f"the repository of {place.shown} is inside it: deck does not use it")
+            return Checkout(entry.path, place.path, machine)
+    raise ServiceError(f"{place.shown} is not a worktree of {place.shown_repo} (`git worktree list` there does not have it)")
 
 
 def inside(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder
 
 
-async def branch_exists(repo: str, branch: str) -> bool:
-    return (await git("rev-parse", "--verify", "-q", f"refs/heads/{branch}", cwd=repo, check=False)).code == 0
+async def branch_exists(place: Place, branch: str) -> bool:
+    found = await place.machine.git("rev-parse", "--verify", "-q", f"refs/heads/{branch}", cwd=place.repo, check=False)
+    return found.code == 0
 
 
 # -- its state ----------------------------------------------------------------------------------
@@ -287,6 +309,7 @@ class Status:
         return {
             "agent": self.place.agent, "path": self.place.path, "branch": self.place.branch, "base": self.base,
             "ahead": self.ahead, "changedFiles": len(self.files), "dirty": self.dirty,
+            **({"host": self.place.host} if self.place.host else {}),
         }  # fmt: skip
 
 
@@ -309,45 +332,37 @@ class Pending:
 
 @contextlib.asynccontextmanager
 async def pending(place: Place, base: str) -> AsyncIterator[Pending]:
-    if not place.exists():
-        raise place.lost_error() if place.lost() else ServiceError(f"{place.agent} has no worktree at {place.path}")
-    if not await branch_exists(place.repo, base):
-        raise ServiceError(f"the base branch {base!r} of {place.agent}'s worktree does not exist in {place.repo}")
+    if not await place.exists():
+        raise place.lost_error() if await place.lost() else ServiceError(f"{place.agent} has no worktree at {place.shown}")
+    if not await branch_exists(place, base):
+        raise ServiceError(f"the base branch {base!r} of {place.agent}'s worktree does not exist in {place.shown_repo}")
     checkout = await checkout_of(place)
-    with tempfile.TemporaryDirectory(prefix="deck-worktree-") as temp:
-        index = os.path.join(temp, "index")
+    async with place.machine.temp() as temp:
+        index = posixpath.join(temp, "index")
         real = (await checkout.git("rev-parse", "--path-format=absolute", "--git-path", "index")).out.strip()
-        try:
-            with open(real, "rb") as src, open(index, "wb") as dst:
-                dst.write(src.read())
-                dst.flush()
-                # The copy keeps the index's time: git trusts an entry's recorded stat only when the
-                # index was written after that second; a copy dated now would hide a same-size edit
-                # made in the second the index was written ("racily clean").
-                written = os.fstat(src.fileno())
-                os.utime(dst.fileno(), ns=(written.st_atime_ns, written.st_mtime_ns))
-        except FileNotFoundError:
+        # The copy keeps the index's time: git trusts an entry's recorded stat only when the index
+        # was written after that second; a copy dated now would hide a same-size edit made in the
+        # second the index was written ("racily clean").
+        if not await place.machine.copy(real, index):
             await checkout.git("read-tree", "HEAD", index=index)
-        await stage(checkout, index, temp)
+        await stage(checkout, index)
         tree = (await checkout.git("write-tree", index=index)).out.strip()
-        head = (await checkout.git("rev-parse", "HEAD")).out.strip()
-        head_tree = (await checkout.git("rev-parse", "HEAD^{tree}")).out.strip()
+        head, head_tree = (await checkout.git("rev-parse", "HEAD", "HEAD^{tree}")).out.split()
         merge_base = (await checkout.git("merge-base", f"refs/heads/{base}", head)).out.strip()
         yield Pending(head, head_tree, tree, merge_base, checkout, index)
 
 
-async def stage(checkout: Checkout, index: str, temp: str) -> None:
+async def stage(checkout: Checkout, index: str) -> None:
     """`git add -A` of the worktree into `index`, but for its submodules, kept as recorded: to see
     whether one changed, git would run `git status` in it, with the config of the repository its
     `.git` names — a file the agent can write."""
-    listing = os.path.join(temp, "listing")
-    with open(listing, "wb") as out:
-        await checkout.git("ls-files", "--stage", "-z", index=index, into=out)
-    links = await asyncio.to_thread(gitlinks, listing)
-    spec = os.path.join(temp, "pathspec")
-    with open(spec, "wb") as f:
-        f.write(b".\0" + b"".join(b":(exclude,literal)" + link + b"\0" for link in links))
-    await checkout.git("add", "-A", f"--pathspec-from-file={spec}", "--pathspec-file-nul", index=index)
+    with tempfile.TemporaryDirectory(prefix="deck-worktree-") as temp:  # here, wherever the worktree is
+        listing = os.path.join(temp, "listing")
+        with open(listing, "wb") as out:
+            await checkout.git("ls-files", "--stage", "-z", index=index, into=out)
+        links = await asyncio.to_thread(gitlinks, listing)
+    spec = b".\0" + b"".join(b":(exclude,literal)" + link + b"\0" for link in links)
+    await checkout.git("add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul", index=index, data=spec)
 
 
 def gitlinks(listing: str) -> list[bytes]:
@@ -390,24 +405,24 @@ async def diff(place: Place, base: str) -> str:
 # -- merging and removing -----------------------------------------------------------------------------
 
 
-async def identity(cwd: str) -> dict[str, str]:
+async def identity(place: Place) -> dict[str, str]:
     """The fallback identity when git knows none, else nothing (the user's own is used)."""
     for var in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):
-        if (await git("var", var, cwd=cwd, check=False)).code != 0:
+        if (await place.machine.git("var", var, cwd=place.repo, check=False)).code != 0:
             return dict(FALLBACK_IDENTITY)
     return {}
 
 
 async def main_checkout_ready(place: Place, base: str) -> None:
     """The main checkout is on `base` and has no uncommitted change; else a refusal that says so."""
-    branch = await current_branch(place.repo)
+    branch = await current_branch(place)
     if branch != base:
         on = f"on {branch}" if branch else "on no branch"
-        raise ServiceError(f"the main checkout {place.repo} is {on}, not on {base}: check out {base} there first")
-    changed = await git("status", "--porcelain", "-z", "--untracked-files=no", cwd=place.repo)
+        raise ServiceError(f"the main checkout {place.shown_repo} is {on}, not on {base}: check out {base} there first")
+    changed = await place.machine.git("status", "--porcelain", "-z", "--untracked-files=no", cwd=place.repo)
     if changed.out.strip("\0"):
         files = porcelain_files(changed.out)[:10]
-        raise ServiceError(f"the main checkout {place.repo} has uncommitted changes ({', '.join(files)}): "
+        raise ServiceError(f"the main checkout {place.shown_repo} has uncommitted changes ({', '.join(files)}): "
                            "commit or stash them first", {"files": files})  # fmt: skip
 
 
@@ -430,7 +445,8 @@ async def merge(place: Place, base: str, squash: bool, message: str | None, abou
     or its first user line), else only whose it is."""
     subject = message or (f"{place.agent}: {about}" if about else f"{place.agent}'s work")
     await main_checkout_ready(place, base)
-    who = await identity(place.repo)
+    who = await identity(place)
+    git = place.machine.git
     async with pending(place, base) as work:
         commit = work.head
         if work.dirty:
@@ -447,11 +463,11 @@ async def merge(place: Place, base: str, squash: bool, message: str | None, abou
             raise ServiceError(
                 f"{place.agent}'s work conflicts with {base} in: {', '.join(conflicts)}; nothing was changed. To go on: "
                 f"ask {place.agent} to merge {base} into its branch and resolve them (or run `git merge {base}` in "
-                f"{place.path} yourself), then `deck merge {place.agent}` again; `deck diff {place.agent}` shows its work",
+                f"{place.shown} yourself), then `deck merge {place.agent}` again; `deck diff {place.agent}` shows its work",
                 {"conflicts": conflicts},
             )
         if trial.code != 0 or not lines:
-            raise GitError(f"git merge-tree failed in {place.repo}: {trial.err.strip() or trial.code} (it needs git 2.38+)")
+            raise GitError(f"git merge-tree failed in {place.shown_repo}: {trial.err.strip() or trial.code} (it needs git 2.38+)")
         text = (message or subject) if squash else message or f"Merge {place.branch}" + (f": {about}" if about else "")
         parents = ["-p", target] if squash else ["-p", target, "-p", commit]
         merged = (await git("commit-tree", lines[0], *parents, "-m", text, cwd=place.repo, env=who)).out.strip()
@@ -463,7 +479,7 @@ async def merge(place: Place, base: str, squash: bool, message: str | None, abou
     try:
         await work.checkout.git("reset", "-q", "--keep", merged)  # the worktree goes on from the merge
     except GitError as exc:
-        raise ServiceError(f"merged into {base} as {merged[:12]}, but {place.path} stays where it was: {exc}") from exc
+        raise ServiceError(f"merged into {base} as {merged[:12]}, but {place.shown} stays where it was: {exc}") from exc
     return {"agent": place.agent, "base": base, "commit": merged, "squash": squash,
             "files": [f for f in files.out.split("\0") if f]}  # fmt: skip
 
@@ -475,44 +491,34 @@ async def remove(place: Place, base: str | None, force: bool) -> dict[str, Any]:
     and runs `git status` in the repository that file names. deck's checks are made with the
     repository taken from the main checkout; then deck deletes the folder itself, without
     following a symlink out of it, and `git worktree prune` in the main checkout forgets it."""
-    place.refuse_symlink()
-    if place.exists():
+    await place.refuse_symlink()
+    machine = place.machine
+    if await place.exists():
         # Forced, its work is not looked at (a base branch renamed or gone since stops nothing), but
         # it must still be this repository's worktree, whatever its `.git` file says now.
         checkout = await checkout_of(place)
-        if os.path.exists(os.path.join(checkout.gitdir, "locked")):
-            raise ServiceError(f"{place.path} is locked (git worktree lock): unlock it first")
+        if (await machine.look(posixpath.join(checkout.gitdir, "locked"))).exists:
+            raise ServiceError(f"{place.shown} is locked (git worktree lock): unlock it first")
     if not force:
         await removable(place, base)
-    if place.exists() or place.lost():  # lost: forced, git no longer sees it as a worktree
-        await delete_folder(place.path)
-    await git("worktree", "prune", cwd=place.repo)
+    if await place.exists() or await place.lost():  # lost: forced, git no longer sees it as a worktree
+        await machine.delete(place.path)
+    await machine.git("worktree", "prune", cwd=place.repo)
     deleted = False
-    if await branch_exists(place.repo, place.branch) and (force or base is not None):
-        await git("branch", "-D", place.branch, cwd=place.repo)  # merged (ahead 0), or forced
+    if await branch_exists(place, place.branch) and (force or base is not None):
+        await machine.git("branch", "-D", place.branch, cwd=place.repo)  # merged (ahead 0), or forced
         deleted = True
-    with contextlib.suppress(FileNotFoundError):
-        place.meta.unlink()
-    return {"agent": place.agent, "path": place.path, "branch": place.branch, "branchDeleted": deleted}
-
-
-async def delete_folder(path: str) -> None:
-    """Delete `path` and all in it, off the event loop; a symlink in it is deleted, never followed
-    (`shutil.rmtree` works through descriptors, so one swapped in meanwhile leads nowhere either)."""
-    if not shutil.rmtree.avoids_symlink_attacks:  # type: ignore[attr-defined]
-        raise ServiceError("this system cannot delete a folder safely (no openat): remove it by hand")
-    try:
-        await asyncio.to_thread(shutil.rmtree, path)
-    except OSError as exc:
-        raise ServiceError(f"cannot delete {path}: {exc.strerror or exc}") from exc
+    await machine.delete(place.meta)
+    return {"agent": place.agent, "path": place.path, "branch": place.branch, "branchDeleted": deleted,
+            **({"host": place.host} if place.host else {})}  # fmt: skip
 
 
 async def removable(place: Place, base: str | None) -> None:
     """Refuse the removal of a worktree, or of the branch left of it, that holds work not in `base`."""
-    if place.lost():
+    if await place.lost():
         raise place.lost_error()
     ahead = 0
-    if place.exists():
+    if await place.exists():
         if base is None:
             raise ServiceError(f"the base branch of {place.agent}'s worktree is not known: "
                                f"`deck worktree remove {place.agent} --force` removes it")  # fmt: skip
@@ -521,8 +527,8 @@ async def removable(place: Place, base: str | None) -> None:
             raise ServiceError(f"{place.agent}'s worktree has uncommitted work: `deck merge {place.agent}` keeps it, "
                                f"`deck worktree remove {place.agent} --force` drops it")  # fmt: skip
         ahead = found.ahead
-    elif base is not None and await branch_exists(place.repo, place.branch):
-        count = await git("rev-list", "--count", f"refs/heads/{base}..refs/heads/{place.branch}", cwd=place.repo)
+    elif base is not None and await branch_exists(place, place.branch):
+        count = await place.machine.git("rev-list", "--count", f"refs/heads/{base}..refs/heads/{place.branch}", cwd=place.repo)
         ahead = int(count.out.strip() or 0)
     if ahead:
         commits = f"{ahead} commit{'' if ahead == 1 else 's'}"

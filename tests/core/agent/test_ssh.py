@@ -109,7 +109,6 @@ def test_a_remote_agent_needs_an_absolute_cwd_and_ssh_needs_a_host(tmp_path):
         (agent_table("far", ["x"], host="testbox", cwd="work"), "cwd 'work' is not an absolute path on testbox"),
         (agent_table("far", ["x"], ssh=["-p", "2222"]), "ssh arguments are for an agent with a host"),
         (agent_table("far", ["x"], host="-oProxyCommand=x", cwd="/w"), "is not a host name"),
-        (agent_table("far", ["x"], host="testbox", cwd="/w", worktree=True), "not available for an agent on another host"),
     ):
         (tmp_path / "deck.toml").write_text(table)
         result = subprocess.run([*DECK, "config", "validate", str(tmp_path / "deck.toml")], capture_output=True, text=True, timeout=30)

@@ -1,0 +1,154 @@
+"""Worktrees on an agent's host (`host` with `worktree = true`), against the real sshd on 127.0.0.1
+(tests/sshd.py): made there at the first start, the agent's turn, `worktree:changed`, the diff, a merge
+refused with a dirty main checkout, the merge, the refused and the forced removal, the commands.
+
+The host is this machine, so the test looks at the host's files directly; deck reaches them only through
+ssh. The host's sessions get a state folder of their own (`XDG_STATE_HOME`, sent with `SetEnv`), not
+deck's, and a `GIT_DIR` naming no repository, which deck's git must not heed there. The repository's
+folder holds a quote, spaces and `$(…)`: no shell on the host reads any of it as anything but a name.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from deck import ServiceError
+from deck.testing import agent_table
+
+from tests.deck_process import DECK
+from tests.plugins.test_worktrees import AGENT, git, make_repo, turn
+from tests.sshd import SSHServer, sshd  # noqa: F401 (a fixture)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+#: A repository folder the host's shell would run something of, were a path ever left unquoted there.
+REPO_NAME = "it's a $(touch PWNED) `touch PWNED` repo"
+
+
+def remote_worktree_agent(server: SSHServer, cwd: Path, host_state: Path, **keys: Any) -> str:
+    setenv = f"SetEnv=XDG_STATE_HOME={host_state} GIT_DIR=/nonexistent/repository"
+    return agent_table(
+        "far", [sys.executable, str(AGENT)], cwd=str(cwd), host="testbox", worktree=True,
+        ssh=["-F", str(server.config), "-o", setenv], **keys,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / REPO_NAME)
+
+
+def deck_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DECK, *args, "--config", str(config)], capture_output=True, text=True, timeout=90)
+
+
+async def test_a_worktree_on_the_host_made_changed_diffed_merged_and_removed(make_deck, sshd, repo, tmp_path):
+    host_state = tmp_path / "host-state"
+    deck, rec = make_deck(remote_worktree_agent(sshd, repo / "src", host_state))
+
+    changed = await turn(deck, rec, "far", "write notes.txt from far")
+    assert changed == {"agent": "far", "changedFiles": 1, "ahead": 0, "dirty": True}
+    folders = list((host_state / "deck" / "worktrees").glob("it's a * repo-*"))
+    assert len(folders) == 1, folders  # the host's state folder, not deck's
+    worktree = folders[0] / "far"
+    assert (worktree / "src" / "notes.txt").read_text() == "from far"  # written there by the agent, on the host
+    assert deck.agents["far"].cwd == str(worktree / "src")  # the same subfolder as its cwd
+    assert not (repo / "src" / "notes.txt").exists()  # the main checkout untouched
+    assert git(repo, "branch", "--list", "--format=%(refname:short)", "deck/far").strip() == "deck/far"
+    assert not list((tmp_path / "state" / "deck" / "worktrees").glob("*-*"))  # nothing of it on deck's side
+    assert not list(tmp_path.rglob("PWNED")) and not list(Path.home().glob("PWNED"))
+
+    rows = await deck.call("WorktreeService.List", {})
+    assert rows == [{"agent": "far", "path": str(worktree), "branch": "deck/far", "base": "main", "ahead": 0,
+                     "changedFiles": 1, "dirty": True, "host": "testbox", "configured": True}]  # fmt: skip
+    text = await deck.call("WorktreeService.Diff", {"agent": "far"})
+    assert "+++ b/src/notes.txt" in text and "+from far" in text
+
+    (repo / "README.md").write_text("edited in the main checkout\n")
+    head = git(repo, "rev-parse", "HEAD")
+    with pytest.raises(ServiceError, match=r"testbox:.* has uncommitted changes \(README.md\)"):
+        await deck.call("WorktreeService.Merge", {"agent": "far"})
+    assert git(repo, "rev-parse", "HEAD") == head and not (repo / "src" / "notes.txt").exists()
+    git(repo, "checkout", "--", "README.md")
+
+    merged = await deck.call("WorktreeService.Merge", {"agent": "far", "message": "Notes from far"})
+    assert merged["base"] == "main" and merged["files"] == ["src/notes.txt"]
+    assert (repo / "src" / "notes.txt").read_text() == "from far"  # in the host's main checkout
+    assert git(repo, "log", "-1", "--format=%s %p").split()[0:2] == ["Notes", "from"]
+    assert len(git(repo, "log", "-1", "--format=%p").split()) == 2  # a merge commit
+    assert rec.named("worktree:changed", "far")[-1] == {"agent": "far", "changedFiles": 0, "ahead": 0, "dirty": False}
+
+    await turn(deck, rec, "far", "write later.txt more")
+    with pytest.raises(ServiceError, match="running in its worktree"):
+        await deck.call("WorktreeService.Remove", {"agent": "far"})
+    await deck.call("AgentService.Stop", {"name": "far"})
+    with pytest.raises(ServiceError, match="uncommitted work"):
+        await deck.call("WorktreeService.Remove", {"agent": "far"})
+    assert (worktree / "src" / "later.txt").exists()
+    removed = await deck.call("WorktreeService.Remove", {"agent": "far", "force": True})
+    assert removed == {"agent": "far", "path": str(worktree), "branch": "deck/far", "branchDeleted": True, "host": "testbox"}
+    assert not worktree.exists() and not (folders[0] / "far.json").exists()
+    assert git(repo, "branch", "--list", "deck/far") == ""
+    assert not list(tmp_path.rglob("PWNED"))
+
+
+async def test_the_commands_act_on_the_hosts_worktree(make_deck, sshd, repo, tmp_path):
+    """`deck worktrees`, `deck diff`, `deck merge`, `deck worktree remove` with no deck running: each
+    reaches the host through ssh."""
+    host_state = tmp_path / "host-state"
+    deck, rec = make_deck(remote_worktree_agent(sshd, repo, host_state))
+    await turn(deck, rec, "far", "write feature.txt remote work")
+    await deck.shutdown()
+    config = tmp_path / "deck.toml"
+
+    listed = deck_cli(config, "worktrees")
+    assert listed.returncode == 0, listed.stderr
+    assert "deck/far → main: 0 commits ahead, 1 changed file, uncommitted work  testbox:" in listed.stdout
+    diff = deck_cli(config, "diff", "far")
+    assert diff.returncode == 0 and "+remote work" in diff.stdout
+    merged = deck_cli(config, "merge", "far", "--squash", "-m", "Feature")
+    assert merged.returncode == 0, merged.stderr
+    assert (repo / "feature.txt").read_text() == "remote work"
+    assert git(repo, "log", "-1", "--format=%s").strip() == "Feature"
+    removed = deck_cli(config, "worktree", "remove", "far")  # its work merged: nothing lost
+    assert removed.returncode == 0, removed.stderr
+    assert removed.stdout.startswith("far: removed testbox:")
+    assert json.loads(deck_cli(config, "worktrees", "--json").stdout) == []
+
+
+async def test_hooks_on_the_host_never_run(make_deck, sshd, repo, tmp_path):
+    """The repository's hooks and those the agent writes in its worktree (`core.hooksPath` relative):
+    none runs for what deck does there."""
+    mark = tmp_path / "HOOK-RAN"
+    hooks = repo / ".git" / "hooks"
+    for name in ("post-checkout", "reference-transaction", "pre-commit", "post-merge"):
+        (hooks / name).write_text(f"#!/bin/sh\necho main-{name} >> '{mark}'\n")
+        (hooks / name).chmod(0o755)
+    git(repo, "checkout", "-q", "-b", "probe")  # the probe: the main checkout's hook runs for git itself
+    git(repo, "checkout", "-q", "main")
+    assert mark.exists()
+    mark.unlink()
+    git(repo, "config", "core.hooksPath", ".githooks")
+    table = remote_worktree_agent(sshd, repo, tmp_path / "host-state") + f"env = {{ HOOK_MARK = {json.dumps(str(mark))} }}\n"
+    deck, rec = make_deck(table)
+    await turn(deck, rec, "far", "hook")
+    await turn(deck, rec, "far", "write feature.txt done")
+    await deck.call("WorktreeService.Diff", {"agent": "far"})
+    await deck.call("WorktreeService.Merge", {"agent": "far"})
+    assert (repo / ".githooks" / "pre-commit").exists()  # merged like any file, never run
+    await deck.call("AgentService.Stop", {"name": "far"})
+    await deck.call("WorktreeService.Remove", {"agent": "far", "force": True})
+    assert not mark.exists()
+
+
+async def test_a_host_cwd_in_no_repository_fails_the_start_saying_so(make_deck, sshd, tmp_path):
+    (tmp_path / "plain").mkdir()
+    deck, rec = make_deck(remote_worktree_agent(sshd, tmp_path / "plain", tmp_path / "host-state"))
+    with pytest.raises(ServiceError):
+        await deck.call("AgentService.Start", {"name": "far"})
+    assert f"testbox:{tmp_path / 'plain'} is in no git repository" in (deck.agents["far"].error or "")
