@@ -47,13 +47,16 @@ def find_command(cfg: AgentConfig) -> tuple[str | None, str | None]:
 
 async def find_remote_command(cfg: AgentConfig) -> tuple[str | None, str | None]:
     """The same for an agent on another host, asked there through ssh (BatchMode: no prompt): where
-    the program is on the host, or why not (the host unreachable, its cwd or the command missing)."""
+    the program is on the host, or why not (the host unreachable, its cwd or the command missing,
+    or git for its worktree)."""
     import shlex
 
     from deck.agent.remote import SSH_FAILED, control_dir, ssh_base
 
     program = cfg.command[0]
     probe = f"cd -- {shlex.quote(cfg.cwd)} || exit 3; command -v {shlex.quote(program)} || exit 4"
+    if cfg.worktree:  # its worktree is made and merged there, by the host's git
+        probe += "; command -v git >/dev/null || exit 5"
     args = [*ssh_base(list(cfg.ssh), control_dir()), "--", cfg.host, "sh -c " + shlex.quote(probe)]
     try:
         process = await asyncio.create_subprocess_exec(
@@ -74,6 +77,8 @@ async def find_remote_command(cfg: AgentConfig) -> tuple[str | None, str | None]
         return None, f"{cfg.host} not reachable through ssh: {said[-1] if said else 'ssh exited 255'}"
     if process.returncode == 3:
         return None, f"working directory does not exist on {cfg.host}: {cfg.cwd}"
+    if process.returncode == 5:
+        return None, f"git not found on {cfg.host}: worktree = true needs it there"
     if process.returncode != 0:
         return None, f"command not found on {cfg.host}: {program}"
     return f"{cfg.host}:{out.decode(errors='replace').strip()}", None

@@ -152,3 +152,12 @@ async def test_a_host_cwd_in_no_repository_fails_the_start_saying_so(make_deck, 
     with pytest.raises(ServiceError):
         await deck.call("AgentService.Start", {"name": "far"})
     assert f"testbox:{tmp_path / 'plain'} is in no git repository" in (deck.agents["far"].error or "")
+
+
+def test_deck_agents_check_asks_the_host_for_git_too(sshd, repo, tmp_path):
+    """A worktree agent on a host needs git there: the check asks for it, and finds it."""
+    (tmp_path / "deck.toml").write_text(remote_worktree_agent(sshd, repo, tmp_path / "host-state"))
+    result = deck_cli(tmp_path / "deck.toml", "agents", "--check", "--json")
+    assert result.returncode == 0, result.stderr
+    [row] = json.loads(result.stdout)
+    assert row["found"] == f"testbox:{sys.executable}" and "problem" not in row
