@@ -18,6 +18,7 @@ plugins add commands and config sections.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
@@ -137,8 +138,9 @@ class Hooks(PluginHooks):
         super().__init__(pm)
         self.deck = deck
         self.context = {"deck": deck}
-        #: Event class → the `deck_event` implementations it reaches (`listens`), for one plugin generation.
-        self._by_class: dict[type[Event], list[Impl]] = {}
+        #: Event class → the `deck_event` implementations it reaches (`listens`), each a call of the
+        #: event alone with its plugin's name, for one plugin generation.
+        self._by_class: dict[type[Event], list[tuple[Callable[[Event], Any], str]]] = {}
         self._by_class_generation: int | None = None
         #: How long an awaitable returned by a hook may run before it is cancelled and reported.
         self.timeout = PLUGIN_TIMEOUT
@@ -163,30 +165,37 @@ class Hooks(PluginHooks):
         await self._call_and_wait("deck_shutdown")
 
     def event(self, event: Event) -> None:
-        """`deck_event`: the hot path, one call per streamed chunk, hence no generic argument matching,
-        and only the implementations that listen to the event's class (`deck.listens`)."""
-        for function, argnames, plugin in self._listening(type(event)):
+        """`deck_event`: the hot path, one call per streamed chunk, hence no argument matching per
+        call, and only the implementations that listen to the event's class (`deck.listens`)."""
+        for call, plugin in self._listening(type(event)):
             try:
-                if argnames == _DECK_EVENT:
-                    result = function(self.deck, event)
-                else:
-                    result = function(*[event if arg == "event" else self.deck for arg in argnames])
+                result = call(event)
             except Exception as exc:
                 self.failed(plugin, "deck_event", exc)
                 continue
             if result is not None and inspect.isawaitable(result):
                 self._later(plugin, "deck_event", result)
 
-    def _listening(self, cls: type[Event]) -> list[Impl]:
+    def _listening(self, cls: type[Event]) -> list[tuple[Callable[[Event], Any], str]]:
         generation = getattr(self.pm, "generation", None)
         if generation is None or generation != self._by_class_generation:
             self._by_class, self._by_class_generation = {}, generation
         found = self._by_class.get(cls)
         if found is None:
-            found = [impl for impl in self._impls("deck_event") if _listens_to(impl[0], cls)]
+            impls = [impl for impl in self._impls("deck_event") if _listens_to(impl[0], cls)]
+            found = [(self._event_call(function, argnames), plugin) for function, argnames, plugin in impls]
             if generation is not None:
                 self._by_class[cls] = found
         return found
+
+    def _event_call(self, function: Callable[..., Any], argnames: tuple[str, ...]) -> Callable[[Event], Any]:
+        """`function` as a call of the event alone: its arguments matched once, not per event."""
+        if argnames == ("event",):
+            return function
+        if argnames == ("deck", "event"):
+            return functools.partial(function, self.deck)
+        deck = self.deck
+        return lambda event: function(*[event if arg == "event" else deck for arg in argnames])
 
     async def before_start(self, agent: Agent) -> None:
         """`deck_before_start`: a ServiceError refuses the start; an awaitable is waited for."""
@@ -242,9 +251,6 @@ class Hooks(PluginHooks):
     def failed(self, plugin: str, hook: str, exc: BaseException) -> None:
         log_failure(plugin, hook, exc)
         self.deck.plugin_failed(plugin, hook, f"{type(exc).__name__}: {exc}")
-
-
-_DECK_EVENT = ("deck", "event")
 
 
 def _listens_to(function: Callable[..., Any], cls: type[Event]) -> bool:

@@ -16,7 +16,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from deck import Duration, hookimpl
-from deck.events import ConfigChanged, ConversationReset
+from deck.events import ConfigChanged, ConversationReset, MessageDelta
 from pydantic import BaseModel, ConfigDict, Field
 
 from .service import StoredConversations, follow
@@ -63,12 +63,14 @@ class History:
 
     @hookimpl
     def deck_event(self, event: Event) -> None:
-        if isinstance(event, ConfigChanged):
+        if type(event) is MessageDelta:  # a streamed chunk, the hot path: the recorder alone hears it
+            self.recorder.on_event(event)
+        elif isinstance(event, ConfigChanged):
             self._config_changed(event)
-            return
-        if isinstance(event, ConversationReset):
-            follow(self.recorder, event)
-        self.recorder.on_event(event)
+        else:
+            if isinstance(event, ConversationReset):
+                follow(self.recorder, event)
+            self.recorder.on_event(event)
 
     def _config_changed(self, event: ConfigChanged) -> None:
         recorder = self.recorder
