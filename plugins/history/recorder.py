@@ -53,6 +53,13 @@ log = logging.getLogger(__name__)
 TITLE_MAX = 80
 #: How long a problem found at start waits for a frontend to be there to show it.
 FRONTEND_WAIT = 2.0
+#: Chunks of a streaming part kept apart before they are joined into one block: a second of a fast
+#: stream is 100,000 chunks or more, which hold about their text so, not as many string objects.
+JOIN_EVERY = 2048
+#: The most streamed text (in characters) gathered before it goes to the writer, even within the
+#: interval: SQLite takes a few times a row's size to write it, so a fast stream's second of text
+#: is written in pieces of this size rather than in one row of megabytes.
+HAND_OFF_SIZE = 1 << 20
 
 
 def config_key(path: str | os.PathLike[str] | None) -> str:
@@ -95,10 +102,12 @@ class _Streaming:
     thought) or the latest version of the part (tool, plan). `lengths` maps each text part to
     its kind, its length in the whole version the writer has, and the length appended since.
     `tail` is the list of the text part that streamed last (`tail_index`, `tail_kind`): the
-    next chunk of the same part, the usual case, is one list append (`HistoryRecorder.on_event`).
+    next chunk of the same part, the usual case, is one list append (`HistoryRecorder.on_event`);
+    `loose` counts the chunks appended to it since its last ones were joined (`join_loose`), and
+    `gathered` the characters those joins made since the last hand-off.
     """
 
-    __slots__ = ("conversation", "changes", "lengths", "tail", "tail_index", "tail_kind")
+    __slots__ = ("conversation", "changes", "lengths", "tail", "tail_index", "tail_kind", "loose", "gathered")
 
     def __init__(self, conversation: str, message: dict[str, Any]) -> None:
         self.conversation = conversation
@@ -106,6 +115,8 @@ class _Streaming:
         self.tail: list[str] = []
         self.tail_index = -1
         self.tail_kind = ""
+        self.loose = 0
+        self.gathered = 0
         parts = message.get("parts")
         self.lengths: dict[int, list[Any]] = {
             index: [part["type"], len(part["text"]), 0]
@@ -124,16 +135,25 @@ class _Streaming:
                 chunks = []
                 self.changes[index] = (kind, chunks)
             chunks.append(text)
-            self.tail, self.tail_index, self.tail_kind = chunks, index, kind
+            self.tail, self.tail_index, self.tail_kind, self.loose = chunks, index, kind, 0
         elif event.part is not None:
             self.changes[index] = (kind, event.part)
             if index == self.tail_index:
                 self.tail_index = -1
 
+    def join_loose(self) -> int:
+        """The tail's last JOIN_EVERY chunks, all appended since its last join, made one string;
+        how many characters the joins gathered since the last hand-off."""
+        block = "".join(self.tail[-JOIN_EVERY:])
+        self.tail[-JOIN_EVERY:] = [block]
+        self.loose = 0
+        self.gathered += len(block)
+        return self.gathered
+
     def take(self) -> list[Chunk]:
         """The changes since the last call, each part's text joined, in part order; none are kept."""
         changes, self.changes = self.changes, {}
-        self.tail, self.tail_index = [], -1
+        self.tail, self.tail_index, self.loose, self.gathered = [], -1, 0, 0
         taken: list[Chunk] = []
         for index, (kind, value) in sorted(changes.items()):
             if isinstance(value, list):
@@ -230,6 +250,10 @@ class HistoryRecorder:
                 and text is not None
             ):
                 streaming.tail.append(text)  # its message is dirty already, and the timer set
+                streaming.loose += 1
+                if streaming.loose == JOIN_EVERY and streaming.join_loose() >= HAND_OFF_SIZE:
+                    self._hand_off()  # before the interval is over: the writer gets it in pieces
+                    self.writer.write_soon()
                 return
         if self.closed:
             return
