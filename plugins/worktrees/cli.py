@@ -140,29 +140,14 @@ def call(
 ) -> Any:
     """`method` of the deck server running the config in use, else of a deck of it that runs no
     agent; a refusal exits 1, saying what `refused` says (if anything) or else the refusal."""
-    from deck import (  # here: adding the commands to the command line stays cheap
-        Deck,
-        call_server,
-        find_config,
-        server_of,
-    )
+    from deck import call_deck, find_config  # here: adding the commands to the command line stays cheap
 
     path, source = find_config(str(config) if config else None)
     if path is not None and not path.exists():
         _fail(f"config file not found: {path}", ExitCode.USAGE)
-    server = server_of(path) if path is not None else None
-
-    async def run() -> Any:
-        if server is not None:  # its agents may be at work in their worktrees: it says what may be done
-            return await call_server(server, method, params)
-        deck = Deck(path, source)
-        try:
-            return await deck.call(method, params)
-        finally:
-            await deck.shutdown()
-
+    # A running server's agents may be at work in their worktrees: then it says what may be done.
     try:
-        return asyncio.run(run())
+        return asyncio.run(call_deck(path, source, method, params))
     except UsageError as exc:
         for line in exc.lines():
             typer.echo(printable(f"deck: {line}"), err=True)
