@@ -116,6 +116,27 @@ class MessageDelta(Event):
     part: dict[str, Any] | None = None
 
 
+#: The setters of a MessageDelta's slots, for `text_delta`.
+_delta_slots = MessageDelta.__dict__
+_set_agent, _set_message_id, _set_index, _set_kind, _set_text, _set_part = (
+    _delta_slots[name].__set__ for name in ("agent", "message_id", "index", "kind", "text", "part")
+)
+
+
+def text_delta(agent: str, message_id: str, index: int, kind: str, text: str) -> MessageDelta:
+    """`MessageDelta(agent, message_id, index, kind, text=text)`, at half the cost: one is made for
+    every streamed chunk. A frozen dataclass's `__init__` sets each field with `object.__setattr__`;
+    the slots' own setters do the same (as `set_seq` does)."""
+    event = object.__new__(MessageDelta)
+    _set_agent(event, agent)
+    _set_message_id(event, message_id)
+    _set_index(event, index)
+    _set_kind(event, kind)
+    _set_text(event, text)
+    _set_part(event, None)
+    return event
+
+
 @dataclass(frozen=True, slots=True)
 class TurnChanged(Event):
     name: ClassVar[str] = "turn:changed"

@@ -25,6 +25,7 @@ from deck.events import (
     TerminalOutput,
     UsageChanged,
     now_iso,
+    text_delta,
 )
 
 log = logging.getLogger(__name__)
@@ -542,7 +543,7 @@ class Conversation:
             parts[-1].append(text)  # type: ignore[union-attr]
         else:
             parts.append(TextPart(kind, text))
-        self.emit(MessageDelta(self.agent, message.id, len(parts) - 1, kind, text=text))
+        self.emit(text_delta(self.agent, message.id, len(parts) - 1, kind, text))
 
     def _for_acp_message(self, acp_id: Any) -> Message:
         """The message a chunk belongs to: the one its ACP messageId started in, else the current one.
