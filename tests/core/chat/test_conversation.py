@@ -292,3 +292,14 @@ def test_a_long_stream_is_kept_in_blocks_not_one_string_per_chunk() -> None:
     assert part.text == "".join(pieces) and len(part._chunks) == 1
     part.append("more")
     assert part.text == "".join(pieces) + "more"
+
+
+def test_a_very_long_stream_is_kept_in_few_large_strings() -> None:
+    from deck.chat.conversation import JOIN_EVERY, MERGE_EVERY, TextPart
+
+    part = TextPart("text")
+    pieces = [f"c{i} " for i in range(JOIN_EVERY * (MERGE_EVERY * 2 + 3) + 7)]
+    for piece in pieces:
+        part.append(piece)
+    assert len(part._chunks) == 2 + 3 + 7  # two merged blocks, three blocks since, and the chunks since the last
+    assert part.text == "".join(pieces) and len(part._chunks) == 1
