@@ -59,7 +59,7 @@ JOIN_EVERY = 2048
 #: The most streamed text (in characters) gathered before it goes to the writer, even within the
 #: interval: SQLite takes a few times a row's size to write it, so a fast stream's second of text
 #: is written in pieces of this size rather than in one row of megabytes.
-HAND_OFF_SIZE = 1 << 20
+HAND_OFF_SIZE = 128 << 10
 
 
 def config_key(path: str | os.PathLike[str] | None) -> str:
