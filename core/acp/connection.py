@@ -150,37 +150,54 @@ class LineFramer:
         self._skipping = False
 
     def feed(self, data: bytes) -> None:
-        start = 0
-        while True:
-            end = data.find(b"\n", start)
-            if end < 0:
-                break
-            if self._parts:
-                self._parts.append(data[start:end])
-                line = b"".join(self._parts)
-                self._parts.clear()
-                self._size = 0
-            else:
-                line = data[start:end]
+        start = self._end_pending(data) if self._parts or self._skipping else 0
+        if start < 0:
+            return
+        # The lines whole in this read: the hot path of every streamed chunk, hence the locals.
+        on_line, max_bytes, find = self.on_line, self.max_bytes, data.find
+        while (end := find(b"\n", start)) >= 0:
+            line = data[start:end]
             start = end + 1
-            if self._skipping:
-                self._skipping = False
-                self.on_overflow(self._size + len(line))
-                self._size = 0
-            elif len(line) > self.max_bytes:
+            if len(line) > max_bytes:
+                self.on_overflow(len(line))
+            else:
+                on_line(line)
+        self._keep(data, start)
+
+    def _end_pending(self, data: bytes) -> int:
+        """The line begun in an earlier read, ended by `data`'s first newline (or still going on):
+        where the next line starts in `data`, -1 when it holds no newline."""
+        end = data.find(b"\n")
+        if end < 0:
+            self._keep(data, 0)
+            return -1
+        if self._skipping:
+            self._skipping = False
+            self.on_overflow(self._size + end)
+        else:
+            self._parts.append(data[:end])
+            line = b"".join(self._parts)
+            if len(line) > self.max_bytes:
                 self.on_overflow(len(line))
             else:
                 self.on_line(line)
+        self._parts.clear()
+        self._size = 0
+        return end + 1
+
+    def _keep(self, data: bytes, start: int) -> None:
+        """What follows `data`'s last newline: the start of a line, kept (or counted, once too long)."""
         rest = len(data) - start
-        if rest:
-            self._size += rest
-            if self._skipping:  # only the size counts: reported, and reset, at the newline
-                return
-            if self._size > self.max_bytes:
-                self._parts.clear()
-                self._skipping = True
-            else:
-                self._parts.append(data[start:] if start else data)
+        if not rest:
+            return
+        self._size += rest
+        if self._skipping:  # only the size counts: reported, and reset, at the newline
+            return
+        if self._size > self.max_bytes:
+            self._parts.clear()
+            self._skipping = True
+        else:
+            self._parts.append(data[start:] if start else data)
 
     def close(self) -> None:
         """End of stream: a last line without its newline still counts."""
