@@ -565,7 +565,7 @@ class Conversation:
         A late chunk of a cancelled turn that carries its messageId thus never lands in the next turn.
         """
         if not isinstance(acp_id, str) or not acp_id:
-            return self._target()
+            return self.current if self.current is not None else self._target()
         message = self._acp_messages.get(acp_id)
         if message is None:
             message = self._acp_messages[acp_id] = self._target()

@@ -167,7 +167,10 @@ class Hooks(PluginHooks):
     def event(self, event: Event) -> None:
         """`deck_event`: the hot path, one call per streamed chunk, hence no argument matching per
         call, and only the implementations that listen to the event's class (`deck.listens`)."""
-        for call, plugin in self._listening(type(event)):
+        calls = self._by_class.get(type(event))  # `_listening`'s cache, read here: a call less per event
+        if calls is None or self._by_class_generation != getattr(self.pm, "generation", None):
+            calls = self._listening(type(event))
+        for call, plugin in calls:
             try:
                 result = call(event)
             except Exception as exc:
