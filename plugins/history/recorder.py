@@ -1,14 +1,16 @@
 """Recording: what each agent's conversation shows, kept in the history store as it happens.
 
 Whole messages (`message:updated`: added, or finished) go to the store's `Writer` as they come.
-A streamed chunk (`message:delta`) of a message still streaming is kept in a list per part: at
-most FLUSH_INTERVAL later each part's new text is joined and handed to the writer, which
-appends it to the stored message in its thread. A fast stream thus costs a list append per
-chunk on the event loop and, once a second, a join of the text that came meanwhile; the
-writer writes that text only, never the whole message again, and never one chunk at a time.
+A streamed chunk (`message:delta`) of a message still streaming is kept in a list per part
+(joined in blocks of JOIN_EVERY as they come): at most FLUSH_INTERVAL later, or once
+HAND_OFF_SIZE of text has gathered, each part's new text is joined and handed to the writer,
+which appends it to the stored message in its thread. A fast stream thus costs a list append
+per chunk on the event loop and, once a second or every 128 KiB, a join of the text that came
+meanwhile; the writer writes that text only, never the whole message again, and never one
+chunk at a time.
 When the message finishes, the streamed text stays where it is: the writer is told how long
 each streamed part was, and stores the rest of the finished version. The recorder holds no
-copy of a message's text beyond the last second's chunks.
+copy of a message's text beyond the last second's chunks (about HAND_OFF_SIZE at most).
 
 Each agent's messages go to its current stored conversation (`HistoryRecorder.current`), created with
 the agent's first message of the run under the config file's path and the agent's name. A
