@@ -24,6 +24,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
+import sys
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
@@ -111,29 +112,59 @@ class Client(abc.ABC):
 
 
 def start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
-    """Run `coro` now, up to its first wait, and the rest as a task: the future of its result.
+    """Run `coro` now, up to its first wait, in a task of its own: the future of its result.
 
-    What `asyncio.Task(coro, eager_start=True)` does from Python 3.12 on. A call that never
-    waits (most service methods) is done when this returns.
+    A call that never waits (most service methods) is done when this returns. Whatever runs in
+    that first step belongs to the new task, not to the caller's (one delivering an event) nor to
+    none (a socket's callback): an `asyncio.timeout` entered there cancels the call, never its
+    caller, and `asyncio.current_task()` is the call's.
     """
     loop = asyncio.get_running_loop()
+    if sys.version_info >= (3, 12):
+        return asyncio.Task(coro, loop=loop, eager_start=True)
+    return _start_eagerly(loop, coro)
+
+
+def _start_eagerly(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
+    """`eager_start` as Python 3.12 has it, on 3.11: the task that runs the rest is made first, and is
+    the current task (in the caller's place) while the first step runs."""
+    first: list[Any] = []
+    task = loop.create_task(_resume(coro, first))
+    caller = asyncio.current_task(loop)
+    if caller is not None:
+        asyncio.tasks._leave_task(loop, caller)
+    asyncio.tasks._enter_task(loop, task)
     try:
-        waiting = coro.send(None)
+        first.append(coro.send(None))
     except StopIteration as done:
-        future: asyncio.Future[T] = loop.create_future()
-        future.set_result(done.value)
-        return future
+        return _ended(loop, task, result=done.value)
     except (KeyboardInterrupt, SystemExit):
+        task.cancel()
         raise
     except BaseException as exc:
-        future = loop.create_future()
-        future.set_exception(exc)
-        return future
-    return loop.create_task(_resume(coro, waiting))
+        return _ended(loop, task, error=exc)
+    finally:
+        asyncio.tasks._leave_task(loop, task)
+        if caller is not None:
+            asyncio.tasks._enter_task(loop, caller)
+    return task
 
 
-async def _resume(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
-    return await _Resumed(coro, waiting)
+def _ended(
+    loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], result: Any = None, error: BaseException | None = None
+) -> asyncio.Future[Any]:
+    """A call done in its first step: its outcome as a done future; the task made for the rest, unused, dropped."""
+    task.cancel()
+    future: asyncio.Future[Any] = loop.create_future()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+    return future
+
+
+async def _resume(coro: Coroutine[Any, Any, T], first: list[Any]) -> T:
+    return await _Resumed(coro, first[0])
 
 
 class _Resumed(Generic[T]):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from deck._version import __version__
 from deck.acp.connection import PROTOCOL_VERSION, Connection
-from deck.agent import auth, listing, remote, terminals
+from deck.agent import auth, inuse, listing, remote, terminals
 from deck.agent.early import EarlyUpdates
 from deck.agent.requests import AgentRequests
 from deck.agent.session import CONVERSATION, TOOL_UPDATES, Session, SessionSink
@@ -85,6 +85,8 @@ class Agent:
         self._broken_session: tuple[str, str] | None = None
         #: (session id, method) while the start resumes or loads a session: a timeout then breaks it.
         self._continuing: tuple[str, str] | None = None
+        #: The lock of the session it runs in (inuse.py), for the current run.
+        self._held: inuse.Held | None = None
         #: The commands it runs through deck (ACP terminal/*), for the current run.
         self.terminals: terminals.Terminals | None = None
         #: Where this run of the agent works, set by a plugin's `deck_before_start` (its worktree);
@@ -259,7 +261,8 @@ class Agent:
             await self._end_process("stopped while starting")
             transition(self, AgentState.STOPPED)
             return
-        if self.session is not None:
+        if self.session is not None and self.session.id is not None:
+            self._held = inuse.hold(self.name, self.session.id)  # no other deck deletes it meanwhile
             self.deck.session_opened(self)
         self.last_used = self.deck.clock()  # idle time counts from the start
         if self.process is not None:
@@ -452,8 +455,9 @@ class Agent:
             raise ServiceError(f"{self.name} does not delete sessions (its initialize answer has no sessionCapabilities.delete)")
         limit = self.deck.config.limits.handshake_timeout
         try:
-            async with asyncio.timeout(limit):
-                await self.conn.request("session/delete", {"sessionId": session_id})
+            with inuse.unused(self.name, session_id):
+                async with asyncio.timeout(limit):
+                    await self.conn.request("session/delete", {"sessionId": session_id})
         except TimeoutError:
             raise ServiceError(f"{self.name} did not answer session/delete within {limit:g}s") from None
         except ConnectionClosed as exc:
@@ -630,6 +634,9 @@ class Agent:
                 if isinstance(result, BaseException):
                     raise result
         finally:
+            if self._held is not None:
+                self._held.release()
+                self._held = None
             if self.conn is not None:
                 self.conn.close(reason)
             self.tasks.cancel()  # what the connection still runs; the next start waits for the end of it

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import agent_block
-from tests.deck_process import write_config
+from tests.deck_process import DeckProcess, write_config
 from tests.core.remote.test_server import runtime  # noqa: F401  (a fixture: the servers' folder of the test's own)
 from tests.plugins.test_history import Recorded, deck_cli, private_env, run_and_exit
 
@@ -112,18 +112,41 @@ async def test_the_service_refuses_the_running_agents_current_session_and_delete
 def test_with_a_server_of_the_config_running_the_delete_goes_through_it(tmp_path: Path, runtime: Path) -> None:
     from tests.core.remote.test_server import Raw, Server
 
-    recorded, requests = recorded_with(tmp_path, "--delete")
+    recorded, requests = recorded_with(tmp_path, "--delete", "--sessions", str(tmp_path / "sessions.json"))
     server = Server(recorded.config, env=recorded.env)
     client: Raw | None = None
     try:
         assert server.ready, server.stderr
+        client = Raw(server.path)
+        client.call("AgentService.Start", {"name": "a"}, timeout=20)  # running, in a session of its own
         row, session, done = forget(recorded)
         assert done.returncode == 0, done.stderr
         assert done.stdout.endswith(f"deleted its session {session} on a (session/delete)\n")
-        client = Raw(server.path)
         assert any(f"session {session} deleted" in line for line in client.call("AgentService.Logs", {"name": "a"}))
         assert sent(requests, "session/delete") == [{"sessionId": session}]
     finally:
         if client is not None:
             client.close()
         server.kill_everything()
+
+
+def test_a_session_another_deck_runs_in_is_not_deleted_and_its_lock_goes_with_that_deck(tmp_path: Path) -> None:
+    """A plain `deck run` resumed the conversation's session: the forget leaves it to that deck."""
+    sessions = str(tmp_path / "sessions.json")
+    recorded, requests = recorded_with(tmp_path, "--delete", "--resume", "--sessions", sessions)
+    running = DeckProcess("--config", str(recorded.config), env=recorded.env)
+    try:
+        running.call("AgentService.Start", {"name": "a"})
+        row, session, done = forget(recorded)
+        assert sent(requests, "session/resume")[-1]["sessionId"] == session  # the other deck runs in it
+        assert done.returncode == 0 and done.stdout == f"forgot conversation {row['id']}\n"
+        assert done.stderr == (
+            f"deck: its session {session} on a stays: a is running in session {session}"
+            f" (deck pid {running.pid}): stop it there first\n"
+        )
+        assert sent(requests, "session/delete") == []
+        running.close_stdin()
+        assert running.wait(15) == 0, running.stderr
+    finally:
+        running.kill_everything()
+    assert list((tmp_path / "state" / "deck" / "sessions").iterdir()) == []  # its lock went with it

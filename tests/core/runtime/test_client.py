@@ -560,3 +560,40 @@ async def test_a_call_started_at_once_finishes_or_is_cancelled_as_a_task_would()
     with pytest.raises(asyncio.CancelledError):
         await call
     assert seen == ["started", "started", "cancelled"] and gate.cancelled()
+
+
+async def test_a_call_started_at_once_is_its_own_task_from_its_first_step():
+    """A timeout entered before the call's first wait bounds the call, never the task that made it, and works
+    outside any task too (a socket's callback); a call done in its first step gives its result or error at once."""
+    from deck.client import start
+
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[Any] | None] = []
+
+    async def bounded() -> str:
+        tasks.append(asyncio.current_task())
+        async with asyncio.timeout(0.05):
+            await asyncio.sleep(10)
+        return "not reached"
+
+    me = asyncio.current_task()
+    call = start(bounded())
+    with pytest.raises(TimeoutError):
+        await call
+    assert tasks[0] is not me and tasks[0] is call
+    assert me is not None and me.cancelling() == 0  # the caller was never cancelled
+    from_callback: asyncio.Future[asyncio.Future[str]] = loop.create_future()
+    loop.call_soon(lambda: from_callback.set_result(start(bounded())))
+    with pytest.raises(TimeoutError):
+        await (await from_callback)
+    assert asyncio.current_task() is me
+
+    async def at_once(fail: bool) -> str:
+        if fail:
+            raise ServiceError("refused")
+        return "done"
+
+    done = start(at_once(False))
+    assert done.done() and done.result() == "done"
+    refused = start(at_once(True))
+    assert refused.done() and isinstance(refused.exception(), ServiceError)

@@ -1,0 +1,107 @@
+"""Which agent sessions are in use, whatever deck uses them: a lock file per session in deck's state
+folder (`sessions/HASH.lock`, HASH of the agent's name and the session id).
+
+A deck holds a shared `flock` on it while its agent runs in that session (`deck run`, `deck serve`,
+`deck send` alike, of any config). `session/delete` takes it exclusively without waiting, so a
+session another deck is talking in is never deleted from under it. The kernel lets go of a lock when
+its process ends, however it ends: a deck killed leaves nothing that blocks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from deck.errors import ServiceError
+from deck.proc.storage import state_dir
+
+
+def lock_path(agent: str, session_id: str) -> Path:
+    key = hashlib.sha256(f"{agent}\0{session_id}".encode(errors="surrogatepass")).hexdigest()[:32]
+    return state_dir() / "sessions" / f"{key}.lock"
+
+
+class Held:
+    """A session's lock, held shared while this deck runs in it."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd, self.path = fd, path
+
+    def release(self) -> None:
+        """Let go of it; the file goes once no deck holds it."""
+        with contextlib.suppress(OSError):
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no other holder: nobody needs the file
+            if _same_file(self.fd, self.path):
+                os.unlink(self.path)
+        os.close(self.fd)
+
+
+def hold(agent: str, session_id: str) -> Held | None:
+    """The lock of a session this deck now runs in, held until `release`; None when it cannot be
+    taken (a state folder deck cannot write, a delete under way): the session runs all the same."""
+    path = lock_path(agent, session_id)
+    try:
+        fd = _locked(path, fcntl.LOCK_SH)
+    except OSError:
+        return None
+    return Held(fd, path) if fd is not None else None
+
+
+@contextlib.contextmanager
+def unused(agent: str, session_id: str) -> Iterator[None]:
+    """Hold a session's lock alone while it is deleted; refused while a deck runs in it."""
+    path = lock_path(agent, session_id)
+    try:
+        fd = _locked(path, fcntl.LOCK_EX)
+    except OSError as exc:
+        raise ServiceError(f"cannot lock {path}: {exc.strerror or exc}") from exc
+    if fd is None:
+        raise ServiceError(f"{agent} is running in session {session_id}{_holder(path)}: stop it there first")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
+
+
+def _locked(path: Path, how: int) -> int | None:
+    """A descriptor of `path` (made if need be, 0600) locked `how` without waiting; None while
+    another deck holds it the other way."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        if _same_file(fd, path):
+            if how == fcntl.LOCK_SH:
+                with contextlib.suppress(OSError):
+                    os.pwrite(fd, f"{os.getpid()}\n".ljust(16).encode(), 0)  # who holds it, for a refusal
+            return fd
+        os.close(fd)  # unlinked by the last holder or a delete meanwhile: lock the file there now
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        now, mine = os.stat(path, follow_symlinks=False), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _holder(path: Path) -> str:
+    """`(deck pid N)` as the lock file says, when it says."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(path.read_bytes()[:16].split()[0])
+        return f" (deck pid {pid})"
+    return ""
