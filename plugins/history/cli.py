@@ -199,15 +199,26 @@ def _conversation(store: HistoryStore, wanted: str) -> dict[str, Any] | None:
 
 def _forget(conversation_id: str) -> None:
     """Delete a conversation from the history, then its session on the agent where it has one."""
-    if conversation_id.startswith("-"):  # ids are UUIDs: `--forget --all` took the next option for one
-        _fail(f"--forget needs a conversation ID (from `deck history`), not {conversation_id!r}", ExitCode.USAGE)
+    shown = repr(conversation_id if len(conversation_id) <= 80 else conversation_id[:80] + "…")
+    if not conversation_id.strip() or conversation_id.startswith("-"):  # `--forget --all` took the next option
+        _fail(f"--forget needs a conversation ID (from `deck history`), not {shown}", ExitCode.USAGE)
     store = _open()
     stored = None if store is None else _closing(store, lambda: _take(store, conversation_id))
     if stored is None:
-        _fail(f"no conversation {conversation_id!r} in the history" + ("" if store else " (no history yet)"))
+        _fail(f"no conversation {shown} in the history" + (_whole_id_hint(conversation_id) if store else " (no history yet)"))
     typer.echo(f"forgot conversation {conversation_id}")
     if stored["sessionId"]:
         _delete_session(stored["agent"], stored["sessionId"], stored["configPath"])
+
+
+def _whole_id_hint(wanted: str) -> str:
+    """`--forget` deletes by whole id only: where `wanted` starts ids, say so and name them."""
+    store = _open()
+    ids = [] if store is None else _closing(store, lambda: store.ids_starting(wanted, CANDIDATES_SHOWN + 1))
+    if not ids:
+        return ""
+    shown = ", ".join(ids[:CANDIDATES_SHOWN]) + (", …" if len(ids) > CANDIDATES_SHOWN else "")
+    return f"; --forget takes a whole id, and {wanted!r} starts {shown}"
 
 
 def _take(store: HistoryStore, conversation_id: str) -> dict[str, Any] | None:

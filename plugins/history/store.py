@@ -636,8 +636,8 @@ def _put(db: sqlite3.Connection, conversation_id: str, steps: Iterable[_Step], n
 _MESSAGE_PK = "SELECT pk FROM messages WHERE conversation_id = :conversation AND id = :id"
 _DROP_CHUNKS = f"DELETE FROM message_chunks WHERE message_pk = ({_MESSAGE_PK})"
 _DROP_OTHER_CHUNKS = (  # of a finished message: all but the text of its streamed parts
-    "DELETE FROM message_chunks WHERE message_pk = ?1"
-    " AND NOT (kind IN ('text', 'thought') AND part IN (SELECT value FROM json_each(?2)))"
+    "DELETE FROM message_chunks WHERE message_pk = ?"
+    " AND NOT (kind IN ('text', 'thought') AND part IN (SELECT value FROM json_each(?)))"
 )
 _APPEND_CHUNK = "INSERT INTO message_chunks (message_pk, part, kind, body) VALUES (?, ?, ?, ?)"
 

@@ -150,3 +150,18 @@ def test_a_session_another_deck_runs_in_is_not_deleted_and_its_lock_goes_with_th
     finally:
         running.kill_everything()
     assert list((tmp_path / "state" / "deck" / "sessions").iterdir()) == []  # its lock went with it
+
+
+def test_forget_takes_a_whole_id_and_says_so_for_the_start_of_one(tmp_path: Path) -> None:
+    recorded, _ = recorded_with(tmp_path)
+    row = recorded.only_conversation()
+    start = recorded.cli("history", "--forget", row["id"][:8])
+    assert start.returncode == 1 and start.stderr == (
+        f"deck: no conversation {row['id'][:8]!r} in the history; --forget takes a whole id,"
+        f" and {row['id'][:8]!r} starts {row['id']}\n"
+    )
+    empty = recorded.cli("history", "--forget", " ")
+    assert empty.returncode == 2 and "--forget needs a conversation ID" in empty.stderr
+    huge = recorded.cli("history", "--forget", "x" * 100_000)
+    assert huge.returncode == 1 and len(huge.stderr) < 200, huge.stderr
+    assert recorded.only_conversation() == row  # nothing forgotten
