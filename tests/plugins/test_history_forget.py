@@ -118,6 +118,7 @@ def test_with_a_server_of_the_config_running_the_delete_goes_through_it(tmp_path
     try:
         assert server.ready, server.stderr
         client = Raw(server.path)
+        client.call("ChatService.NewConversation", {"agent": "a"})  # the recorded one stays as it was stored
         client.call("AgentService.Start", {"name": "a"}, timeout=20)  # running, in a session of its own
         row, session, done = forget(recorded)
         assert done.returncode == 0, done.stderr
