@@ -3,7 +3,8 @@
 Each implementation is called on its own, in pluggy's order (tryfirst ones first, then
 the last registered first, trylast ones last): one that raises is reported (a log line
 and a `plugin:error` event) and skipped, and the others still run. An awaitable returned
-by a notification hook runs in a deck task, cut off after `Hooks.timeout` (PLUGIN_TIMEOUT),
+by a notification hook runs in a deck task, cut off after `Hooks.timeout` (PLUGIN_TIMEOUT; a start of
+an agent on another host: `Hooks.host_timeout`, longer than ssh's connect timeout),
 so a slow plugin cannot stall the event bus.
 
 Hook wrappers (`hookwrapper=True`, `wrapper=True`) cannot wrap that: a wrapper's code after
@@ -39,6 +40,10 @@ log = logging.getLogger(__name__)
 
 #: How long an awaitable returned by a plugin's hook may run, in seconds (`Hooks.timeout`).
 PLUGIN_TIMEOUT = 10.0
+#: The same for `deck_before_start` of an agent on another host (`Hooks.host_timeout`): a plugin may
+#: work there through ssh (its worktree is made there), and ssh alone may wait its ConnectTimeout
+#: (15 s) before it says that the host does not answer.
+HOST_PLUGIN_TIMEOUT = 60.0
 
 Impl = tuple[Callable[..., Any], tuple[str, ...], str]
 #: Told of a plugin that failed: (plugin name, hook name, the exception).
@@ -144,6 +149,8 @@ class Hooks(PluginHooks):
         self._by_class_generation: int | None = None
         #: How long an awaitable returned by a hook may run before it is cancelled and reported.
         self.timeout = PLUGIN_TIMEOUT
+        #: The same for `deck_before_start` of an agent with a `host`.
+        self.host_timeout = HOST_PLUGIN_TIMEOUT
 
     # -- the hooks ------------------------------------------------------------------------------
 
@@ -201,8 +208,10 @@ class Hooks(PluginHooks):
         return lambda event: function(*[event if arg == "event" else deck for arg in argnames])
 
     async def before_start(self, agent: Agent) -> None:
-        """`deck_before_start`: a ServiceError refuses the start; an awaitable is waited for."""
-        await self._call_and_wait("deck_before_start", refuse=ServiceError, agent=agent)
+        """`deck_before_start`: a ServiceError refuses the start; an awaitable is waited for (longer
+        for an agent on another host)."""
+        limit = self.host_timeout if agent.config.host else self.timeout
+        await self._call_and_wait("deck_before_start", refuse=ServiceError, limit=limit, agent=agent)
 
     def before_prompt(self, agent: Agent, text: str) -> None:
         """`deck_before_prompt`: a ServiceError refuses the message; any other failure is reported."""
@@ -218,14 +227,17 @@ class Hooks(PluginHooks):
 
     # -- machinery ------------------------------------------------------------------------------
 
-    async def _call_and_wait(self, name: str, refuse: type[Exception] | None = None, **kwargs: Any) -> None:
-        """Call each implementation in turn and wait for what it returns; `refuse` propagates."""
+    async def _call_and_wait(
+        self, name: str, refuse: type[Exception] | None = None, limit: float | None = None, **kwargs: Any
+    ) -> None:
+        """Call each implementation in turn and wait for what it returns (up to `limit` seconds, else
+        `self.timeout`); `refuse` propagates."""
         kwargs.update(self.context)
         for function, argnames, plugin in self._impls(name):
             try:
                 result = function(*[kwargs[arg] for arg in argnames])
                 if inspect.isawaitable(result):
-                    await self._bounded(result)
+                    await self._bounded(result, limit)
             except Exception as exc:
                 if refuse is not None and isinstance(exc, refuse):
                     raise
@@ -240,15 +252,16 @@ class Hooks(PluginHooks):
 
         self.deck.spawn(guarded(), f"{plugin}.{hook}")
 
-    async def _bounded(self, awaitable: Awaitable[Any]) -> None:
-        """Wait for `awaitable`, cancelling it after `self.timeout` seconds (a TimeoutError that says so)."""
-        limit = asyncio.timeout(self.timeout)
+    async def _bounded(self, awaitable: Awaitable[Any], seconds: float | None = None) -> None:
+        """Wait for `awaitable`, cancelling it after `seconds` (else `self.timeout`): a TimeoutError that says so."""
+        seconds = self.timeout if seconds is None else seconds
+        limit = asyncio.timeout(seconds)
         try:
             async with limit:
                 await awaitable
         except TimeoutError:
             if limit.expired():
-                raise TimeoutError(f"did not finish within {self.timeout:g}s") from None
+                raise TimeoutError(f"did not finish within {seconds:g}s") from None
             raise
 
     def failed(self, plugin: str, hook: str, exc: BaseException) -> None:

@@ -11,6 +11,7 @@ folder holds a quote, spaces and `$(…)`: no shell on the host reads any of it 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,26 @@ def test_deck_agents_check_asks_the_host_for_git_too(sshd, repo, tmp_path):
     assert result.returncode == 0, result.stderr
     [row] = json.loads(result.stdout)
     assert row["found"] == f"testbox:{sys.executable}" and "problem" not in row
+
+
+async def test_a_host_that_does_not_answer_fails_the_start_naming_it(make_deck, sshd, repo, tmp_path):
+    """A host that takes the connection and never answers (a black hole, as ssh sees it): the start
+    fails with ssh's own reason once its connect timeout is over, not with the plugin's time limit;
+    that limit, for an agent on a host, is longer than ssh's connect timeout."""
+    from deck.agent.remote import SSH_DEFAULTS
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections wait in the backlog: no banner ever comes
+        port = silent.getsockname()[1]
+        table = remote_worktree_agent(sshd, repo, tmp_path / "host-state")
+        table = table.replace('"-o", "SetEnv', f'"-o", "Port={port}", "-o", "ConnectTimeout=2", "-o", "SetEnv', 1)
+        deck, rec = make_deck(table)
+        deck.hooks.timeout = 1.0  # a local plugin's limit, shorter than this ssh's connect timeout
+        with pytest.raises(ServiceError):
+            await deck.call("AgentService.Start", {"name": "far"})
+    error = deck.agents["far"].error or ""
+    assert "the connection to testbox failed or was lost" in error and "timed out" in error, error
+    assert not rec.named("plugin:error"), rec.named("plugin:error")
+    connect = next(float(o.split("=")[1]) for o in SSH_DEFAULTS if o.startswith("ConnectTimeout="))
+    assert deck.hooks.host_timeout > connect
