@@ -185,3 +185,13 @@ async def test_a_host_that_does_not_answer_fails_the_start_naming_it(make_deck, 
     assert not rec.named("plugin:error"), rec.named("plugin:error")
     connect = next(float(o.split("=")[1]) for o in SSH_DEFAULTS if o.startswith("ConnectTimeout="))
     assert deck.hooks.host_timeout > connect
+
+
+def test_deck_agents_check_refuses_a_host_cwd_in_no_repository(sshd, tmp_path):
+    """The check asks the host whether the agent's cwd is in a repository there (the session's `GIT_DIR`,
+    naming none, not heeded), in the same ssh call."""
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "deck.toml").write_text(remote_worktree_agent(sshd, tmp_path / "plain", tmp_path / "host-state"))
+    result = deck_cli(tmp_path / "deck.toml", "agents", "--check")
+    assert result.returncode == 1, result.stdout
+    assert result.stdout.strip() == f"✗ far              testbox:{tmp_path / 'plain'} is in no git repository: worktree = true needs one"

@@ -86,3 +86,19 @@ def test_check_passes_when_every_agent_is_fine(tmp_path):
     assert all(line.startswith("✓ ") and "handshake ok" in line for line in result.stdout.splitlines())
     plain = deck_agents(config)
     assert plain.returncode == 0 and "handshake" not in plain.stdout
+
+
+def test_check_refuses_a_worktree_agent_whose_cwd_is_in_no_repository(tmp_path):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    config = tmp_path / "deck.toml"
+    config.write_text(
+        agent_block("loose", cwd=str(tmp_path / "plain"), worktree=True)
+        + agent_block("kept", cwd=str(tmp_path / "repo"), worktree=True)
+    )
+    result = deck_agents(config, "--check")
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        f"✗ loose            {tmp_path / 'plain'} is in no git repository: worktree = true needs one",
+        f"✓ kept             command: {sys.executable}",
+    ]
