@@ -323,10 +323,12 @@ async def call_server(name: str, method: str, params: Any = None) -> Any:
         await client.close()
 
 
-async def call_deck(config: Path | None, source: str, method: str, params: Any = None) -> Any:
+async def call_deck(config: Path | None, source: str, method: str, params: Any = None, *, started: bool = False) -> Any:
     """One service call for the config file `config` (None: the built-in config): through its
     running deck server when there is one, so that its refusals hold (a busy agent, a running
-    one), else through a deck of that config made for the call and shut down after it."""
+    one), else through a deck of that config made for the call and shut down after it. `started`:
+    that deck runs its plugins' startup first, as a server did (its agents' conversations are back
+    from the history), without following the config file; it starts no agent either."""
     from deck.runtime.deck import Deck
 
     server = server_of(config) if config is not None else None
@@ -334,6 +336,8 @@ async def call_deck(config: Path | None, source: str, method: str, params: Any =
         return await call_server(server, method, params)
     deck = Deck(config, source)
     try:
+        if started:
+            await deck.startup(watch=False)
         return await deck.call(method, params)
     finally:
         await deck.shutdown()

@@ -95,7 +95,8 @@ def merge(
     What it has not committed is committed in its worktree first. Refused, with nothing
     changed, when the main checkout has uncommitted changes or the merge conflicts.
     """
-    result = call(config, "WorktreeService.Merge", {"agent": agent, "squash": squash, "message": message})
+    # `started`: the agent's conversation back from the history, for the commit messages.
+    result = call(config, "WorktreeService.Merge", {"agent": agent, "squash": squash, "message": message}, started=True)
     how = "squashed" if squash else "merged"
     typer.echo(printable(f"{agent}: {how} into {result['base']} as {result['commit'][:12]} "
                          f"({count(len(result['files']), 'file')} changed)"))  # fmt: skip
@@ -136,10 +137,12 @@ def count(n: int, word: str) -> str:
 
 
 def call(
-    config: Optional[Path], method: str, params: dict[str, Any], refused: Callable[[], str | None] | None = None
+    config: Optional[Path], method: str, params: dict[str, Any], refused: Callable[[], str | None] | None = None,
+    started: bool = False,
 ) -> Any:
     """`method` of the deck server running the config in use, else of a deck of it that runs no
-    agent; a refusal exits 1, saying what `refused` says (if anything) or else the refusal."""
+    agent (`started`: its plugins started, see `call_deck`); a refusal exits 1, saying what
+    `refused` says (if anything) or else the refusal."""
     from deck import call_deck, find_config  # here: adding the commands to the command line stays cheap
 
     path, source = find_config(str(config) if config else None)
@@ -147,7 +150,7 @@ def call(
         _fail(f"config file not found: {path}", ExitCode.USAGE)
     # A running server's agents may be at work in their worktrees: then it says what may be done.
     try:
-        return asyncio.run(call_deck(path, source, method, params))
+        return asyncio.run(call_deck(path, source, method, params, started=started))
     except UsageError as exc:
         for line in exc.lines():
             typer.echo(printable(f"deck: {line}"), err=True)

@@ -706,3 +706,16 @@ def test_a_rename_in_the_main_checkout_is_told_by_its_new_name():
     from deck.plugins.worktrees.tree import porcelain_files
 
     assert porcelain_files("R  new name.txt\0old.txt\0 M é.txt\0") == ["new name.txt", "é.txt"]
+
+
+async def test_a_standalone_merge_names_the_work_by_its_conversation(make_deck, repo, tmp_path):
+    """`deck merge` with no deck running: the agent's conversation comes back from the history, as
+    in a server, and the commit says what the work is."""
+    deck, rec = make_deck(worktree_agent("a", repo))
+    await deck.startup(watch=False)  # the history on: the conversation is kept
+    await turn(deck, rec, "a", "write notes.txt the notes")
+    await deck.shutdown()
+    merged = await asyncio.to_thread(cli_in_process, tmp_path / "deck.toml", "merge", "a")
+    assert merged.exit_code == 0, merged.output
+    assert git(repo, "log", "-1", "--format=%s").strip() == "Merge deck/a: write notes.txt the notes"
+    assert git(repo, "log", "-1", "--format=%s", "HEAD^2").strip() == "a: write notes.txt the notes"

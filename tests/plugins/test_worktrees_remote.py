@@ -195,3 +195,13 @@ def test_deck_agents_check_refuses_a_host_cwd_in_no_repository(sshd, tmp_path):
     result = deck_cli(tmp_path / "deck.toml", "agents", "--check")
     assert result.returncode == 1, result.stdout
     assert result.stdout.strip() == f"✗ far              testbox:{tmp_path / 'plain'} is in no git repository: worktree = true needs one"
+
+
+async def test_a_standalone_merge_on_the_host_names_the_work_by_its_conversation(make_deck, sshd, repo, tmp_path):
+    deck, rec = make_deck(remote_worktree_agent(sshd, repo, tmp_path / "host-state"))
+    await deck.startup(watch=False)  # the history on: the conversation is kept
+    await turn(deck, rec, "far", "write notes.txt far notes")
+    await deck.shutdown()
+    merged = deck_cli(tmp_path / "deck.toml", "merge", "far", "--squash")
+    assert merged.returncode == 0, merged.stderr
+    assert git(repo, "log", "-1", "--format=%s").strip() == "far: write notes.txt far notes"
