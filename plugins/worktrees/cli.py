@@ -46,15 +46,27 @@ def worktrees(
     """List the agents' worktrees.
 
     Each with its branch, base branch, commits ahead, changed files and whether it has
-    uncommitted work; those of agents gone from the config too.
+    uncommitted work; those of agents gone from the config too. A host that cannot be
+    reached is named on stderr (its worktrees are not listed) and the exit code is 1.
     """
-    rows = call(config, "WorktreeService.List", {})
+    listed = call(config, "WorktreeService.List", {})
+    rows = [row for row in listed if "unreachable" not in row]
+    missed = [row for row in listed if "unreachable" in row]
     if as_json:
         typer.echo(json_printable(json.dumps(rows, indent=2, ensure_ascii=False)))
-        return
+    elif rows or not missed:
+        show(rows)
+    for row in missed:  # not "no worktrees": those there were not looked at
+        of = f" (of {', '.join(row['agents'])})" if row.get("agents") else ""
+        typer.echo(printable(f"deck: {row['host']} could not be reached, so the worktrees there{of} are not listed, "
+                             f"not gone: {row['unreachable']}"), err=True)  # fmt: skip
+    if missed:
+        raise typer.Exit(ExitCode.ERROR)
+
+
+def show(rows: list[dict[str, Any]]) -> None:
     if not rows:
         typer.echo("no worktrees (give an agent worktree = true; its worktree is made at its first start)")
-        return
     for row in rows:
         if "error" in row:
             typer.echo(printable(f"{row['agent']:<16} {row['error']}"))

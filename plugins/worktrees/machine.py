@@ -91,6 +91,16 @@ COPY_SCRIPT = '[ -f "$1" ] || exit 3; exec cp -p -- "$1" "$2"'
 DELETE_SCRIPT = '[ -L "$1" ] && exit 3; exec rm -rf -- "$1"'
 
 
+class Unreachable(GitError):
+    """ssh could not reach the host (or lost it): nothing there was looked at, which is not the same
+    as there being nothing there. `reason` is ssh's own last line."""
+
+    def __init__(self, host: str, reason: str) -> None:
+        super().__init__(f"the connection to {host} failed or was lost: {reason}")
+        self.host = host
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class Look:
     """What is at a path: anything (a symlink followed), a symlink, a folder (the symlink followed),
@@ -255,7 +265,7 @@ class Remote(Machine):
             raise GitError(f"cannot run ssh for {self.host}: {exc.strerror or exc}") from exc
         if result.code == SSH_FAILED:
             said = result.err.strip().splitlines()
-            raise GitError(f"the connection to {self.host} failed or was lost: {said[-1] if said else 'ssh exited 255'}")
+            raise Unreachable(self.host, said[-1] if said else "ssh exited 255")
         if check and result.code != 0:
             raise GitError(f"on {self.host}: {result.err.strip() or f'exit code {result.code}'}")
         return result

@@ -23,7 +23,7 @@ from deck.events import AgentStateChanged, TurnChanged
 from . import running, tree
 from .events import WorktreeChanged, WorktreeOverlap
 from .git import GitMissing
-from .machine import LOCAL, Machine, Remote
+from .machine import LOCAL, Machine, Remote, Unreachable
 from .tree import Place, Status
 
 if TYPE_CHECKING:
@@ -198,29 +198,42 @@ class Worktrees:
         self.changed[name] = (place.key, await asyncio.to_thread(frozenset, found.files))
         return found
 
-    async def places(self) -> list[Place]:
+    async def places(self, unreachable: dict[str, tuple[str, list[str]]] | None = None) -> list[Place]:
         """Every worktree there is for this config: its agents' (made already), then those kept
-        in the same repositories for agents gone from the config."""
+        in the same repositories for agents gone from the config. A host ssh cannot reach is asked
+        once, and left out: put in `unreachable` (host → ssh's reason and the agents there)."""
         found: list[Place] = []
         repos: dict[Machine, set[str]] = {LOCAL: set()}
+        missed: dict[tuple[str, tuple[str, ...]], Unreachable] = {}
         for agent in self.deck.agents.values():
-            if not agent.config.worktree:  # its repository may keep worktrees of agents gone or switched off
-                top = None if agent.config.host else tree.top_of(agent.config.resolved_cwd())
+            config = agent.config
+            if not config.worktree:  # its repository may keep worktrees of agents gone or switched off
+                top = None if config.host else tree.top_of(config.resolved_cwd())
                 if top is not None:
                     repos[LOCAL].add(top)
                 continue
             try:
+                if (config.host, tuple(config.ssh)) in missed:
+                    raise missed[(config.host, tuple(config.ssh))]
                 place = await self.locate(agent)
+                repos.setdefault(place.machine, set()).add(place.repo)
+                if (await place.look()).folder:  # made (or lost: there without its .git)
+                    found.append(place)
             except GitMissing:
                 raise  # not "no worktrees": none can be looked at
+            except Unreachable as exc:
+                missed[(config.host, tuple(config.ssh))] = exc
+                if unreachable is not None:
+                    unreachable.setdefault(exc.host, (exc.reason, []))[1].append(agent.name)
             except ServiceError:
-                continue  # not in a repository (or its host unreachable): its start says so
-            repos.setdefault(place.machine, set()).add(place.repo)
-            if await place.exists() or await place.lost():
-                found.append(place)
+                continue  # not in a repository: its start says so
         for machine, tops in repos.items():
             known = {(p.agent, p.repo) for p in found if p.machine is machine}
-            found += await tree.orphans(machine, {str(Place("", top, "", machine).folder) for top in tops}, known)
+            try:
+                found += await tree.orphans(machine, {str(Place("", top, "", machine).folder) for top in tops}, known)
+            except Unreachable as exc:  # lost since
+                if unreachable is not None:
+                    unreachable.setdefault(exc.host, (exc.reason, []))
         return found
 
     async def check_overlaps(self) -> None:
@@ -262,8 +275,11 @@ class WorktreeService:
 
     @rpc_method("WorktreeService.List")
     async def list(self) -> list[dict[str, Any]]:
+        """A row per worktree; then one per host that could not be reached, `{host, unreachable,
+        agents}` (ssh's reason, the agents of the config there): its worktrees are not listed."""
         rows: list[dict[str, Any]] = []
-        for place in await self.worktrees.places():
+        unreachable: dict[str, tuple[str, list[str]]] = {}
+        for place in await self.worktrees.places(unreachable):
             try:
                 found = await self.worktrees.status(place.agent, place)
             except GitMissing:
@@ -274,7 +290,7 @@ class WorktreeService:
                 continue
             rows.append({**found.to_dict(), "configured": place.agent in self.worktrees.deck.agents})
         await self.worktrees.check_overlaps()
-        return rows
+        return rows + [{"host": host, "unreachable": why, "agents": agents} for host, (why, agents) in unreachable.items()]
 
     @rpc_method("WorktreeService.Diff")
     async def diff(self, agent: str) -> str:

@@ -205,3 +205,28 @@ async def test_a_standalone_merge_on_the_host_names_the_work_by_its_conversation
     merged = deck_cli(tmp_path / "deck.toml", "merge", "far", "--squash")
     assert merged.returncode == 0, merged.stderr
     assert git(repo, "log", "-1", "--format=%s").strip() == "far: write notes.txt far notes"
+
+
+async def test_deck_worktrees_names_a_host_it_cannot_reach_and_lists_the_rest(make_deck, sshd, tmp_path):
+    """A local worktree and an agent whose host refuses the connection: the local one is listed, the
+    host is named on stderr with ssh's reason, never "no worktrees", and the exit code is 1."""
+    from tests.plugins.test_worktrees import worktree_agent
+
+    local = make_repo(tmp_path / "local")
+    deck, rec = make_deck(worktree_agent("near", local))
+    await turn(deck, rec, "near", "write a.txt here")
+    await deck.shutdown()
+    far = remote_worktree_agent(sshd, local, tmp_path / "host-state").replace('"-o", "SetEnv', '"-o", "Port=1", "-o", "SetEnv', 1)
+    config = tmp_path / "deck.toml"
+    config.write_text(worktree_agent("near", local) + far + far.replace("[agents.far]", "[agents.far2]"))
+
+    listed = deck_cli(config, "worktrees")
+    assert listed.returncode == 1
+    assert listed.stdout.startswith("near             deck/near → main: 0 commits ahead, 1 changed file"), listed.stdout
+    assert "no worktrees" not in listed.stdout
+    [line] = listed.stderr.splitlines()  # one line for the host, whatever number of agents there
+    assert line.startswith("deck: testbox could not be reached, so the worktrees there (of far, far2) are not listed, not gone: ")
+    assert "Connection refused" in line
+    as_json = deck_cli(config, "worktrees", "--json")
+    assert as_json.returncode == 1 and as_json.stderr == listed.stderr
+    assert [row["agent"] for row in json.loads(as_json.stdout)] == ["near"]
