@@ -22,7 +22,6 @@ import os
 import signal
 import sys
 import time
-from typing import NamedTuple
 
 TOKEN_VAR = "DECK_AGENT_TOKEN"
 #: Scans of the sweep: a process that forks while it runs is caught by the next one.
@@ -32,11 +31,17 @@ LISTED_MAX = 4096
 _PROC = os.path.exists("/proc/self/stat")
 
 
-class Stat(NamedTuple):
-    state: str  # "Z": a zombie, "X": dead
-    ppid: int
-    session: int  # -1 where there is no /proc
-    start: str  # when it started: a reused pid has another start
+class Stat:
+    """What /proc/PID/stat says of a process (a plain class: typing's NamedTuple would add the
+    import of typing to the sentinel's start, which every deck's first agent waits for)."""
+
+    __slots__ = ("state", "ppid", "session", "start")
+
+    def __init__(self, state: str, ppid: int, session: int, start: str) -> None:
+        self.state = state  # "Z": a zombie, "X": dead
+        self.ppid = ppid
+        self.session = session  # -1 where there is no /proc
+        self.start = start  # when it started: a reused pid has another start
 
 
 def stat(pid: int) -> Stat | None:

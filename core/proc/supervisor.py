@@ -397,7 +397,7 @@ class _Guard:
             os.close(read)
         assert popen.stdout is not None
         try:
-            code = popen.wait(5)  # the sentinel forks away at once and carries on
+            code = _wait_exit(popen, 5)  # the sentinel forks away at once and carries on
         except subprocess.TimeoutExpired:
             popen.kill()
             popen.wait()
@@ -555,6 +555,21 @@ def _prctl() -> Callable[..., int] | None:
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
     return prctl  # type: ignore[no-any-return]
+
+
+def _wait_exit(popen: subprocess.Popen[bytes], timeout: float) -> int:
+    """`popen.wait(timeout)`, woken by the exit itself (a pidfd): Popen.wait polls, sleeping up to
+    50 ms between looks, and a deck's first agent would wait that out after the sentinel's start."""
+    try:
+        pidfd = os.pidfd_open(popen.pid)
+    except (AttributeError, OSError):
+        return popen.wait(timeout)
+    try:
+        if not select.select([pidfd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(popen.args, timeout)
+    finally:
+        os.close(pidfd)
+    return popen.wait()
 
 
 def _own_children() -> list[int]:
