@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import posixpath
 import shlex
 import shutil
 import stat
@@ -44,14 +45,37 @@ ROOT_SCRIPT = """\
 case $XDG_STATE_HOME in /*) s=$XDG_STATE_HOME ;; *) s=$HOME/.local/state ;; esac
 case $s in /*) printf '%s/deck/worktrees' "$s" ;; *) exit 3 ;; esac
 """
-#: git in folder $1 with the rest of the arguments; {exports} is filled in, each value quoted.
-GIT_SCRIPT = """\
+#: In folder $1, git's environment made (`GIT_*` unset, {exports} filled in, each value quoted); $1 shifted.
+GIT_PREAMBLE = """\
 cd -- "$1" 2>/dev/null || exit 125
 shift
 for v in $(env | sed -n 's/^\\(GIT_[A-Za-z0-9_]*\\)=.*/\\1/p'); do unset "$v"; done
 export {exports}
 command -v git >/dev/null 2>&1 || exit 127
-exec git "$@"
+"""
+#: git in folder $1 with the rest of the arguments.
+GIT_SCRIPT = GIT_PREAMBLE + 'exec git "$@"\n'
+#: git (`rev-parse --show-toplevel`) in folder $1: the top of its repository and $1, both resolved,
+#: each followed by NUL (exit 4 in no repository).
+TOP_SCRIPT = GIT_PREAMBLE + """\
+t=$(git "$@") || exit 4
+w=$(pwd -P) && cd -P -- "$t" && printf '%s\\0%s\\0' "$(pwd -P)" "$w"
+"""
+#: git (`rev-parse --git-common-dir`) in repository $1, then, each followed by NUL: $2 resolved (as
+#: it is when it is no folder), the repository's `worktrees` folder, and if it is there: that folder
+#: resolved, then for each entry the entry, the entry resolved, the folder its `gitdir` names resolved.
+WORKTREES_SCRIPT = GIT_PREAMBLE + """\
+t=$1; shift
+c=$(git "$@") || exit 4
+printf '%s\\0%s\\0' "$(cd -P -- "$t" 2>/dev/null && pwd -P || printf '%s' "$t")" "$c/worktrees"
+cd -P -- "$c/worktrees" 2>/dev/null || exit 0
+printf '%s\\0' "$(pwd -P)"
+for e in *; do
+  [ -d "$e" ] || continue
+  g=$(head -c 4096 -- "$e/gitdir" 2>/dev/null) || continue
+  r=$(cd -P -- "$(dirname -- "$g")" 2>/dev/null && pwd -P) || continue
+  printf '%s\\0%s\\0%s\\0' "$c/worktrees/$e" "$(cd -P -- "$e" && pwd -P)" "$r"
+done
 """
 #: What $1 is: `e` there, `l` a symlink, `d` a folder (followed), `g` holding a `.git`.
 LOOK_SCRIPT = """\
@@ -70,23 +94,13 @@ done; done
 """
 #: The folders `$1/*-*`, each followed by NUL.
 FOLDERS_SCRIPT = 'for d in "$1"/*-*; do [ -d "$d" ] && printf "%s\\0" "$d"; done; :'
-#: The worktrees repository $1 (its `worktrees` folder) keeps: the folder itself (resolved), then
-#: for each entry, NUL-separated: the entry, the entry resolved, the folder its `gitdir` names resolved.
-ENTRIES_SCRIPT = """\
-cd -P -- "$1" 2>/dev/null || exit 0
-printf '%s\\0' "$(pwd -P)"
-for e in *; do
-  [ -d "$e" ] || continue
-  g=$(head -c 4096 -- "$e/gitdir" 2>/dev/null) || continue
-  r=$(cd -P -- "$(dirname -- "$g")" 2>/dev/null && pwd -P) || continue
-  printf '%s\\0%s\\0%s\\0' "$1/$e" "$(cd -P -- "$e" && pwd -P)" "$r"
-done
+#: A temporary folder, then `c` if file $1 was copied there as `index` with its times.
+STAGING_SCRIPT = """\
+d=$(mktemp -d "${TMPDIR:-/tmp}/deck-worktree-XXXXXX") || exit 3
+printf '%s\\0' "$d"
+[ -f "$1" ] && cp -p -- "$1" "$d/index" && printf c
+:
 """
-#: $1 resolved (symlinks followed), or as it is when it is no folder.
-REALPATH_SCRIPT = 'cd -P -- "$1" 2>/dev/null && pwd -P || printf "%s\\n" "$1"'
-TEMP_SCRIPT = 'mktemp -d "${TMPDIR:-/tmp}/deck-worktree-XXXXXX"'
-#: $1 copied to $2 with its times (exit 3 when $1 is not there).
-COPY_SCRIPT = '[ -f "$1" ] || exit 3; exec cp -p -- "$1" "$2"'
 #: $1 and all in it deleted, a symlink in it deleted and never followed; $1 itself no symlink.
 DELETE_SCRIPT = '[ -L "$1" ] && exit 3; exec rm -rf -- "$1"'
 
@@ -181,34 +195,43 @@ class Machine:
     async def folders(self) -> list[str]:
         return [str(p) for p in sorted(Path(self.root).glob("*-*")) if p.is_dir()]
 
-    async def entries(self, admin: str) -> tuple[str, list[Entry]]:
+    async def top(self, cwd: str) -> tuple[str, str] | None:
+        """The top of the repository folder `cwd` is in, and `cwd`, both resolved; None when it is
+        in no repository, a ServiceError when it is no folder."""
+        if not os.path.isdir(cwd):
+            raise ServiceError(f"working directory does not exist: {self.at(cwd)}")
+        found = await self.git("rev-parse", "--show-toplevel", cwd=cwd, check=False)
+        return (os.path.realpath(found.out.strip()), os.path.realpath(cwd)) if found.code == 0 else None
+
+    async def worktrees(self, repo: str, target: str) -> tuple[str, list[Entry], str]:
+        """The worktrees repository `repo` keeps (its `.git/worktrees` folder resolved, and its
+        entries), and `target` resolved."""
+        common = await self.git("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=repo)
+        admin = posixpath.join(common.out.strip(), "worktrees")
         found = []
         with contextlib.suppress(OSError):
             for entry in sorted(Path(admin).iterdir()):
                 with contextlib.suppress(OSError):
                     gitdir = (entry / "gitdir").read_text(encoding="utf-8", errors="replace").strip()
                     found.append(Entry(str(entry), os.path.realpath(entry), os.path.realpath(os.path.dirname(gitdir))))
-        return os.path.realpath(admin), found
-
-    async def realpath(self, path: str) -> str:
-        return os.path.realpath(path)
+        return os.path.realpath(admin), found, os.path.realpath(target)
 
     @contextlib.asynccontextmanager
-    async def temp(self) -> AsyncIterator[str]:
+    async def staging(self, index: str) -> AsyncIterator[tuple[str, bool]]:
+        """A temporary folder holding a copy of file `index` with its times, as `index`: that copy's
+        path, and whether `index` was there to copy (deleted after)."""
         with tempfile.TemporaryDirectory(prefix="deck-worktree-") as folder:
-            yield folder
-
-    async def copy(self, src: str, dst: str) -> bool:
-        """`src` copied to `dst` with its times (False when `src` is not there)."""
-        try:
-            with open(src, "rb") as source, open(dst, "wb") as target:
-                target.write(source.read())
-                target.flush()
-                written = os.fstat(source.fileno())
-                os.utime(target.fileno(), ns=(written.st_atime_ns, written.st_mtime_ns))
-        except FileNotFoundError:
-            return False
-        return True
+            copy = os.path.join(folder, "index")
+            try:
+                with open(index, "rb") as source, open(copy, "wb") as target:
+                    target.write(source.read())
+                    target.flush()
+                    written = os.fstat(source.fileno())
+                    os.utime(target.fileno(), ns=(written.st_atime_ns, written.st_mtime_ns))
+            except FileNotFoundError:
+                yield copy, False
+            else:
+                yield copy, True
 
     async def delete(self, path: str) -> None:
         """Delete `path` (a file, or a folder and all in it, off the event loop; nothing when it is not
@@ -274,16 +297,53 @@ class Remote(Machine):
         self, *args: str, cwd: str, check: bool = True, env: dict[str, str] | None = None, limit: int = MAX_OUTPUT,
         options: Sequence[str] = (), into: BinaryIO | None = None, data: bytes | None = None,
     ) -> Result:  # fmt: skip
+        result = await self.git_script(GIT_SCRIPT, cwd, *options, *args, env=env, limit=limit, into=into, data=data)
+        self._ran(result, cwd)
+        if check and result.code != 0:
+            raise GitError(f"git {' '.join(args[:2])} failed in {self.at(cwd)}: {result.err.strip() or f'exit code {result.code}'}")
+        return result
+
+    async def git_script(
+        self, script: str, cwd: str, *args: str, before: Sequence[str] = (), env: dict[str, str] | None = None,
+        limit: int = MAX_OUTPUT, into: BinaryIO | None = None, data: bytes | None = None,
+    ) -> Result:  # fmt: skip
+        """`script` (GIT_PREAMBLE and more) in `cwd`, git's environment `env` added; its arguments
+        `before`, then git's (its safe options first): its exit code is not checked."""
         exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in {**QUIET, **(env or {})}.items())
-        script = GIT_SCRIPT.format(exports=exports)
-        result = await self.sh(script, cwd, *SAFE, *options, *args, check=False, limit=limit, into=into, data=data)
+        return await self.sh(script.format(exports=exports), cwd, *before, *SAFE, *args, check=False, limit=limit,
+                             into=into, data=data)  # fmt: skip
+
+    def _ran(self, result: Result, cwd: str) -> None:
+        """Refuse what a git script says when its folder or git is not there."""
         if result.code == NO_FOLDER:
             raise GitError(f"{self.at(cwd)} does not exist (or is not a folder)")
         if result.code == NO_GIT:
             raise GitMissing(f"git is not installed on {self.host} (or not on PATH there)")
-        if check and result.code != 0:
-            raise GitError(f"git {' '.join(args[:2])} failed in {self.at(cwd)}: {result.err.strip() or f'exit code {result.code}'}")
-        return result
+
+    async def top(self, cwd: str) -> tuple[str, str] | None:
+        found = await self.git_script(TOP_SCRIPT, cwd, "rev-parse", "--show-toplevel")
+        if found.code == NO_FOLDER:
+            raise ServiceError(f"working directory does not exist: {self.at(cwd)}")
+        self._ran(found, cwd)
+        fields = found.out.split("\0")
+        if found.code == 4:
+            return None
+        if found.code != 0 or len(fields) < 3:
+            raise GitError(f"git rev-parse failed in {self.at(cwd)}: {found.err.strip() or f'exit code {found.code}'}")
+        return fields[0], fields[1]
+
+    async def worktrees(self, repo: str, target: str) -> tuple[str, list[Entry], str]:
+        found = await self.git_script(
+            WORKTREES_SCRIPT, repo, "rev-parse", "--path-format=absolute", "--git-common-dir", before=[target]
+        )
+        self._ran(found, repo)
+        fields = found.out.split("\0")
+        if found.code != 0 or len(fields) < 3:
+            raise GitError(f"git rev-parse failed in {self.at(repo)}: {found.err.strip() or f'exit code {found.code}'}")
+        if len(fields) == 3:  # no `worktrees` folder
+            return fields[1], [], fields[0]
+        rest = fields[3:-1]
+        return fields[2], [Entry(*rest[i : i + 3]) for i in range(0, len(rest) - 2, 3)], fields[0]
 
     async def look(self, path: str) -> Look:
         flags = (await self.sh(LOOK_SCRIPT, path)).out
@@ -308,32 +368,16 @@ class Remote(Machine):
     async def folders(self) -> list[str]:
         return sorted(f for f in (await self.sh(FOLDERS_SCRIPT, str(self.root))).out.split("\0") if f)
 
-    async def entries(self, admin: str) -> tuple[str, list[Entry]]:
-        fields = (await self.sh(ENTRIES_SCRIPT, admin)).out.split("\0")
-        if len(fields) < 2:
-            return admin, []
-        rest = fields[1:-1]
-        return fields[0], [Entry(*rest[i : i + 3]) for i in range(0, len(rest) - 2, 3)]
-
-    async def realpath(self, path: str) -> str:
-        return (await self.sh(REALPATH_SCRIPT, path)).out.removesuffix("\n")
-
     @contextlib.asynccontextmanager
-    async def temp(self) -> AsyncIterator[str]:
-        folder = (await self.sh(TEMP_SCRIPT)).out.strip()
+    async def staging(self, index: str) -> AsyncIterator[tuple[str, bool]]:
+        folder, _, copied = (await self.sh(STAGING_SCRIPT, index)).out.partition("\0")
         if not folder.startswith("/"):
             raise GitError(f"no temporary folder on {self.host}")
         try:
-            yield folder
+            yield posixpath.join(folder, "index"), copied == "c"
         finally:
             with contextlib.suppress(GitError):
                 await asyncio.shield(self.sh(DELETE_SCRIPT, folder))
-
-    async def copy(self, src: str, dst: str) -> bool:
-        found = await self.sh(COPY_SCRIPT, src, dst, check=False)
-        if found.code not in (0, 3):
-            raise GitError(f"cannot copy {self.at(src)}: {found.err.strip() or f'exit code {found.code}'}")
-        return found.code == 0
 
     async def delete(self, path: str) -> None:
         found = await self.sh(DELETE_SCRIPT, path, check=False)

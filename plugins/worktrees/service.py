@@ -89,7 +89,8 @@ class Worktrees:
             self._claim(place)
             async with self.lock(place):
                 await tree.ensure(place)
-            await place.machine.mkdirs(place.workdir)  # a cwd folder git does not track
+            if place.subdir:
+                await place.machine.mkdirs(place.workdir)  # a cwd folder git does not track
         except ServiceError as exc:
             self._release(agent.name)
             raise StartFailed(f"no worktree: {exc}") from exc
@@ -185,23 +186,31 @@ class Worktrees:
             raise ServiceError(f"{name} has no worktree yet: it is made at its first start")
         return place
 
-    async def base(self, place: Place) -> str:
-        base = (await tree.read_meta(place)).get("base")
+    async def base(self, place: Place, meta: dict[str, Any] | None = None) -> str:
+        """The base branch of `place`'s worktree, from its record (`meta`, if read already)."""
+        base = (meta if meta is not None else await tree.read_meta(place)).get("base")
         if not isinstance(base, str):
             raise ServiceError(f"the base branch of {place.agent}'s worktree is not known ({place.machine.at(place.meta)} is missing)")
         return base
 
-    async def status(self, name: str, place: Place | None = None) -> Status:
+    async def status(self, name: str, place: Place | None = None, meta: dict[str, Any] | None = None) -> Status:
         place = place or await self.place(name)
         async with self.lock(place):
-            found = await tree.status(place, await self.base(place))
-        self.changed[name] = (place.key, await asyncio.to_thread(frozenset, found.files))
+            found = await tree.status(place, await self.base(place, meta))
+        await self.seen(name, found)
         return found
 
-    async def places(self, unreachable: dict[str, tuple[str, list[str]]] | None = None) -> list[Place]:
+    async def seen(self, name: str, found: Status) -> None:
+        """`found` is what agent `name`'s worktree changes now."""
+        self.changed[name] = (found.place.key, await asyncio.to_thread(frozenset, found.files))
+
+    async def places(
+        self, unreachable: dict[str, tuple[str, list[str]]] | None = None, metas: dict[str, dict[str, Any]] | None = None
+    ) -> list[Place]:
         """Every worktree there is for this config: its agents' (made already), then those kept
         in the same repositories for agents gone from the config. A host ssh cannot reach is asked
-        once, and left out: put in `unreachable` (host → ssh's reason and the agents there)."""
+        once, and left out: put in `unreachable` (host → ssh's reason and the agents there). The
+        records read on the way are put in `metas` (by path)."""
         found: list[Place] = []
         repos: dict[Machine, set[str]] = {LOCAL: set()}
         missed: dict[tuple[str, tuple[str, ...]], Unreachable] = {}
@@ -230,7 +239,7 @@ class Worktrees:
         for machine, tops in repos.items():
             known = {(p.agent, p.repo) for p in found if p.machine is machine}
             try:
-                found += await tree.orphans(machine, {str(Place("", top, "", machine).folder) for top in tops}, known)
+                found += await tree.orphans(machine, {str(Place("", top, "", machine).folder) for top in tops}, known, metas)
             except Unreachable as exc:  # lost since
                 if unreachable is not None:
                     unreachable.setdefault(exc.host, (exc.reason, []))
@@ -279,9 +288,10 @@ class WorktreeService:
         agents}` (ssh's reason, the agents of the config there): its worktrees are not listed."""
         rows: list[dict[str, Any]] = []
         unreachable: dict[str, tuple[str, list[str]]] = {}
-        for place in await self.worktrees.places(unreachable):
+        metas: dict[str, dict[str, Any]] = {}
+        for place in await self.worktrees.places(unreachable, metas):
             try:
-                found = await self.worktrees.status(place.agent, place)
+                found = await self.worktrees.status(place.agent, place, metas.get(place.meta))
             except GitMissing:
                 raise
             except ServiceError as exc:
@@ -297,8 +307,8 @@ class WorktreeService:
         worktrees = self.worktrees
         place = await worktrees.made(agent)
         async with worktrees.lock(place):
-            text = await tree.diff(place, await worktrees.base(place))
-        await worktrees.status(agent, place)
+            text, found = await tree.diff(place, await worktrees.base(place))
+        await worktrees.seen(agent, found)
         await worktrees.check_overlaps()
         return text
 

@@ -126,7 +126,10 @@ class Place:
 
     async def refuse_symlink(self) -> None:
         if (await self.look()).link:
-            raise ServiceError(f"{self.shown} is a symlink, not {self.agent}'s worktree: deck does not follow it")
+            raise self.symlink_error()
+
+    def symlink_error(self) -> ServiceError:
+        return ServiceError(f"{self.shown} is a symlink, not {self.agent}'s worktree: deck does not follow it")
 
     def lost_error(self) -> ServiceError:
         return ServiceError(f"{self.shown} is there without its .git file: git no longer sees it as {self.agent}'s "
@@ -143,13 +146,11 @@ def check_name(agent: str) -> None:
 async def locate(agent: str, cwd: str, machine: Machine = LOCAL) -> Place:
     """The place of `agent`'s worktree for an agent whose cwd is `cwd` (on `machine`)."""
     check_name(agent)
-    if not (await machine.look(cwd)).folder:
-        raise ServiceError(f"working directory does not exist: {machine.at(cwd)}")
-    found = await machine.git("rev-parse", "--show-toplevel", cwd=cwd, check=False)
-    if found.code != 0:
+    found = await machine.top(cwd)
+    if found is None:
         raise ServiceError(f"{machine.at(cwd)} is in no git repository: worktree = true needs one")
-    top = await machine.realpath(found.out.strip())
-    subdir = posixpath.relpath(await machine.realpath(cwd), top)
+    top, real = found
+    subdir = posixpath.relpath(real, top)
     return Place(agent, top, "" if subdir == "." else subdir, machine)
 
 
@@ -176,12 +177,16 @@ async def write_meta(place: Place, base: str) -> None:
     await place.machine.write(place.meta, data.encode())
 
 
-async def orphans(machine: Machine, repo_folders: set[str], known: set[tuple[str, str]]) -> list[Place]:
+async def orphans(
+    machine: Machine, repo_folders: set[str], known: set[tuple[str, str]], metas: dict[str, dict[str, Any]] | None = None
+) -> list[Place]:
     """Worktrees kept in `repo_folders` (on `machine`) whose agent is not in `known` ((agent, repo)
-    pairs): removed from the config, their work kept."""
+    pairs): removed from the config, their work kept. Every record read is put in `metas` (by path)."""
     found = []
     for path, data in await machine.records(sorted(repo_folders)):
         meta = parse_meta(data)
+        if metas is not None:
+            metas[path] = meta
         agent, repo = meta.get("agent"), meta.get("repo")
         if isinstance(agent, str) and isinstance(repo, str) and (agent, repo) not in known:
             if worktree_name_problem(agent) is not None:
@@ -216,10 +221,11 @@ async def ensure(place: Place) -> str:
     meta = await read_meta(place)
     base = meta.get("base") if isinstance(meta.get("base"), str) else None
     git = place.machine.git
-    if await place.lost():
+    look = await place.look()
+    if look.folder and not look.git:
         raise place.lost_error()  # `git worktree add` would fail there, after a prune that forgets its entry
-    if await place.exists():
-        await checkout_of(place)  # a worktree of this repository, registered there
+    if look.git:
+        await checkout_of(place, look)  # a worktree of this repository, registered there
         base = base or await current_branch(place)
         if base is None:
             raise ServiceError(f"the base branch of {place.shown} is not known and {place.shown_repo} is on no branch")
@@ -233,11 +239,10 @@ async def ensure(place: Place) -> str:
     if (await git("rev-parse", "--verify", "-q", "HEAD^{commit}", cwd=place.repo, check=False)).code != 0:
         raise ServiceError(f"{place.shown_repo} has no commit yet: a worktree starts from one")
     await git("worktree", "prune", cwd=place.repo)  # a worktree folder deleted by hand is forgotten
-    await place.machine.mkdirs(str(place.folder))
     if await branch_exists(place, place.branch):
         await git("worktree", "add", place.path, place.branch, cwd=place.repo)
     else:
-        await git("worktree", "add", "-b", place.branch, place.path, "HEAD", cwd=place.repo)
+        await git("worktree", "add", "-b", place.branch, place.path, "HEAD", cwd=place.repo)  # its folders made
     await write_meta(place, base)
     return base
 
@@ -263,7 +268,7 @@ class Checkout:
                                       into=into, limit=limit, data=data)  # fmt: skip
 
 
-async def checkout_of(place: Place) -> Checkout:
+async def checkout_of(place: Place, look: Look | None = None) -> Checkout:
     """`place`'s worktree as git is pointed at it, its repository taken from the main checkout.
 
     Never found through the worktree's own `.git`: that file is the agent's to rewrite, and a
@@ -271,12 +276,11 @@ async def checkout_of(place: Place) -> Checkout:
     for a lazy fetch) that git would run. Nor through a symlink put in the worktree's place: it
     could lead to another agent's worktree, whose work would be taken for this one's (diffed,
     merged, reset). The repository found (and a `config.worktree` in it) must be out of the
-    worktree, where the agent cannot write."""
-    await place.refuse_symlink()
+    worktree, where the agent cannot write. `look`: what is at its path, if looked at already."""
+    if (look or await place.look()).link:
+        raise place.symlink_error()
     machine = place.machine
-    common = await machine.git("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=place.repo)
-    admin, entries = await machine.entries(posixpath.join(common.out.strip(), "worktrees"))
-    target = await machine.realpath(place.path)
+    admin, entries, target = await machine.worktrees(place.repo, place.path)
     for entry in entries:
         if entry.worktree == target:
             if inside(entry.real, target) or inside(admin, target):
@@ -332,22 +336,25 @@ class Pending:
 
 @contextlib.asynccontextmanager
 async def pending(place: Place, base: str) -> AsyncIterator[Pending]:
-    if not await place.exists():
-        raise place.lost_error() if await place.lost() else ServiceError(f"{place.agent} has no worktree at {place.shown}")
-    if not await branch_exists(place, base):
-        raise ServiceError(f"the base branch {base!r} of {place.agent}'s worktree does not exist in {place.shown_repo}")
-    checkout = await checkout_of(place)
-    async with place.machine.temp() as temp:
-        index = posixpath.join(temp, "index")
-        real = (await checkout.git("rev-parse", "--path-format=absolute", "--git-path", "index")).out.strip()
-        # The copy keeps the index's time: git trusts an entry's recorded stat only when the index
-        # was written after that second; a copy dated now would hide a same-size edit made in the
-        # second the index was written ("racily clean").
-        if not await place.machine.copy(real, index):
+    look = await place.look()
+    if not look.git:
+        raise place.lost_error() if look.folder else ServiceError(f"{place.agent} has no worktree at {place.shown}")
+    checkout = await checkout_of(place, look)
+    # The worktree's index is its repository's `index` (`git rev-parse --git-path index`). Its copy
+    # keeps its time: git trusts an entry's recorded stat only when the index was written after that
+    # second; a copy dated now would hide a same-size edit made in the second the index was written
+    # ("racily clean").
+    async with place.machine.staging(posixpath.join(checkout.gitdir, "index")) as (index, copied):
+        if not copied:
             await checkout.git("read-tree", "HEAD", index=index)
         await stage(checkout, index)
         tree = (await checkout.git("write-tree", index=index)).out.strip()
-        head, head_tree = (await checkout.git("rev-parse", "HEAD", "HEAD^{tree}")).out.split()
+        found = await checkout.git("rev-parse", "HEAD", "HEAD^{tree}", f"refs/heads/{base}", check=False)
+        if found.code != 0 and not await branch_exists(place, base):
+            raise ServiceError(f"the base branch {base!r} of {place.agent}'s worktree does not exist in {place.shown_repo}")
+        if found.code != 0:
+            raise GitError(f"git rev-parse failed in {place.shown}: {found.err.strip() or found.code}")
+        head, head_tree, _ = found.out.split()
         merge_base = (await checkout.git("merge-base", f"refs/heads/{base}", head)).out.strip()
         yield Pending(head, head_tree, tree, merge_base, checkout, index)
 
@@ -383,23 +390,29 @@ def names(out: str) -> tuple[str, ...]:
 
 async def status(place: Place, base: str) -> Status:
     async with pending(place, base) as work:
-        listed = await work.checkout.git("diff", "--cached", "--no-renames", "--name-only", "-z", work.merge_base,
-                                         index=work.index)  # fmt: skip
-        ahead = await work.checkout.git("rev-list", "--count", f"refs/heads/{base}..{work.head}")
+        return await status_of(work, place, base)
+
+
+async def status_of(work: Pending, place: Place, base: str) -> Status:
+    listed = await work.checkout.git("diff", "--cached", "--no-renames", "--name-only", "-z", work.merge_base,
+                                     index=work.index)  # fmt: skip
+    ahead = await work.checkout.git("rev-list", "--count", f"refs/heads/{base}..{work.head}")
     files = await asyncio.to_thread(names, listed.out)  # 200,000 names: never on the event loop
     return Status(place, base, int(ahead.out.strip() or 0), files, work.dirty)
 
 
-async def diff(place: Place, base: str) -> str:
-    """The unified diff of the worktree (commits, uncommitted and untracked files) against its merge-base."""
+async def diff(place: Place, base: str) -> tuple[str, Status]:
+    """The unified diff of the worktree (commits, uncommitted and untracked files) against its
+    merge-base, and its status, from the same look at it."""
     async with pending(place, base) as work:
         found = await work.checkout.git(
             "diff", "--cached", "--no-ext-diff", "--no-textconv", "--no-color", "--submodule=short", "-M",
             work.merge_base, index=work.index,
         )  # fmt: skip
+        now = await status_of(work, place, base)
     if found.truncated:
-        return found.out + f"\n… the diff is longer than {len(found.out.encode()) >> 20} MiB: the rest is left out\n"
-    return found.out
+        return found.out + f"\n… the diff is longer than {len(found.out.encode()) >> 20} MiB: the rest is left out\n", now
+    return found.out, now
 
 
 # -- merging and removing -----------------------------------------------------------------------------

@@ -11,6 +11,8 @@ folder holds a quote, spaces and `$(…)`: no shell on the host reads any of it 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -230,3 +232,26 @@ async def test_deck_worktrees_names_a_host_it_cannot_reach_and_lists_the_rest(ma
     as_json = deck_cli(config, "worktrees", "--json")
     assert as_json.returncode == 1 and as_json.stderr == listed.stderr
     assert [row["agent"] for row in json.loads(as_json.stdout)] == ["near"]
+
+
+async def test_the_commands_take_few_round_trips_to_the_host(make_deck, sshd, repo, tmp_path):
+    """Each ssh call is a round trip to the host (seconds on a slow link): `deck diff` looks at the
+    worktree once, with the steps that need no answer in between run as one script there."""
+    deck, rec = make_deck(remote_worktree_agent(sshd, repo, tmp_path / "host-state"))
+    await turn(deck, rec, "far", "write notes.txt far notes")
+    await deck.shutdown()
+    wrapper, calls = tmp_path / "bin" / "ssh", tmp_path / "ssh-calls"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f"#!/bin/sh\necho >> '{calls}'\nexec '{shutil.which('ssh')}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    env = {**os.environ, "PATH": f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}"}
+
+    def counted(*args: str) -> int:
+        calls.write_text("")
+        done = subprocess.run([*DECK, *args, "--config", str(tmp_path / "deck.toml")], env=env, capture_output=True,
+                              text=True, timeout=90)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        return len(calls.read_text().splitlines())
+
+    assert counted("diff", "far") <= 16  # 41 when each step was a call of its own
+    assert counted("worktrees") <= 15
