@@ -38,6 +38,8 @@ __all__ = [
     "TooDeep",
     "now_iso",
     "state_dir",
+    "lock_file",
+    "same_file",
     "Command",
     "server_of",
     "call_server",
@@ -67,7 +69,7 @@ if TYPE_CHECKING:
     from deck.events import now_iso
     from deck.frontend import Frontend
     from deck.hookspecs import hookimpl, listens
-    from deck.proc.storage import state_dir
+    from deck.proc.storage import lock_file, same_file, state_dir
     from deck.remote.socket_client import call_deck, call_server, server_of
     from deck.runtime.deck import Deck
     from deck.runtime.rpc import rpc as rpc_method
@@ -95,6 +97,8 @@ _LAZY = {
     "TooDeep": ("acp.connection", "TooDeep"),
     "now_iso": ("events", "now_iso"),
     "state_dir": ("proc.storage", "state_dir"),
+    "lock_file": ("proc.storage", "lock_file"),
+    "same_file": ("proc.storage", "same_file"),
     "Command": ("cli.commands", "Command"),
     "server_of": ("remote.socket_client", "server_of"),
     "call_server": ("remote.socket_client", "call_server"),

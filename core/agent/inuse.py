@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from deck.errors import ServiceError
-from deck.proc.storage import state_dir
+from deck.proc.storage import lock_file, same_file, state_dir
 
 
 def lock_path(agent: str, session_id: str) -> Path:
@@ -35,7 +35,7 @@ class Held:
         """Let go of it; the file goes once no deck holds it."""
         with contextlib.suppress(OSError):
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no other holder: nobody needs the file
-            if _same_file(self.fd, self.path):
+            if same_file(self.fd, self.path):
                 os.unlink(self.path)
         os.close(self.fd)
 
@@ -45,10 +45,14 @@ def hold(agent: str, session_id: str) -> Held | None:
     taken (a state folder deck cannot write, a delete under way): the session runs all the same."""
     path = lock_path(agent, session_id)
     try:
-        fd = _locked(path, fcntl.LOCK_SH)
+        fd = lock_file(path, shared=True)
     except OSError:
         return None
-    return Held(fd, path) if fd is not None else None
+    if fd is None:
+        return None
+    with contextlib.suppress(OSError):
+        os.pwrite(fd, f"{os.getpid()}\n".ljust(16).encode(), 0)  # who holds it, for a refusal
+    return Held(fd, path)
 
 
 @contextlib.contextmanager
@@ -56,7 +60,7 @@ def unused(agent: str, session_id: str) -> Iterator[None]:
     """Hold a session's lock alone while it is deleted; refused while a deck runs in it."""
     path = lock_path(agent, session_id)
     try:
-        fd = _locked(path, fcntl.LOCK_EX)
+        fd = lock_file(path, shared=False)
     except OSError as exc:
         raise ServiceError(f"cannot lock {path}: {exc.strerror or exc}") from exc
     if fd is None:
@@ -67,36 +71,6 @@ def unused(agent: str, session_id: str) -> Iterator[None]:
         with contextlib.suppress(OSError):
             os.unlink(path)
         os.close(fd)
-
-
-def _locked(path: Path, how: int) -> int | None:
-    """A descriptor of `path` (made if need be, 0600) locked `how` without waiting; None while
-    another deck holds it the other way."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, how | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except BaseException:
-            os.close(fd)
-            raise
-        if _same_file(fd, path):
-            if how == fcntl.LOCK_SH:
-                with contextlib.suppress(OSError):
-                    os.pwrite(fd, f"{os.getpid()}\n".ljust(16).encode(), 0)  # who holds it, for a refusal
-            return fd
-        os.close(fd)  # unlinked by the last holder or a delete meanwhile: lock the file there now
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        now, mine = os.stat(path, follow_symlinks=False), os.fstat(fd)
-    except FileNotFoundError:
-        return False
-    return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
 
 def _holder(path: Path) -> str:

@@ -9,6 +9,7 @@ looked up by name again between the checks and the rename.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import stat
@@ -98,3 +99,34 @@ def write_atomic(
         replace_in(directory, path.name, data, mode, durable=durable, check=check)
     finally:
         os.close(directory)
+
+
+def lock_file(path: Path, *, shared: bool) -> int | None:
+    """A descriptor of lock file `path` (made if need be, 0600, never through a symlink) holding a
+    shared or an exclusive `flock`, taken without waiting; None while another process holds it the
+    other way. A file its last holder unlinked meanwhile is locked again at its place, so that two
+    processes never hold locks on two different files of one name. Close the descriptor to let go."""
+    how = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, how)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        if same_file(fd, path):
+            return fd
+        os.close(fd)
+
+
+def same_file(fd: int, path: Path) -> bool:
+    """Whether `fd` is the file at `path` now (not one unlinked, nor one another took its place)."""
+    try:
+        now, mine = os.stat(path, follow_symlinks=False), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
