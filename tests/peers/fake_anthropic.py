@@ -15,8 +15,10 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from .fake_api import FakeApi, send_events, send_json
 
 MODEL = "claude-sonnet-4-6"
 
@@ -90,93 +92,40 @@ def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [b for b in messages[-1]["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
 
 
-class FakeAnthropic:
-    """The server. `turns` records every main-loop request body (the ones offering tools)."""
+class FakeAnthropic(FakeApi):
+    """The server. `turns` records every main-loop request body (the ones offering tools);
+    `side_requests` the others (titles, summaries), answered with a fixed text."""
+
+    name = "fake-anthropic"
 
     def __init__(self, reply: Callable[[dict[str, Any]], Reply]) -> None:
+        super().__init__()
         self.reply = reply
-        self.turns: list[dict[str, Any]] = []
         self.side_requests: list[dict[str, Any]] = []
-        self.other_paths: list[str] = []
-        self._lock = threading.Lock()
-        fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    def is_turn(self, path: str) -> bool:
+        return path.startswith("/v1/messages") and not path.startswith("/v1/messages/count_tokens")
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(length)
-                if not self.path.startswith("/v1/messages") or self.path.startswith("/v1/messages/count_tokens"):
-                    fake._other(self, raw)
-                    return
-                body = json.loads(raw or b"{}")
-                fake._messages(self, body)
-
-            def do_GET(self) -> None:
-                fake._other(self, b"")
-
-            do_HEAD = do_GET
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever, name="fake-anthropic", daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> FakeAnthropic:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def _messages(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+    def turn(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
         main_loop = bool(body.get("tools"))
-        with self._lock:
-            (self.turns if main_loop else self.side_requests).append(body)
+        self.record(body, None if main_loop else self.side_requests)
         reply = self.reply(body) if main_loop else Reply(text="Fake side answer")
         if body.get("stream"):
-            data = sse(reply)
-            handler.send_response(200)
-            handler.send_header("content-type", "text/event-stream")
-            handler.send_header("cache-control", "no-cache")
-            handler.send_header("content-length", str(len(data)))
-            handler.end_headers()
-            handler.wfile.write(data)
-        else:
-            content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
-            content += [{"type": "tool_use", "id": f"toolu_fake_{next(_tool_ids)}", "name": n, "input": i}
-                        for n, i in reply.tool_uses]  # fmt: skip
-            _json(handler, 200, {
-                "id": "msg_fake", "type": "message", "role": "assistant", "model": MODEL, "content": content,
-                "stop_reason": reply.stop_reason, "stop_sequence": None,
-                "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}})  # fmt: skip
+            send_events(handler, sse(reply))
+            return
+        content: list[dict[str, Any]] = [{"type": "text", "text": reply.text}] if reply.text else []
+        content += [{"type": "tool_use", "id": f"toolu_fake_{next(_tool_ids)}", "name": n, "input": i}
+                    for n, i in reply.tool_uses]  # fmt: skip
+        send_json(handler, 200, {
+            "id": "msg_fake", "type": "message", "role": "assistant", "model": MODEL, "content": content,
+            "stop_reason": reply.stop_reason, "stop_sequence": None,
+            "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens}})  # fmt: skip
 
-    def _other(self, handler: BaseHTTPRequestHandler, raw: bytes) -> None:
-        with self._lock:
-            self.other_paths.append(f"{handler.command} {handler.path}")
+    def other(self, handler: BaseHTTPRequestHandler) -> None:
         if handler.path.startswith("/v1/messages/count_tokens"):
-            _json(handler, 200, {"input_tokens": 100})
+            send_json(handler, 200, {"input_tokens": 100})
         else:
-            _json(handler, 404, {"type": "error", "error": {"type": "not_found_error", "message": "not faked"}})
-
-
-def _json(handler: BaseHTTPRequestHandler, status: int, obj: dict[str, Any]) -> None:
-    data = json.dumps(obj).encode()
-    handler.send_response(status)
-    handler.send_header("content-type", "application/json")
-    handler.send_header("content-length", str(len(data)))
-    handler.end_headers()
-    if handler.command != "HEAD":
-        handler.wfile.write(data)
+            send_json(handler, 404, {"type": "error", "error": {"type": "not_found_error", "message": "not faked"}})
 
 
 class StalledAnthropic:

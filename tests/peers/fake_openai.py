@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from .fake_api import FakeApi, send_events
 
 MODEL = "gpt-5.5"
 
@@ -97,66 +98,18 @@ def tool_outputs(body: dict[str, Any]) -> list[dict[str, Any]]:
     return [i for i in body.get("input") or [] if i.get("type") in ("function_call_output", "custom_tool_call_output")]
 
 
-class FakeOpenAI:
+class FakeOpenAI(FakeApi):
     """The server. `turns` records every `POST …/responses` body; `other_paths` whatever else came."""
 
+    name = "fake-openai"
+
     def __init__(self, reply: Callable[[dict[str, Any]], Reply]) -> None:
+        super().__init__()
         self.reply = reply
-        self.turns: list[dict[str, Any]] = []
-        self.other_paths: list[str] = []
-        self._lock = threading.Lock()
-        fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    def is_turn(self, path: str) -> bool:
+        return path.rstrip("/").endswith("/responses")
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-                if self.path.rstrip("/").endswith("/responses"):
-                    fake._responses(self, json.loads(raw or b"{}"))
-                else:
-                    fake._other(self)
-
-            def do_GET(self) -> None:
-                fake._other(self)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self._thread = threading.Thread(target=self.server.serve_forever, name="fake-openai", daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def __enter__(self) -> FakeOpenAI:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def _responses(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
-        with self._lock:
-            self.turns.append(body)
-        data = sse(self.reply(body))
-        handler.send_response(200)
-        handler.send_header("content-type", "text/event-stream")
-        handler.send_header("cache-control", "no-cache")
-        handler.send_header("content-length", str(len(data)))
-        handler.end_headers()
-        handler.wfile.write(data)
-
-    def _other(self, handler: BaseHTTPRequestHandler) -> None:
-        with self._lock:
-            self.other_paths.append(f"{handler.command} {handler.path}")
-        data = json.dumps({"error": {"message": "not faked", "type": "invalid_request_error"}}).encode()
-        handler.send_response(404)
-        handler.send_header("content-type", "application/json")
-        handler.send_header("content-length", str(len(data)))
-        handler.end_headers()
-        handler.wfile.write(data)
+    def turn(self, handler: BaseHTTPRequestHandler, body: dict[str, Any]) -> None:
+        self.record(body)
+        send_events(handler, sse(self.reply(body)))
