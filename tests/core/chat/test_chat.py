@@ -362,7 +362,8 @@ async def test_writes_outside_the_cwd_are_refused_and_write_nothing(make_deck, w
     assert "outside the agent's working directory" in answer["error"]["message"]
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
     assert (outside / "secret.txt").read_text() == "secret\n"
-    assert sorted(p.name for p in workdir.parent.iterdir()) == ["deck.toml", "outside", "work"]
+    beside = sorted(p.name for p in workdir.parent.iterdir() if p.name != "state")  # state/: deck's own ($XDG_STATE_HOME)
+    assert beside == ["deck.toml", "outside", "work"]
 
 
 async def test_relative_paths_are_refused(make_deck, workdir):
