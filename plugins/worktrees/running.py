@@ -11,47 +11,20 @@ process holding it ends, however it ends: a deck killed leaves nothing behind th
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Iterator
 
+from deck import lock_file
 from deck.errors import ServiceError
 
 from .tree import Place
 
 
-def _locked(place: Place, how: int) -> int | None:
-    """A descriptor of `place`'s lock file (made if need be) locked `how` (LOCK_SH or LOCK_EX),
-    without waiting; None while another deck holds it the other way."""
-    place.lock.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        fd = os.open(place.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, how | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        except BaseException:
-            os.close(fd)
-            raise
-        if _same_file(fd, place):
-            return fd
-        os.close(fd)  # deleted by a removal just done: lock the file there now
-
-
-def _same_file(fd: int, place: Place) -> bool:
-    """Whether `fd` is still the file at `place.lock`."""
+def _take(place: Place, *, shared: bool) -> int | None:
+    """`place`'s lock file locked without waiting (`deck.lock_file`); None while another deck holds it
+    the other way; a lock that cannot be taken at all is a ServiceError saying which."""
     try:
-        now, mine = os.stat(place.lock, follow_symlinks=False), os.fstat(fd)
-    except FileNotFoundError:
-        return False
-    return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
-
-
-def _take(place: Place, mode: int) -> int | None:
-    """`_locked`, its failure a ServiceError saying which lock."""
-    try:
-        return _locked(place, mode)
+        return lock_file(place.lock, shared=shared)
     except OSError as exc:
         raise ServiceError(f"cannot lock {place.lock}: {exc.strerror or exc}") from exc
 
@@ -59,7 +32,7 @@ def _take(place: Place, mode: int) -> int | None:
 def claim(place: Place) -> int:
     """Hold `place`'s lock while its agent runs (release it with `os.close`); refused while the
     worktree is being removed."""
-    fd = _take(place, fcntl.LOCK_SH)
+    fd = _take(place, shared=True)
     if fd is None:
         raise ServiceError(f"{place.agent}'s worktree is being removed")
     with contextlib.suppress(OSError):
@@ -70,7 +43,7 @@ def claim(place: Place) -> int:
 @contextlib.contextmanager
 def removing(place: Place) -> Iterator[None]:
     """Hold `place`'s lock alone while its worktree is removed; refused while a deck runs its agent."""
-    fd = _take(place, fcntl.LOCK_EX)
+    fd = _take(place, shared=False)
     if fd is None:
         raise ServiceError(f"{place.agent} is running in its worktree{_holder(place)}: stop it first")
     try:
