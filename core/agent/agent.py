@@ -78,6 +78,7 @@ class Agent:
         self._run_stderr: deque[str] = deque(maxlen=STDERR_TAIL)  # this run's last stderr lines
         self._auth_method: str | None = None
         self._with_session = True  # this start opens the conversation's session (`start(session=False)`)
+        self._hook_failures: list[str] = []  # what the plugins failed to do before this start
         self._exit_watch: asyncio.Task[None] | None = None
         self._why_new = ""  # why the last start could not continue the conversation's earlier session
         #: A session the agent exited during (or closed its output during) resuming or loading it, and
@@ -204,7 +205,7 @@ class Agent:
         if self.state is not AgentState.STARTING:
             self.workdir = None
             try:
-                await self.deck.hooks.before_start(self)
+                self._hook_failures = await self.deck.hooks.before_start(self)
             except StartFailed as exc:  # not a refusal: the start was tried and cannot succeed
                 if self.state is AgentState.STARTING or self.running:
                     raise
@@ -275,7 +276,8 @@ class Agent:
         cfg = self.config
         env = {**os.environ, **cfg.env}
         if cfg.worktree and self.workdir is None:  # never in the main checkout instead
-            raise SpawnError("worktree = true, but no worktree was prepared: the worktrees plugin is off, or failed")
+            why = "; ".join(self._hook_failures) or "the worktrees plugin is off"
+            raise SpawnError(f"worktree = true, but no worktree was prepared: {why}")
         cwd = self.cwd
         command = list(cfg.command)
         if cfg.host:  # its cwd and env are the host's: here, ssh runs in deck's own folder, with deck's env

@@ -207,11 +207,12 @@ class Hooks(PluginHooks):
         deck = self.deck
         return lambda event: function(*[event if arg == "event" else deck for arg in argnames])
 
-    async def before_start(self, agent: Agent) -> None:
+    async def before_start(self, agent: Agent) -> list[str]:
         """`deck_before_start`: a ServiceError refuses the start; an awaitable is waited for (longer
-        for an agent on another host)."""
+        for an agent on another host). What failed otherwise, one line each ("plugin P: why"), for
+        the start's error should it fail for want of what the plugin was to do."""
         limit = self.host_timeout if agent.config.host else self.timeout
-        await self._call_and_wait("deck_before_start", refuse=ServiceError, limit=limit, agent=agent)
+        return await self._call_and_wait("deck_before_start", refuse=ServiceError, limit=limit, agent=agent)
 
     def before_prompt(self, agent: Agent, text: str) -> None:
         """`deck_before_prompt`: a ServiceError refuses the message; any other failure is reported."""
@@ -229,10 +230,11 @@ class Hooks(PluginHooks):
 
     async def _call_and_wait(
         self, name: str, refuse: type[Exception] | None = None, limit: float | None = None, **kwargs: Any
-    ) -> None:
+    ) -> list[str]:
         """Call each implementation in turn and wait for what it returns (up to `limit` seconds, else
-        `self.timeout`); `refuse` propagates."""
+        `self.timeout`); `refuse` propagates. The failures reported, as "plugin P: why"."""
         kwargs.update(self.context)
+        failures = []
         for function, argnames, plugin in self._impls(name):
             try:
                 result = function(*[kwargs[arg] for arg in argnames])
@@ -242,6 +244,8 @@ class Hooks(PluginHooks):
                 if refuse is not None and isinstance(exc, refuse):
                     raise
                 self.failed(plugin, name, exc)
+                failures.append(f"plugin {plugin}: {str(exc) or type(exc).__name__}")
+        return failures
 
     def _later(self, plugin: str, hook: str, awaitable: Awaitable[Any]) -> None:
         async def guarded() -> None:

@@ -302,6 +302,20 @@ async def test_without_the_plugin_a_worktree_agent_never_runs_in_the_main_checko
         await deck.call("AgentService.Start", {"name": "a"})
 
 
+async def test_a_start_the_plugin_failed_before_says_what_failed(make_deck, repo, monkeypatch):
+    """Not a refusal but a failure (a bug, a time limit): the agent still never runs in the main
+    checkout, and its error names the plugin and why, not a plugin that might be off."""
+    from deck.plugins.worktrees import tree
+
+    async def fails(place: Any) -> None:
+        raise RuntimeError("the disk is on fire")
+
+    monkeypatch.setattr(tree, "ensure", fails)
+    deck, rec = make_deck(worktree_agent("a", repo))
+    with pytest.raises(ServiceError, match="no worktree was prepared: plugin worktrees.deck: the disk is on fire"):
+        await deck.call("AgentService.Start", {"name": "a"})
+
+
 async def test_hooks_in_the_repository_and_the_worktree_never_run(make_deck, repo, tmp_path, monkeypatch):
     mark = tmp_path / "HOOK-RAN"
     monkeypatch.setenv("HOOK_MARK", str(mark))
