@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import collections.abc
+import contextvars
 import logging
 import sys
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from deck.errors import ServiceError
 from deck.events import Event
@@ -126,67 +128,76 @@ def start(coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
 
 
 def _start_eagerly(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, T]) -> asyncio.Future[T]:
-    """`eager_start` as Python 3.12 has it, on 3.11: the task that runs the rest is made first, and is
-    the current task (in the caller's place) while the first step runs."""
-    first: list[Any] = []
-    task = loop.create_task(_resume(coro, first))
+    """`eager_start` as Python 3.12 has it, on 3.11: the task that runs the rest is made first, in a
+    context of its own, and is the current task (in the caller's place) while the first step runs
+    in that context."""
+    rest = _Rest(coro)
+    context = contextvars.copy_context()
+    task = loop.create_task(rest, context=context)
     caller = asyncio.current_task(loop)
     if caller is not None:
         asyncio.tasks._leave_task(loop, caller)
     asyncio.tasks._enter_task(loop, task)
     try:
-        first.append(coro.send(None))
+        rest.waiting = context.run(coro.send, None)
+        return task
     except StopIteration as done:
-        return _ended(loop, task, result=done.value)
+        rest.ended = True
+        return _done(loop, result=done.value)
     except (KeyboardInterrupt, SystemExit):
-        task.cancel()
+        rest.ended = True
         raise
     except BaseException as exc:
-        return _ended(loop, task, error=exc)
+        rest.ended = True
+        return _done(loop, error=exc)
     finally:
         asyncio.tasks._leave_task(loop, task)
         if caller is not None:
             asyncio.tasks._enter_task(loop, caller)
-    return task
 
 
-def _ended(
-    loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], result: Any = None, error: BaseException | None = None
-) -> asyncio.Future[Any]:
-    """A call done in its first step: its outcome as a done future; the task made for the rest, unused, dropped."""
-    task.cancel()
+def _done(loop: asyncio.AbstractEventLoop, result: Any = None, error: BaseException | None = None) -> asyncio.Future[Any]:
+    """A call that ended in its first step, as a done future (cancelled if it was)."""
     future: asyncio.Future[Any] = loop.create_future()
-    if error is not None:
+    if isinstance(error, asyncio.CancelledError):
+        future.cancel()
+    elif error is not None:
         future.set_exception(error)
     else:
         future.set_result(result)
     return future
 
 
-async def _resume(coro: Coroutine[Any, Any, T], first: list[Any]) -> T:
-    return await _Resumed(coro, first[0])
+_HANDED = object()
 
 
-class _Resumed(Generic[T]):
-    """`await` on a coroutine already started: hands the task what it waits for, then passes on
-    every result, error and cancellation, as `yield from` does for one not yet started."""
+class _Rest(collections.abc.Coroutine):  # type: ignore[type-arg]
+    """What the task of `_start_eagerly` runs: a coroutine whose first step ran already. The task's
+    first step hands it what that step waits for (or ends at once, when that step ended the call);
+    from then on every value, error and cancellation goes to the coroutine itself, a cancellation
+    that came before the task's first step included."""
 
-    __slots__ = ("coro", "waiting")
+    __slots__ = ("coro", "waiting", "ended")
 
-    def __init__(self, coro: Coroutine[Any, Any, T], waiting: Any) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
         self.coro = coro
-        self.waiting = waiting
+        self.waiting: Any = _HANDED  # what the first step waits for, until the task took it
+        self.ended = False
 
-    def __await__(self) -> Generator[Any, Any, T]:
-        coro, waiting = self.coro, self.waiting
-        while True:
-            try:
-                try:
-                    sent = yield waiting
-                except BaseException as exc:  # a cancellation thrown into the task
-                    waiting = coro.throw(exc)
-                else:
-                    waiting = coro.send(sent)
-            except StopIteration as done:
-                result: T = done.value
-                return result
+    def send(self, value: Any) -> Any:
+        if self.ended:
+            raise StopIteration  # the call's outcome is its future's, not the task's
+        waiting, self.waiting = self.waiting, _HANDED
+        return self.coro.send(value) if waiting is _HANDED else waiting
+
+    def throw(self, *exc: Any) -> Any:
+        if self.ended:
+            raise StopIteration
+        self.waiting = _HANDED
+        return self.coro.throw(*exc)
+
+    def close(self) -> None:
+        self.coro.close()
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        raise TypeError("the rest of a call is run by its task, not awaited")

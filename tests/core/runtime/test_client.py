@@ -597,3 +597,36 @@ async def test_a_call_started_at_once_is_its_own_task_from_its_first_step():
     assert done.done() and done.result() == "done"
     refused = start(at_once(True))
     assert refused.done() and isinstance(refused.exception(), ServiceError)
+
+
+async def test_a_call_started_at_once_and_cancelled_before_its_task_ran_is_told_of_it():
+    """The cancellation reaches the call itself (its `except CancelledError` and `finally` run), and a
+    context variable set in its first step is the call's own, before and after its first wait."""
+    import contextvars
+
+    from deck.client import start
+
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="caller")
+    seen: list[str] = []
+
+    async def call() -> None:
+        var.set("call")
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            seen.append(f"cancelled, var={var.get()}")
+            raise
+        finally:
+            seen.append("finally")
+
+    future = start(call())
+    assert var.get() == "caller"  # the call's first step set its own
+    future.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await future
+    assert seen == ["cancelled, var=call", "finally"]
+
+    async def cancelled_at_once() -> None:
+        raise asyncio.CancelledError
+
+    assert start(cancelled_at_once()).cancelled()
