@@ -78,6 +78,7 @@ class Agent:
         self._run_stderr: deque[str] = deque(maxlen=STDERR_TAIL)  # this run's last stderr lines
         self._auth_method: str | None = None
         self._with_session = True  # this start opens the conversation's session (`start(session=False)`)
+        self._bare_run_over = asyncio.Event()  # set when a run with no session ends
         self._hook_failures: list[str] = []  # what the plugins failed to do before this start
         self._exit_watch: asyncio.Task[None] | None = None
         self._why_new = ""  # why the last start could not continue the conversation's earlier session
@@ -193,9 +194,12 @@ class Agent:
         """Start the agent if it is not running; raise ServiceError when it cannot start.
 
         `session=False` stops the handshake after `initialize` (and `authenticate`): the agent runs
-        with no session of deck's, for a request about its sessions (`delete_session`), never a prompt."""
+        with no session of deck's, for a request about its sessions (`delete_session`), never a
+        prompt; a start that needs a session waits for the end of such a run, then starts anew."""
         if self.retired:
             raise ServiceError(f"{self.name} is no longer in the config")
+        while session and self.state is not AgentState.STOPPED and not self._with_session:
+            await self._bare_run_over.wait()
         if self._stop_task is not None:
             await asyncio.shield(self._stop_task)
             if self.retired:
@@ -217,6 +221,8 @@ class Agent:
             self._take_pending_config()
             self._auth_method = auth_method
             self._with_session = session
+            if not session:
+                self._bare_run_over.clear()
             self._stop_after_start = False
             transition(self, AgentState.STARTING)
             self._start_task = self.deck.spawn(self._start(), f"start {self.name}")
@@ -258,12 +264,13 @@ class Agent:
             return
         finally:
             self._handshake_task = None
+        if self.session is not None and self.session.id is not None:
+            self._held = await inuse.hold(self.name, self.session.id)  # no other deck deletes it meanwhile
         if self._stop_after_start:
             await self._end_process("stopped while starting")
             transition(self, AgentState.STOPPED)
             return
-        if self.session is not None and self.session.id is not None:
-            self._held = inuse.hold(self.name, self.session.id)  # no other deck deletes it meanwhile
+        if self.session is not None:
             self.deck.session_opened(self)
         self.last_used = self.deck.clock()  # idle time counts from the start
         if self.process is not None:
@@ -636,6 +643,9 @@ class Agent:
                 if isinstance(result, BaseException):
                     raise result
         finally:
+            if not self._with_session:
+                self._with_session = True
+                self._bare_run_over.set()
             if self._held is not None:
                 self._held.release()
                 self._held = None

@@ -1,14 +1,16 @@
 """Which agent sessions are in use, whatever deck uses them: a lock file per session in deck's state
-folder (`sessions/HASH.lock`, HASH of the agent's name and the session id).
+folder (`sessions/HASH.lock`, HASH of the agent's name and the session id: the same agent under
+another name in another config is another key).
 
 A deck holds a shared `flock` on it while its agent runs in that session (`deck run`, `deck serve`,
-`deck send` alike, of any config). `session/delete` takes it exclusively without waiting, so a
+`deck send` alike). `session/delete` takes it exclusively without waiting, so a
 session another deck is talking in is never deleted from under it. The kernel lets go of a lock when
 its process ends, however it ends: a deck killed leaves nothing that blocks.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -18,6 +20,10 @@ from pathlib import Path
 
 from deck.errors import ServiceError
 from deck.proc.storage import lock_file, same_file, state_dir
+
+
+#: How often, and how far apart in seconds, `hold` tries a lock another deck holds alone.
+HOLD_TRIES, HOLD_WAIT = 20, 0.01
 
 
 def lock_path(agent: str, session_id: str) -> Path:
@@ -40,15 +46,22 @@ class Held:
         os.close(self.fd)
 
 
-def hold(agent: str, session_id: str) -> Held | None:
+async def hold(agent: str, session_id: str) -> Held | None:
     """The lock of a session this deck now runs in, held until `release`; None when it cannot be
-    taken (a state folder deck cannot write, a delete under way): the session runs all the same."""
+    taken (a state folder deck cannot write, a delete under way): the session runs all the same.
+
+    Another deck holds it alone for an instant as it lets go of it (to remove the file if it was
+    the last), and for the length of a `session/delete`: taking it is tried a few times."""
     path = lock_path(agent, session_id)
-    try:
-        fd = lock_file(path, shared=True)
-    except OSError:
-        return None
-    if fd is None:
+    for _ in range(HOLD_TRIES):
+        try:
+            fd = lock_file(path, shared=True)
+        except OSError:
+            return None
+        if fd is not None:
+            break
+        await asyncio.sleep(HOLD_WAIT)
+    else:
         return None
     with contextlib.suppress(OSError):
         os.pwrite(fd, f"{os.getpid()}\n".ljust(16).encode(), 0)  # who holds it, for a refusal

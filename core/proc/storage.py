@@ -112,14 +112,14 @@ def lock_file(path: Path, *, shared: bool) -> int | None:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, how)
+            if same_file(fd, path):
+                return fd
         except BlockingIOError:
             os.close(fd)
             return None
         except BaseException:
             os.close(fd)
             raise
-        if same_file(fd, path):
-            return fd
         os.close(fd)
 
 

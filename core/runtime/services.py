@@ -22,6 +22,7 @@ from deck.chat.turns import Turns
 from deck.errors import InvalidParams, ServiceError
 from deck.events import ConversationReset
 from deck.runtime.rpc import rpc
+from deck.states import AgentState
 
 if TYPE_CHECKING:
     from deck.runtime.deck import Deck
@@ -32,6 +33,7 @@ class AgentService:
 
     def __init__(self, deck: Deck) -> None:
         self.deck = deck
+        self._deleting: dict[str, asyncio.Lock] = {}  # per agent: DeleteSession's runs, one at a time
 
     @rpc("AgentService.List")
     async def list_agents(self) -> list[dict[str, Any]]:
@@ -81,16 +83,19 @@ class AgentService:
         agent = self.deck.agent(name)
         if not sessionId.strip():
             raise ServiceError("empty sessionId: name one of the agent's sessions")
-        if sessionId == agent.session_id and agent.running:
-            raise ServiceError(f"{sessionId} is {name}'s current session: start a new conversation first")
-        started_here = not agent.running
-        if started_here:
-            await agent.start(session=False)
-        try:
-            await agent.delete_session(sessionId)
-        finally:
+        async with self._deleting.setdefault(name, asyncio.Lock()):  # one run for deleting at a time
+            if agent.state is AgentState.STARTING:
+                await agent.start()  # someone else's start: it goes on, and serves the delete too
+            if sessionId == agent.session_id and agent.running:
+                raise ServiceError(f"{sessionId} is {name}'s current session: start a new conversation first")
+            started_here = not agent.running
             if started_here:
-                await agent.stop()
+                await agent.start(session=False)
+            try:
+                await agent.delete_session(sessionId)
+            finally:
+                if started_here:
+                    await agent.stop()
         return {"agent": name, "sessionId": sessionId}
 
     @rpc("AgentService.Logout")

@@ -6,7 +6,9 @@ the agent's stays. Real `deck` processes and fake agents; what deck sent read ba
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
 from pathlib import Path
 
@@ -166,3 +168,57 @@ def test_forget_takes_a_whole_id_and_says_so_for_the_start_of_one(tmp_path: Path
     huge = recorded.cli("history", "--forget", "x" * 100_000)
     assert huge.returncode == 1 and len(huge.stderr) < 200, huge.stderr
     assert recorded.only_conversation() == row  # nothing forgotten
+
+
+@pytest.mark.anyio
+async def test_a_message_sent_while_the_agent_runs_for_a_delete_waits_for_that_run_then_has_its_session(
+    make_deck, tmp_path: Path
+) -> None:
+    requests = tmp_path / "requests.jsonl"
+    deck, rec = make_deck(agent_block("a", "--delete", "--handshake-delay", "0.3", "--requests", str(requests)))
+    delete = asyncio.ensure_future(deck.call("AgentService.DeleteSession", {"name": "a", "sessionId": "s-older"}))
+    await rec.wait_event("agent:state", agent="a", state="starting")
+    await deck.call("ChatService.Send", {"agent": "a", "text": "hello"})
+    assert await delete == {"agent": "a", "sessionId": "s-older"}
+    await rec.wait(lambda r: any(not t["busy"] for t in r.named("turn:changed", "a")), timeout=20)
+    reply = deck.conversation_of("a").messages[-1]
+    assert reply.role == "agent" and reply.error is None and reply.done
+    methods = [json.loads(line)["method"] for line in requests.read_text().splitlines()]
+    assert methods == ["initialize", "session/delete", "initialize", "session/new", "session/prompt"]
+
+
+@pytest.mark.anyio
+async def test_a_delete_that_comes_while_the_agent_starts_for_a_message_leaves_it_running(
+    make_deck, tmp_path: Path
+) -> None:
+    requests = tmp_path / "requests.jsonl"
+    deck, rec = make_deck(agent_block("a", "--delete", "--handshake-delay", "0.3", "--requests", str(requests)))
+    await deck.call("ChatService.Send", {"agent": "a", "text": "hello"})
+    await rec.wait_event("agent:state", agent="a", state="starting")
+    assert await deck.call("AgentService.DeleteSession", {"name": "a", "sessionId": "s-older"})
+    await rec.wait(lambda r: any(not t["busy"] for t in r.named("turn:changed", "a")), timeout=20)
+    assert deck.agent("a").running and deck.conversation_of("a").messages[-1].error is None
+    methods = [json.loads(line)["method"] for line in requests.read_text().splitlines()]
+    assert methods.count("initialize") == 1 and "session/delete" in methods and "session/prompt" in methods
+
+
+@pytest.mark.anyio
+async def test_a_session_lock_let_go_of_by_another_deck_this_instant_is_taken_all_the_same(tmp_path: Path) -> None:
+    """A deck letting go of a session's lock holds it alone for an instant (to remove the file if it
+    was the last holder): a deck taking it then waits for that instant rather than run unprotected."""
+    import fcntl
+
+    from deck.agent import inuse
+
+    path = inuse.lock_path("a", "s1")
+    path.parent.mkdir(parents=True)
+    other = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    asyncio.get_running_loop().call_later(0.05, os.close, other)
+    held = await inuse.hold("a", "s1")
+    assert held is not None
+    with pytest.raises(Exception, match="a is running in session s1"):
+        with inuse.unused("a", "s1"):
+            pass
+    held.release()
+    assert not path.exists()
