@@ -53,8 +53,8 @@ for v in $(env | sed -n 's/^\\(GIT_[A-Za-z0-9_]*\\)=.*/\\1/p'); do unset "$v"; d
 export {exports}
 command -v git >/dev/null 2>&1 || exit 127
 """
-#: git in folder $1 with the rest of the arguments.
-GIT_SCRIPT = GIT_PREAMBLE + 'exec git "$@"\n'
+#: git in folder $1 with the rest of the arguments; its own exit 255 made 254, as 255 is ssh's alone.
+GIT_SCRIPT = GIT_PREAMBLE + 'git "$@"; r=$?; [ "$r" -ne 255 ] || r=254; exit "$r"\n'
 #: git (`rev-parse --show-toplevel`) in folder $1: the top of its repository and $1, both resolved,
 #: each followed by NUL (exit 4 in no repository).
 TOP_SCRIPT = GIT_PREAMBLE + """\
