@@ -180,7 +180,8 @@ class Attached(Lines):
         assert self.popen.stdout is not None and self.popen.stderr is not None
         target = self.feed if json_lines else self._keep
         threading.Thread(target=target, args=(self.popen.stdout,), daemon=True).start()
-        threading.Thread(target=self._keep_err, daemon=True).start()
+        self._err_thread = threading.Thread(target=self._keep_err, daemon=True)
+        self._err_thread.start()
 
     def _keep(self, stream: Any) -> None:
         for line in stream:
@@ -204,7 +205,10 @@ class Attached(Lines):
         self.send(json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}))
 
     def wait(self, timeout: float = 20.0) -> int:
-        return self.popen.wait(timeout)
+        """Its exit code, once it exited and all it wrote to stderr is in `err`."""
+        code = self.popen.wait(timeout)
+        self._err_thread.join(timeout)
+        return code
 
 
 @pytest.fixture
