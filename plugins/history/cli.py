@@ -203,30 +203,31 @@ def _forget(conversation_id: str) -> None:
     if not conversation_id.strip() or conversation_id.startswith("-"):  # `--forget --all` took the next option
         _fail(f"--forget needs a conversation ID (from `deck history`), not {shown}", ExitCode.USAGE)
     store = _open()
-    stored = None if store is None else _closing(store, lambda: _take(store, conversation_id))
+    if store is None:
+        _fail(f"no conversation {shown} in the history (no history yet)")
+    stored, starts = _closing(store, lambda: _take(store, conversation_id))
     if stored is None:
-        _fail(f"no conversation {shown} in the history" + (_whole_id_hint(conversation_id) if store else " (no history yet)"))
+        _fail(f"no conversation {shown} in the history" + _whole_id_hint(conversation_id, starts))
     typer.echo(f"forgot conversation {conversation_id}")
     if stored["sessionId"]:
         _delete_session(stored["agent"], stored["sessionId"], stored["configPath"])
 
 
-def _whole_id_hint(wanted: str) -> str:
-    """`--forget` deletes by whole id only: where `wanted` starts ids, say so and name them."""
-    store = _open()
-    ids = [] if store is None else _closing(store, lambda: store.ids_starting(wanted, CANDIDATES_SHOWN + 1))
+def _take(store: HistoryStore, conversation_id: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """The conversation as it was stored (no messages), deleted from the history; else None, and
+    the ids `conversation_id` starts (`--forget` takes a whole id only)."""
+    stored = store.get(conversation_id, tail=0)
+    if stored is None:
+        return None, store.ids_starting(conversation_id, CANDIDATES_SHOWN + 1)
+    store.forget(conversation_id)
+    return stored, []
+
+
+def _whole_id_hint(wanted: str, ids: list[str]) -> str:
     if not ids:
         return ""
     shown = ", ".join(ids[:CANDIDATES_SHOWN]) + (", …" if len(ids) > CANDIDATES_SHOWN else "")
     return f"; --forget takes a whole id, and {wanted!r} starts {shown}"
-
-
-def _take(store: HistoryStore, conversation_id: str) -> dict[str, Any] | None:
-    """The conversation as it was stored (no messages), deleted from the history; None if there is none."""
-    stored = store.get(conversation_id, tail=0)
-    if stored is not None:
-        store.forget(conversation_id)
-    return stored
 
 
 def _delete_session(agent: str, session_id: str, config_path: str) -> None:
