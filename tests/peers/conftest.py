@@ -78,6 +78,11 @@ def agent_toml(name: str, command: list[str], cwd: Path, env: dict[str, str] | N
     return "\n".join(lines) + "\n"
 
 
+def on_testbox(sshd: Any) -> dict[str, Any]:
+    """An agent table's keys that run it on the tests' sshd (tests/sshd.py), on a connection of its own."""
+    return {"host": "testbox", "ssh": ["-F", str(sshd.config), "-o", "ControlPath=none"]}
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh HOME and XDG tree for deck and its agents; credential variables removed."""

@@ -5,7 +5,6 @@ permission; the model is tests/peers/fake_openai.py, its key only in the agent's
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import psutil
@@ -13,7 +12,7 @@ import pytest
 
 from tests.sshd import sshd  # noqa: F401 (a fixture)
 
-from .conftest import codex_command, processes_in
+from .conftest import agent_toml, codex_command, on_testbox, processes_in
 from .fake_openai import FakeOpenAI, Reply, last_user_text, provider_args, tool_outputs
 from .test_codex_acp import FAKE_KEY
 
@@ -27,13 +26,8 @@ async def test_codex_on_a_remote_host_applies_its_own_patch(peer_deck, sshd, wor
     with FakeOpenAI(lambda body: script[min(len(fake.turns), len(script)) - 1]) as fake:
         # HOME is the agent's CODEX_HOME's parent: a fresh ~/.codex, no real login or config of this machine.
         env = {"OPENAI_API_KEY": FAKE_KEY, "HOME": str(home)}
-        table = (
-            f"[agents.codex]\ncommand = {json.dumps(codex_command() + provider_args(fake.url))}\n"
-            f'cwd = {json.dumps(str(workdir))}\nauthMethod = "openai-api-key"\n'
-            f'host = "testbox"\nssh = ["-F", {json.dumps(str(sshd.config))}, "-o", "ControlPath=none"]\n'
-            "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }\n"
-        )
-        pd = peer_deck(table)
+        command = codex_command() + provider_args(fake.url)
+        pd = peer_deck(agent_toml("codex", command, workdir, env, authMethod="openai-api-key", **on_testbox(sshd)))
         pd.deck.chat.send("codex", "write the remote file")
         request = await pd.rec.wait_event("permission:requested", agent="codex", timeout=90)
         assert not target.exists()

@@ -5,14 +5,13 @@ permission; the model is tests/peers/fake_anthropic.py."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import pytest
 
 from tests.sshd import sshd  # noqa: F401 (a fixture)
 
-from .conftest import claude_command, processes_in
+from .conftest import agent_toml, claude_command, on_testbox, processes_in
 from .fake_anthropic import FakeAnthropic, Reply
 from .test_claude_agent_acp import QUIET
 
@@ -27,12 +26,7 @@ async def test_claude_code_on_a_remote_host_writes_its_own_files(peer_deck, sshd
     ]
     with FakeAnthropic(lambda body: script[min(len(fake.turns), len(script)) - 1]) as fake:
         env = {**QUIET, "ANTHROPIC_BASE_URL": fake.url, "ANTHROPIC_API_KEY": "sk-ant-fake-key", "HOME": str(home)}
-        table = (
-            f"[agents.claude]\ncommand = {json.dumps(claude_command())}\ncwd = {json.dumps(str(workdir))}\n"
-            f'host = "testbox"\nssh = ["-F", {json.dumps(str(sshd.config))}, "-o", "ControlPath=none"]\n'
-            "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }\n"
-        )
-        pd = peer_deck(table)
+        pd = peer_deck(agent_toml("claude", claude_command(), workdir, env, **on_testbox(sshd)))
         pd.deck.chat.send("claude", "write the remote file")
         request = await pd.rec.wait_event("permission:requested", agent="claude", timeout=90)
         assert not target.exists()
