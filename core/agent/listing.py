@@ -17,6 +17,14 @@ MAX_SESSIONS = 1000
 MAX_SESSION_STRING = 200
 
 
+def check_session_id(session_id: str) -> None:
+    """Refuse a session id no agent gives: empty, or longer than a listing keeps (MAX_SESSION_STRING)."""
+    if not session_id.strip():
+        raise ServiceError("empty sessionId: name one of the agent's sessions")
+    if len(session_id) > MAX_SESSION_STRING:
+        raise ServiceError(f"sessionId too long: {len(session_id)} characters, at most {MAX_SESSION_STRING}")
+
+
 async def list_sessions(conn: Connection, cwd: str, name: str, timeout: float) -> list[dict[str, Any]]:
     """The sessions agent `name` keeps in `cwd`, `[{sessionId, cwd, title, updatedAt}]` as it
     orders them; each page must come within `timeout` seconds."""

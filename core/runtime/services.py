@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
+from deck.agent.listing import check_session_id
 from deck.chat.approval import Approval
 from deck.chat.book import Conversations
 from deck.chat.conversation import Conversation
@@ -81,8 +82,7 @@ class AgentService:
         `sessionCapabilities.delete` (what `deck history --forget` asks). An agent that is not
         running is started for it with no session of deck's, and stopped again after."""
         agent = self.deck.agent(name)
-        if not sessionId.strip():
-            raise ServiceError("empty sessionId: name one of the agent's sessions")
+        check_session_id(sessionId)
         async with self._deleting.setdefault(name, asyncio.Lock()):  # one run for deleting at a time
             if agent.state is AgentState.STARTING:
                 await agent.start()  # someone else's start: it goes on, and serves the delete too

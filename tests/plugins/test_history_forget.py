@@ -113,6 +113,8 @@ async def test_the_service_refuses_the_running_agents_current_session_and_delete
         await deck.call("AgentService.DeleteSession", {"name": "a", "sessionId": current})
     with pytest.raises(Exception, match="empty sessionId"):
         await deck.call("AgentService.DeleteSession", {"name": "a", "sessionId": " "})
+    with pytest.raises(Exception, match="sessionId too long: 4194304 characters, at most 200"):
+        await deck.call("AgentService.DeleteSession", {"name": "a", "sessionId": "s" * (4 << 20)})
     done = await deck.call("AgentService.DeleteSession", {"name": "a", "sessionId": "s-older"})
     assert done == {"agent": "a", "sessionId": "s-older"}
     assert sent(requests, "session/delete") == [{"sessionId": "s-older"}]
