@@ -459,10 +459,12 @@ class LineFrontend(Frontend):
         agent, spent = payload.get("agent"), cost_text(payload.get("spent"))
         whose = "its budget" if isinstance(agent, str) else "the total budget"
         refused = "messages to it" if isinstance(agent, str) else "messages to the agents that report a cost"
-        until = "raised or the day turns" if payload.get("period") == "day" else "raised"
+        day = payload.get("period") == "day"
+        until = "raised or the day turns" if day else "raised"
+        period = "per day" if day else "since the server started"
         self.emit(
             agent if isinstance(agent, str) else "deck",
-            f"{whose} is reached: {payload.get('budget')}, {spent} spent; {refused} are refused until it is {until}",
+            f"{whose} is reached: {payload.get('budget')} {period}, {spent} spent; {refused} are refused until it is {until}",
             "yellow",
         )
 

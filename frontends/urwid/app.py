@@ -415,7 +415,8 @@ class ConsoleApp(Handlers):
         s = self.strings
         whose = s("budget_of", agent=e.agent) if e.agent is not None else s("budget_total")
         spent = money(e.spent) or ""
-        self.say(s("budget_reached", whose=whose, budget=e.budget, spent=spent))
+        period = s("per_day") if e.period == "day" else s("since_start")
+        self.say(s("budget_reached", whose=whose, budget=e.budget, period=period, spent=spent))
 
     @handles(ClientsChanged)
     def _clients_changed(self, e: ClientsChanged) -> None:

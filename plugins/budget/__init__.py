@@ -9,7 +9,7 @@ When a cost report takes an agent to one of its budgets, its running turn is can
 note in its conversation, `budget:reached {agent?, budget, spent, period}` goes out (no agent for
 the total: every agent that reports a cost is stopped), and each new message to it is refused
 with an error naming the budget, until the period turns or the config raises the budget (read
-at each message: a change applies at once). An agent that reports no cost is never stopped.
+at each message, and every agent checked again when the file changes: a change applies at once). An agent that reports no cost is never stopped.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from deck import hookimpl, listens
 from deck.errors import ServiceError
-from deck.events import Event, TurnChanged, UsageChanged
+from deck.events import ConfigChanged, Event, TurnChanged, UsageChanged
 from deck.states import AgentState
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 
@@ -153,10 +153,13 @@ class Budgets:
         self._stopping: set[str] = set()  # agents whose turn is being stopped: one note each
 
     @hookimpl
-    @listens(UsageChanged, TurnChanged)
+    @listens(UsageChanged, TurnChanged, ConfigChanged)
     def deck_event(self, event: Event) -> None:
         if isinstance(event, UsageChanged) and event.spent is not None:
             self.check(event.agent)
+        elif isinstance(event, ConfigChanged) and event.valid:
+            for name in list(self.deck.agents):  # a budget lowered under what was spent applies at once
+                self.check(name)
         elif isinstance(event, TurnChanged) and not event.busy:
             self._stopping.discard(event.agent)
 
@@ -179,7 +182,7 @@ class Budgets:
         if key not in self._told:
             self._told.add(key)
             spent = {"amount": round(found.spent, 6), "currency": found.limit[1]}
-            self.deck.emit(BudgetReached(found.label, spent, found.period, found.agent))
+            self.deck.emit(BudgetReached(format_amount(found.limit), spent, found.period, found.agent))
         stopped = [agent] if found.agent is not None else [name for name in self.deck.agents if counted(self.deck, name)]
         for name in stopped:
             self._stop_turn(name, found)

@@ -10,8 +10,8 @@ from deck.events import Event
 
 @dataclass(frozen=True, slots=True)
 class BudgetReached(Event):
-    """A budget is reached: `agent`'s own, or the total when `agent` is None; `budget` names it
-    ("5 USD per day"), `spent` is what was spent in its period (`{amount, currency}`)."""
+    """A budget is reached: `agent`'s own, or the total when `agent` is None; `budget` is its amount
+    as the config gives it ("5 USD"), `period` "day" or "server", `spent` is what was spent in its period (`{amount, currency}`)."""
 
     name: ClassVar[str] = "budget:reached"
     _optional: ClassVar[frozenset[str]] = frozenset({"agent"})

@@ -141,7 +141,8 @@ def _moment(event: Event) -> Moment | None:
         return None if event.busy else Moment(event.agent, "done", "finished its turn", since)
     payload = event.payload()  # budget:reached
     agent, budget = payload.get("agent"), payload.get("budget")
-    return Moment(agent if isinstance(agent, str) else "", "budget", f"budget reached: {budget}", since)
+    period = "per day" if payload.get("period") == "day" else "since the server started"
+    return Moment(agent if isinstance(agent, str) else "", "budget", f"budget reached: {budget} {period}", since)
 
 
 @hookimpl

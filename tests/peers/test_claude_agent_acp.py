@@ -190,7 +190,7 @@ async def test_its_cost_is_counted_and_a_budget_stops_it(peer_deck, workdir):
         cost = usage["usage"]["cost"]
         assert cost["currency"] == "USD" and cost["amount"] > 0 and usage["spent"] == cost  # the session's first
         reached = await pd.rec.wait_event("budget:reached", agent="claude", timeout=30)
-        assert reached["budget"] == "0.000001 USD per day"
+        assert reached["budget"] == "0.000001 USD" and reached["period"] == "day"
         found = await pd.deck.call("DeckService.Usage", {})
         assert found["agents"]["claude"]["spent"] == {"USD": cost["amount"]} and found["notCounted"] == []
         await pd.rec.wait(lambda r: [p for p in r.named("turn:changed", "claude") if not p["busy"]], timeout=60)

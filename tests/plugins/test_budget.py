@@ -33,7 +33,7 @@ def test_an_agent_at_its_budget_is_cancelled_with_a_note_and_refused_while_the_o
     deck = run_deck('[budget]\nperiod = "server"\n' + agent_block("a", budget="1 USD") + agent_block("b"))
     deck.call("ChatService.Send", {"agent": "a", "text": "spend-slowly 0.3"})  # 0.3, 0.6, 0.9, 1.2…
     reached = deck.event("budget:reached", timeout=20)
-    assert reached["agent"] == "a" and reached["budget"] == "1 USD since the server started"
+    assert reached["agent"] == "a" and reached["budget"] == "1 USD" and reached["period"] == "server"
     assert reached["period"] == "server" and reached["spent"]["currency"] == "USD" and reached["spent"]["amount"] >= 1
     ended(deck, "a")
     conversation = deck.call("ChatService.Conversation", {"agent": "a"})
@@ -59,7 +59,7 @@ def test_the_total_stops_every_agent_that_reports_a_cost_but_not_one_whose_cost_
     ended(deck, "a")
     deck.call("ChatService.Send", {"agent": "b", "text": "spend 0.6"})
     reached = deck.event("budget:reached", timeout=20)
-    assert "agent" not in reached and reached["budget"] == "1 USD per day" and reached["spent"] == {"amount": 1.1, "currency": "USD"}
+    assert "agent" not in reached and reached["budget"] == "1 USD" and reached["period"] == "day" and reached["spent"] == {"amount": 1.1, "currency": "USD"}
     ended(deck, "b")
     for agent in ("a", "b"):
         assert "the total budget (1 USD per day) is reached: 1.10 USD spent" in refused(deck, agent)
@@ -82,6 +82,24 @@ def test_a_budget_raised_in_the_config_applies_at_once(run_deck, tmp_path: Path)
     deck.call("ChatService.Send", {"agent": "a", "text": "spend 1"})  # 2 of 3: on it goes
     ended(deck, "a", 2)
     assert len(deck.events("budget:reached")) == 1
+
+
+def test_a_budget_lowered_under_what_was_spent_stops_the_running_turn_at_once(run_deck, tmp_path: Path) -> None:
+    deck = run_deck(agent_block("a", budget="5 USD") + agent_block("b", budget="5 USD"))
+    for agent in ("a", "b"):
+        deck.call("ChatService.Send", {"agent": agent, "text": "spend 0.6"})
+        ended(deck, agent)
+    deck.call("ChatService.Send", {"agent": "a", "text": "slow"})
+    deck.wait_line(lambda e: e.get("event") == "message:delta" and e["agent"] == "a" and "tick" in json.dumps(e), timeout=20)
+    config = tmp_path / "deck.toml"
+    config.write_text(config.read_text().replace('budget = "5 USD"', 'budget = "0.5 USD"'))
+    reached = [deck.event("budget:reached", agent=agent, timeout=20) for agent in ("a", "b")]  # b idle: told all the same
+    assert [r["budget"] for r in reached] == ["0.5 USD", "0.5 USD"] and reached[0]["spent"] == {"amount": 0.6, "currency": "USD"}
+    ended(deck, "a", 2)
+    messages = deck.call("ChatService.Conversation", {"agent": "a"})["messages"]
+    assert [m.get("code") for m in messages if m["role"] == "system"] == ["budget-reached"]
+    assert [m for m in messages if m["role"] == "agent"][-1]["stopReason"] == "cancelled"
+    assert "the budget of b (0.5 USD per day) is reached" in refused(deck, "b")
 
 
 def test_a_days_budget_holds_across_a_restart(run_deck) -> None:
