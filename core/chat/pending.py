@@ -109,6 +109,9 @@ class PendingRequests:
         self.unattended = False
         #: `--approve` patterns: a permission request they name is approved without asking.
         self.approvals: tuple[Approval, ...] = ()
+        #: Agents whose turn was cancelled and has not ended yet: what they ask meanwhile is cancelled
+        #: at once (ACP: the client answers every request of a cancelled turn `cancelled`).
+        self.stopping: set[str] = set()
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -139,6 +142,9 @@ class PendingRequests:
     async def ask_permission(self, asker: Asker, params: dict[str, Any]) -> dict[str, Any]:
         """An ACP `session/request_permission` → its answer: granted by a rule, or by the user."""
         agent = asker.agent
+        if agent.name in self.stopping:
+            agent.log("deck: permission request after session/cancel answered cancelled")
+            return CANCELLED_PERMISSION
         raw_options = params.get("options")
         options = (
             [o for o in raw_options if isinstance(o, dict) and isinstance(o.get("optionId"), str)]
@@ -174,6 +180,9 @@ class PendingRequests:
         fields; a URL (mode `url`, an http or https address) is shown, and the user goes ahead (any
         answer, `{}`) or declines. Any other mode, or a URL of another scheme, is declined."""
         agent = asker.agent
+        if agent.name in self.stopping:
+            agent.log("deck: elicitation/create after session/cancel answered cancelled")
+            return CANCELLED_QUESTION
         mode = params.get("mode", "form")
         url = params.get("url")
         if mode == "url":

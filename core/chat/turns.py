@@ -75,6 +75,7 @@ class Turns:
         abandoned = _abandon_queue(conv, "cancelled")
         cancelled = conv.busy
         if conv.busy:
+            self._pending.stopping.add(agent.name)
             if agent.session is not None:
                 agent.session.cancel()
             given = self._cancels.get(agent.name)
@@ -196,6 +197,8 @@ class Turns:
                     conv.finish(reply, None, f"the agent's answer has no stopReason: {str(result)[:200]}")
         finally:
             del self._cancels[agent.name]
+            self._pending.stopping.discard(agent.name)
+            self._pending.cancel_agent(agent.name)  # asked and left unanswered by a turn that is over
             conv.busy = False
             agent.release()
             self._changed(conv)

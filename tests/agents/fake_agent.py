@@ -31,7 +31,8 @@ loadSession; session/load is never answered).
 
 Prompt commands (first word): `stream N` (N chunks), `slow` (a chunk every 50 ms
 until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7),
-`perm` (a tool call asking permission), `read PATH`, `write PATH TEXT`,
+`perm` (a tool call asking permission), `perm-after-cancel` (like slow; once cancelled, a
+permission request, its outcome chunked), `perm-and-end` (a permission request left unanswered as the turn ends), `read PATH`, `write PATH TEXT`,
 `question`, `late` (an update after the response), `error` (a JSON-RPC error),
 `badtext` (chunks whose text is not a string, then "ok"),
 `thought`, `tools`, `plan`, `usage`, `cost AMOUNT [CURRENCY]`, `spend AMOUNT` (the session's
@@ -207,6 +208,22 @@ def turn(rid, sid: str, text: str) -> None:
         chunk(sid, f"permission: {chosen}")
         if chosen == "cancelled" or sid in cancelled:
             result["stopReason"] = "cancelled"
+    elif word == "perm-after-cancel":
+        while sid not in cancelled:
+            chunk(sid, "tick ")
+            time.sleep(0.05)
+        answer = ask("session/request_permission", {
+            "sessionId": sid, "toolCall": {"toolCallId": "t2", "title": "Late edit"},
+            "options": [{"optionId": "yes", "name": "Allow", "kind": "allow_once"}]})
+        chunk(sid, "late permission: " + json.dumps(answer.get("result")))
+        result["stopReason"] = "cancelled"
+    elif word == "perm-and-end":
+        forgotten = next(ids)
+        waiting[forgotten] = (threading.Event(), [])
+        send({"id": forgotten, "method": "session/request_permission", "params": {
+            "sessionId": sid, "toolCall": {"toolCallId": "t3", "title": "Forgotten edit"},
+            "options": [{"optionId": "yes", "name": "Allow", "kind": "allow_once"}]}})
+        chunk(sid, "asked, not waiting")
     elif word == "perm-always-first":  # options in the order Claude Code's adapter sends them
         answer = ask("session/request_permission", {
             "sessionId": sid, "toolCall": {"toolCallId": "t1", "title": "Edit greet.py", "kind": "edit"},

@@ -251,7 +251,7 @@ async def test_two_worktrees_sharing_20000_files_make_one_overlap_and_hold_no_lo
     assert rows["a"]["changedFiles"] == rows["b"]["changedFiles"] == 20_000
     overlap = {"file": names[0], "agents": ["a", "b"], "files": names[:50], "count": 20_000}
     assert rec.named("worktree:overlap") == [overlap]
-    assert max(gaps) < 0.1, f"the event loop was held {max(gaps):.2f}s"  # 20,000 events: 0.25 s
+    assert max(gaps) < 0.2, f"the event loop was held {max(gaps):.2f}s"  # on the loop: 0.25 s quiet, more when busy
 
     for name in names[:19_990]:
         os.unlink(Path(deck.agents["b"].cwd) / name)

@@ -113,6 +113,25 @@ async def test_cancel_answers_a_pending_permission_cancelled(make_deck):
         deck.chat.answer_permission(request["id"], "yes")
 
 
+async def test_a_permission_asked_after_the_cancel_is_answered_cancelled_and_never_waits(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    user = deck.chat.turns.send("a", "perm-after-cancel")
+    await rec.wait_event("message:delta", agent="a")
+    deck.chat.cancel("a")
+    reply = await wait_reply(deck, rec, user)
+    assert 'late permission: {"outcome": {"outcome": "cancelled"}}' in reply.text
+    assert rec.named("permission:requested") == [] and deck.chat.pending.inbox() == []
+
+
+async def test_a_permission_left_unanswered_by_a_turn_that_ended_leaves_the_inbox(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    user = deck.chat.turns.send("a", "perm-and-end")
+    request = await rec.wait_event("permission:requested", agent="a")
+    await wait_reply(deck, rec, user)
+    await rec.wait_event("permission:resolved", id=request["id"])
+    assert deck.chat.pending.inbox() == []
+
+
 async def test_late_updates_after_a_cancel_never_reach_the_next_turn(make_deck):
     deck, rec = make_deck(agent_block("a"))
     user = deck.chat.turns.send("a", "cancel-late")
