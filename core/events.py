@@ -167,14 +167,17 @@ class PermissionResolved(Event):
 
 @dataclass(frozen=True, slots=True)
 class UsageChanged(Event):
-    """What the agent's session reports it used (`usage` is `{used, size, cost?}`) and, when its cost
-    grew, by how much (`spent`, `{amount, currency}`: what the deck's spending counts)."""
+    """What the agent's session reports it used (`usage` is `{used, size, cost?, tokens?}`) and, when
+    its cost grew, by how much (`spent`, `{amount, currency}`: what the deck's spending counts);
+    `tokens` when a prompt response reported the tokens its turn used (`usage.tokens` sums them
+    over the conversation)."""
 
     name: ClassVar[str] = "usage:changed"
-    _optional: ClassVar[frozenset[str]] = frozenset({"spent"})
+    _optional: ClassVar[frozenset[str]] = frozenset({"spent", "tokens"})
     agent: str
     usage: dict[str, Any]
     spent: dict[str, Any] | None = None
+    tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

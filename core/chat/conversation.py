@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deck.acp.updates import as_string, block_text, choice, dicts, tool_id, tool_part
-from deck.chat.spending import Bill, Money, money
+from deck.chat.spending import TOKENS, Bill, Money, money, tokens_of
 from deck.config.models import CONVERSATION_MAX, MESSAGE_MAX
 from deck.events import (
     ConversationChanged,
@@ -397,6 +397,8 @@ class Conversation:
         cost = money(usage.get("cost")) if usage else None
         if cost is not None:
             self.usage["cost"] = cost
+        if usage and (tokens := _count(usage.get("tokens"))) > 0:
+            self.usage["tokens"] = tokens
         self.bill = Bill(cost)
         self.queue.clear()
         self.current = None
@@ -792,8 +794,20 @@ class Conversation:
             spent = self.bill.spent(cost)
             if spent is not None:
                 self.spend(spent)
+        if "tokens" in self.usage:
+            usage["tokens"] = self.usage["tokens"]
         self.usage = usage
         self.emit(UsageChanged(self.agent, usage, spent))
+
+    def turn_usage(self, reply: Message, usage: dict[str, Any]) -> None:
+        """A prompt response's `usage`: kept on its answer as sent, and the tokens it reports added
+        to the conversation's (`usage.tokens`) and to the deck's count."""
+        reply.usage = usage
+        tokens = tokens_of(usage)
+        if tokens > 0:
+            self.usage = {**self.usage, "tokens": self.usage.get("tokens", 0) + tokens}
+            self.spend({"amount": tokens, "currency": TOKENS})
+            self.emit(UsageChanged(self.agent, self.usage, None, tokens))
 
     _handlers: dict[str, Callable[[Conversation, dict[str, Any]], None]] = {
         "agent_message_chunk": _chunk,

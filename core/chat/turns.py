@@ -189,7 +189,7 @@ class Turns:
                 conv.finish(reply, "cancelled", why)
             else:
                 if isinstance(result.get("usage"), dict):
-                    reply.usage = result["usage"]
+                    conv.turn_usage(reply, result["usage"])
                 stop = result.get("stopReason")
                 if isinstance(stop, str):
                     conv.finish(reply, stop)

@@ -37,14 +37,19 @@ def usage(
 
 
 def _by_agent(found: dict[str, Any]) -> list[str]:
-    lines = [f"{'agent':<16} {'context':<24} {'conversation':<14} {'since start':<14} today"]
+    lines = [f"{'agent':<16} {'context':<24} {'tokens':<12} {'conversation':<14} {'since start':<14} today"]
     for name, row in found["agents"].items():
         context = f"{row['used']:,}/{row['size']:,} tokens" if row["size"] else f"{row['used']:,} tokens"
+        used = f"{row['tokens']['conversation']:,}" if row["tokens"]["conversation"] else "-"
         if row["cost"] is None and not row["spent"]:
-            lines.append(f"{name:<16} {context:<24} cost unknown (not counted)")
+            lines.append(f"{name:<16} {context:<24} {used:<12} cost unknown (not counted)")
             continue
-        lines.append(f"{name:<16} {context:<24} {_money(row['cost']):<14} {_sum(row['spent']):<14} {_sum(row['today'])}")
+        lines.append(
+            f"{name:<16} {context:<24} {used:<12} {_money(row['cost']):<14} {_sum(row['spent']):<14} {_sum(row['today'])}"
+        )
     line = f"total: {_sum(found['sinceStart'])} since the server started, {_sum(found['today'])} today"
+    if found["tokens"]["sinceStart"]:
+        line += f"; {found['tokens']['sinceStart']:,} tokens since the server started, {found['tokens']['today']:,} today"
     if found["notCounted"]:
         line += f" (not counted, cost unknown: {', '.join(found['notCounted'])})"
     return [*lines, line]
@@ -57,7 +62,8 @@ def _by_day(found: dict[str, Any]) -> list[str]:
     lines = []
     for day in days:
         agents = ", ".join(f"{name} {_sum(totals)}" for name, totals in sorted(day["agents"].items()))
-        lines.append(f"{day['day']}  {_sum(day['total'])}  ({agents})")
+        tokens = f"  {day['tokens']:,} tokens" if day.get("tokens") else ""
+        lines.append(f"{day['day']}  {_sum(day['total'])}  ({agents}){tokens}")
     if found["notCounted"]:
         lines.append(f"not counted, cost unknown: {', '.join(found['notCounted'])}")
     return lines

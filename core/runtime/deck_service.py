@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from deck.chat.spending import money
+from deck.chat.spending import TOKENS, add_to, money
 from deck.errors import ServiceError
 from deck.events import now_iso
 from deck.runtime.rpc import rpc
@@ -51,12 +51,14 @@ class DeckService:
     async def usage(self, by: str = "agent") -> dict[str, Any]:
         """Context used and cost of each agent's current conversation, and what the agents spent:
 
-        `{agents: {name: {used, size, cost, spent, today}}, total, sinceStart, today, notCounted}`:
-        `cost` is the conversation's (`{amount, currency}`, null when the agent reports none: its
-        cost is unknown, never 0, and it is in `notCounted`); `spent` since the deck started and
-        `today` are currency → amount; `total` sums the conversations' costs. `by="day"` adds
-        `days: [{day, total, agents: {name: {currency: amount}}}]`, oldest first, from the
-        history when it is on (every day it kept), else from this deck's run."""
+        `{agents: {name: {used, size, cost, spent, today, tokens}}, total, sinceStart, today, tokens,
+        notCounted}`: `cost` is the conversation's (`{amount, currency}`, null when the agent reports
+        none: its cost is unknown, never 0, and it is in `notCounted`); `spent` since the deck
+        started and `today` are currency → amount; `total` sums the conversations' costs. `tokens`
+        counts what the prompt responses' `usage` reported: `{conversation, sinceStart, today}` per
+        agent, `{sinceStart, today}` in all. `by="day"` adds `days: [{day, total, agents: {name:
+        {currency: amount}}, tokens}]`, oldest first, from the history when it is on (every day it
+        kept), else from this deck's run."""
         if by not in ("agent", "day"):
             raise ServiceError(f"unknown grouping {by!r}: use agent or day")
         spending = self.deck.spending
@@ -66,16 +68,21 @@ class DeckService:
         for name in self.deck.agents:
             usage = self.deck.conversation_of(name).usage
             cost = money(usage.get("cost"))
+            tokens = {
+                "conversation": usage.get("tokens", 0), "sinceStart": spending.tokens(name, since_start=True),
+                "today": spending.tokens(name),
+            }  # fmt: skip
             agents[name] = {
                 "used": usage.get("used", 0), "size": usage.get("size", 0), "cost": cost,
-                "spent": spending.since_start(name), "today": spending.on(agent=name),
+                "spent": spending.since_start(name), "today": spending.on(agent=name), "tokens": tokens,
             }  # fmt: skip
             if cost is None and not agents[name]["spent"]:
                 unknown.append(name)
             elif cost is not None:
-                total[cost["currency"]] = total.get(cost["currency"], 0.0) + cost["amount"]
+                add_to(total, cost["currency"], cost["amount"])
         found: dict[str, Any] = {
             "agents": agents, "total": total, "sinceStart": spending.since_start(), "today": spending.on(),
+            "tokens": {"sinceStart": spending.tokens(since_start=True), "today": spending.tokens()},
             "notCounted": unknown,
         }  # fmt: skip
         if by == "day":
@@ -98,13 +105,20 @@ class DeckService:
                 for agent, totals in by_agent.items()
                 for currency, amount in totals.items()
             ]
+            rows += [
+                {"day": day, "agent": agent, "currency": TOKENS, "amount": tokens}
+                for day, by_agent in sorted(spending.token_days.items())
+                for agent, tokens in by_agent.items()
+            ]
         days: dict[str, dict[str, Any]] = {}
         for row in rows:
-            day = days.setdefault(row["day"], {"day": row["day"], "total": {}, "agents": {}})
+            day = days.setdefault(row["day"], {"day": row["day"], "total": {}, "agents": {}, "tokens": 0})
             currency, amount = row["currency"], row["amount"]
-            day["total"][currency] = day["total"].get(currency, 0.0) + amount
-            by_agent = day["agents"].setdefault(row["agent"], {})
-            by_agent[currency] = by_agent.get(currency, 0.0) + amount
+            if currency == TOKENS:
+                day["tokens"] += int(amount)
+                continue
+            add_to(day["total"], currency, amount)
+            add_to(day["agents"].setdefault(row["agent"], {}), currency, amount)
         return [days[day] for day in sorted(days)]
 
     @rpc("DeckService.Shutdown")

@@ -391,6 +391,8 @@ class HistoryRecorder:
         spent = event.spent
         if spent is not None:
             self.writer.spend(self.deck.spending.clock(), self.config, event.agent, spent["currency"], spent["amount"])
+        if event.tokens:
+            self.writer.spend(self.deck.spending.clock(), self.config, event.agent, self.deck.spending.TOKENS, event.tokens)
 
     def _sync_session(self, agent: str) -> None:
         cid = self.current.get(agent)

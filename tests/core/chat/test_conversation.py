@@ -122,8 +122,11 @@ async def test_session_level_updates(make_deck):
 async def test_usage_update_and_turn_stats(make_deck):
     deck, rec = make_deck(agent_block("a"))
     reply = await ask(deck, rec, "usage")
-    assert rec.named("usage:changed") == [{"agent": "a", "usage": {"used": 1000, "size": 200000}}]
-    assert (await deck.chat.conversation_snapshot("a"))["usage"] == {"used": 1000, "size": 200000}
+    assert rec.named("usage:changed") == [
+        {"agent": "a", "usage": {"used": 1000, "size": 200000}},
+        {"agent": "a", "usage": {"used": 1000, "size": 200000, "tokens": 30}, "tokens": 30},  # the prompt response's
+    ]
+    assert (await deck.chat.conversation_snapshot("a"))["usage"] == {"used": 1000, "size": 200000, "tokens": 30}
     wire = reply.to_dict()
     assert wire["usage"] == {"totalTokens": 30, "inputTokens": 10, "outputTokens": 20}
     assert isinstance(wire["durationMs"], int) and wire["durationMs"] >= 0

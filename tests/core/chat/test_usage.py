@@ -8,7 +8,7 @@ from datetime import date
 
 import pytest
 from deck.chat.conversation import Conversation
-from deck.chat.spending import Bill, Spending
+from deck.chat.spending import TOKENS, Bill, Spending, tokens_of
 from deck.errors import ServiceError
 
 from tests.conftest import agent_block
@@ -44,6 +44,31 @@ def test_spending_sums_per_agent_since_start_and_per_day() -> None:
     assert spending.on() == {"EUR": 2.0} and spending.on(agent="b") == {}
 
 
+def test_sums_of_costs_read_as_the_user_adds_them() -> None:
+    spending = Spending(clock=lambda: "2026-12-01")
+    for amount in (0.1, 0.2, 0.6):
+        spending.add("a", usd(amount))
+    assert spending.since_start() == {"USD": 0.9}  # not 0.8999999999999999
+    bill = Bill(usd(0.4))
+    assert bill.spent(usd(0.6)) == usd(0.2)  # not 0.19999999999999996
+
+
+def test_tokens_are_counted_apart_from_every_currency() -> None:
+    day = ["2026-12-01"]
+    spending = Spending(clock=lambda: day[0])
+    spending.seed("2026-12-01", "a", TOKENS, 100)
+    spending.add("a", {"amount": 30, "currency": TOKENS})
+    day[0] = "2026-12-02"
+    spending.add("b", {"amount": 5, "currency": TOKENS})
+    assert spending.since_start() == {} and spending.on("2026-12-01") == {}  # no cost
+    assert spending.tokens(since_start=True) == 35 and spending.tokens("a", since_start=True) == 30
+    assert spending.tokens(day="2026-12-01") == 130 and spending.tokens() == 5 and spending.tokens("a") == 0
+    assert tokens_of({"totalTokens": 30, "inputTokens": 10}) == 30
+    assert tokens_of({"inputTokens": 10, "outputTokens": 20}) == 30  # no total: input plus output
+    for bad in ({"totalTokens": -5}, {"totalTokens": 1.5}, {"totalTokens": True}, {"totalTokens": "30"}, None, [], {}):
+        assert tokens_of(bad) == 0
+
+
 def test_a_restored_conversation_counts_only_what_its_resumed_session_adds() -> None:
     spent: list[dict] = []
     conv = Conversation("a", lambda event: None, spend=spent.append)
@@ -75,12 +100,18 @@ async def test_each_report_emits_what_it_spent_and_the_deck_sums_it(make_deck) -
                        >= (2 if text == "spend 0.25" else 1))  # fmt: skip
     spent = [p.get("spent") for p in rec.named("usage:changed", "a")]
     assert spent == [usd(0.5), usd(0.25)]
-    assert [p.get("spent") for p in rec.named("usage:changed", "b")] == [None]
+    # b: its usage_update, then its prompt response's 30 tokens
+    assert [(p.get("spent"), p.get("tokens")) for p in rec.named("usage:changed", "b")] == [(None, None), (None, 30)]
+    assert deck.conversation_of("b").usage == {"used": 1000, "size": 200000, "tokens": 30}
     found = await deck.call("DeckService.Usage", {"by": "day"})
     assert found["agents"]["a"]["spent"] == found["agents"]["a"]["today"] == {"USD": 0.75}
     assert found["agents"]["a"]["cost"] == usd(0.75) and found["agents"]["b"]["cost"] is None
-    assert found["sinceStart"] == {"USD": 0.75} and found["notCounted"] == ["b"]
-    assert found["days"] == [{"day": date.today().isoformat(), "total": {"USD": 0.75}, "agents": {"a": {"USD": 0.75}}}]
+    assert found["sinceStart"] == {"USD": 0.75} and found["notCounted"] == ["b"]  # tokens are no cost
+    assert found["agents"]["b"]["tokens"] == {"conversation": 30, "sinceStart": 30, "today": 30}
+    assert found["agents"]["a"]["tokens"] == {"conversation": 0, "sinceStart": 0, "today": 0}
+    assert found["tokens"] == {"sinceStart": 30, "today": 30}
+    today = date.today().isoformat()
+    assert found["days"] == [{"day": today, "total": {"USD": 0.75}, "agents": {"a": {"USD": 0.75}}, "tokens": 30}]
 
 
 def test_a_days_spending_outlives_a_restart_and_is_listed_per_day(run_deck, tmp_path) -> None:
@@ -89,7 +120,8 @@ def test_a_days_spending_outlives_a_restart_and_is_listed_per_day(run_deck, tmp_
     first.call("ChatService.Send", {"agent": "a", "text": "spend 1"})
     first.event("turn:changed", agent="a", busy=False, timeout=20)
     first.call("ChatService.Send", {"agent": "a", "text": "spend 1"})
-    first.wait_line(lambda e: e.get("event") == "turn:changed" and not e["busy"], count=2, timeout=20)
+    first.call("ChatService.Send", {"agent": "a", "text": "usage"})  # 30 tokens
+    first.wait_line(lambda e: e.get("event") == "turn:changed" and not e["busy"], count=3, timeout=20)
     assert first.call("DeckService.Usage")["sinceStart"] == {"USD": 2.0}
     first.close_stdin()
     assert first.wait(20) == 0
@@ -98,11 +130,12 @@ def test_a_days_spending_outlives_a_restart_and_is_listed_per_day(run_deck, tmp_
     at_start = again.call("DeckService.Usage")
     assert at_start["sinceStart"] == {} and at_start["today"] == {"USD": 2.0}  # from the history
     assert at_start["agents"]["a"]["cost"] == usd(2.0)  # the conversation's, restored with it
+    assert at_start["agents"]["a"]["tokens"] == {"conversation": 30, "sinceStart": 0, "today": 30}
     again.call("ChatService.Send", {"agent": "a", "text": "spend 0.5"})  # the agent's own count began again
     again.event("usage:changed", agent="a", timeout=20)
     found = again.call("DeckService.Usage", {"by": "day"})
     assert found["sinceStart"] == {"USD": 0.5} and found["today"] == {"USD": 2.5}
-    assert found["days"] == [{"day": date.today().isoformat(), "total": {"USD": 2.5}, "agents": {"a": {"USD": 2.5}}}]
+    assert found["days"] == [{"day": date.today().isoformat(), "total": {"USD": 2.5}, "agents": {"a": {"USD": 2.5}}, "tokens": 30}]
 
 
 async def test_usage_by_anything_else_is_refused_with_the_choices(make_deck) -> None:

@@ -75,22 +75,26 @@ def test_usage_sums_the_known_costs_and_says_which_are_unknown(serve, clients) -
     for agent, text in (("a", "cost 0.25 USD"), ("b", "usage"), ("c", "cost 1.5 usd")):
         watcher.request("ChatService.Send", {"agent": agent, "text": text})
         watcher.event("usage:changed", agent=agent, timeout=20)
+    watcher.event("usage:changed", agent="b", tokens=30, timeout=20)  # its prompt response's tokens
     watcher.request("ChatService.Send", {"agent": "a", "text": "cost 0.75 USD"})  # the session's cost so far
     watcher.event("usage:changed", agent="a", usage={"used": 500, "size": 100000, "cost": {"amount": 0.75, "currency": "USD"}})
 
     found = json.loads(cli("usage", "--attach", server.name, "--json").stdout)
     usd = {"amount": 0.75, "currency": "USD"}
-    assert found["agents"]["a"] == {"used": 500, "size": 100000, "cost": usd, "spent": {"USD": 0.75}, "today": {"USD": 0.75}}
-    assert found["agents"]["b"] == {"used": 1000, "size": 200000, "cost": None, "spent": {}, "today": {}}  # never 0
+    none, thirty = {"conversation": 0, "sinceStart": 0, "today": 0}, {"conversation": 30, "sinceStart": 30, "today": 30}
+    assert found["agents"]["a"] == {"used": 500, "size": 100000, "cost": usd, "spent": {"USD": 0.75}, "today": {"USD": 0.75},
+                                    "tokens": none}  # fmt: skip
+    assert found["agents"]["b"] == {"used": 1000, "size": 200000, "cost": None, "spent": {}, "today": {}, "tokens": thirty}  # never 0
     assert found["total"] == found["sinceStart"] == found["today"] == {"USD": 2.25} and found["notCounted"] == ["b"]
     shown = cli("usage", "--attach", server.name).stdout.splitlines()
-    assert shown[1].split() == ["a", "500/100,000", "tokens", "0.75", "USD", "0.75", "USD", "0.75", "USD"]
-    assert shown[2].split() == ["b", "1,000/200,000", "tokens", "cost", "unknown", "(not", "counted)"]
-    assert shown[-1] == "total: 2.25 USD since the server started, 2.25 USD today (not counted, cost unknown: b)"
+    assert shown[1].split() == ["a", "500/100,000", "tokens", "-", "0.75", "USD", "0.75", "USD", "0.75", "USD"]
+    assert shown[2].split() == ["b", "1,000/200,000", "tokens", "30", "cost", "unknown", "(not", "counted)"]
+    assert shown[-1] == ("total: 2.25 USD since the server started, 2.25 USD today; 30 tokens since the server started, "
+                         "30 today (not counted, cost unknown: b)")  # fmt: skip
     by_day = json.loads(cli("usage", "--attach", server.name, "--by", "day", "--json").stdout)["days"]
-    assert by_day == [{"day": date.today().isoformat(), "total": {"USD": 2.25}, "agents": {"a": {"USD": 0.75}, "c": {"USD": 1.5}}}]
+    assert by_day == [{"day": date.today().isoformat(), "total": {"USD": 2.25}, "agents": {"a": {"USD": 0.75}, "c": {"USD": 1.5}}, "tokens": 30}]
     assert cli("usage", "--attach", server.name, "--by", "day").stdout.split() == [
-        date.today().isoformat(), "2.25", "USD", "(a", "0.75", "USD,", "c", "1.50", "USD)", "not", "counted,", "cost",
+        date.today().isoformat(), "2.25", "USD", "(a", "0.75", "USD,", "c", "1.50", "USD)", "30", "tokens", "not", "counted,", "cost",
         "unknown:", "b"]  # fmt: skip
     wrong = cli("usage", "--attach", server.name, "--by", "week")
     assert wrong.returncode == 2 and "use agent or day" in wrong.stderr
