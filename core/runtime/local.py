@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from deck.client import Client, Listener, service_error, start
-from deck.errors import INTERNAL_ERROR, ServiceError, UnknownMethod
+from deck.errors import INTERNAL_ERROR, INVALID_PARAMS, ServiceError, UnknownMethod
 
 if TYPE_CHECKING:
     from deck.runtime.deck import Deck
@@ -36,6 +36,11 @@ class LocalClient(Client):
             raise
         except UnknownMethod as exc:
             raise service_error(exc.code, str(exc)) from None
+        except UnicodeEncodeError as exc:  # a lone surrogate (a JSON escape) in a string of the params
+            at = exc.object[exc.start : exc.start + 1]
+            raise service_error(
+                INVALID_PARAMS, f"a string in the params is not text: it holds a lone surrogate (U+{ord(at):04X})"
+            ) from None
         except Exception as exc:  # a bug: the caller gets what a client at the end of a socket would
             log.exception("%s failed", method)
             raise service_error(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}") from exc

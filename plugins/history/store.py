@@ -511,7 +511,7 @@ class HistoryStore:
         with self._write() as db:
             cursor = db.execute(
                 f"UPDATE conversations SET {column} = ?, updated_at = ? WHERE id = ?",
-                (value, self._now(), conversation_id),
+                (_clean(value), self._now(), conversation_id),
             )
             if cursor.rowcount == 0:
                 raise KeyError(conversation_id)
@@ -534,7 +534,8 @@ class HistoryStore:
                     db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (self._now(), cid))
                 for column, value in fields.items():
                     db.execute(
-                        f"UPDATE conversations SET {column} = ?, updated_at = ? WHERE id = ?", (value, self._now(), cid)
+                        f"UPDATE conversations SET {column} = ?, updated_at = ? WHERE id = ?",
+                        (_clean(value), self._now(), cid),
                     )
             for cid, message_rows in rows.items():
                 _put(db, cid, message_rows, self._now())
@@ -580,7 +581,7 @@ def _insert_conversation(db: sqlite3.Connection, cid: str, created: _NewConversa
     config_path, agent, session_id, title, at = created
     db.execute(
         f"INSERT OR IGNORE INTO conversations ({_NEW_CONVERSATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (cid, config_path, agent, session_id, title, at, at),
+        (cid, _clean(config_path), _clean(agent), _clean(session_id), _clean(title), at, at),
     )
 
 
@@ -1335,8 +1336,12 @@ class Writer:
                 self._changed.wait_for(lambda: self._closed or self._urgent, self.interval)
                 if self._closed:
                     return
-            with contextlib.suppress(HistoryUnavailable):  # kept for the next try, and reported
+            try:
                 self.flush()
+            except HistoryUnavailable:
+                pass  # kept for the next try, and reported
+            except Exception:  # a change that cannot be written: that batch is lost, never the writer
+                log.exception("history: changes not written")
 
     def _failed(self, error: HistoryUnavailable) -> None:
         first = self.error is None

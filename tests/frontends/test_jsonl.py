@@ -136,6 +136,20 @@ def test_bad_input_gets_an_error_line_and_deck_carries_on(run_deck):
     assert b"Traceback" not in deck.stderr
 
 
+def test_a_lone_surrogate_in_a_string_param_is_an_invalid_params_error(run_deck, tmp_path):
+    deck = run_deck(agent_block("a"))
+    calls = [("ChatService.OpenConversation", {"id": "\ud800"}), ("ChatService.History", {"agent": "\ud800"}),
+             ("ConfigService.Open", {"path": str(tmp_path / "x\udfff.toml")})]  # fmt: skip
+    for method, params in calls:
+        reply = deck.response(deck.request(method, params))
+        assert reply["error"]["code"] == -32602, (method, reply)
+        assert "lone surrogate (U+D800)" in reply["error"]["message"] or "(U+DFFF)" in reply["error"]["message"]
+    assert [a["name"] for a in deck.call("AgentService.List")] == ["a"]
+    deck.close_stdin()
+    assert deck.wait(15) == 0
+    assert b"Traceback" not in deck.stderr and b"UnicodeEncodeError" not in deck.stderr
+
+
 def test_a_notification_gets_no_reply(run_deck):
     deck = run_deck(agent_block("a"))
     deck.send_raw('{"jsonrpc": "2.0", "method": "AgentService.List"}')

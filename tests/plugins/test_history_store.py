@@ -831,3 +831,23 @@ def test_a_limit_above_what_sqlite_counts_is_all_of_them(store: HistoryStore) ->
     store.put_messages(cid, [message("m1", "hello world")])
     assert [row["id"] for row in store.list(CONFIG, limit=10**20)] == [cid]
     assert [hit["messageId"] for hit in store.search("hello", limit=10**20)] == ["m1"]
+
+
+def test_a_lone_surrogate_in_a_title_is_stored_replaced_and_the_writer_goes_on(store: HistoryStore) -> None:
+    """An agent's title (session_info_update) or a first message may hold a lone surrogate: UTF-8
+    cannot, so it is stored as "?", and the messages around it are written all the same."""
+    with Writer(store, interval=0.01) as writer:
+        cid = writer.new_conversation(CONFIG, "claude", None, "first \ud800 words")
+        writer.update(cid, message("u1", "first \ud800 words", role="user"))
+        writer.set_title(cid, "evil \udfff title")
+        writer.update(cid, message("a1", "after the title"))
+        deadline = time.monotonic() + 10
+        while len((store.get(cid) or {}).get("messages", [])) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # written by the writer's own thread, which a bad title used to end
+    stored = store.get(cid)
+    assert stored is not None and stored["title"] == "evil ? title"
+    assert [m["id"] for m in stored["messages"]] == ["u1", "a1"]
+    store.set_title(cid, "again \ud800")
+    assert store.get(cid)["title"] == "again ?"  # type: ignore[index]
+    other = store.new_conversation(CONFIG, "claude", "s-\ud800", "t \ud800")
+    assert store.get(other)["title"] == "t ?"  # type: ignore[index]
