@@ -462,13 +462,13 @@ class HistoryRecorder:
     # -- the end ---------------------------------------------------------------------------------
 
     def prune(self, keep: float) -> None:
-        """Delete, in a worker thread, the conversations not updated for `keep` seconds (0: keep them all)."""
+        """Delete, in a worker thread, this config's conversations not updated for `keep` seconds (0: keep them all)."""
         if keep > 0:
             self._spawn(self._prune(keep), "history: prune")
 
     async def _prune(self, keep: float) -> None:
         try:
-            pruned = await asyncio.to_thread(self.store.prune, keep)
+            pruned = await asyncio.to_thread(self.store.prune, self.config, keep)
         except HistoryUnavailable as e:
             log.warning("history: old conversations not pruned: %s", e.reason)
         else:

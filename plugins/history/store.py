@@ -436,13 +436,16 @@ class HistoryStore:
         with self._write() as db:
             return db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0
 
-    def prune(self, older_than_seconds: float) -> int:
-        """Delete the conversations not updated for `older_than_seconds`; returns how many."""
+    def prune(self, config_path: str, older_than_seconds: float) -> int:
+        """Delete the conversations of `config_path` not updated for `older_than_seconds` (another
+        config's are kept as its own `keep` says); returns how many."""
         if not older_than_seconds >= 0:
             raise ValueError("older_than_seconds must be a number ≥ 0")
         cutoff = int((self.clock() - older_than_seconds) * 1000)
         with self._write() as db:
-            return db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,)).rowcount
+            return db.execute(
+                "DELETE FROM conversations WHERE config_path = ? AND updated_at < ?", (config_path, cutoff)
+            ).rowcount
 
     # -- messages -----------------------------------------------------------------------------------
 

@@ -192,12 +192,13 @@ def test_prune_deletes_conversations_idle_longer_than_keep(tmp_path: Path) -> No
     with HistoryStore(tmp_path / "h.db", clock=lambda: now[0]) as s:
         stale = s.new_conversation(CONFIG, "claude")
         s.put_messages(stale, [message("m1", "ancient history")])
+        elsewhere = s.new_conversation("/elsewhere/deck.toml", "claude")  # another config's: its own keep
         now[0] += 100 * DAY
         fresh = s.new_conversation(CONFIG, "claude")
-        assert s.prune(90 * DAY) == 1
-        assert [c["id"] for c in s.list()] == [fresh]
+        assert s.prune(CONFIG, 90 * DAY) == 1
+        assert [c["id"] for c in s.list()] == [fresh, elsewhere]
         assert s.search("ancient") == []
-        assert s.prune(90 * DAY) == 0
+        assert s.prune(CONFIG, 90 * DAY) == 0
 
 
 # -- search -----------------------------------------------------------------------------------------
