@@ -40,7 +40,7 @@ class HistorySettings(BaseModel):
 
     enabled: bool = Field(True, description="Keep every conversation in the history database (read at start).")
     keep: Duration = Field(
-        90 * DAY, description='Delete, at start, the conversations not updated for this long ("90d"; 0 = keep all).'
+        90 * DAY, description='Delete, at start, the conversations of this config not updated for this long ("90d"; 0 = keep all).'
     )
 
 
