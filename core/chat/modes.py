@@ -45,7 +45,7 @@ class SessionSettings:
         offered = [m.get("id") for m in (conv.modes or {}).get("availableModes") or [] if isinstance(m, dict)]
         if offered and mode_id not in offered:
             raise ServiceError(f"{agent} offers no mode {mode_id!r} (modes: {', '.join(str(m) for m in offered)})")
-        await session.request("session/set_mode", {"modeId": mode_id})
+        await _asked(agent, session.request("session/set_mode", {"modeId": mode_id}), f"mode {mode_id}")
         conv.apply_update({"sessionUpdate": "current_mode_update", "currentModeId": mode_id})
         conv.chose(mode=mode_id)
         return {"modes": conv.modes}
@@ -53,10 +53,11 @@ class SessionSettings:
     async def set_config_option(self, agent: str, config_id: str, value: str | bool) -> dict[str, Any]:
         session = await self._session(agent)
         conv = self._conversations.of(agent)
+        _check_choice(agent, conv.config_options, config_id, value)
         params: dict[str, Any] = {"configId": config_id, "value": value}
         if isinstance(value, bool):
             params["type"] = "boolean"
-        result = await session.request("session/set_config_option", params)
+        result = await _asked(agent, session.request("session/set_config_option", params), f"{config_id} = {value}")
         if isinstance(result, dict) and isinstance(result.get("configOptions"), list):
             conv.apply_update({"sessionUpdate": "config_option_update", "configOptions": result["configOptions"]})
         conv.chose(option=config_id, value=value)
@@ -92,3 +93,30 @@ class SessionSettings:
         if agent.conn is None or agent.session is None or agent.session.id is None:
             raise ServiceError(f"{name} has no session")
         return agent.session
+
+
+def _check_choice(agent: str, options: list[dict[str, Any]], config_id: str, value: str | bool) -> None:
+    """Refuse a value the agent's option does not offer, before anything is sent: a select takes
+    one of its values, a boolean true or false. An agent that lists no options is asked as is."""
+    option = next((o for o in options if o.get("id") == config_id), None)
+    if option is None:
+        if options:
+            ids = ", ".join(str(o.get("id")) for o in options)
+            raise ServiceError(f"{agent} offers no option {config_id!r} (options: {ids})")
+        return
+    if option.get("type") == "boolean":
+        if not isinstance(value, bool):
+            raise ServiceError(f"{config_id} of {agent} is true or false, not {value!r}")
+    elif option.get("type") == "select":
+        values = option_values(option)
+        if isinstance(value, bool) or value not in values:
+            shown = ", ".join(str(v) for v in values[:20]) + (", …" if len(values) > 20 else "")
+            raise ServiceError(f"{config_id} of {agent} offers no value {value!r} (values: {shown})")
+
+
+async def _asked(agent: str, request: Any, what: str) -> Any:
+    """The agent's answer to a setting; its error answer is the caller's error, with its message."""
+    try:
+        return await request
+    except AcpError as exc:
+        raise ServiceError(f"{agent} refused {what}: {exc.args[0] or f'error {exc.code}'}") from None

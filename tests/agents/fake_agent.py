@@ -2,13 +2,14 @@
 
 Flags: --hang-handshake, --protocol N, --fail-start, --stderr-mb N, --ignore-eof,
 --ignore-sigterm, --grandchild PIDFILE, --garbage, --early-update, --string-ids,
---modes (modes and config options in the session/new reply), --handshake-delay S,
+--modes (modes and a model option in the session/new reply; with --boolean-option, `fast` too), --handshake-delay S,
 --auth-methods JSON (the authMethods of the initialize reply; default one method "key"),
 --require-auth (session/new answers -32000 "Authentication required" until `authenticate`
 succeeded; then an unknown method id is refused, and an `env_var` method needs its variables set),
 --bad-early-update (a usage_update with values that are not numbers, before the session/new reply),
 --trap-child FILE (a child in the agent's group that writes FILE 0.3 s after SIGTERM, then ends),
 --mcp-no-cancel (a cancelled turn leaves its `ask` tool call open: no MCP cancel, the server stays),
+--refuse-settings (session/set_mode and session/set_config_option answered with an error),
 --mode-option (modes default, auto-edit, plan offered twice: as `modes` and as the config option
 `mode` of category "mode"; session/set_config_option answers the whole set, as it now stands;
 with --boolean-option, a boolean option `fast` too), --commands NAME,NAME (its slash commands, said
@@ -87,6 +88,7 @@ parser.add_argument("--trap-child")
 parser.add_argument("--mcp-no-cancel", action="store_true")
 parser.add_argument("--mode-option", action="store_true")
 parser.add_argument("--boolean-option", action="store_true")
+parser.add_argument("--refuse-settings", action="store_true")
 parser.add_argument("--close", action="store_true")  # lists sessionCapabilities.close; session/close answers {}
 parser.add_argument("--refuse-close", action="store_true")
 parser.add_argument("--delete", action="store_true")  # lists sessionCapabilities.delete; session/delete answers {}
@@ -604,8 +606,10 @@ def handle(msg: dict) -> None:
         result: dict = {"sessionId": sid}
         if args.modes:
             result["modes"] = {"currentModeId": "a", "availableModes": [{"id": "a", "name": "A"}, {"id": "b", "name": "B"}]}
-            result["configOptions"] = [{"id": "model", "name": "Model", "type": "select", "currentValue": "m1",
-                                        "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]
+            options[sid] = result["configOptions"] = [{"id": "model", "name": "Model", "type": "select", "currentValue": "m1",
+                                                      "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]
+            if args.boolean_option:
+                result["configOptions"].append({"id": "fast", "name": "Fast", "type": "boolean", "currentValue": False})
         result.update(session_settings(sid))
         send({"id": rid, "result": result})
         if args.commands:
@@ -616,6 +620,8 @@ def handle(msg: dict) -> None:
         threading.Thread(target=turn, args=(rid, params.get("sessionId"), text), daemon=True).start()
     elif method == "session/cancel":
         cancelled.add(params.get("sessionId"))
+    elif method in ("session/set_mode", "session/set_config_option") and args.refuse_settings:
+        send({"id": rid, "error": {"code": -32602, "message": "not now, thank you"}})
     elif method == "session/set_mode":
         set_option(params.get("sessionId"), "mode", params.get("modeId"))  # no update sent: the client knows
         send({"id": rid, "result": {}})
@@ -623,8 +629,11 @@ def handle(msg: dict) -> None:
         set_option(params.get("sessionId"), params.get("configId"), params.get("value"))
         send({"id": rid, "result": {"configOptions": options.get(params.get("sessionId"), [])}})
     elif method == "session/set_config_option":
-        send({"id": rid, "result": {"configOptions": [{"id": "model", "name": "Model", "type": "select",
-              "currentValue": params.get("value"), "options": [{"value": "m1", "name": "M1"}, {"value": "m2", "name": "M2"}]}]}})
+        now = options.get(params.get("sessionId"), [])
+        for option in now:
+            if option["id"] == params.get("configId"):
+                option["currentValue"] = params.get("value")
+        send({"id": rid, "result": {"configOptions": now}})
     elif rid is not None:
         send({"id": rid, "error": {"code": -32601, "message": "method not found"}})
 

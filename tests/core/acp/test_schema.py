@@ -74,7 +74,7 @@ async def test_every_message_deck_sends_validates(make_deck, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     (work / "f.txt").write_text("one\ntwo\nthree\n")
-    deck, rec = make_deck(agent_block("a", "--modes", cwd=str(work), authMethod="key"))
+    deck, rec = make_deck(agent_block("a", "--modes", "--boolean-option", cwd=str(work), authMethod="key"))
     trace = Trace()
     deck.pm.register(trace)
     deck.trace_acp = True

@@ -413,6 +413,32 @@ async def test_modes_and_config_options_from_session_new_and_set(make_deck):
         await deck.chat.set_mode("nope", "b")
 
 
+async def test_a_config_option_value_the_agent_does_not_offer_is_refused_before_anything_is_sent(make_deck):
+    deck, rec = make_deck(agent_block("a", "--modes", "--boolean-option"))
+    await deck.chat.set_config_option("a", "model", "m2")
+    refusals = [("model", "huge", "model of a offers no value 'huge' (values: m1, m2)"),
+                ("model", True, "model of a offers no value True (values: m1, m2)"),
+                ("fast", "yes", "fast of a is true or false, not 'yes'"),
+                ("nope", "x", "a offers no option 'nope' (options: model, fast)")]  # fmt: skip
+    for config_id, value, said in refusals:
+        with pytest.raises(ServiceError) as refused:
+            await deck.call("ChatService.SetConfigOption", {"agent": "a", "configId": config_id, "value": value})
+        assert str(refused.value) == said and refused.value.code == -32000
+    conv = deck.chat.conversation("a")
+    assert conv.choices["options"] == {"model": "m2"}  # the choice kept is the last one the agent took
+    assert [o["currentValue"] for o in conv.config_options] == ["m2", False]
+
+
+async def test_an_agent_that_refuses_a_setting_gives_its_reason_as_the_callers_error(make_deck):
+    deck, rec = make_deck(agent_block("a", "--modes", "--refuse-settings"))
+    for method, params, what in (("ChatService.SetConfigOption", {"configId": "model", "value": "m2"}, "model = m2"),
+                                 ("ChatService.SetMode", {"modeId": "b"}, "mode b")):  # fmt: skip
+        with pytest.raises(ServiceError) as refused:
+            await deck.call(method, {"agent": "a", **params})
+        assert str(refused.value) == f"a refused {what}: not now, thank you" and refused.value.code == -32000
+    assert deck.chat.conversation("a").choices.get("options") in (None, {})
+
+
 async def test_question_answered(make_deck):
     deck, rec = make_deck(agent_block("a"))
     user = deck.chat.turns.send("a", "question")
