@@ -87,7 +87,8 @@ class MatchedReplay:
     def finish(self) -> list[Message]:
         """Add what the replay holds beyond the conversation; the messages added."""
         self._replay.finish()
-        added = unheld(self.conv.messages, self.copy.messages)
+        unsent = {id(m) for m in self.conv.queue}  # the message whose send started the agent: not the agent's yet
+        added = unheld([m for m in self.conv.messages if id(m) not in unsent], self.copy.messages)
         for message in added:
             self.conv.add(message)
         return added

@@ -113,6 +113,26 @@ async def test_a_loaded_session_replays_its_history_and_nothing_is_added_twice(m
 
 
 @pytest.mark.anyio
+async def test_a_load_started_by_a_message_adds_the_turns_made_elsewhere_too(make_deck, tmp_path: Path) -> None:
+    """The message whose send starts the agent is in the conversation already, but not the agent's
+    yet: the replay is matched against what the agent got, before it."""
+    run = Run(tmp_path, "--load")
+    before, session_id = await first_deck(make_deck, run, "hello")
+    sessions = tmp_path / "sessions.json"
+    kept = json.loads(sessions.read_text())
+    kept[session_id].append("from another client")
+    sessions.write_text(json.dumps(kept))
+    deck, rec = make_deck(run.toml)
+    await deck.startup()
+    await chat(deck, rec, "recall")
+    now = (await deck.call("ChatService.Conversation", {"agent": "a"}))["messages"]
+    assert now[: len(before)] == before
+    assert texts(now[len(before) :])[:3] == [("user", "recall"), ("user", "from another client"),
+                                              ("agent", "You said: from another client")]  # fmt: skip
+    assert any("replayed 2 message(s) deck did not hold: added" in line for line in deck.agents["a"].logs)
+
+
+@pytest.mark.anyio
 async def test_a_loaded_session_adds_once_the_turns_made_elsewhere_since(make_deck, tmp_path: Path) -> None:
     run = Run(tmp_path, "--load")
     before, session_id = await first_deck(make_deck, run, "hello")
