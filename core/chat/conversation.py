@@ -424,7 +424,7 @@ class Conversation:
             self._set("modes", _modes(modes))
         options = result.get("configOptions")
         if options is not None or self.config_options:
-            self._set("config_options", dicts(options))
+            self._set("config_options", _options(self.agent, options))
 
     def chose(self, *, option: str | None = None, mode: str | None = None, value: Any = None) -> None:
         """The user set config option `option` to `value`, or the session mode `mode`: kept (and said,
@@ -750,7 +750,11 @@ class Conversation:
         self.emit(MessageDelta(self.agent, message.id, index, "plan", part=part.data))
 
     def _commands(self, update: dict[str, Any]) -> None:
-        self._set("commands", dicts(update.get("availableCommands")))
+        commands = dicts(update.get("availableCommands"))
+        named = [c for c in commands if isinstance(c.get("name"), str) and c["name"] and not any(ch.isspace() for ch in c["name"])]
+        if len(named) < len(commands):
+            log.info("%s: %d command(s) without a name of one word, skipped", self.agent, len(commands) - len(named))
+        self._set("commands", named)
 
     # An agent may offer its modes twice: as `modes` and as a config option of category "mode"
     # (the newer form). It may report a change in one form only; the other follows, so that
@@ -770,7 +774,7 @@ class Conversation:
             self._set("config_options", [followed if o is option else o for o in self.config_options])
 
     def _config_options(self, update: dict[str, Any]) -> None:
-        self._set("config_options", dicts(update.get("configOptions")))
+        self._set("config_options", _options(self.agent, update.get("configOptions")))
         option = _mode_option(self.config_options)
         value = option.get("currentValue") if option is not None else None
         if self.modes is None or not isinstance(value, str) or value == self.modes.get("currentModeId"):
@@ -884,10 +888,23 @@ def _head(text: str, limit: int) -> str:
 
 
 def _count(value: Any) -> int:
-    """A token count as sent; anything that is not a finite number counts as 0."""
+    """A token count as sent; anything that is not a finite number of at least 0 counts as 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return 0
-    return int(value) if math.isfinite(value) else 0
+    return max(int(value), 0) if math.isfinite(value) else 0
+
+
+#: The kinds of config option deck shows and sets (ACP's SessionConfigOption).
+OPTION_TYPES = ("select", "boolean")
+
+
+def _options(agent: str, options: Any) -> list[dict[str, Any]]:
+    """The config options deck can show and set: an id, and a type it knows; the rest are skipped."""
+    found = dicts(options)
+    known = [o for o in found if isinstance(o.get("id"), str) and o["id"] and o.get("type") in OPTION_TYPES]
+    if len(known) < len(found):
+        log.info("%s: %d config option(s) without an id or of a type deck does not know, skipped", agent, len(found) - len(known))
+    return known
 
 
 # -- reading what an agent sent: the right type, or a default ---------------------------------

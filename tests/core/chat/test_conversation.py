@@ -306,3 +306,21 @@ def test_a_very_long_stream_is_kept_in_few_large_strings() -> None:
         part.append(piece)
     assert len(part._chunks) == 2 + 3 + 7  # two merged blocks, three blocks since, and the chunks since the last
     assert part.text == "".join(pieces) and len(part._chunks) == 1
+
+
+def test_commands_options_and_counts_deck_cannot_use_are_skipped() -> None:
+    """A command with no name of one word, a config option with no id or of a type deck does not
+    know, a negative token count: an agent's junk never reaches the frontends."""
+    conv = Conversation("a", lambda event: None)
+    conv.apply_update({"sessionUpdate": "available_commands_update", "availableCommands": [
+        {"name": "review", "description": "review the diff"}, {"description": "no name"}, {"name": ""},
+        {"name": "two words", "description": "x"}, {"name": 7}, "not a command", {"name": "plan"}]})
+    assert [c["name"] for c in conv.commands] == ["review", "plan"]
+    conv.apply_update({"sessionUpdate": "config_option_update", "configOptions": [
+        {"id": "model", "name": "Model", "type": "select", "currentValue": "m1", "options": [{"value": "m1", "name": "M1"}]},
+        {"id": "weird", "name": "Weird", "type": "number", "currentValue": 3},
+        {"name": "No id", "type": "boolean", "currentValue": False},
+        {"id": "fast", "name": "Fast", "type": "boolean", "currentValue": False}]})
+    assert [o["id"] for o in conv.config_options] == ["model", "fast"]
+    conv.apply_update({"sessionUpdate": "usage_update", "used": -5, "size": -1})
+    assert conv.usage == {"used": 0, "size": 0}
