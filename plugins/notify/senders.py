@@ -1,7 +1,7 @@
 """Running what tells the user: the user's `command` and the desktop's notifier, never in deck's way.
 
-Each agent has one line of moments waiting (at most QUEUE_MAX; past that the oldest is dropped
-and logged): its commands run one at a time, each cut off after TIMEOUT seconds, its process
+Each agent has one line of moments waiting (at most QUEUE_MAX; past that the oldest is dropped,
+logged once per burst): its commands run one at a time, each cut off after TIMEOUT seconds, its process
 group killed. What a command prints is read to its end but only OUTPUT_MAX bytes of it kept, for
 the log line that reports a failure. Nothing of this is waited for by an agent or the event bus.
 """
@@ -70,12 +70,17 @@ class Senders:
         self.commands = commands  # what to run for a moment, read when it runs (the config in force)
         self._waiting: dict[str, deque[Moment]] = {}
         self._running: set[str] = set()
+        self._dropped: dict[str, int] = {}  # per agent, the moments dropped since its line was last empty
 
     def send(self, moment: Moment) -> None:
+        if not self.commands(moment):
+            return  # nothing to run for it: nothing waits
         waiting = self._waiting.setdefault(moment.agent, deque())
         if len(waiting) >= QUEUE_MAX:
             dropped = waiting.popleft()
-            self._log(moment.agent, f"notify: too many notifications waiting, dropped the one of {dropped.since}")
+            self._dropped[moment.agent] = self._dropped.get(moment.agent, 0) + 1
+            if self._dropped[moment.agent] == 1:
+                self._log(moment.agent, f"notify: too many notifications waiting: dropping the oldest, from {dropped.since}")
         waiting.append(moment)
         if moment.agent not in self._running:
             self._running.add(moment.agent)
@@ -90,6 +95,9 @@ class Senders:
                     await self._run(command, moment)
         finally:
             self._running.discard(agent)
+            dropped = self._dropped.pop(agent, 0)
+            if dropped > 1:
+                self._log(agent, f"notify: {dropped} notifications were dropped in all")
 
     async def _run(self, command: list[str], moment: Moment) -> None:
         env = {

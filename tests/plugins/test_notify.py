@@ -175,6 +175,25 @@ async def test_a_hanging_command_is_killed_with_its_children_and_the_next_one_ru
     wait_until(lambda: all(gone(pid) for pid in started), timeout=5)  # each process group killed whole
 
 
+async def test_a_flood_of_moments_drops_the_oldest_with_one_line_then_a_count(make_deck, tmp_path) -> None:
+    deck, rec = make_deck(agent_block("a"))
+    await deck.startup()
+    ran = tmp_path / "ran"
+    command = [sys.executable, "-c", f"open({str(ran)!r}, 'a').write('x')"]
+    told = senders.Senders(deck, lambda moment: [command])
+    for i in range(senders.QUEUE_MAX + 40):
+        told.send(senders.Moment("a", "input", f"request {i}", f"t{i}"))
+    logs = await rec.wait(lambda r: [p["line"] for p in r.named("agent:log", "a") if "in all" in p["line"]], timeout=30)
+    lines = [p["line"] for p in rec.named("agent:log", "a") if "notify:" in p["line"]]
+    assert lines == ["deck: notify: too many notifications waiting: dropping the oldest, from t0",
+                     "deck: notify: 40 notifications were dropped in all"] and logs  # fmt: skip
+    assert len(ran.read_text()) == senders.QUEUE_MAX  # the last ones: what was told in one go
+    silent = senders.Senders(deck, lambda moment: [])  # no command: nothing waits, nothing is said
+    for i in range(senders.QUEUE_MAX + 40):
+        silent.send(senders.Moment("a", "input", f"request {i}", f"u{i}"))
+    assert not silent._waiting and len([p for p in rec.named("agent:log", "a") if "notify:" in p["line"]]) == 2
+
+
 async def test_a_command_that_floods_its_output_is_read_and_cut(make_deck, tmp_path) -> None:
     flood = "import sys; sys.stdout.write('x' * 5_000_000); sys.exit(1)"
     deck, rec = make_deck(notify_table([sys.executable, "-c", flood], on=["done"]) + agent_block("a"))
