@@ -45,6 +45,7 @@ __all__ = [
     "call_server",
     "host_command",
     "call_deck",
+    "start_process",
     # public modules
     "client",
     "diffs",
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
     from deck.events import now_iso
     from deck.frontend import Frontend
     from deck.hookspecs import hookimpl, listens
+    from deck.proc.processes import start_process
     from deck.proc.storage import lock_file, same_file, state_dir
     from deck.remote.socket_client import call_deck, call_server, server_of
     from deck.runtime.deck import Deck
@@ -104,6 +106,7 @@ _LAZY = {
     "call_server": ("remote.socket_client", "call_server"),
     "host_command": ("agent.remote", "host_command"),
     "call_deck": ("remote.socket_client", "call_deck"),
+    "start_process": ("proc.processes", "start_process"),
 }
 _MODULES = frozenset({"client", "diffs", "errors", "events", "frontend", "states", "tty"})
 

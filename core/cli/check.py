@@ -11,8 +11,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import typer
+from deck.cli.common import run_async
 from deck.config.models import AgentConfig, in_git_repository
 from deck.errors import ExitCode, ServiceError
+from deck.proc.processes import start_process
 from deck.proc.supervisor import StopTimings
 
 if TYPE_CHECKING:
@@ -75,7 +77,7 @@ async def find_remote_command(cfg: AgentConfig) -> tuple[str | None, str | None]
         probe += "; command -v git >/dev/null || exit 5; " + IN_REPOSITORY
     args = [*ssh_base(list(cfg.ssh), control_dir()), "--", cfg.host, "sh -c " + shlex.quote(probe)]
     try:
-        process = await asyncio.create_subprocess_exec(
+        process = await start_process(
             *args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
     except OSError as exc:
@@ -139,7 +141,7 @@ async def check_all(deck: Deck, with_handshake: bool) -> list[dict[str, Any]]:
 def run_check(deck: Deck, with_handshake: bool, as_json: bool) -> ExitCode:
     """Print the check of every agent; the exit code is ERROR when any check failed."""
     deck.timings = CHECK_TIMINGS
-    rows = asyncio.run(check_all(deck, with_handshake))
+    rows = run_async(check_all(deck, with_handshake))
     failed = any(not r["found"] or (with_handshake and not r["handshake"]["ok"]) for r in rows)
     if as_json:
         typer.echo(json.dumps(rows, indent=2))

@@ -209,9 +209,19 @@ def run_async(coro: Any) -> Any:
     import asyncio
 
     try:
-        return asyncio.run(coro)
+        return asyncio.run(_then_settled(coro))
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+
+
+async def _then_settled(coro: Any) -> Any:
+    """`coro`, then the wait for processes still being started: `asyncio.run` cancels what is left."""
+    from deck.proc.processes import settled
+
+    try:
+        return await coro
+    finally:
+        await settled()
 
 
 def attached(name: str, frontend_cls: Any, **options: Any) -> int:

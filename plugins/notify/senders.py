@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from deck import start_process
 from deck.tty import one_line
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class Senders:
             "DECK_AGENT": moment.agent, "DECK_WHAT": moment.what, "DECK_TITLE": one_line(moment.title, TITLE_MAX),
         }  # fmt: skip
         try:
-            process = await asyncio.create_subprocess_exec(
+            process = await start_process(
                 *command,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,

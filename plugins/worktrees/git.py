@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from deck import start_process
 from deck.errors import ServiceError
 
 #: Options given to every git command deck runs.
@@ -91,7 +92,7 @@ async def run(
     """Run `argv` (git, or ssh running git on a host) in a session of its own, its output bounded
     by `limit` (or written `into` a file), `data` its standard input; a caller cancelled meanwhile
     waits up to CANCEL_GRACE seconds for it to finish on its own, then it is killed."""
-    process = await asyncio.create_subprocess_exec(
+    process = await start_process(
         *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL if data is None else asyncio.subprocess.PIPE,
         stdout=into or asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
     )  # fmt: skip

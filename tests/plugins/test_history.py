@@ -528,14 +528,16 @@ async def test_a_config_opened_brings_back_each_agents_latest_conversation_under
 @pytest.mark.anyio
 async def test_old_conversations_are_pruned_at_start(make_deck) -> None:
     now = time.time()
-    with HistoryStore(clock=lambda: now - 100 * DAY) as old:
-        old.new_conversation("/x/deck.toml", "a", title="old")
-    with HistoryStore(clock=lambda: now - DAY) as recent:
-        recent.new_conversation("/x/deck.toml", "a", title="recent")
     deck, _rec = make_deck('[history]\nkeep = "30d"\n' + agent_block("a"))
+    ours = config_key(deck.config_path)
+    with HistoryStore(clock=lambda: now - 100 * DAY) as old:
+        old.new_conversation(ours, "a", title="old")
+        old.new_conversation("/x/deck.toml", "a", title="another config's")  # kept as its own keep says
+    with HistoryStore(clock=lambda: now - DAY) as recent:
+        recent.new_conversation(ours, "a", title="recent")
     await deck.startup()
     await deck.shutdown()
-    assert [c["title"] for c in stored()] == ["recent"]
+    assert sorted(c["title"] for c in stored()) == ["another config's", "recent"]
 
 
 @pytest.mark.anyio
