@@ -49,7 +49,13 @@ async def test_a_caller_cancelled_as_its_process_starts_has_it_killed_and_reaped
     with pytest.raises(asyncio.CancelledError):
         await call
     await settled()  # made, killed and reaped
-    assert not [p for p in psutil.Process().children() if p.cmdline()[-1:] == [script]]
+    def ours(p: psutil.Process) -> bool:
+        try:
+            return p.cmdline()[-1:] == [script] and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:  # gone, or a zombie: not running
+            return False
+
+    assert not [p for p in psutil.Process().children() if ours(p)]
 
 
 async def test_a_process_started_whole_is_the_callers() -> None:
