@@ -15,12 +15,15 @@ On the host, a small POSIX sh script (`REMOTE_SCRIPT`) goes to the agent's `cwd`
 command in a session of its own with the agent's `env` (and nothing else of deck's), and relays
 the channel's input to it. When that input ends — deck stopped the agent, or deck or the
 connection went away — the agent has REMOTE_GRACE seconds to end, then its whole process group
-is sent SIGTERM, and REMOTE_GRACE seconds later SIGKILL: nothing of it is left running there.
+is sent SIGTERM, and REMOTE_GRACE seconds later SIGKILL. A descendant that left the group (a session
+of its own, a daemon) is found by the mark in its environment (`DECK_RUN`, a token made per start)
+through the host's /proc, and ended the same way: nothing of the agent is left running there.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shlex
 import stat
 from pathlib import Path
@@ -44,32 +47,45 @@ SSH_DEFAULTS = (
 )  # fmt: skip
 #: How long the agent has on its host between SIGTERM and SIGKILL once its input ended, in seconds.
 REMOTE_GRACE = 3
-#: The script the host's shell runs: {cwd}, {command} and {grace} are filled in, each quoted.
+#: The script the host's shell runs: {cwd}, {command}, {mark} and {grace} are filled in, each quoted.
 REMOTE_SCRIPT = """\
 cd -- {cwd} || exit 126
 d=$(mktemp -d) && mkfifo "$d/in" || exit 126
 exec 3<&0
 setsid {command} <"$d/in" 3<&- &
 pid=$!
+marked() {{
+  for e in /proc/[0-9]*/environ; do
+    tr '\\000' '\\n' <"$e" 2>/dev/null | grep -qx {mark} && {{ p=${{e#/proc/}}; echo "${{p%/environ}}"; }}
+  done
+}}
 ( cat <&3 >"$d/in"
   for sig in TERM KILL; do
     i=0; while kill -0 -"$pid" 2>/dev/null && [ $i -lt {grace}0 ]; do sleep 0.1; i=$((i+1)); done
     kill -$sig -"$pid" 2>/dev/null
+  done
+  for sig in TERM KILL; do
+    left=$(marked); [ -n "$left" ] || break
+    kill -$sig $left
+    i=0; while [ $i -lt {grace}0 ] && [ -n "$(marked)" ]; do sleep 0.5; i=$((i+5)); done
   done ) >/dev/null 2>&1 &
 exec 3<&-
 wait "$pid"; status=$?
 rm -rf "$d"
 exit $status
 """
+#: The variable that marks every process of one start of an agent on its host, descendants included.
+RUN_MARK = "DECK_RUN"
 #: ssh's exit status when the connection failed or dropped (the remote command's own otherwise).
 SSH_FAILED = 255
 
 
 def ssh_command(host: str, ssh_args: list[str], cwd: str, command: list[str], env: dict[str, str], control: Path) -> list[str]:
     """The local command line that runs `command` on `host`, in `cwd` there, with `env` only added."""
+    mark = f"{RUN_MARK}={secrets.token_hex(8)}"
     assigned = [f"{name}={value}" for name, value in env.items()]
-    remote = ["env", *assigned, *command] if assigned else list(command)
-    script = REMOTE_SCRIPT.format(cwd=shlex.quote(cwd), command=shlex.join(remote), grace=REMOTE_GRACE)
+    remote = ["env", *assigned, mark, *command]
+    script = REMOTE_SCRIPT.format(cwd=shlex.quote(cwd), command=shlex.join(remote), mark=shlex.quote(mark), grace=REMOTE_GRACE)
     # One word for the host's login shell, whatever it is: `sh -c SCRIPT`.
     return [*ssh_base(ssh_args, control), "--", host, "sh -c " + shlex.quote(script)]
 

@@ -1,5 +1,6 @@
 """What an agent asks of deck, each for the session it names: fs/* (confined beneath its cwd,
-away from deck's own files), terminal/* (off when its config says so), permission requests
+away from deck's own files), terminal/* (off when its config says so; both off for an agent on
+another host), permission requests
 and questions (handed to the deck above, which asks the user). A refusal is logged."""
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class AgentRequests:
         An agent listed in interop.py may get an error answered in the shape it needs."""
         private = fs.Private(self.agent.deck.config_path, tuple(self.agent.deck.private_folders))
         try:
+            self._refuse_remote(method, "fs")
             # In a thread: a big file, or a slow disk, must not stall every other agent.
             root = fs.root_for(params, self.agent.cwd, self.agent.directories)
             return await asyncio.to_thread(serve, root, params, private)
@@ -52,6 +54,7 @@ class AgentRequests:
     async def _terminal(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """A terminal/* request: refused when the config turns terminals off; a refusal is logged."""
         try:
+            self._refuse_remote(f"terminal/{method}", "terminal")
             if not self.agent.config.terminals:
                 raise AcpError(METHOD_NOT_FOUND, f"terminals are off for {self.agent.name} (terminals = false in its config)")
             session = self._session_for(params)
@@ -69,6 +72,12 @@ class AgentRequests:
         except AcpError as exc:
             self.agent.log(f"deck: terminal/{method} refused: {exc.args[0]}")
             raise
+
+    def _refuse_remote(self, method: str, what: str) -> None:
+        """An agent on another host is told fs and terminals are off: deck serves neither from this
+        machine, whatever its paths share with the host's (they would be the user's files here)."""
+        if self.agent.config.host:
+            raise AcpError(METHOD_NOT_FOUND, f"{method}: {what} is off for {self.agent.name}, an agent on host {self.agent.config.host!r}")
 
     def _command_dir(self, path: str | None) -> tuple[int, str]:
         """The directory a command runs in, opened beneath the agent's cwd (in a thread: a slow disk)."""

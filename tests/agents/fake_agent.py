@@ -392,6 +392,14 @@ def turn(rid, sid: str, text: str) -> None:
     elif word == "silent":
         chunk(sid, "only thinking", "agent_thought_chunk")
         update(sid, {"sessionUpdate": "tool_call", "toolCallId": "s1", "title": "Look", "kind": "read", "status": "completed"})
+    elif word == "rpc":  # `rpc METHOD JSON`: any request to deck, its whole answer as the reply
+        method, _, params = rest.partition(" ")
+        answer = ask(method, {"sessionId": sid, **json.loads(params or "{}")})
+        chunk(sid, json.dumps({k: answer[k] for k in ("result", "error") if k in answer}))
+    elif word == "escape":  # `escape`: a descendant in a session of its own, out of the agent's process group
+        subprocess.Popen(["sh", "-c", "sleep 301"], start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        chunk(sid, "escaped")
     elif word == "unknown-update":
         update(sid, {"sessionUpdate": "compaction_update", "status": "started"})
         chunk(sid, "still fine")

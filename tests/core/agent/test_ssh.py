@@ -67,6 +67,37 @@ async def test_stopping_the_agent_leaves_nothing_of_it_on_the_host(make_deck, ss
     assert wait_unmarked(mark) == []
 
 
+async def test_a_descendant_that_left_the_agents_process_group_is_ended_on_the_host_too(make_deck, sshd, tmp_path):
+    mark = uuid.uuid4().hex
+    deck, rec = make_deck(remote_agent(sshd, tmp_path, mark=mark))
+    assert await say(deck, rec, "escape") == "escaped"  # `sh -c 'sleep 301'` in a session of its own
+    assert any(os.getsid(p.pid) == p.pid and "sleep 301" in " ".join(p.cmdline()) for p in marked(mark))
+    await deck.call("AgentService.Stop", {"name": "far"})
+    assert wait_unmarked(mark) == []
+
+
+async def test_a_remote_agent_is_refused_this_machines_files_and_commands_and_it_is_logged(make_deck, sshd, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the user's own")
+    ran = tmp_path / "ran"
+    deck, rec = make_deck(remote_agent(sshd, tmp_path))
+    requests = {
+        "fs/read_text_file": {"path": str(secret)},
+        "fs/write_text_file": {"path": str(tmp_path / "written.txt"), "content": "from the host"},
+        "terminal/create": {"command": "sh", "args": ["-c", f"touch {ran}"], "cwd": str(tmp_path)},
+        "terminal/output": {"terminalId": "term-1"},
+        "terminal/kill": {"terminalId": "term-1"},
+    }
+    for method, params in requests.items():
+        answer = json.loads(await say(deck, rec, f"rpc {method} {json.dumps(params)}"))
+        assert "result" not in answer, method
+        assert "testbox" in answer["error"]["message"] and method in answer["error"]["message"]
+    assert not (tmp_path / "written.txt").exists() and not ran.exists()
+    assert secret.read_text() == "the user's own"
+    logs = "\n".join(deck.agents["far"].logs)
+    assert all(f"deck: {method} refused" in logs for method in requests), logs
+
+
 def test_killing_deck_leaves_nothing_of_the_agent_on_the_host(sshd, tmp_path):
     mark = uuid.uuid4().hex
     config = write_config(tmp_path / "deck.toml", remote_agent(sshd, tmp_path, mark=mark))
