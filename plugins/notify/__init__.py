@@ -11,12 +11,17 @@ its delay (a request still unanswered, the agent still in error), the plugin
 - runs the user's `command`, the moment as JSON on its stdin and in `DECK_AGENT`, `DECK_WHAT`,
   `DECK_TITLE` (`senders.py`: one at a time per agent, cut off after 10 s, a failure logged).
 
+Requests are told of per agent in one go: those an agent makes while one of its notifications was
+just sent (within COALESCE seconds) make one more moment saying how many wait, never one each, so a
+flood of requests costs one inbox reading per notification, not one per request.
+
 It runs in the process that runs the agents, so a `deck serve` with no client notifies too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from deck import Duration, hookimpl, listens, now_iso
@@ -58,6 +63,11 @@ def settings(deck: Deck) -> NotifySettings:
     return found if isinstance(found, NotifySettings) else NotifySettings.model_validate({})
 
 
+#: How long after telling of an agent's requests the next ones it makes are gathered into one moment, in seconds.
+COALESCE = 2.0
+#: How much earlier than `after` a timer may wake (the clock's resolution).
+_EARLY = 0.05
+
 #: The name this deck's `Notify` is registered under in its plugin manager.
 PER_DECK = "notify.deck"
 
@@ -68,12 +78,21 @@ class Notify:
     def __init__(self, deck: Deck) -> None:
         self.deck = deck
         self.senders = Senders(deck, self._commands)
+        #: Per agent, the requests not told of yet (id → when asked), in the order asked.
+        self._asked: dict[str, dict[str, float]] = {}
 
     @hookimpl
     @listens(PermissionRequested, QuestionRequested, AgentStateChanged, TurnChanged, "budget:reached")
     def deck_event(self, event: Event) -> None:
         moment = _moment(event)
         if moment is None or moment.what not in settings(self.deck).on:
+            return
+        if moment.what == "input" and moment.id is not None:
+            asked = self._asked.get(moment.agent)
+            if asked is None:  # nothing of this agent's is being told: tell of this one
+                asked = self._asked[moment.agent] = {}
+                self.deck.spawn(self._tell_requests(moment.agent), f"notify {moment.agent} input")
+            asked[moment.id] = time.monotonic()
             return
         self.deck.spawn(self._tell(moment), f"notify {moment.agent} {moment.what}")
 
@@ -92,12 +111,37 @@ class Notify:
         self.deck.emit(NotifySent(now.agent, now.what, one_line(now.title, TITLE_MAX), config.bell, config.desktop))
         self.senders.send(now)
 
+    async def _tell_requests(self, agent: str) -> None:
+        """Tell of `agent`'s requests, those still waiting `after` they were asked: at once for the first,
+        then, while more come, one moment per COALESCE seconds for all that came meanwhile."""
+        try:
+            while asked := self._asked.get(agent):
+                after = settings(self.deck).after
+                wait = after - (time.monotonic() - next(iter(asked.values())))
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                ripe = time.monotonic() - after + _EARLY
+                self._asked[agent] = {i: t for i, t in asked.items() if t > ripe}  # told of once `after` old
+                moment = await self._waiting_of(agent, {i: t for i, t in asked.items() if t <= ripe})
+                if moment is not None:
+                    config = settings(self.deck)
+                    self.deck.emit(NotifySent(agent, "input", one_line(moment.title, TITLE_MAX), config.bell, config.desktop))
+                    self.senders.send(moment)
+                await asyncio.sleep(COALESCE)
+        finally:
+            self._asked.pop(agent, None)
+
+    async def _waiting_of(self, agent: str, asked: dict[str, float]) -> Moment | None:
+        """One moment for the requests in `asked` still waiting: the oldest's title, and how many wait."""
+        rows = [row for row in await self.deck.call("DeckService.Inbox", None) if row["id"] in asked]
+        if not rows:
+            return None
+        first = rows[0]
+        title = first["title"] if len(rows) == 1 else f"{len(rows)} requests wait, the first: {first['title']}"
+        return Moment(agent, "input", title, first["since"], first["id"])
+
     async def _still(self, moment: Moment) -> Moment | None:
-        """The moment as it is now, or None when it passed (the request answered, the agent out of error)."""
-        if moment.what == "input":
-            waiting = {row["id"]: row for row in await self.deck.call("DeckService.Inbox", None)}
-            row = waiting.get(moment.id)
-            return None if row is None else Moment(moment.agent, moment.what, row["title"], moment.since, moment.id)
+        """The moment as it is now, or None when it passed (the agent out of error, a new turn started)."""
         agent = self.deck.agents.get(moment.agent)
         if moment.what == "error" and (agent is None or agent.state is not AgentState.ERROR):
             return None

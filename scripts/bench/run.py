@@ -37,6 +37,8 @@ Benchmarks and targets:
     web         the socket's prompt to an attached jsonl client while a headless Chromium shows the
                 web page (scripts/bench/web.py): the client's time ÷ without the browser ≤ 1.2; the
                 server's CPU with the browser ÷ without (≤ 1.3) and the page's first paint (≤ 1 s) beside it
+    permissions 10,000 permission requests an agent makes at once, until all wait in the inbox and are
+                cancelled, with notify on (a command to run) ÷ with `-p no:notify` ≤ 1.5 (deck's CPU beside)
     ssh         the throughput's prompt from an agent over ssh to 127.0.0.1 (a real sshd of the benchmark's
                 own, scripts/bench/ssh.py) ÷ the same agent run directly; and the start of a second agent on
                 that host, its connection already open, beside the first's
@@ -78,6 +80,7 @@ ROOT = HERE.parents[1]
 PRODUCER = HERE / "producer.py"
 FAKE_AGENT = ROOT / "tests" / "agents" / "fake_agent.py"
 TERMINAL_AGENT = ROOT / "tests" / "agents" / "terminal_agent.py"
+ASKING_AGENT = ROOT / "tests" / "agents" / "asking_agent.py"
 PY = sys.executable
 DECK = [PY, "-P", "-m", "deck"]  # as the `deck` script runs
 #: The options of the "off" runs measured beside deck's default: no history plugin.
@@ -604,6 +607,43 @@ def _server_cpu(cfg: Path, count: int) -> float:
         _stop(server)
 
 
+def bench_permissions(rounds: int, count: int = 10_000) -> dict[str, list[float]]:
+    cfg = config({"bench": [PY, str(ASKING_AGENT)]}, '[notify]\ncommand = ["true"]\n')
+    runs: dict[str, list[float]] = {"notify on s": [], "notify off s": [], "on cpu s": [], "off cpu s": []}
+    for n in range(rounds):
+        variants = [("on", ()), ("off", ("-p", "no:notify"))]
+        for label, options in variants[n % 2 :] + variants[: n % 2]:
+            seconds, cpu = _permission_flood(cfg, count, options)
+            runs[f"notify {label} s"].append(seconds)
+            runs[f"{label} cpu s"].append(cpu)
+    return runs
+
+
+def _permission_flood(cfg: Path, count: int, options: tuple[str, ...]) -> tuple[float, float]:
+    """From the prompt to its turn's end: `count` requests asked at once, all waiting, then cancelled."""
+    proc = started_deck(cfg, ["bench"], options)
+    assert proc.stdin
+    started = time.perf_counter()
+    proc.stdin.write(request(100, "ChatService.Send", agent="bench", text=f"perms {count}"))
+    proc.stdin.flush()
+    asked = 0
+
+    def all_asked(event: dict) -> bool:
+        nonlocal asked
+        asked += event.get("event") == "permission:requested"
+        return asked == count
+
+    _read_until(proc, all_asked)
+    proc.stdin.write(request(101, "ChatService.Cancel", agent="bench"))
+    proc.stdin.flush()
+    _read_until(proc, lambda e: e.get("event") == "turn:changed" and not e.get("busy"))
+    seconds = time.perf_counter() - started
+    cpu = sum(psutil.Process(proc.pid).cpu_times()[:2])
+    proc.stdin.close()
+    proc.wait(60)
+    return seconds, cpu
+
+
 def served(cfg: Path, name: str = "bench", *options: str) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
     """`deck serve --name NAME` of `cfg` (with `options`), once it listens; and the environment of its
     clients (its socket in a folder of its own)."""
@@ -683,6 +723,7 @@ BENCHES = {
     "flood": (bench_flood, ("RSS growth MB", None, 40.0)),
     "web": (lambda rounds: __import__("web").bench_web(rounds), ("terminal+web s", "terminal s", 1.2)),
     "ssh": (lambda rounds: __import__("ssh").bench_ssh(rounds), ("over ssh", "direct", 1.5)),
+    "permissions": (bench_permissions, ("notify on s", "notify off s", 1.5)),
 }
 #: Ratios printed for information: (measure, peer it is compared with).
 RATIOS = {
@@ -700,6 +741,7 @@ RATIOS = {
     "flood": [("p99 ms", "quiet p99 ms"), ("p99 ms", "outside p99 ms")],
     "web": [("server+web cpu s", "server cpu s")],
     "ssh": [("second start ms", "first start ms")],
+    "permissions": [("on cpu s", "off cpu s")],
 }
 SLOW = {"idle", "stop"}
 

@@ -9,6 +9,8 @@ Prompts:
                    another (a write of batched.txt and a read of given.txt in
                    its cwd; their answers are the reply), an empty one and one of non-objects,
                    and the prompt's own answer in a batch with the last update
+  `perms N`        N permission requests at once, none waiting for another; the reply counts the
+                   outcomes once all are answered (`{"yes": 3, "cancelled": 1}`)
   `stray ID…`      an update for each session ID given (one deck may not know), then the answer
 
 Sessions are s1, s2, … in the order made.
@@ -82,6 +84,18 @@ def prompt(rid: int, sid: str, text: str) -> None:
         send([1, "two", None])
         send([chunk(sid, json.dumps([got[first], got[second]])), done])
         return
+    elif word == "perms":
+        asked = [next(ids) for _ in range(int(rest))]
+        sys.stdout.write("".join(json.dumps({"jsonrpc": "2.0", "id": i, "method": "session/request_permission", "params": {
+            "sessionId": sid, "toolCall": {"toolCallId": f"t{i}", "title": f"edit {i}", "kind": "edit"},
+            "options": [{"optionId": "yes", "name": "Allow", "kind": "allow_once"}]}}) + "\n" for i in asked))
+        sys.stdout.flush()
+        counts: dict[str, int] = {}
+        for answer in answers(*asked).values():
+            outcome = answer.get("result", {}).get("outcome", {})
+            key = outcome.get("optionId") or outcome.get("outcome") or "error"
+            counts[key] = counts.get(key, 0) + 1
+        send(chunk(sid, json.dumps(counts)))
     elif word == "stray":
         for other in rest.split():
             send(chunk(other, f"for {other}"))

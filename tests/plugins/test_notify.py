@@ -17,6 +17,7 @@ from pathlib import Path
 import pexpect
 import psutil
 import pytest
+from deck.plugins import notify
 from deck.plugins.notify import senders
 
 from tests.conftest import agent_block
@@ -109,6 +110,25 @@ def test_after_tells_only_of_what_is_still_waiting(serve, clients, tmp_path) -> 
     assert record["stdin"]["id"] == left["id"]  # the one answered within `after` was never told of
     time.sleep(1.2)
     assert len(got(out)) == 1 and len([x for x in watcher.lines if x.get("event") == "notify:sent"]) == 1
+
+
+def test_a_flood_of_requests_is_told_of_in_a_few_moments_that_count_them(serve, clients, tmp_path) -> None:
+    command, out = recorder(tmp_path)
+    asking = [sys.executable, str(Path(__file__).parents[1] / "agents" / "asking_agent.py")]
+    server = serve(notify_table(command) + agent_block("a", command=asking))
+    watcher = clients(server.path)
+    watcher.call("ChatService.Send", {"agent": "a", "text": "perms 2000"})
+    wait_until(lambda: len(watcher.call("DeckService.Inbox")) == 2000, timeout=60)
+    time.sleep(notify.COALESCE + 0.5)  # the last gathering is told of
+    told = [line for line in watcher.lines if line.get("event") == "notify:sent"]
+    records = wait_until(lambda: got(out) if len(got(out)) == len(told) else None)
+    assert 1 <= len(told) <= 6, len(told)  # one per gathering, not one per request
+    counted = [r["stdin"]["title"] for r in records if "requests wait" in r["stdin"]["title"]]
+    first = records[0]["stdin"]["title"]
+    told_of = (1 if "requests wait" not in first else 0) + sum(int(t.split()[0]) for t in counted)
+    assert told_of == 2000 and all(t.endswith("permission: edit " + t.split("edit ")[-1]) for t in counted)
+    watcher.call("ChatService.Cancel", {"agent": "a"})
+    watcher.event("turn:changed", agent="a", busy=False, timeout=30)
 
 
 def test_on_chooses_the_moments(serve, clients, tmp_path) -> None:
