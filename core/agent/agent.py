@@ -582,8 +582,11 @@ class Agent:
             return
         session = self.sessions.get(session_id)
         if session is not None:
-            if update.get("sessionUpdate") in TOOL_UPDATES:
+            kind = update.get("sessionUpdate")
+            if kind in TOOL_UPDATES:
                 session.track(update)
+            elif kind == "usage_update" and session.origin != CONVERSATION:
+                self.deck.session_cost(session, update)  # an ask's cost is the agent's spending too
             session.on_update(update)
             return
         if session_id in self._detached:

@@ -92,3 +92,13 @@ class Host(Protocol):
     def cancel_requests_from(self, session: Session) -> None:
         """Cancel the permission requests and questions `session` still waits on."""
         ...
+
+    def before_session_prompt(self, session: Session, text: str) -> None:
+        """A prompt in a session other than the conversation's (a plugin's): refused (ServiceError)
+        as a message to the agent would be, by a budget reached say."""
+        ...
+
+    def session_cost(self, session: Session, update: dict[str, Any]) -> None:
+        """A `usage_update` of a session other than the conversation's: what its cost adds is the
+        agent's spending too (budgets and the history count it)."""
+        ...

@@ -131,10 +131,13 @@ class Session:
     async def prompt(self, text: str) -> dict[str, Any]:
         """One prompt turn; the result object (`stopReason`, `usage`), {} when the agent sent none.
 
-        Raises ConnectionClosed when the agent stops, AcpError when it answers an error. When the
+        Raises ConnectionClosed when the agent stops, AcpError when it answers an error, ServiceError
+        when a plugin refuses a prompt outside the conversation (a budget reached). When the
         caller is cancelled, what the session asked the user is cancelled, the agent gets
         `session/cancel` and CANCEL_GRACE seconds to end the turn (it stays busy until then)."""
         conn = self._connection()
+        if self.origin != CONVERSATION:  # the conversation's messages were checked as they were sent
+            self.agent.deck.before_session_prompt(self, text)
         self._prompts += 1
         request = conn.start_request("session/prompt", {"sessionId": self.id, "prompt": [{"type": "text", "text": text}]})
         try:

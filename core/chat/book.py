@@ -8,12 +8,14 @@ came before, and why.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from deck.agent.session import CONVERSATION, REPLAYED
+from deck.agent.session import CONVERSATION, REPLAYED, Session
 from deck.chat.conversation import Caps, Conversation, Message
-from deck.chat.spending import Money, Spending
+from deck.chat.spending import Bill, Money, Spending, money
+from deck.events import UsageChanged
 
 if TYPE_CHECKING:
     from deck.agent.agent import Agent
@@ -132,6 +134,8 @@ class Conversations(Mapping[str, Conversation]):
         self._pending = pending
         self.spending = spending if spending is not None else Spending()
         self._conversations: dict[str, Conversation] = {}
+        #: The running cost of each session other than a conversation's, as it last reported it.
+        self._bills: weakref.WeakKeyDictionary[Session, Bill] = weakref.WeakKeyDictionary()
 
     def __getitem__(self, agent: str) -> Conversation:
         return self._conversations[agent]
@@ -157,6 +161,21 @@ class Conversations(Mapping[str, Conversation]):
             conv = Conversation(agent, self._deck.emit, permissions, self.caps(), spend)
             self._conversations[agent] = conv
         return conv
+
+    def session_cost(self, session: Session, update: dict[str, Any]) -> None:
+        """A `usage_update` of `session`, not the conversation's: its cost's growth is spent by its
+        agent, told as `usage:changed` with the conversation's usage as it is."""
+        cost = money(update.get("cost"))
+        if cost is None:
+            return
+        bill = self._bills.get(session)
+        if bill is None:
+            bill = self._bills[session] = Bill()
+        spent = bill.spent(cost)
+        if spent is not None:
+            agent = session.agent.name
+            self.spending.add(agent, spent)
+            self._deck.emit(UsageChanged(agent, self.of(agent).usage, spent))
 
     def caps(self) -> Caps:
         """What a conversation keeps, from the config's `[limits]` (read when the conversation is made)."""

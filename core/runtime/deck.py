@@ -172,6 +172,12 @@ class Deck:
     def cancel_requests_from(self, session: Session) -> None:
         self.chat.pending.cancel_from(session)
 
+    def before_session_prompt(self, session: Session, text: str) -> None:
+        self.hooks.before_prompt(session.agent, text)
+
+    def session_cost(self, session: Session, update: dict[str, Any]) -> None:
+        self.chat.conversations.session_cost(session, update)
+
     def subscribe(self, listener: Any) -> None:
         """Call `listener(event)` for every event (frontends use this)."""
         self._listeners.append(listener)

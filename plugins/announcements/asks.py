@@ -158,6 +158,8 @@ class Ask:
             return await self._prompt()
         except ConnectionClosed as exc:
             raise AskError(f"{target.name} stopped before it answered: {target.error or exc.args[0]}") from exc
+        except ServiceError as exc:  # refused before it was sent: a budget reached
+            raise AskError(f"{target.name} may not answer: {exc}") from exc
         except AcpError as exc:
             raise AskError(f"{target.name} answered with an error: {exc.args[0] or exc.code}") from exc
         finally:

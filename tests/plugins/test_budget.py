@@ -184,3 +184,19 @@ def test_line_mode_says_the_budget_is_reached_and_why_a_message_is_refused(line_
     deck.send("hello")
     deck.expect(r"\[a\] the budget of a \(1 USD per day\) is reached: 1\.00 USD spent: raise it in the config.*")
     assert deck.close() == 0
+
+
+def test_what_an_agent_spends_answering_an_ask_counts_and_at_its_budget_it_answers_no_more_asks(run_deck) -> None:
+    deck = run_deck('[budget]\nperiod = "server"\n' + agent_block("a") + agent_block("b", budget="0.5 USD"))
+    deck.call("ChatService.Send", {"agent": "a", "text": "ask b spend 0.7"})  # b answers in an ask session of its own
+    reached = deck.event("budget:reached", timeout=30)
+    assert reached["agent"] == "b" and reached["spent"] == {"amount": 0.7, "currency": "USD"}
+    ended(deck, "a")
+    usage = deck.call("DeckService.Usage", {})
+    assert usage["agents"]["b"]["spent"] == {"USD": 0.7} and usage["sinceStart"] == {"USD": 0.7}
+    deck.call("ChatService.Send", {"agent": "a", "text": "ask b spend 0.7"})
+    ended(deck, "a", count=2)
+    answers = [m for m in deck.call("ChatService.Conversation", {"agent": "a"})["messages"] if m["role"] == "agent"]
+    text = answers[-1]["parts"][-1]["text"]
+    assert text.startswith("tool error: b may not answer: the budget of b (0.5 USD since the server started) is reached")
+    assert deck.call("DeckService.Usage", {})["agents"]["b"]["spent"] == {"USD": 0.7}  # the refused ask ran nothing
