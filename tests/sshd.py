@@ -20,7 +20,8 @@ SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 class SSHServer:
     """sshd on a free port of 127.0.0.1, for the current user with a key made here."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, extra: str = "") -> None:
+        """`extra`: more lines for its sshd_config (`SetEnv PATH=…`: the PATH a host gives its sessions)."""
         if not os.path.exists(SSHD) or not shutil.which("ssh") or not shutil.which("ssh-keygen"):
             pytest.fail("no OpenSSH here: install it with `bash scripts/install-sshd.sh`")
         folder.mkdir(parents=True, exist_ok=True)
@@ -39,7 +40,7 @@ class SSHServer:
             "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nLogLevel VERBOSE\nMaxStartups 50\n"
             # A client may give its sessions their own state folder and git variables (`-o SetEnv=…`),
             # as a host's login environment would: the worktree tests do.
-            "AcceptEnv XDG_STATE_HOME GIT_*\n"
+            "AcceptEnv XDG_STATE_HOME GIT_*\n" + extra
         )
         if os.getuid() == 0:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # its privilege separation folder

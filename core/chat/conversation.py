@@ -899,12 +899,65 @@ OPTION_TYPES = ("select", "boolean")
 
 
 def _options(agent: str, options: Any) -> list[dict[str, Any]]:
-    """The config options deck can show and set: an id, and a type it knows; the rest are skipped."""
+    """The config options deck can show and set, each of the shape ACP gives it (`_option`); the
+    rest are skipped, so that no frontend meets a value of a type it does not expect."""
     found = dicts(options)
-    known = [o for o in found if isinstance(o.get("id"), str) and o["id"] and o.get("type") in OPTION_TYPES]
+    known = [kept for kept in map(_option, found) if kept is not None]
     if len(known) < len(found):
-        log.info("%s: %d config option(s) without an id or of a type deck does not know, skipped", agent, len(found) - len(known))
+        log.info("%s: %d config option(s) without an id, of a type deck does not know, or malformed, skipped",
+                 agent, len(found) - len(known))  # fmt: skip
     return known
+
+
+def _option(option: dict[str, Any]) -> dict[str, Any] | None:
+    """A SessionConfigOption as deck keeps it: a non-empty string id, a type of OPTION_TYPES and a
+    current value of that type (a boolean, or a select's value id); a select keeps only its
+    well-formed values (`_select_values`), and one left with none to choose is no option either:
+    None for those. Its name is a string (else its id); a description or category that is no
+    string is left out."""
+    config_id, kind, current = option.get("id"), option.get("type"), option.get("currentValue")
+    if not isinstance(config_id, str) or not config_id or kind not in OPTION_TYPES:
+        return None
+    kept = _labelled(option, config_id, "description", "category")
+    if kind == "boolean":
+        return kept if isinstance(current, bool) else None
+    values = _select_values(option.get("options"))
+    if not isinstance(current, str) or not values:
+        return None
+    kept["options"] = values
+    return kept
+
+
+def _select_values(items: Any) -> list[dict[str, Any]]:
+    """A select's values, flat or in groups (`items` is a list, or there are none): a value needs
+    a string id (`value`); a group a string id (`group`) and a list of such values, groups within
+    it skipped; a group left with no value is skipped, as is every item that is no object."""
+    values: list[dict[str, Any]] = []
+    for item in dicts(items):
+        if "group" in item:
+            group = item.get("group")
+            inner = [kept for kept in map(_select_value, dicts(item.get("options"))) if kept is not None]
+            if isinstance(group, str) and inner:
+                values.append({**_labelled(item, group), "options": inner})
+        elif (kept := _select_value(item)) is not None:
+            values.append(kept)
+    return values
+
+
+def _select_value(item: dict[str, Any]) -> dict[str, Any] | None:
+    value = item.get("value")
+    if "group" in item or not isinstance(value, str):
+        return None
+    return _labelled(item, value, "description")
+
+
+def _labelled(item: dict[str, Any], fallback: str, *texts: str) -> dict[str, Any]:
+    """`item` with a name that is a non-empty string (its own, else `fallback`), and without those
+    of its `texts` keys that are no string."""
+    name = item.get("name")
+    kept = {k: v for k, v in item.items() if k not in texts or isinstance(v, str)}
+    kept["name"] = name if isinstance(name, str) and name else fallback
+    return kept
 
 
 # -- reading what an agent sent: the right type, or a default ---------------------------------

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import typer
-from deck.cli.common import Command, ConfigOption, disabled_option, fail, make_deck, run_async
+from deck.cli.common import Command, ConfigOption, disabled_option, echo, echo_json, fail, make_deck, run_async
 from deck.errors import ExitCode
 
 
@@ -38,15 +37,15 @@ def agents(
         for a in deck.agents.values()
     ]
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        echo_json(rows)
         return
     for row in rows:
-        typer.echo(f"{row['icon']} {row['name']:<16} {row['title']:<24} {' '.join(row['command'])}")
+        echo(f"{row['icon']} {row['name']:<16} {row['title']:<24} {' '.join(row['command'])}")
 
 
 def _logout(config: Optional[Path], name: str) -> int:
     """Start agent `name` of the config, log it out (ACP `logout`), stop it."""
-    from deck.errors import ServiceError
+    from deck.errors import DeckError
 
     deck = make_deck(config)
 
@@ -58,9 +57,9 @@ def _logout(config: Optional[Path], name: str) -> int:
 
     try:
         run_async(logout())
-    except ServiceError as exc:
+    except DeckError as exc:  # a refusal, the agent not starting, or its own error answer
         fail(str(exc), ExitCode.ERROR)
-    typer.echo(f"{name} logged out: its next start authenticates again")
+    echo(f"{name} logged out: its next start authenticates again")
     return ExitCode.OK
 
 
@@ -79,12 +78,12 @@ def plugins(
     rows = describe(deck.pm)
     disabled = sorted(set(deck.disabled))
     if as_json:
-        typer.echo(json.dumps({"plugins": rows, "disabled": disabled}, indent=2))
+        echo_json({"plugins": rows, "disabled": disabled})
         return
     for row in rows:
-        typer.echo(f"{row['name']:<16} {row['source']:<24} {', '.join(row['hooks'])}")
+        echo(f"{row['name']:<16} {row['source']:<24} {', '.join(row['hooks'])}")
     if disabled:
-        typer.echo(f"disabled: {', '.join(disabled)}")
+        echo(f"disabled: {', '.join(disabled)}")
 
 
 def register(app: typer.Typer) -> None:

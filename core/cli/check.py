@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
-import typer
-from deck.cli.common import run_async
+from deck.cli.common import echo, echo_json, run_async
 from deck.config.models import AgentConfig, in_git_repository
 from deck.errors import ExitCode, ServiceError
 from deck.proc.processes import start_process
@@ -144,19 +142,19 @@ def run_check(deck: Deck, with_handshake: bool, as_json: bool) -> ExitCode:
     rows = run_async(check_all(deck, with_handshake))
     failed = any(not r["found"] or (with_handshake and not r["handshake"]["ok"]) for r in rows)
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        echo_json(rows)
         return ExitCode.ERROR if failed else ExitCode.OK
     for row in rows:
         if not row["found"]:
-            typer.echo(f"✗ {row['name']:<16} {row['problem']}")
+            echo(f"✗ {row['name']:<16} {row['problem']}")
             continue
         line = f"{row['name']:<16} command: {row['found']}"
         shake = row.get("handshake")
         if shake is None:
-            typer.echo(f"✓ {line}")
+            echo(f"✓ {line}")
         elif shake["ok"]:
-            typer.echo(f"✓ {line}; handshake ok in {shake['seconds']:g}s ({shake['agent'] or 'unnamed agent'})")
+            echo(f"✓ {line}; handshake ok in {shake['seconds']:g}s ({shake['agent'] or 'unnamed agent'})")
         else:
             reason = shake["error"].replace("\n", "\n    ")
-            typer.echo(f"✗ {line}; handshake failed: {reason}")
+            echo(f"✗ {line}; handshake failed: {reason}")
     return ExitCode.ERROR if failed else ExitCode.OK

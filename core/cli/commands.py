@@ -7,7 +7,7 @@ import sys
 import typer
 from deck._version import __version__
 from deck.cli import agents, config, inbox, run, server, usage
-from deck.cli.common import Command, Group, report_plugin_failure
+from deck.cli.common import Command, Group, echo, report_plugin_failure
 
 app = typer.Typer(
     name="deck",
@@ -22,7 +22,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"deck {__version__}")
+        echo(f"deck {__version__}")
         raise typer.Exit()
 
 
@@ -33,7 +33,7 @@ def main_callback(
 ) -> None:
     """One terminal, many coding agents."""
     if ctx.invoked_subcommand is None:
-        typer.echo(ctx.get_help())
+        echo(ctx.get_help())
 
 
 def main() -> None:
@@ -66,7 +66,7 @@ def register_plugin_commands(target: typer.Typer, args: list[str]) -> None:
     try:
         pm = make_manager(disabled_by(args))
     except Exception as exc:  # a broken plugin must not take the CLI down
-        typer.echo(f"deck: cannot load the plugins: {exc!r}", err=True)
+        echo(f"deck: cannot load the plugins: {exc!r}", err=True)
         return
     PluginHooks(pm, report_plugin_failure).register_commands(target)
 

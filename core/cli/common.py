@@ -1,5 +1,10 @@
 """What the commands of the `deck` command line share: the help's plain argument names, the
-config option, one-line failures, logging, and the deck a command runs."""
+config option, what they print (`echo`, `echo_json`, `fail`), logging, and the deck a command runs.
+
+Every command prints through `echo`, `echo_json` and `fail`, never `typer.echo` itself: what it
+prints may hold an agent's or a host's text (an agent's stderr, its error messages and option
+names, a folder on a host's PATH), whose control characters `deck.tty` makes visible there, so a
+command is safe by default."""
 
 from __future__ import annotations
 
@@ -98,9 +103,27 @@ def complete_frontends(incomplete: str) -> list[str]:
     return [n for n in ("urwid", "line", "jsonl") if n.startswith(incomplete)]
 
 
+def echo(text: str = "", err: bool = False, nl: bool = True) -> None:
+    """Print `text` on stdout (`err`: stderr) with its control characters and bidi controls made
+    visible (`deck.tty.printable`): none reaches the terminal as a control sequence."""
+    from deck.tty import printable
+
+    typer.echo(printable(text), err=err, nl=nl)
+
+
+def echo_json(value: Any, ensure_ascii: bool = True) -> None:
+    """Print `value` as indented JSON, the characters JSON leaves raw but a terminal may run (DEL, C1,
+    the bidi controls) as `\\u` escapes (`deck.tty.json_printable`): the same JSON."""
+    import json
+
+    from deck.tty import json_printable
+
+    typer.echo(json_printable(json.dumps(value, indent=2, ensure_ascii=ensure_ascii)))
+
+
 def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
-    """Print one clear line and exit with `code` (by default the user's mistake)."""
-    typer.echo(f"deck: {message}", err=True)
+    """Print one clear line (`echo`ed) and exit with `code` (by default the user's mistake)."""
+    echo(f"deck: {message}", err=True)
     raise typer.Exit(code)
 
 
@@ -142,7 +165,7 @@ def make_deck(config: Optional[Path], disabled: tuple[str, ...] = (), warn: bool
     except UsageError as exc:
         *first, last = exc.lines()  # "invalid config: PATH:LINE:COL: MESSAGE", one per problem, compiler style
         for line in first:
-            typer.echo(f"deck: {line}", err=True)
+            echo(f"deck: {line}", err=True)
         fail(last)
     if warn:
         say_warnings(deck)
@@ -154,7 +177,7 @@ def say_warnings(deck: Deck) -> None:
     where = str(deck.config_path or "<config>")
     for problem in deck.problems:
         if problem.warning:
-            typer.echo(f"deck: {problem.format(where)}", err=True)
+            echo(f"deck: {problem.format(where)}", err=True)
 
 
 def config_file(config: Optional[Path]) -> tuple[Path | None, str]:
@@ -238,4 +261,4 @@ def attached(name: str, frontend_cls: Any, **options: Any) -> int:
 
 def report_plugin_failure(plugin: str, hook: str, exc: BaseException) -> None:
     """A plugin failed while the command line called it: one line on stderr, and the command goes on."""
-    typer.echo(f"deck: plugin {plugin} failed in {hook}: {exc!r}", err=True)
+    echo(f"deck: plugin {plugin} failed in {hook}: {exc!r}", err=True)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from deck.cli.common import Command, ConfigOption, fail, report_plugin_failure
+from deck.cli.common import Command, ConfigOption, echo, echo_json, fail, report_plugin_failure
 from deck.errors import ExitCode
 
 config_app = typer.Typer(help="Check, locate and print the config file.", rich_markup_mode=None)
@@ -21,12 +20,12 @@ def config_path(config: Optional[Path] = ConfigOption) -> None:
     path, source = find_config(str(config) if config else None)
     how = {"flag": "--config", "env": "$DECK_CONFIG", "cwd": "./deck.toml", "xdg": "$XDG_CONFIG_HOME/deck/deck.toml"}
     if path is None:
-        typer.echo("built-in default (no config file found)")
+        echo("built-in default (no config file found)")
     elif not path.is_file():
-        typer.echo(f"{path} (from {how[source]}; file not found)")
+        echo(f"{path} (from {how[source]}; file not found)")
         raise typer.Exit(ExitCode.USAGE)
     else:
-        typer.echo(f"{path} (from {how[source]})")
+        echo(f"{path} (from {how[source]})")
 
 
 @config_app.command("init", cls=Command)
@@ -45,9 +44,9 @@ def config_init(
         fail(f"{path} already exists: not overwritten (move it away, or give another PATH)", ExitCode.ERROR)
     except OSError as exc:
         fail(f"cannot write {path}: {exc.strerror or exc}", ExitCode.ERROR)
-    typer.echo(f"wrote {path}: the demo agent, and commented presets for real agents.")
+    echo(f"wrote {path}: the demo agent, and commented presets for real agents.")
     run = "deck run" if path.resolve() == Path("deck.toml").resolve() else f"deck run --config {path}"
-    typer.echo(f"Next: edit it, check it with `deck config validate {path}`, then `{run}`.")
+    echo(f"Next: edit it, check it with `deck config validate {path}`, then `{run}`.")
 
 
 @config_app.command("validate", cls=Command)
@@ -60,11 +59,11 @@ def config_validate(
     """
     where, loaded, _sections = _load_config(path, frontends=True)
     for problem in loaded.problems:
-        typer.echo(problem.format(where))
+        echo(problem.format(where))
     if loaded.errors:
         raise typer.Exit(ExitCode.ERROR)
     warnings = len(loaded.warnings)
-    typer.echo(f"{where}: valid" + (f" ({warnings} warning{'s' if warnings > 1 else ''})" if warnings else ""))
+    echo(f"{where}: valid" + (f" ({warnings} warning{'s' if warnings > 1 else ''})" if warnings else ""))
 
 
 @config_app.command("schema", cls=Command)
@@ -76,7 +75,7 @@ def config_schema(config: Optional[Path] = ConfigOption) -> None:
     from deck.config.output import json_schema
 
     _where, _loaded, sections = _load_config(config)
-    typer.echo(json.dumps(json_schema(sections), indent=2))
+    echo_json(json_schema(sections))
 
 
 @config_app.command("show", cls=Command)
@@ -93,10 +92,13 @@ def config_show(
     where, loaded, _sections = _load_config(config)
     if loaded.config is None:
         for problem in loaded.problems:
-            typer.echo(problem.format(where), err=True)
+            echo(problem.format(where), err=True)
         raise typer.Exit(ExitCode.ERROR)
     data = _as_shown(effective(loaded.config, loaded.sections))
-    typer.echo(json.dumps(data, indent=2, ensure_ascii=False) if as_json else to_toml(data), nl=as_json)
+    if as_json:
+        echo_json(data, ensure_ascii=False)
+    else:
+        echo(to_toml(data), nl=False)
 
 
 def _as_shown(data: dict[str, Any]) -> dict[str, Any]:

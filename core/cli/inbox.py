@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, Optional
 
 import typer
+from deck.cli.common import echo, echo_json, fail
 from deck.errors import ExitCode
 
 AttachOption = typer.Option(None, "--attach", metavar="NAME", help="The running deck server NAME (default: the config's).")
-
-
-def fail(message: str, code: ExitCode = ExitCode.USAGE) -> NoReturn:
-    typer.echo(f"deck: {message}", err=True)
-    raise typer.Exit(code)
 
 
 def server(attach: Optional[str], config: Optional[Path]) -> str:
@@ -55,21 +51,19 @@ def inbox(
     """
     rows = call(server(attach, config), "DeckService.Inbox")
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        echo_json(rows)
         return
     if not rows:
-        typer.echo("nothing waits for you")
+        echo("nothing waits for you")
         return
-    from deck.tty import printable
-
     options = {p["id"]: p.get("options") or [] for p in call(server(attach, config), "ChatService.Pending")}
     for row in rows:
-        typer.echo(printable(f"{row['id']:<12} {row['agent']:<16} {row['since']:<24} {row['title']}"))
+        echo(f"{row['id']:<12} {row['agent']:<16} {row['since']:<24} {row['title']}")
         if row["kind"] == "permission" and options.get(row["id"]):
             choices = ", ".join(f"{o.get('optionId')} ({o.get('name') or o.get('kind') or '?'})" for o in options[row["id"]])
-            typer.echo(printable(f"{'':<12} options: {choices}"))
+            echo(f"{'':<12} options: {choices}")
         elif row["kind"] == "question":
-            typer.echo(f"{'':<12} answer with --json VALUES, or --decline")
+            echo(f"{'':<12} answer with --json VALUES, or --decline")
 
 
 def answer(
@@ -110,7 +104,7 @@ def answer(
         if not isinstance(parsed, dict):
             fail("--json: a JSON object of the question's fields, such as '{\"name\": \"x\"}'")
         call(name, "ChatService.AnswerQuestion", {"id": request, "values": parsed})
-    typer.echo(f"answered {request} ({row['agent']})")
+    echo(f"answered {request} ({row['agent']})")
 
 
 def register(app: typer.Typer, command_cls: Any) -> None:

@@ -17,6 +17,7 @@ from deck.cli.common import (
     complete_frontends,
     config_file,
     disabled_option,
+    echo,
     fail,
     frontends,
     make_deck,
@@ -141,7 +142,7 @@ def _attach_instead(config: Optional[Path], frontend: Optional[str], stay: bool,
     if changed or stay:
         fail(f"the deck server {name} runs {path} already: `deck attach {name}` to use it, or"
              " `deck run --new` to run a deck of its own beside it (second copies of its agents)")  # fmt: skip
-    typer.echo(f"deck: the deck server {name} runs {path}: attaching to it (deck run --new runs apart)", err=True)
+    echo(f"deck: the deck server {name} runs {path}: attaching to it (deck run --new runs apart)", err=True)
     if frontend is None:
         from deck.config.check import load_file
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -15,6 +14,8 @@ from deck.cli.common import (
     attached,
     complete_frontends,
     disabled_option,
+    echo,
+    echo_json,
     fail,
     make_deck,
     report_plugin_failure,
@@ -124,10 +125,10 @@ def _serve_detached(config: Optional[Path], name: str, plugin: list[str], web: O
             said = ready.read(6)  # "ready\n" once it listens; nothing if it ended first
     except KeyboardInterrupt:  # interrupted: nothing is left behind
         _end_server(server)
-        typer.echo(f"deck: interrupted: the deck server {name} was stopped before it started", err=True)
+        echo(f"deck: interrupted: the deck server {name} was stopped before it started", err=True)
         return ExitCode.INTERRUPTED
     if said == b"ready\n":
-        typer.echo(f"deck server {name} running (pid {server.pid}) on {socket_path(name)}; log: {log_path}")
+        echo(f"deck server {name} running (pid {server.pid}) on {socket_path(name)}; log: {log_path}")
         return ExitCode.OK
     code = server.wait()
     try:
@@ -137,7 +138,7 @@ def _serve_detached(config: Optional[Path], name: str, plugin: list[str], web: O
     except OSError:
         text = ""
     for line in text.strip().splitlines()[-20:]:
-        typer.echo(line, err=True)
+        echo(line, err=True)
     return code or ExitCode.ERROR
 
 
@@ -227,7 +228,7 @@ def stop(name: str = NameArgument) -> None:
     except ServerError as exc:
         fail(str(exc), ExitCode.ERROR)
     wait_free(name, STOP_WAIT_SECONDS)  # its name free again: a `deck serve` of it may follow at once
-    typer.echo(f"deck server {name} stopped" + (f" (pid {known.pid})" if known else ""))
+    echo(f"deck server {name} stopped" + (f" (pid {known.pid})" if known else ""))
 
 
 #: How long `deck stop` waits for the server's process to end once its agents are stopped.
@@ -247,16 +248,16 @@ def list_servers(as_json: bool = typer.Option(False, "--json", help="JSON output
     except ServerError as exc:
         fail(str(exc), ExitCode.ERROR)
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        echo_json(rows)
         return
     if not rows:
-        typer.echo("no deck server is running (start one with `deck serve`)")
+        echo("no deck server is running (start one with `deck serve`)")
         return
-    typer.echo(f"{'NAME':<16} {'PID':>7} {'AGENTS':>6} {'RUNNING':>7} {'BUSY':>4} {'CLIENTS':>7}  {'SINCE':<24}  CONFIG")
+    echo(f"{'NAME':<16} {'PID':>7} {'AGENTS':>6} {'RUNNING':>7} {'BUSY':>4} {'CLIENTS':>7}  {'SINCE':<24}  CONFIG")
     for row in rows:
         agents, running, busy, clients = ("?" if row[k] is None else str(row[k]) for k in ("agents", "running", "busy", "clients"))
         web = f"  (web page: {row['web']})" if row.get("web") else ""  # its token: `deck web NAME`
-        typer.echo(
+        echo(
             f"{row['name']:<16} {row['pid']:>7} {agents:>6} {running:>7} {busy:>4} {clients:>7}  {row['since']:<24}  {row['config']}{web}"
         )
 
@@ -290,7 +291,7 @@ def web_page(
     except ServerError as exc:
         fail(str(exc), ExitCode.ERROR)
     url = f"{known.web}#token={token}"
-    typer.echo(url)
+    echo(url)
     if open_it:
         import webbrowser
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from deck.cli.common import echo, echo_json
 from deck.cli.inbox import AttachOption, call, server
 
 
@@ -23,17 +23,15 @@ def usage(
 
     An agent that reports no cost says "cost unknown" and is not in the totals.
     """
-    from deck.tty import printable
-
     if by not in ("agent", "day"):
         raise typer.BadParameter(f"{by!r}: use agent or day", param_hint="--by")
     found = call(server(attach, config), "DeckService.Usage", {"by": by})
     if as_json:
-        typer.echo(json.dumps(found, indent=2))
+        echo_json(found)
         return
     lines = _by_day(found) if by == "day" else _by_agent(found)
     for line in lines:
-        typer.echo(printable(line))
+        echo(line)
 
 
 def _by_agent(found: dict[str, Any]) -> list[str]:

@@ -5,8 +5,9 @@ used (corrupt, locked, another program's) is one line on stderr and exit 1, the 
 By default they show the conversations of the config in use (found as `deck run` finds it, or
 `--config PATH`); `--all` shows every config's.
 
-What an agent wrote may carry control characters: on a terminal it is shown through
-`deck.tty.printable`; written to a pipe or a file it is data and stays as stored (JSON escapes
+What an agent wrote may carry control characters: the lines of `deck history` and `deck search`
+are for reading, and show them through `deck.tty.printable` wherever they go; `deck export` does
+so on a terminal, while written to a pipe or a file it is data and stays as stored (JSON escapes
 what a terminal could run either way).
 """
 
@@ -85,19 +86,18 @@ def history(
     if not rows:
         typer.echo(_nothing(store, "no conversations", agent, every))
         return
-    tty = _is_terminal()
-    for line in _aligned([_fields(row, every, tty) for row in rows], right={3}):
+    for line in _aligned([_fields(row, every) for row in rows], right={3}):
         typer.echo(line)
 
 
-def _fields(row: dict[str, Any], every: bool, tty: bool) -> list[str]:
+def _fields(row: dict[str, Any], every: bool) -> list[str]:
     """A conversation's cells in `deck history`: id, agent, update, messages, (config,) title."""
     count = f"{row['messages']} message{'' if row['messages'] == 1 else 's'}"
     fields = [row["id"], row["agent"], _local(row["updatedAt"]), count]
     if every:
         fields.append(row["configPath"] or "(built-in config)")
     fields.append(_one_line(row["title"] or ""))
-    return [_shown(field, tty) for field in fields]
+    return [printable(field) for field in fields]
 
 
 def _aligned(rows: list[list[str]], right: set[int]) -> list[str]:
@@ -143,8 +143,8 @@ def search(
         return
     for hit in found:
         head = f"{hit['conversationId']}  {hit['agent']}  {hit['role']}  {_local(hit['at'] or '')}"
-        snippet = _shown("  " + _one_line(hit["snippet"]), tty).replace(_OPEN, BOLD[0]).replace(_CLOSE, BOLD[1])
-        typer.echo(_shown(head, tty))
+        snippet = printable("  " + _one_line(hit["snippet"])).replace(_OPEN, BOLD[0]).replace(_CLOSE, BOLD[1])
+        typer.echo(printable(head))
         typer.echo(snippet)
 
 
@@ -301,7 +301,7 @@ def _check_limit(limit: int) -> None:
 
 
 def _fail(message: str, code: ExitCode = ExitCode.ERROR) -> NoReturn:
-    typer.echo(f"deck: {message}", err=True)
+    typer.echo(printable(f"deck: {message}"), err=True)
     raise typer.Exit(code)
 
 
@@ -311,10 +311,6 @@ def _echo_json(value: Any) -> None:
 
 def _is_terminal() -> bool:
     return sys.stdout.isatty()
-
-
-def _shown(text: str, tty: bool) -> str:
-    return printable(text) if tty else text
 
 
 def _one_line(text: str) -> str:
