@@ -24,13 +24,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar
 
-#: Unicode's control characters (category Cc) but tab and line feed, and the bidi embeddings,
-#: overrides and isolates. One character class: the scan of text that has none is the cost on
+#: Unicode's control characters (category Cc) but tab and line feed, the bidi embeddings,
+#: overrides and isolates, and lone surrogates (no terminal encoding can write one). One character class: the scan of text that has none is the cost on
 #: every line shown (an alternation would double it).
-_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 #: The same, a CR LF pair matched whole: the newline it is.
 _REPLACED = re.compile("\r\n|" + _UNSAFE.pattern)
-#: C0 controls and DEL as their Control Pictures (ESC → ␛, CR → ␍), the rest as an escape (`\x9b`, `\u202e`).
+#: C0 controls and DEL as their Control Pictures (ESC → ␛, CR → ␍), the rest as an escape (`\x9b`, `\u202e`,
+#: a lone surrogate `\ud800`).
 _SHOWN = {
     "\r\n": "\n",
     **{chr(c): chr(0x2400 + c) for c in range(0x20)},
@@ -43,7 +44,8 @@ _JSON_UNSAFE = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def _shown(match: re.Match[str]) -> str:
-    return _SHOWN[match.group()]
+    found = match.group()
+    return _SHOWN.get(found) or f"\\u{ord(found):04x}"  # a lone surrogate
 
 
 def printable(text: str) -> str:

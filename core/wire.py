@@ -120,11 +120,11 @@ class RequestReader:
             self.error(None, INVALID_REQUEST, "a request must be a JSON object")
             return
         request_id = request.get("id")
+        if request_id is not None and not isinstance(request_id, (int, str)) or isinstance(request_id, bool):
+            self.error(None, INVALID_REQUEST, "id must be a string or an integer")  # an answer never echoes junk
+            return
         if request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
             self.error(request_id, INVALID_REQUEST, 'not a JSON-RPC 2.0 request: need "jsonrpc": "2.0" and a "method"')
-            return
-        if request_id is not None and not isinstance(request_id, (int, str)) or isinstance(request_id, bool):
-            self.error(None, INVALID_REQUEST, "id must be a string or an integer")
             return
         # Made at once, in the order of the lines; answered when done, in any order.
         call = self.client.call(request["method"], request.get("params"))

@@ -280,7 +280,7 @@ class LineFrontend(Frontend):
         self._buffer.seek(0)
         self._buffer.truncate()
         try:
-            view = memoryview(data.encode())
+            view = memoryview(data.encode(errors="backslashreplace"))  # a lone surrogate, shown, never fatal
             while view:
                 written = os.write(self._fd, view)
                 view = view[written:]

@@ -361,17 +361,27 @@ class Connection:
         method = message.get("method")
         if method is None:
             self._on_response(message)
+        elif not isinstance(method, str):
+            if "id" in message:
+                self._reply_error(_valid_id(message["id"]), INVALID_REQUEST, "the method must be a string")
+            else:
+                self._on_bad_line(f"a method that is no string, skipped: {str(message)[:200]}")
         elif "id" in message:  # an id of 0 or "" is still an id
             self._start_request(message)
         else:
             handler = self._notifications.get(method)
-            if handler is not None:
-                handler(message.get("params") or {})
-            elif method == "$/cancel_request":
-                self._cancel_incoming((message.get("params") or {}).get("requestId"))
+            if handler is None and method != "$/cancel_request":
+                return  # a notification nobody listens to
+            params = message.get("params") or {}
+            if not isinstance(params, dict):  # ACP's params are objects: a handler may count on one
+                self._on_bad_line(f"{method[:100]} with params that are no object, skipped: {str(params)[:200]}")
+            elif handler is not None:
+                handler(params)
+            else:
+                self._cancel_incoming(params.get("requestId"))
 
     def _on_response(self, message: dict[str, Any]) -> None:
-        future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+        future = self._pending.get(_hashable(message.get("id")))
         if future is None or future.done():
             self._on_bad_line(f"response to no pending request, skipped: {str(message)[:200]}")
             return
@@ -387,6 +397,9 @@ class Connection:
 
     def _start_request(self, message: dict[str, Any]) -> None:
         request_id = message["id"]
+        if _valid_id(request_id) is None and request_id is not None:  # answered, never echoed
+            self._reply_error(None, INVALID_REQUEST, f"the id must be a string or a number: {str(message)[:200]}")
+            return
         handler = self._requests.get(message["method"])
         if handler is None:
             self._reply_error(request_id, METHOD_NOT_FOUND, f"method not found: {message['method']}")
@@ -457,6 +470,11 @@ class Connection:
 
 def _plain_task(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
     return asyncio.get_running_loop().create_task(coro, name=name)
+
+
+def _valid_id(value: Any) -> Any:
+    """A request's id as an answer may carry it: JSON-RPC's ids are strings, numbers or null."""
+    return value if isinstance(value, (int, float, str, type(None))) and not isinstance(value, bool) else None
 
 
 def _hashable(value: Any) -> Any:

@@ -97,6 +97,21 @@ class Pending:
         return {**self.payload, "kind": self.kind}
 
 
+def form_schema(raw: Any) -> dict[str, Any] | None:
+    """A question's form as the frontends may count on it: an object whose `properties` are objects
+    and whose `required` names some of them; a field that is not an object is dropped. None when
+    `raw` is no form at all (missing is an empty one)."""
+    if raw is None:
+        return {}
+    properties = raw.get("properties", {}) if isinstance(raw, dict) else None
+    if not isinstance(properties, dict):
+        return None
+    fields = {str(name): field for name, field in properties.items() if isinstance(field, dict)}
+    required = raw.get("required")
+    named = [name for name in required if isinstance(name, str) and name in fields] if isinstance(required, list) else []
+    return {**raw, "properties": fields, **({"required": named} if "required" in raw else {})}
+
+
 class PendingRequests:
     """Every request waiting for an answer in one deck, oldest first."""
 
@@ -194,10 +209,13 @@ class PendingRequests:
                 f"question-{next(_ids)}", agent.name, asker.message_id(), f"{message}\n{url}", {}, url
             )
         elif mode == "form":
+            schema = form_schema(params.get("requestedSchema"))
+            if schema is None:  # no form anyone could fill in
+                agent.log(f"deck: elicitation/create refused: its requestedSchema is no form: {str(params)[:200]}")
+                raise AcpError(INVALID_PARAMS, "requestedSchema must be an object whose properties are an object")
             event = QuestionRequested(
-                f"question-{next(_ids)}", agent.name, asker.message_id(), str(params.get("message", "")),
-                params.get("requestedSchema") or {},
-            )  # fmt: skip
+                f"question-{next(_ids)}", agent.name, asker.message_id(), str(params.get("message", "")), schema
+            )
         else:
             return {"action": "decline"}
         answer = await self._wait(Pending(QUESTION, asker, event), event)

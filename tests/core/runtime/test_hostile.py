@@ -401,7 +401,11 @@ def _accounted(line: bytes) -> int:
 
 
 def _one(value: Any) -> int:
-    return 0 if isinstance(value, dict) and value.get("method") not in (None, "n") and "id" not in value else 1
+    """1 for a response, a request, a notification of "n" or one whose method is no string; 0 for
+    another notification (nobody handles it)."""
+    if not isinstance(value, dict) or "id" in value or value.get("method") in (None, "n"):
+        return 1
+    return 0 if isinstance(value["method"], str) else 1
 
 
 class StubDeck:
