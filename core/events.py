@@ -223,12 +223,14 @@ class ConversationChanged(Event):
 class ConversationReset(Event):
     """An agent's conversation was replaced as a whole: emptied for a new one (`ChatService.NewConversation`),
     or a stored one made current (`conversationId`, `ChatService.OpenConversation`). A frontend reads it
-    again with `ChatService.Conversation`: no `message:*` event says what went or came back."""
+    again with `ChatService.Conversation`: no `message:*` event says what went or came back. `apart`: the
+    new one is a one-shot's (`deck send`), which a later start does not come back to."""
 
     name: ClassVar[str] = "conversation:reset"
-    _optional: ClassVar[frozenset[str]] = frozenset({"conversation_id"})
+    _optional: ClassVar[frozenset[str]] = frozenset({"conversation_id", "apart"})
     agent: str
     conversation_id: str | None = None
+    apart: bool | None = None  # True, or left out
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,7 @@ class SendFrontend(Frontend):
         as_json: bool = False,
         keep: bool = False,
         conversation: str | None = None,
+        attached: bool = False,
         out: TextIO | None = None,
         err: TextIO | None = None,
     ) -> None:
@@ -75,6 +76,7 @@ class SendFrontend(Frontend):
         self.as_json = as_json
         self.keep = keep  # the agent's current conversation, rather than one of its own
         self.conversation = conversation  # a stored conversation to continue: its id, or the start of it
+        self.attached = attached  # a client of a deck server: `keep` is the conversation its clients show
         self.out = out or sys.stdout
         self.err = err or sys.stderr
         for stream in (self.out, self.err):
@@ -122,12 +124,25 @@ class SendFrontend(Frontend):
         await asyncio.shield(self._sending)  # an interruption meanwhile waits for its answer
 
     async def _choose_conversation(self) -> None:
-        """A conversation of the send's own, unless it continues the agent's current one or a stored one."""
+        """A conversation of the send's own (kept apart: `deck run` does not come back to it), unless it
+        continues a stored one or (`keep`) the agent's latest one: through a server, its current one."""
         if self.conversation is not None:
             found = await self._stored(self.conversation)
-            await self.client.call("ChatService.OpenConversation", {"id": found})
+            await self.client.call("ChatService.OpenConversation", {"id": found, "apart": not self.attached})
         elif not self.keep:
-            await self.client.call("ChatService.NewConversation", {"agent": self.agent})
+            await self.client.call("ChatService.NewConversation", {"agent": self.agent, "apart": True})
+        elif not self.attached:
+            latest = await self._latest()
+            if latest is not None:
+                await self.client.call("ChatService.OpenConversation", {"id": latest, "apart": True})
+
+    async def _latest(self) -> str | None:
+        """The id of the agent's latest stored conversation, one-shot ones included; None with no history."""
+        try:
+            rows = await self.client.call("ChatService.History", {"agent": self.agent, "limit": 1})
+        except ServiceError:
+            return None  # the history is off: the conversation the deck holds is the one
+        return str(rows[0]["id"]) if rows else None
 
     async def _stored(self, wanted: str) -> str:
         """The id of the agent's stored conversation that `wanted` is, or starts (a unique start will do)."""

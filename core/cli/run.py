@@ -72,11 +72,14 @@ def send(
     attach: Optional[str] = typer.Option(None, "--attach", metavar="NAME", help="Send through the running deck server NAME (deck serve)."),
     keep: bool = typer.Option(False, "--continue", help="Continue the agent's latest conversation (with --attach: the default)."),
     conversation: Optional[str] = typer.Option(None, "--conversation", metavar="ID", help="Continue the stored conversation ID (or a unique start of it)."),
+    new: bool = typer.Option(False, "--new", help="Run a deck of its own even when a deck server (deck serve) runs this config."),
 ) -> None:
     """Send one prompt and stream the answer to stdout.
 
     The prompt goes to a conversation of its own, unless --continue or --conversation
-    (through a server, --attach, to the agent's current one). A permission request is
+    (through a server, --attach, to the agent's current one). When a deck server runs the
+    same config, the prompt goes through it (as --attach), never to a second copy of its
+    agent; --new runs a deck of its own all the same. A permission request is
     approved by --approve or the agent's `permissions` policy, else refused; a question
     is declined. Ctrl-C cancels the turn.
 
@@ -89,9 +92,11 @@ def send(
         fail("--continue and --conversation: give one of them")
     if attach is not None and (approve or config is not None):
         fail("--attach sends through a server, which follows its own config: no --config or --approve with it")
+    if attach is None and not new:
+        attach = _server_instead(config, approve)
     options: dict[str, Any] = {"agent": agent, "text": _prompt(text), "as_json": as_json, "conversation": conversation}
     if attach is not None:
-        code = attached(attach, SendFrontend, keep=True, **options)  # the conversation its console shows
+        code = attached(attach, SendFrontend, keep=True, attached=True, **options)  # the conversation its console shows
         raise typer.Exit(code or ExitCode.OK)
     approvals = approvals_of(approve)
     deck = make_deck(config, warn=True)
@@ -125,6 +130,23 @@ def _read_prompt(stream: Any) -> str:
         return str(data.decode())
     except UnicodeDecodeError as exc:
         fail(f"the prompt on stdin is not UTF-8 text (byte {exc.start} is not)")
+
+
+def _server_instead(config: Optional[Path], approve: list[str]) -> Optional[str]:
+    """`deck send` of a config a deck server runs: the server's name, said on stderr (its agents are
+    running there, in their folders: a second copy would work on the same files); refused with
+    --approve, which only a deck of its own honours. None when no server runs the config."""
+    from deck.remote.socket_client import server_of
+
+    path, _source = config_file(config)
+    name = server_of(path) if path is not None and path.is_file() else None
+    if name is None:
+        return None
+    if approve:
+        fail(f"the deck server {name} runs {path} already, with its own approvals: send without --approve"
+             f" (`deck send --attach {name}`), or `deck send --new` to run a deck of its own beside it")  # fmt: skip
+    echo(f"deck: the deck server {name} runs {path}: sending through it (deck send --new runs apart)", err=True)
+    return name
 
 
 def _attach_instead(config: Optional[Path], frontend: Optional[str], stay: bool, changed: bool) -> None:

@@ -236,12 +236,13 @@ class ChatService:
         return await self.settings.set_config_option(agent, configId, value)
 
     @rpc("ChatService.NewConversation")
-    async def new_conversation(self, agent: str) -> dict[str, Any]:
+    async def new_conversation(self, agent: str, apart: bool = False) -> dict[str, Any]:
         """A fresh conversation for `agent`; the old one stays in the history. A running agent is
-        restarted, so that a new session (`session/new`) serves the new conversation."""
+        restarted, so that a new session (`session/new`) serves the new conversation. The next start
+        of deck comes back to it, unless it is kept `apart` (a one-shot's, as `deck send` makes)."""
         running = await self._leave_conversation(agent)
         self.conversations.reset(agent)
-        self.deck.emit(ConversationReset(agent))  # the history starts a new stored conversation at the next message
+        self.deck.emit(ConversationReset(agent, apart=apart or None))  # the history starts a new stored one at the next message
         if running:
             await self.deck.agent(agent).start()
         return {"agent": agent}
@@ -268,10 +269,11 @@ class ChatService:
 
     @rpc("ChatService.OpenConversation")
     async def open_conversation(
-        self, id: str | None = None, agent: str | None = None, sessionId: str | None = None
+        self, id: str | None = None, agent: str | None = None, sessionId: str | None = None, apart: bool = False
     ) -> dict[str, Any]:
         """Make stored conversation `id` its agent's current one. The agent is stopped if it runs;
         its next start resumes or loads the conversation's session where it can (`Agent.start`).
+        The next start of deck comes back to it, unless it is opened `apart` (by a one-shot `deck send`).
 
         With `agent` and `sessionId` instead (from `AgentSessions`): the agent's own session
         becomes its current conversation, loaded at once (its replay forms the conversation)."""
@@ -285,7 +287,7 @@ class ChatService:
         await self._leave_conversation(agent)
         history.continue_conversation(agent, stored)  # first: a message the restore finishes goes there
         self.conversations.restore(agent, stored)
-        self.deck.emit(ConversationReset(agent, id))
+        self.deck.emit(ConversationReset(agent, id, apart or None))
         return {"agent": agent, "conversationId": id}
 
     async def _open_agent_session(self, agent: str, session_id: str) -> dict[str, Any]:

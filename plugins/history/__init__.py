@@ -149,7 +149,9 @@ async def seed_spending(deck: Deck, recorder: HistoryRecorder) -> None:
 
 
 async def restore_latest(deck: Deck, recorder: HistoryRecorder, keep: float, opened: bool = False) -> None:
-    """Each agent's current conversation is its latest stored one, before any agent runs.
+    """Each agent's current conversation is the one it was in (made current last under this config,
+    none when a fresh one was: never a one-shot `deck send`'s), else its latest stored one, before
+    any agent runs.
 
     Its new messages go on in the stored conversation; one that the pruning about to run
     deletes (not updated for `keep` seconds) is not restored. `opened`: another config file was
@@ -164,8 +166,8 @@ async def restore_latest(deck: Deck, recorder: HistoryRecorder, keep: float, ope
     agents, config = list(deck.agents), recorder.config
     tail = deck.conversation_caps().conversation * 3 // 4  # what a start shows: never a whole oversized one
 
-    def read() -> list[dict[str, Any] | None]:
-        return [recorder.store.latest(config, name, tail) for name in agents]
+    def read() -> list[dict[str, Any] | None]:  # the conversation each was in, else its latest
+        return [recorder.store.current(config, name, tail)[1] for name in agents]
 
     try:
         found = await asyncio.to_thread(read)

@@ -220,6 +220,8 @@ class HistoryRecorder:
         self.config = config_key(config_path)
         #: agent name → id of its current stored conversation.
         self.current: dict[str, str] = {}
+        #: Agents whose conversation is kept apart (a one-shot `deck send`'s): a start never comes back to it.
+        self.apart: set[str] = set()
         self.closed = False
         self._loop = asyncio.get_running_loop()
         self.writer = Writer(store, self.interval, on_error=self._failed_in_thread)
@@ -296,6 +298,7 @@ class HistoryRecorder:
             if key != self.config:  # another config file: its agents' conversations are new ones
                 self.config = key
                 self.current.clear()
+                self.apart.clear()
                 self._early_titles.clear()
                 self._early_choices.clear()
 
@@ -309,6 +312,8 @@ class HistoryRecorder:
             cid = self.writer.new_conversation(self.config, agent, stored.session_id, stored.title)
             self.current[agent] = cid
             self._stored[cid] = stored
+            if agent not in self.apart:
+                self.writer.set_current(self.config, agent, cid)
             choices = self._early_choices.pop(agent, None)
             if choices is not None:
                 self.writer.set_choices(cid, choices)
@@ -342,6 +347,19 @@ class HistoryRecorder:
             if stored.title != old:
                 self.writer.set_title(cid, stored.title)
 
+    def made_current(self, agent: str, conversation_id: str | None, apart: bool = False) -> None:
+        """The user made `conversation_id` `agent`'s current conversation (None: a fresh one, stored at
+        its first message), the one a later start comes back to, unless it is kept `apart`."""
+        if conversation_id is None:
+            self.current.pop(agent, None)
+        else:
+            self.current[agent] = conversation_id
+        if apart:
+            self.apart.add(agent)
+            return
+        self.apart.discard(agent)
+        self.writer.set_current(self.config, agent, conversation_id)
+
     def continue_conversation(self, agent: str, stored: dict[str, Any]) -> None:
         """The agent's conversation is `stored` again (restored at start): its new messages go on in it.
 
@@ -365,7 +383,7 @@ class HistoryRecorder:
         in deck), made the agent's current one: its replayed messages go there."""
         stored = _Stored(session_id)
         cid = self.writer.new_conversation(self.config, agent, session_id)
-        self.current[agent] = cid
+        self.made_current(agent, cid)
         self._stored[cid] = stored
         self._early_titles.pop(agent, None)
         return cid

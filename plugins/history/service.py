@@ -76,6 +76,6 @@ class StoredConversations:
 
 def follow(recorder: HistoryRecorder, event: ConversationReset) -> None:
     """A conversation emptied for a new one: the agent's next message starts a new stored conversation
-    (one made current from the history, with its `conversationId`, was handed to the recorder already)."""
-    if event.conversation_id is None:
-        recorder.current.pop(event.agent, None)
+    (one made current from the history, with its `conversationId`, was handed to the recorder already);
+    either is the one a later start comes back to, unless it is kept apart."""
+    recorder.made_current(event.agent, event.conversation_id, bool(event.apart))

@@ -215,8 +215,21 @@ def _v5(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE conversations ADD COLUMN choices TEXT")  # JSON: {"options": {id: value}, "mode": id}
 
 
+def _v6(db: sqlite3.Connection) -> None:
+    """Each agent's current conversation per config, the one a start comes back to (NULL: a fresh one);
+    a conversation kept apart (a one-shot `deck send`'s) never becomes it."""
+    db.execute(
+        """CREATE TABLE current_conversations (
+            config_path TEXT NOT NULL,
+            agent TEXT NOT NULL,
+            conversation_id TEXT,
+            PRIMARY KEY (config_path, agent)
+        )"""
+    )
+
+
 #: Migration n (from 1) takes a database from version n - 1 to n, inside the opening transaction.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -291,14 +304,17 @@ class _Pending:
     messages: dict[str, dict[str, _Changes]] = field(default_factory=dict)
     #: (day, config_path, agent, currency) → amount spent, added to what the table holds.
     spent: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
+    #: (config_path, agent) → its current conversation (None: a fresh one).
+    current: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.created or self.meta or self.messages or self.spent)
+        return bool(self.created or self.meta or self.messages or self.spent or self.current)
 
     def put_back(self, newer: _Pending) -> _Pending:
         """This (failed) batch with `newer`'s changes on top: nothing lost, no version goes back in time."""
         merged = _Pending(dict(self.created), {k: dict(v) for k, v in self.meta.items()}, {})
         merged.created.update(newer.created)
+        merged.current = {**self.current, **newer.current}
         merged.spent = dict(self.spent)
         for key, amount in newer.spent.items():
             merged.spent[key] = merged.spent.get(key, 0.0) + amount
@@ -378,6 +394,20 @@ class HistoryStore:
                 (config_path, agent),
             ).fetchone()
             return _with_messages(db, row, tail) if row else None
+
+    def current(self, config_path: str, agent: str, tail: int | None = None) -> tuple[bool, Conversation | None]:
+        """The conversation a start of `agent` under `config_path` comes back to: (True, it) when one
+        was made current, (True, None) when a fresh one was, (False, its latest) when neither was said
+        (a history older than the record, or a current one deleted since)."""
+        with self._read() as db:
+            row = db.execute(
+                "SELECT conversation_id FROM current_conversations WHERE config_path = ? AND agent = ?",
+                (config_path, agent),
+            ).fetchone()
+        if row is not None and row[0] is None:
+            return True, None
+        found = self.get(row[0], tail) if row is not None else None
+        return (True, found) if found is not None else (False, self.latest(config_path, agent, tail))
 
     def get(self, conversation_id: str, tail: int | None = None) -> Conversation | None:
         """One conversation with its messages (`tail` as for `latest`), or None."""
@@ -546,6 +576,11 @@ class HistoryStore:
                 "INSERT INTO spending (day, config_path, agent, currency, amount) VALUES (?, ?, ?, ?, ?)"
                 " ON CONFLICT (day, config_path, agent, currency) DO UPDATE SET amount = amount + excluded.amount",
                 [(*key, amount) for key, amount in pending.spent.items()],
+            )
+            db.executemany(
+                "INSERT INTO current_conversations (config_path, agent, conversation_id) VALUES (?, ?, ?)"
+                " ON CONFLICT (config_path, agent) DO UPDATE SET conversation_id = excluded.conversation_id",
+                [(*key, cid) for key, cid in pending.current.items()],
             )
 
     @contextlib.contextmanager
@@ -1280,6 +1315,11 @@ class Writer:
         """The user's choices for the conversation (`{options: {id: value}, mode}`), to set again on resume."""
         with self._pending_changes() as pending:
             pending.meta.setdefault(conversation_id, {})["choices"] = _dumps(choices)
+
+    def set_current(self, config_path: str, agent: str, conversation_id: str | None) -> None:
+        """`agent`'s current conversation under `config_path` is now `conversation_id` (None: a fresh one)."""
+        with self._pending_changes() as pending:
+            pending.current[(config_path, agent)] = conversation_id
 
     def spend(self, day: str, config_path: str, agent: str, currency: str, amount: float) -> None:
         """`amount` more spent by `agent` on `day`."""
