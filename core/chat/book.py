@@ -213,7 +213,7 @@ class Conversations(Mapping[str, Conversation]):
         conv = self.of(agent.name)
         if session.restarted and conv.messages:
             conv.add_system("agent-restarted", text=session.restarted)
-        conv.session_started(session.id, session.result)
+        conv.session_started(session.id, session.result, fresh=bool(session.restarted))
         session.attach(ConversationSink(conv))
         if conv.choices:  # what the user chose for it, set again on this session once it is ready
             self._deck.chat.settings.again(agent.name)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deck.acp.updates import as_string, block_text, choice, dicts, tool_id, tool_part
-from deck.chat.spending import TOKENS, Bill, Money, money, tokens_of
+from deck.chat.spending import DIGITS, TOKENS, Bill, Money, money, tokens_of
 from deck.config.models import CONVERSATION_MAX, MESSAGE_MAX
 from deck.events import (
     ConversationChanged,
@@ -272,6 +272,9 @@ class Conversation:
         #: Told what each usage report adds to the session's cost (the deck's `Spending`).
         self.spend: Callable[[Money], None] = spend or _nothing
         self.bill = Bill()
+        #: What the conversation's earlier sessions cost, in the currency they reported (its cost is
+        #: that and its current session's: `usage.cost`, the session's alone in `usage.sessionCost`).
+        self.earlier: Money | None = None
         self.caps = caps
         self._message_max, self._size_max = caps.message, caps.conversation  # read once per chunk
         #: The bytes its messages hold; `cut` counts the messages let go to keep it under its cap.
@@ -395,11 +398,15 @@ class Conversation:
         self.choices = _choices(choices)
         self.usage = {"used": _count(usage.get("used")), "size": _count(usage.get("size"))} if usage else _no_usage()
         cost = money(usage.get("cost")) if usage else None
+        session_cost = (money(usage.get("sessionCost")) if usage else None) or cost
+        self.earlier = _less(cost, session_cost)
         if cost is not None:
             self.usage["cost"] = cost
+        if self.earlier is not None and session_cost is not None:
+            self.usage["sessionCost"] = session_cost
         if usage and (tokens := _count(usage.get("tokens"))) > 0:
             self.usage["tokens"] = tokens
-        self.bill = Bill(cost)
+        self.bill = Bill(session_cost)
         self.queue.clear()
         self.current = None
         unfinished = [m for m in self.messages if not m.done or m.queued]
@@ -410,11 +417,13 @@ class Conversation:
             self.updated(message)
         return unfinished
 
-    def session_started(self, session_id: str, result: dict[str, Any]) -> None:
-        """A new ACP session serves this conversation (first start, restart, after a crash)."""
-        if session_id != self.session_id:  # not the one resumed: its costs count from nothing
+    def session_started(self, session_id: str, result: dict[str, Any], fresh: bool = False) -> None:
+        """A new ACP session serves this conversation (first start, restart, after a crash); `fresh`:
+        a new one (`session/new`), whatever its id, rather than the earlier one resumed or loaded."""
+        if fresh or session_id != self.session_id:  # not the one resumed: its costs count from nothing
             self.bill = Bill()
-            self.usage = {k: v for k, v in self.usage.items() if k != "cost"}
+            self.earlier = money(self.usage.get("cost"))  # what the conversation cost so far stays its
+            self.usage = {k: v for k, v in self.usage.items() if k != "sessionCost"}
         self.session_id = session_id
         self._tools.clear()
         self._acp_messages.clear()
@@ -790,14 +799,18 @@ class Conversation:
     def _usage(self, update: dict[str, Any]) -> None:
         usage: dict[str, Any] = {"used": _count(update.get("used")), "size": _count(update.get("size"))}
         cost = money(update.get("cost"))
-        if cost is None and "cost" in self.usage and "cost" not in update:
-            cost = self.usage["cost"]  # a report without a cost: the session's cost so far is unchanged
+        if cost is None and "cost" not in update:
+            cost = self.bill.last  # a report without a cost: the session's cost so far is unchanged
         spent = None
         if cost is not None:
-            usage["cost"] = cost
+            usage["cost"] = _plus(self.earlier, cost)
+            if self.earlier is not None and usage["cost"] is not cost:
+                usage["sessionCost"] = cost
             spent = self.bill.spent(cost)
             if spent is not None:
                 self.spend(spent)
+        elif self.earlier is not None:
+            usage["cost"] = self.earlier
         if "tokens" in self.usage:
             usage["tokens"] = self.usage["tokens"]
         self.usage = usage
@@ -830,6 +843,22 @@ class Conversation:
 
 def _nothing(_spent: Money) -> None:
     pass
+
+
+def _plus(earlier: Money | None, cost: Money) -> Money:
+    """The conversation's cost: its earlier sessions' and `cost`, the current one's (only the current
+    one's when they were reported in another currency)."""
+    if earlier is None or earlier["currency"] != cost["currency"]:
+        return cost
+    return {"amount": round(earlier["amount"] + cost["amount"], DIGITS), "currency": cost["currency"]}
+
+
+def _less(total: Money | None, session: Money | None) -> Money | None:
+    """What the earlier sessions cost, from a stored conversation's cost and its current session's."""
+    if total is None or session is None or total["currency"] != session["currency"]:
+        return None
+    amount = round(total["amount"] - session["amount"], DIGITS)
+    return {"amount": amount, "currency": total["currency"]} if amount > 0 else None
 
 
 def _no_usage() -> dict[str, Any]:

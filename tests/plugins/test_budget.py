@@ -200,3 +200,25 @@ def test_what_an_agent_spends_answering_an_ask_counts_and_at_its_budget_it_answe
     text = answers[-1]["parts"][-1]["text"]
     assert text.startswith("tool error: b may not answer: the budget of b (0.5 USD since the server started) is reached")
     assert deck.call("DeckService.Usage", {})["agents"]["b"]["spent"] == {"USD": 0.7}  # the refused ask ran nothing
+
+
+def test_a_conversations_cost_is_its_sessions_costs_together_across_restarts(run_deck, tmp_path: Path) -> None:
+    config = agent_block("a", budget="10 USD")  # sessions s1, s2… in each process: a new one may reuse an id
+
+    def cost_after(deck, text: str, turns: int) -> dict:
+        deck.call("ChatService.Send", {"agent": "a", "text": text})
+        ended(deck, "a", count=turns)
+        return deck.call("ChatService.Conversation", {"agent": "a"})["usage"]
+
+    deck = run_deck(config)
+    assert cost_after(deck, "cost 0.02", 1)["cost"] == {"amount": 0.02, "currency": "USD"}
+    deck.call("AgentService.Restart", {"name": "a"})  # it cannot resume: a new session, its cost from 0
+    usage = cost_after(deck, "cost 0.2", 2)
+    assert usage["cost"] == {"amount": 0.22, "currency": "USD"} and usage["sessionCost"] == {"amount": 0.2, "currency": "USD"}
+    assert deck.call("DeckService.Usage", {})["agents"]["a"]["spent"] == {"USD": 0.22}
+    deck.close_stdin()
+    assert deck.wait(30) == 0
+    again = run_deck(None, "--config", str(tmp_path / "deck.toml"))  # the conversation comes back from the history
+    assert again.call("ChatService.Conversation", {"agent": "a"})["usage"]["cost"] == {"amount": 0.22, "currency": "USD"}
+    assert cost_after(again, "cost 0.1", 1)["cost"] == {"amount": 0.32, "currency": "USD"}
+    assert again.call("DeckService.Usage", {})["agents"]["a"]["today"] == {"USD": 0.32}
