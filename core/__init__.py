@@ -41,6 +41,8 @@ __all__ = [
     "lock_file",
     "same_file",
     "Command",
+    "check_agent",
+    "config_agents",
     "server_of",
     "call_server",
     "host_command",
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
     from deck.agent.remote import host_command
     from deck.agent.session import CONVERSATION, Session, SessionSink
     from deck.cli.commands import Command
+    from deck.cli.common import check_agent, config_agents
     from deck.client import Client
     from deck.config.files import find_config
     from deck.config.models import Duration, worktree_name_problem
@@ -102,6 +105,8 @@ _LAZY = {
     "lock_file": ("proc.storage", "lock_file"),
     "same_file": ("proc.storage", "same_file"),
     "Command": ("cli.commands", "Command"),
+    "check_agent": ("cli.common", "check_agent"),
+    "config_agents": ("cli.common", "config_agents"),
     "server_of": ("remote.socket_client", "server_of"),
     "call_server": ("remote.socket_client", "call_server"),
     "host_command": ("agent.remote", "host_command"),

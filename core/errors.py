@@ -4,6 +4,7 @@
     ├── UsageError            the user's mistake (bad flag, bad config): one line a problem, exit 2
     ├── UnknownMethod         a service method that does not exist
     ├── ServiceError          a service call refused (unknown agent, empty text, limit reached)
+    │   ├── UnknownAgent      an agent name the config does not have: names it, lists the agents
     │   ├── InvalidParams     a service call whose parameters are missing or of the wrong type
     │   └── StartFailed       a `deck_before_start` hook: the agent cannot start as configured
     └── AcpError              an agent answered a request with a JSON-RPC error
@@ -39,7 +40,7 @@ class ExitCode(IntEnum):
 
     OK = 0
     ERROR = 1  # deck itself failed (an agent error in `deck send`)
-    USAGE = 2  # bad command line or config
+    USAGE = 2  # bad command line or config, an agent the config does not have
     MAX_TOKENS = 3  # `deck send`: the stop reasons other than end_turn
     MAX_TURN_REQUESTS = 4
     REFUSAL = 5
@@ -79,6 +80,17 @@ class ServiceError(DeckError):
     def __init__(self, message: str, data: Any = None) -> None:
         super().__init__(message)
         self.data = data
+
+
+class UnknownAgent(ServiceError):
+    """An agent name the config does not have. Every command and service that takes an agent name
+    says it in these words, `unknown agent 'NAME' (agents: a, b)`; a command exits with
+    `ExitCode.USAGE`. `data` holds the name and the agents, `{agent, agents}`."""
+
+    def __init__(self, name: str, agents: Iterable[str]) -> None:
+        known = list(agents)
+        message = f"unknown agent {name!r} (agents: {', '.join(known) or 'none'})"
+        super().__init__(message, {"agent": name, "agents": known})
 
 
 class UnknownMethod(DeckError):

@@ -3,15 +3,36 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
-from deck.cli.common import Command, ConfigOption, disabled_option, echo, echo_json, fail, make_deck, run_async
+from deck.cli.common import (
+    Command,
+    ConfigOption,
+    check_agent,
+    disabled_option,
+    echo,
+    echo_json,
+    fail,
+    make_deck,
+    run_async,
+)
 from deck.errors import ExitCode
 
 
+class AgentsCommand(Command):
+    """`deck agents [OPTIONS] [NAME | logout NAME]`: its two arguments read as one choice in the usage line."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        first = next(p for p in self.params if p.param_type_name == "argument")
+        first.get_usage_pieces = lambda ctx: ["[NAME | logout NAME]"]  # type: ignore[method-assign]
+
+
 def agents(
-    action: Optional[str] = typer.Argument(None, metavar="[logout NAME]", help="logout NAME: log the agent out (ACP logout)."),
+    action: Optional[str] = typer.Argument(
+        None, metavar="NAME", help="Only this agent. `deck agents logout NAME`: log agent NAME out (ACP logout)."
+    ),
     name: Optional[str] = typer.Argument(None, hidden=True),
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
@@ -20,21 +41,26 @@ def agents(
 ) -> None:
     """List the configured agents, or log one out.
 
-    --check tests that each command exists; --handshake also starts each
-    agent. `deck agents logout NAME` logs agent NAME out (ACP logout).
+    `deck agents` lists them all, `deck agents NAME` only NAME; --check tests that each
+    command exists, --handshake also starts each agent. `deck agents logout NAME` logs
+    agent NAME out (ACP logout). An agent the config does not have is an error (exit 2).
     """
-    if action is not None:
-        if action != "logout" or not name:
-            fail(f"unknown action {action!r}: `deck agents` lists the agents, `deck agents logout NAME` logs one out")
+    if action == "logout" or name is not None:
+        if action != "logout":
+            fail(f"unknown action {action!r}: `deck agents NAME` shows one agent, "
+                 "`deck agents logout NAME` logs one out")  # fmt: skip
         raise typer.Exit(_logout(config, name))
     deck = make_deck(config)
+    if action is not None:
+        check_agent(action, deck.agents)
     if check or handshake:
         from deck.cli.check import run_check
 
-        raise typer.Exit(run_check(deck, handshake, as_json))
+        raise typer.Exit(run_check(deck, handshake, as_json, only=action))
     rows = [
         {"name": a.name, "title": a.title, "icon": a.icon, "description": a.config.description, "command": a.config.command}
         for a in deck.agents.values()
+        if action is None or a.name == action
     ]
     if as_json:
         echo_json(rows)
@@ -43,11 +69,14 @@ def agents(
         echo(f"{row['icon']} {row['name']:<16} {row['title']:<24} {' '.join(row['command'])}")
 
 
-def _logout(config: Optional[Path], name: str) -> int:
+def _logout(config: Optional[Path], name: Optional[str]) -> int:
     """Start agent `name` of the config, log it out (ACP `logout`), stop it."""
     from deck.errors import DeckError
 
     deck = make_deck(config)
+    if name is None:
+        fail(f"deck agents logout NAME: name the agent to log out; agents: {', '.join(deck.agents) or 'none'}")
+    check_agent(name, deck.agents)
 
     async def logout() -> None:
         try:
@@ -87,5 +116,5 @@ def plugins(
 
 
 def register(app: typer.Typer) -> None:
-    app.command(cls=Command)(agents)
+    app.command(cls=AgentsCommand)(agents)
     app.command(cls=Command)(plugins)

@@ -120,10 +120,12 @@ async def handshake(deck: Deck, name: str) -> dict[str, Any]:
     return {"ok": True, "agent": " ".join(str(info.get(k, "")) for k in ("name", "version")).strip(), "seconds": seconds}
 
 
-async def check_all(deck: Deck, with_handshake: bool) -> list[dict[str, Any]]:
+async def check_all(deck: Deck, with_handshake: bool, only: str | None = None) -> list[dict[str, Any]]:
     rows = []
     try:
         for agent in deck.agents.values():
+            if only is not None and agent.name != only:
+                continue
             found, problem = await find_remote_command(agent.config) if agent.config.host else find_local_command(agent.config)
             row: dict[str, Any] = {"name": agent.name, "command": agent.config.command, "found": found}
             if problem is not None:
@@ -136,10 +138,10 @@ async def check_all(deck: Deck, with_handshake: bool) -> list[dict[str, Any]]:
     return rows
 
 
-def run_check(deck: Deck, with_handshake: bool, as_json: bool) -> ExitCode:
-    """Print the check of every agent; the exit code is ERROR when any check failed."""
+def run_check(deck: Deck, with_handshake: bool, as_json: bool, only: str | None = None) -> ExitCode:
+    """Print the check of every agent (`only`: of that one); the exit code is ERROR when any check failed."""
     deck.timings = CHECK_TIMINGS
-    rows = run_async(check_all(deck, with_handshake))
+    rows = run_async(check_all(deck, with_handshake, only))
     failed = any(not r["found"] or (with_handshake and not r["handshake"]["ok"]) for r in rows)
     if as_json:
         echo_json(rows)

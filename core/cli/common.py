@@ -8,6 +8,7 @@ command is safe by default."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
@@ -30,8 +31,8 @@ class Command(TyperCommand):
         for param in self.params:
             if param.param_type_name == "argument":
                 name = (param.metavar or param.name or "").upper()
-                shown = name if param.required else f"[{name}]"
-                param.get_usage_pieces = lambda ctx, shown=shown: [shown]  # type: ignore[method-assign, misc]
+                shown = [] if getattr(param, "hidden", False) else [name if param.required else f"[{name}]"]
+                param.get_usage_pieces = lambda ctx, shown=shown: shown  # type: ignore[method-assign, misc]
                 param.display_type_rich = lambda ctx: None  # type: ignore[attr-defined]
 
     def get_params(self, ctx: Any) -> list[Any]:
@@ -85,17 +86,36 @@ ConfigOption = typer.Option(
 
 def complete_agents(ctx: typer.Context, incomplete: str) -> list[str]:
     """Shell completion: the agents of the config the command line names (or the one in use)."""
+    config = ctx.params.get("config")
+    names = config_agents(Path(str(config)) if config else None) or []
+    return [n for n in names if n.startswith(incomplete)]
+
+
+def config_agents(config: Optional[Path] = None) -> list[str] | None:
+    """The names of the agents of the config file `config` (else of the one in use), in config
+    order, read from the file alone: no deck is made. None when the file cannot be read or is no
+    valid config (the command that reads it says why)."""
     from deck.config.check import parse
     from deck.config.files import embedded_default, find_config, read_text
 
     try:
-        found, _source = find_config(str(ctx.params["config"]) if ctx.params.get("config") else None)
+        found, _source = find_config(str(config) if config else None)
         text = read_text(found) if found is not None else embedded_default()  # a regular file only: never a FIFO
         loaded = parse(text)
-    except Exception:  # completion never prints a traceback into the user's shell
-        return []
-    names = list(loaded.config.agents) if loaded.config is not None else []
-    return [n for n in names if n.startswith(incomplete)]
+    except Exception:  # never a traceback: shell completion calls it too
+        return None
+    return list(loaded.config.agents) if loaded.config is not None else None
+
+
+def check_agent(name: str, agents: Iterable[str]) -> None:
+    """What every command that takes an agent name does when `agents` (the config's) lack `name`:
+    `deck: unknown agent 'NAME' (agents: a, b)` on stderr (`deck.errors.UnknownAgent`), and exit
+    `ExitCode.USAGE`. Returns when `name` is one of them."""
+    from deck.errors import UnknownAgent
+
+    known = list(agents)
+    if name not in known:
+        fail(str(UnknownAgent(name, known)), ExitCode.USAGE)
 
 
 def complete_frontends(incomplete: str) -> list[str]:

@@ -24,7 +24,7 @@ from deck.config import check as config_check
 from deck.config import files as config_files
 from deck.config import models as config_models
 from deck.config.models import DeckConfig
-from deck.errors import ServiceError, UnknownMethod, UsageError
+from deck.errors import ServiceError, UnknownAgent, UnknownMethod, UsageError
 from deck.events import ConfigChanged, Event, PluginError, set_seq
 from deck.frontend import Frontend
 from deck.proc.supervisor import StopTimings, kill_all_now
@@ -124,8 +124,7 @@ class Deck:
     def agent(self, name: str) -> Agent:
         agent = self.agents.get(name)
         if agent is None:
-            known = ", ".join(self.agents) or "none"
-            raise ServiceError(f"unknown agent {name!r} (agents: {known})")
+            raise UnknownAgent(name, self.agents)
         return agent
 
     # -- events and plugins -------------------------------------------------------------------

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
-from deck import Command, diffs
+from deck import Command, check_agent, config_agents, diffs
 from deck.errors import ExitCode
 from deck.tty import json_printable, printable
 
@@ -79,6 +79,8 @@ def history(
     _check_limit(limit)
     store = _open()
     rows = [] if store is None else _closing(store, lambda: store.list(_scope(config, every), agent, limit))
+    if not rows and agent is not None:
+        _known(config, agent)
     if as_json:
         keys = ("id", "agent", "title", "createdAt", "updatedAt", "messages", "configPath")
         _echo_json([{key: row[key] for key in keys} for row in rows])
@@ -134,7 +136,12 @@ def search(
     store = _open()
     tty = _is_terminal() and not as_json
     marks = JSON_MARKS if as_json else (_OPEN, _CLOSE) if tty and not os.environ.get("NO_COLOR") else ("", "")
-    found = [] if store is None else _closing(store, lambda: store.search(query, agent, _scope(config, every), limit, marks))
+    scope = _scope(config, every)
+    found, kept = [], False
+    if store is not None:
+        found, kept = _closing(store, lambda: _found(store, query, agent, scope, limit, marks))
+    if agent is not None and not kept:
+        _known(config, agent)
     if as_json:
         _echo_json(found)
         return
@@ -146,6 +153,23 @@ def search(
         snippet = printable("  " + _one_line(hit["snippet"])).replace(_OPEN, BOLD[0]).replace(_CLOSE, BOLD[1])
         typer.echo(printable(head))
         typer.echo(snippet)
+
+
+def _found(
+    store: HistoryStore, query: str, agent: str | None, scope: str | None, limit: int, marks: tuple[str, str]
+) -> tuple[list[dict[str, Any]], bool]:
+    """The messages found, and whether `agent` (if given) has a conversation in `scope` at all."""
+    found = store.search(query, agent, scope, limit, marks)
+    return found, bool(found) or agent is None or bool(store.list(scope, agent, 1))
+
+
+def _known(config: Optional[Path], agent: str) -> None:
+    """An agent with no conversation kept (in the scope asked) must be one of the config's: else it is
+    said as every command says it, and exit 2 (`check_agent`). One gone from the config, with its
+    conversations still kept, is listed as they are."""
+    names = config_agents(config)
+    if names is not None:
+        check_agent(agent, names)
 
 
 def export(

@@ -4,8 +4,10 @@ use (or `--config PATH`), whether a deck runs it or not.
 Each command calls the `WorktreeService` of the deck server running that config (`deck serve`),
 so that a busy or running agent's worktree is refused as in the console; with no server, of a
 deck of that config made for the call, which starts no agent: the same answers and refusals.
-A refusal is one line on stderr and exit 1. A diff holds what agents wrote: on a terminal it is
-coloured and shown through `deck.tty.printable`; in a pipe it is data and stays as git wrote it.
+A refusal is one line on stderr and exit 1; an agent the config does not have (and with no worktree
+kept) is said as every command says it (`check_agent`), exit 2. A diff holds what agents wrote: on a
+terminal it is coloured and shown through `deck.tty.printable`; in a pipe it is data and stays as
+git wrote it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
-from deck import Command
+from deck import Command, check_agent, config_agents
 from deck.errors import ExitCode, ServiceError, UsageError
 from deck.tty import json_printable, printable
 
@@ -108,7 +110,8 @@ def merge(
     changed, when the main checkout has uncommitted changes or the merge conflicts.
     """
     # `started`: the agent's conversation back from the history, for the commit messages.
-    result = call(config, "WorktreeService.Merge", {"agent": agent, "squash": squash, "message": message}, started=True)
+    params = {"agent": agent, "squash": squash, "message": message}
+    result = call(config, "WorktreeService.Merge", params, refused=lambda: _unknown(config, agent), started=True)
     how = "squashed" if squash else "merged"
     typer.echo(printable(f"{agent}: {how} into {result['base']} as {result['commit'][:12]} "
                          f"({count(len(result['files']), 'file')} changed)"))  # fmt: skip
@@ -123,20 +126,19 @@ def remove(
 
     Refused while it has uncommitted work or commits not merged into its base, unless --force.
     """
-    result = call(config, "WorktreeService.Remove", {"agent": agent, "force": force})
+    params = {"agent": agent, "force": force}
+    result = call(config, "WorktreeService.Remove", params, refused=lambda: _unknown(config, agent))
     kept = "" if result["branchDeleted"] else f" (branch {result['branch']} kept)"
     typer.echo(printable(f"{agent}: removed {where(result)}{kept}"))
 
 
-def _unknown(config: Optional[Path], agent: str) -> str | None:
-    """Why `agent` has no worktree when the config has no such agent (else None: the refusal says)."""
-    from deck import find_config
-
-    names = [row["name"] for row in call(config, "AgentService.List", {})]
-    if agent in names:
-        return None
-    path, _source = find_config(str(config) if config else None)
-    return f"no agent {agent} in {path or 'the built-in config'} (agents: {', '.join(names) or 'none'})"
+def _unknown(config: Optional[Path], agent: str) -> None:
+    """A refusal for an agent the config does not have (and that has no worktree kept): said as every
+    command says it, and exit 2 (`check_agent`); else None, and the refusal says why."""
+    names = config_agents(config)
+    if names is not None:
+        check_agent(agent, names)
+    return None
 
 
 def where(row: dict[str, Any]) -> str:

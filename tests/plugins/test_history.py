@@ -162,8 +162,10 @@ def test_search_finds_a_word_of_the_answer_with_a_snippet(recorded: Recorded) ->
     piped = recorded.cli("search", "answer", "--config", str(recorded.config))
     assert piped.returncode == 0 and row["id"] in piped.stdout
     assert "The answer is 42." in piped.stdout and "**" not in piped.stdout and "\x1b" not in piped.stdout
-    elsewhere = recorded.cli("search", "answer", "--agent", "b", "--config", str(recorded.config))
-    assert elsewhere.returncode == 0 and elsewhere.stdout.startswith("nothing found for b")
+    elsewhere = recorded.cli("search", "nowhere", "--agent", "a", "--config", str(recorded.config))
+    assert elsewhere.returncode == 0 and elsewhere.stdout.startswith("nothing found for a")
+    unknown = recorded.cli("search", "answer", "--agent", "b", "--config", str(recorded.config))
+    assert unknown.returncode == 2 and unknown.stderr == "deck: unknown agent 'b' (agents: a)\n"
 
 
 def test_export_as_a_markdown_transcript_and_as_json(recorded: Recorded) -> None:

@@ -387,7 +387,7 @@ async def test_the_commands_work_with_no_deck_running(make_deck, repo, tmp_path)
     removed = await cli("worktree", "remove", "a")
     assert removed.exit_code == 0 and "removed" in removed.stdout
     unknown = await cli("diff", "nobody")
-    assert unknown.exit_code == 1 and unknown.stderr == f"deck: no agent nobody in {config} (agents: a)\n"
+    assert unknown.exit_code == 2 and unknown.stderr == "deck: unknown agent 'nobody' (agents: a)\n"
 
 
 async def test_a_diff_on_a_terminal_is_coloured_and_shows_control_characters(make_deck, repo, tmp_path):

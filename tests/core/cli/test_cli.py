@@ -191,11 +191,11 @@ def test_config_show_gives_each_agent_the_title_and_icon_it_is_shown_with(tmp_pa
     assert '[agents.alpha]\ntitle = "alpha"\nicon = "A"\n' in toml and 'icon = ""' not in toml
 
 
-def test_diff_of_an_agent_the_config_does_not_have_names_the_config_and_its_agents(tmp_path):
+def test_diff_of_an_agent_the_config_does_not_have_names_it_and_the_agents(tmp_path):
     config = write_config(tmp_path / "deck.toml", agent_block("a") + agent_block("b"))
     done = deck("diff", "zzz", "--config", str(config), cwd=tmp_path)
-    assert (done.returncode, done.stdout) == (1, "")
-    assert done.stderr == f"deck: no agent zzz in {config} (agents: a, b)\n"
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == "deck: unknown agent 'zzz' (agents: a, b)\n"
 
 
 # -- the history's commands ---------------------------------------------------------------------

@@ -33,7 +33,7 @@ def test_logout_is_refused_where_the_agent_does_not_offer_it_and_a_bad_name_is_n
     assert "a does not offer to log out (its initialize answer lists no agentCapabilities.auth.logout)" in result.stderr
     assert "logout" not in [json.loads(line)["method"] for line in requests.read_text().splitlines()]
     result = run("agents", "logout", "zz", "--config", str(config))
-    assert result.returncode == 1 and "unknown agent 'zz'" in result.stderr
+    assert result.returncode == 2 and result.stderr == "deck: unknown agent 'zz' (agents: a)\n"
     result = run("agents", "logoff", "a", "--config", str(config))
     assert result.returncode == 2 and "unknown action 'logoff'" in result.stderr
     listed = run("agents", "--config", str(config))
