@@ -199,6 +199,9 @@ class LineFrontend(Frontend):
         self._early: dict[str, list[_EarlyAnswer]] = {}  # per agent, oldest first
         self._continued: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Input piped in: each line is handled once what the one before asked is answered (a listing
+        #: shown, a message queued), so what is shown follows the input's order.
+        self._in_order = not os.isatty(self._stdin_fd)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flush_scheduled = False
         self._closed = False
@@ -690,6 +693,8 @@ class LineFrontend(Frontend):
                 self.emit(DECK, f"talking to {self.current}; /help lists the commands", "dim")
             while not self._quit and (line := await lines.get()) is not None:
                 self.handle_line(line.decode(errors="replace").rstrip("\r\n"))
+                if self._in_order:
+                    await self._line_done()
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
             # End of input: finish the work in hand; nobody is left to answer questions, and a
@@ -865,6 +870,12 @@ class LineFrontend(Frontend):
             for name, description in sorted(commands.items()):
                 hidden = " (//" + name + ": deck has a /" + name + ")" if name in DECK_COMMANDS else ""
                 self.emit(DECK, one_line(f"/{name:<{width}} {description}{hidden}", 300))
+
+    async def _line_done(self) -> None:
+        """What the last line asked is answered: a listing shown, an error said, a message in the
+        conversation (its answer streams meanwhile: the next lines may queue more, or cancel it)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
 
     def _spawn(self, work: Awaitable[Any], agent: str) -> None:
         """Await `work` (a call, or a coroutine of calls); an error it raises is shown under `agent`."""

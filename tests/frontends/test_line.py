@@ -769,3 +769,16 @@ def test_a_url_question_shows_the_address_and_answer_goes_on(line_deck):
     deck.expect(r'\[a\] \{"action": "accept"\}')
     assert deck.close() == 0
     assert any("https://auth.example.com/device" in line for line in deck.lines)
+
+
+def test_piped_input_is_answered_in_the_order_of_its_lines(tmp_path):
+    config = tmp_path / "deck.toml"
+    config.write_text(agent_block("a") + agent_block("b"))
+    script = "/agents\n@a echo two\n@nobody hi\n/nosuch\n@b echo five\n"
+    done = subprocess.run([*DECK, "run", "--frontend=line", "--config", str(config)], input=script,
+                          capture_output=True, text=True, timeout=60, env=plain_env())  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    order = [lines.index(line) for line in ("[a] a · stopped  (current)", "[a] > echo two",
+             "[deck] unknown agent 'nobody' (agents: a, b)", "[deck] unknown command: /nosuch", "[b] > echo five")]  # fmt: skip
+    assert order == sorted(order), lines
