@@ -269,10 +269,12 @@ def web_page(
     """Print the address of a server's web page, its token included.
 
     The token is in the address's fragment (after #), which the browser never
-    sends to any server; whoever has the address can drive the agents.
+    sends to any server; whoever has the address can drive the agents. --open
+    hands the browser a file of the servers' folder (0600) that leads to it:
+    the token is on no command line, where other users could read it.
     """
     from deck.remote.server import ServerError, check_name, registration
-    from deck.remote.serverdir import open_dir, read_token
+    from deck.remote.serverdir import open_dir, read_token, socket_dir
 
     try:
         check_name(name)
@@ -284,19 +286,31 @@ def web_page(
         directory = open_dir(create=False)
         try:
             token = read_token(directory, name)
+            if token is None:
+                raise ServerError(f"the deck server {name} has no token file: is it still starting?")
+            url = f"{known.web}#token={token}"
+            opener = _opener(directory, name, url) if open_it else ""
         finally:
             os.close(directory)
-        if token is None:
-            raise ServerError(f"the deck server {name} has no token file: is it still starting?")
     except ServerError as exc:
         fail(str(exc), ExitCode.ERROR)
-    url = f"{known.web}#token={token}"
     echo(url)
     if open_it:
         import webbrowser
 
-        if not webbrowser.open(url):
+        if not webbrowser.open((socket_dir() / opener).as_uri()):
             fail("no browser to open here: open the address above in one", ExitCode.ERROR)
+
+
+def _opener(directory: int, name: str, url: str) -> str:
+    """The page that leads the browser to `url`, written in the servers' folder (open as `directory`)."""
+    from deck.remote.serverdir import ServerError
+    from deck.remote.web import write_opener  # aiohttp: only to open the page
+
+    try:
+        return write_opener(directory, name, url)
+    except OSError as exc:
+        raise ServerError(f"cannot write the page that opens the address: {exc.strerror or exc}") from None
 
 
 def register(app: typer.Typer) -> None:

@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 CLIENTS_SETTLE = 0.15
 #: How long a server that ends waits for its clients to take their last lines.
 FAREWELL_SECONDS = 2.0
+#: The most bytes of one client's request lines read in a turn of the event loop, before the agents and
+#: the other clients get theirs: what one read of the socket brings (asyncio reads 256 KiB at a time).
+#: A WebSocket message, up to 16 MiB of lines, is read by slices of this size (`read_requests`).
+READ_BUDGET = 256 * 1024
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 
 
@@ -277,7 +281,7 @@ class Connection(Peer, asyncio.Protocol):
         self.since = now_iso()
         self.command = _command(self.pid)
         self.reader = RequestReader(self.server.client, self.respond)
-        self.framer = LineFramer(self.reader.handle_line, self._overflow)
+        self.framer = request_framer(self)
         self.server.attach(self)
 
     def data_received(self, data: bytes) -> None:
@@ -305,8 +309,32 @@ class Connection(Peer, asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost()
 
-    def _overflow(self, size: int) -> None:
-        self.respond(error_line(None, INVALID_REQUEST, f"line of {size} bytes skipped: too long"))
+
+def request_framer(peer: Peer) -> LineFramer:
+    """A client's request lines, whatever carries them, each made a call by its reader; a line too long
+    is skipped with an error."""
+    reader = peer.reader
+    assert reader is not None
+
+    def too_long(size: int) -> None:
+        peer.respond(error_line(None, INVALID_REQUEST, f"line of {size} bytes skipped: too long"))
+
+    return LineFramer(reader.handle_line, too_long)
+
+
+async def read_requests(peer: Peer, framer: LineFramer, data: bytes) -> None:
+    """`data`, request lines a client sent at once, read as the socket reads them: READ_BUDGET bytes in a
+    turn of the event loop, the agents and the other clients served between two; none once the client is
+    gone (a client that does not read its answers is disconnected at QUEUE_LIMIT, the rest of its flood
+    dropped). A last line without its newline is one too."""
+    for start in range(0, len(data), READ_BUDGET):
+        if start:
+            await asyncio.sleep(0)
+        if peer.closed:
+            return
+        framer.feed(data[start : start + READ_BUDGET])
+    if not peer.closed:
+        framer.close()
 
 
 def _command(pid: int) -> str:
