@@ -97,6 +97,11 @@ class Pending:
         return {**self.payload, "kind": self.kind}
 
 
+def _inbox_options(pending: Pending) -> list[dict[str, Any]]:
+    """A permission request's options as the inbox lists them: `{optionId, name, kind}` each."""
+    return [{"optionId": o["optionId"], "name": o.get("name"), "kind": o.get("kind")} for o in pending.options]
+
+
 def form_schema(raw: Any) -> dict[str, Any] | None:
     """A question's form as the frontends may count on it: an object whose `properties` are objects
     and whose `required` names some of them; a field that is not an object is dropped. None when
@@ -145,8 +150,14 @@ class PendingRequests:
         return [p.wire() for p in self]
 
     def inbox(self) -> list[dict[str, Any]]:
-        """What waits for the user, oldest first: `{id, agent, kind, title, since}` each (`DeckService.Inbox`)."""
-        return [{"id": p.id, "agent": p.agent, "kind": p.kind, "title": p.title(), "since": p.since} for p in self]
+        """What waits for the user, oldest first: `{id, agent, kind, title, since, options}` each
+        (`DeckService.Inbox`); `options` are a permission request's, `{optionId, name, kind}` each
+        (what `AnswerPermission` takes), and none for a question."""
+        return [
+            {"id": p.id, "agent": p.agent, "kind": p.kind, "title": p.title(), "since": p.since,
+             "options": _inbox_options(p)}
+            for p in self
+        ]  # fmt: skip
 
     def permissions_of(self, agent: str, origin: str) -> list[dict[str, Any]]:
         """The open permission requests `agent` made from session `origin` (its conversation's snapshot lists them)."""

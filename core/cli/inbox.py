@@ -11,10 +11,12 @@ from deck.cli.common import echo, echo_json, fail
 from deck.errors import ExitCode
 
 AttachOption = typer.Option(None, "--attach", metavar="NAME", help="The running deck server NAME (default: the config's).")
+ServerConfigOption = typer.Option(None, "--config", "-c", metavar="PATH", help="The config whose server to ask.")
 
 
-def server(attach: Optional[str], config: Optional[Path]) -> str:
-    """The server to ask: NAME, or the one running the config in use; a clear error when none runs."""
+def server(attach: Optional[str], config: Optional[Path], otherwise: str = "") -> str:
+    """The server to ask: NAME, or the one running the config in use; a clear error when none runs
+    (`otherwise`: what the command can do without one)."""
     from deck.config.files import find_config
     from deck.remote.socket_client import server_of
 
@@ -23,8 +25,8 @@ def server(attach: Optional[str], config: Optional[Path]) -> str:
     path, _source = find_config(str(config) if config else None)
     name = server_of(path) if path is not None and path.exists() else None
     if name is None:
-        fail(f"no deck server runs {path or 'a config file here'}: start one with `deck serve`, or name one with --attach",
-             ExitCode.ERROR)  # fmt: skip
+        fail(f"no deck server runs {path or 'a config file here'}: start one with `deck serve`, or name one with --attach"
+             f"{otherwise}", ExitCode.ERROR)  # fmt: skip
     return name
 
 
@@ -42,12 +44,14 @@ def call(name: str, method: str, params: Any = None) -> Any:
 
 def inbox(
     attach: Optional[str] = AttachOption,
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="The config whose server to ask."),
+    config: Optional[Path] = ServerConfigOption,
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
 ) -> None:
     """List what waits for you: permission requests and questions.
 
-    Oldest first, across the agents of a running deck server. Answer one with `deck answer ID OPTION` (a question: `deck answer ID --json VALUES`).
+    Oldest first, across the agents of a running deck server, each permission request with its
+    options: answer one with `deck answer ID OPTION` (a question: `deck answer ID --json VALUES`).
+    --json: the rows of DeckService.Inbox, a permission's `options` ({optionId, name, kind}) included.
     """
     rows = call(server(attach, config), "DeckService.Inbox")
     if as_json:
@@ -56,14 +60,17 @@ def inbox(
     if not rows:
         echo("nothing waits for you")
         return
-    options = {p["id"]: p.get("options") or [] for p in call(server(attach, config), "ChatService.Pending")}
     for row in rows:
         echo(f"{row['id']:<12} {row['agent']:<16} {row['since']:<24} {row['title']}")
-        if row["kind"] == "permission" and options.get(row["id"]):
-            choices = ", ".join(f"{o.get('optionId')} ({o.get('name') or o.get('kind') or '?'})" for o in options[row["id"]])
-            echo(f"{'':<12} options: {choices}")
+        if row["kind"] == "permission" and row.get("options"):
+            echo(f"{'':<12} options: {_choices(row['options'])}  (deck answer {row['id']} OPTION)")
         elif row["kind"] == "question":
             echo(f"{'':<12} answer with --json VALUES, or --decline")
+
+
+def _choices(options: list[dict[str, Any]]) -> str:
+    """`allow_once (Allow), reject_once (Reject)`: each option's id, to type, and its name."""
+    return ", ".join(f"{o.get('optionId')} ({o.get('name') or o.get('kind') or '?'})" for o in options)
 
 
 def answer(
@@ -72,7 +79,7 @@ def answer(
     values: Optional[str] = typer.Option(None, "--json", metavar="VALUES", help="A question's answer: a JSON object."),
     decline: bool = typer.Option(False, "--decline", help="Decline a question (answer none of its fields)."),
     attach: Optional[str] = AttachOption,
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="The config whose server to ask."),
+    config: Optional[Path] = ServerConfigOption,
 ) -> None:
     """Answer a permission request or a question that waits.
 
@@ -85,9 +92,7 @@ def answer(
         fail(f"nothing waits as {request!r}: `deck inbox` lists what does", ExitCode.ERROR)
     if row["kind"] == "permission":
         if option is None or values is not None or decline:
-            pending = call(name, "ChatService.Pending")
-            options: list[dict[str, Any]] = next((p["options"] for p in pending if p["id"] == request), [])
-            known = ", ".join(str(o.get("optionId")) for o in options)
+            known = ", ".join(str(o.get("optionId")) for o in row.get("options") or [])
             fail(f"{request} is a permission request: answer it with one of its options ({known})")
         call(name, "ChatService.AnswerPermission", {"id": request, "optionId": option})
     elif decline:

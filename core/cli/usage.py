@@ -1,68 +1,123 @@
-"""`deck usage`: context used and cost of each agent of a running deck server, and their total."""
+"""`deck usage`: context used and cost of each agent of a running deck server, and their total;
+per day, from the history, with or without a server."""
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from deck.cli.common import echo, echo_json
-from deck.cli.inbox import AttachOption, call, server
+from deck.cli.common import echo, echo_json, fail
+from deck.cli.inbox import AttachOption, ServerConfigOption, call, server
+from deck.errors import ExitCode
+
+#: What an agent that never said its context shows in the context column, and a count never reported.
+NOT_REPORTED = "not reported"
+NONE_REPORTED = "—"
+#: What a sum of nothing reads as.
+NOTHING = "nothing spent yet"
+
+
+class By(str, Enum):
+    agent = "agent"
+    day = "day"
 
 
 def usage(
     attach: Optional[str] = AttachOption,
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="The config whose server to ask."),
-    by: str = typer.Option("agent", "--by", help="agent: each agent's context and cost; day: what each day cost."),
+    config: Optional[Path] = ServerConfigOption,
+    by: By = typer.Option(
+        By.agent, "--by", metavar="[agent|day]",
+        help="agent: each agent's context and cost (a running server); day: what each day cost (the history).",
+    ),  # fmt: skip
     as_json: bool = typer.Option(False, "--json", help="JSON output (DeckService.Usage)."),
 ) -> None:
-    """Show what the agents of a running server used and spent.
+    """Show what the agents used and spent.
 
     Each agent's context and the cost of its conversation, since the server started and
-    today (--by agent), or per day (--by day, from the history).
+    today (--by agent: a running server's), or per day (--by day, from the history: with
+    no server running, read from the history file).
 
     An agent that reports no cost says "cost unknown" and is not in the totals.
     """
-    if by not in ("agent", "day"):
-        raise typer.BadParameter(f"{by!r}: use agent or day", param_hint="--by")
-    found = call(server(attach, config), "DeckService.Usage", {"by": by})
+    if by is By.day and attach is None:
+        found, live = _days_of(config)
+    else:
+        name = server(attach, config, "; `deck usage --by day` reads the history without one")
+        found, live = call(name, "DeckService.Usage", {"by": by.value}), True
     if as_json:
         echo_json(found)
         return
-    lines = _by_day(found) if by == "day" else _by_agent(found)
+    lines = _by_day(found, live) if by is By.day else _by_agent(found)
     for line in lines:
         echo(line)
 
 
+def _days_of(config: Optional[Path]) -> tuple[dict[str, Any], bool]:
+    """`DeckService.Usage(by="day")` of the server running the config in use, and True; with none
+    running, `{days}` as the history keeps them (read by a deck of the config made for the call,
+    which starts no agent), and False."""
+    import asyncio
+
+    from deck.config.files import find_config
+    from deck.errors import ServiceError, UsageError
+    from deck.remote.socket_client import call_deck, server_of
+
+    path, source = find_config(str(config) if config else None)
+    if path is not None and not path.exists():
+        fail(f"config file not found: {path}")
+    name = server_of(path) if path is not None else None
+    if name is not None:
+        return call(name, "DeckService.Usage", {"by": "day"}), True
+    try:  # started: the history plugin opens its store, as a server's start does
+        found = asyncio.run(call_deck(path, source, "DeckService.Usage", {"by": "day"}, started=True))
+    except UsageError as exc:
+        *first, last = exc.lines()
+        for line in first:
+            echo(f"deck: {line}", err=True)
+        fail(last)
+    except ServiceError as exc:
+        fail(str(exc), ExitCode.ERROR)
+    return {"days": found.get("days") or []}, False
+
+
 def _by_agent(found: dict[str, Any]) -> list[str]:
-    lines = [f"{'agent':<16} {'context':<24} {'tokens':<12} {'conversation':<14} {'since start':<14} today"]
+    lines = [f"{'agent':<16} {'context':<24} {'tokens (reported)':<18} {'conversation':<14} {'since start':<18} today"]
     for name, row in found["agents"].items():
-        context = f"{row['used']:,}/{row['size']:,} tokens" if row["size"] else f"{row['used']:,} tokens"
-        used = f"{row['tokens']['conversation']:,}" if row["tokens"]["conversation"] else "-"
+        if row["size"]:
+            context = f"{row['used']:,}/{row['size']:,} tokens"
+        else:
+            context = f"{row['used']:,} tokens" if row["used"] else NOT_REPORTED
+        used = f"{row['tokens']['conversation']:,}" if row["tokens"]["conversation"] else NONE_REPORTED
         if row["cost"] is None and not row["spent"]:
-            lines.append(f"{name:<16} {context:<24} {used:<12} cost unknown (not counted)")
+            lines.append(f"{name:<16} {context:<24} {used:<18} cost unknown (not counted)")
             continue
-        lines.append(
-            f"{name:<16} {context:<24} {used:<12} {_money(row['cost']):<14} {_sum(row['spent']):<14} {_sum(row['today'])}"
-        )
-    line = f"total: {_sum(found['sinceStart'])} since the server started, {_sum(found['today'])} today"
+        spent = f"{_money(row['cost']):<14} {_sum(row['spent']):<18} {_sum(row['today'])}"
+        lines.append(f"{name:<16} {context:<24} {used:<18} {spent}")
+    if found["sinceStart"] or found["today"]:
+        line = f"total: {_sum(found['sinceStart'])} since the server started, {_sum(found['today'])} today"
+    else:
+        line = f"total: {NOTHING}"
     if found["tokens"]["sinceStart"]:
-        line += f"; {found['tokens']['sinceStart']:,} tokens since the server started, {found['tokens']['today']:,} today"
+        tokens = found["tokens"]
+        line += f"; {tokens['sinceStart']:,} tokens reported since the server started, {tokens['today']:,} today"
     if found["notCounted"]:
         line += f" (not counted, cost unknown: {', '.join(found['notCounted'])})"
     return [*lines, line]
 
 
-def _by_day(found: dict[str, Any]) -> list[str]:
+def _by_day(found: dict[str, Any], live: bool) -> list[str]:
     days = found.get("days") or []
     if not days:
-        return ["no cost reported yet"]
+        return ["no cost reported yet" if live else "no cost kept in the history yet"]
     lines = []
     for day in days:
         agents = ", ".join(f"{name} {_sum(totals)}" for name, totals in sorted(day["agents"].items()))
-        tokens = f"  {day['tokens']:,} tokens" if day.get("tokens") else ""
-        lines.append(f"{day['day']}  {_sum(day['total'])}  ({agents}){tokens}")
-    if found["notCounted"]:
+        spent = f"{_sum(day['total'])}  ({agents})" if agents else _sum(day["total"])
+        tokens = f"  {day['tokens']:,} tokens reported" if day.get("tokens") else ""
+        lines.append(f"{day['day']}  {spent}{tokens}")
+    if found.get("notCounted"):
         lines.append(f"not counted, cost unknown: {', '.join(found['notCounted'])}")
     return lines
 
@@ -72,9 +127,9 @@ def _money(cost: dict[str, Any] | None) -> str:
 
 
 def _sum(totals: dict[str, Any]) -> str:
-    """`3.00 EUR + 1.25 USD`, or `nothing` when nothing was spent."""
+    """`3.00 EUR + 1.25 USD`, or `nothing spent yet` when nothing was spent."""
     shown = [f"{a:.2f} {c}" if isinstance(a, (int, float)) else f"? {c}" for c, a in sorted(totals.items())]
-    return " + ".join(shown) or "nothing"
+    return " + ".join(shown) or NOTHING
 
 
 def register(app: typer.Typer, command_cls: Any) -> None:

@@ -44,7 +44,9 @@ class DeckService:
     @rpc("DeckService.Inbox")
     def inbox(self) -> list[dict[str, Any]]:
         """The permission requests and questions waiting in every agent, oldest first:
-        `[{id, agent, kind, title, since}]`; answered with `ChatService.AnswerPermission` / `AnswerQuestion`."""
+        `[{id, agent, kind, title, since, options}]` (`options`: a permission's, `{optionId, name,
+        kind}` each; a question's are none); answered with `ChatService.AnswerPermission` /
+        `AnswerQuestion`."""
         return self.deck.chat.pending.inbox()
 
     @rpc("DeckService.Usage")

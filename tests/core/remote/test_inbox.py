@@ -87,17 +87,17 @@ def test_usage_sums_the_known_costs_and_says_which_are_unknown(serve, clients) -
     assert found["agents"]["b"] == {"used": 1000, "size": 200000, "cost": None, "spent": {}, "today": {}, "tokens": thirty}  # never 0
     assert found["total"] == found["sinceStart"] == found["today"] == {"USD": 2.25} and found["notCounted"] == ["b"]
     shown = cli("usage", "--attach", server.name).stdout.splitlines()
-    assert shown[1].split() == ["a", "500/100,000", "tokens", "-", "0.75", "USD", "0.75", "USD", "0.75", "USD"]
+    assert shown[1].split() == ["a", "500/100,000", "tokens", "—", "0.75", "USD", "0.75", "USD", "0.75", "USD"]
     assert shown[2].split() == ["b", "1,000/200,000", "tokens", "30", "cost", "unknown", "(not", "counted)"]
-    assert shown[-1] == ("total: 2.25 USD since the server started, 2.25 USD today; 30 tokens since the server started, "
-                         "30 today (not counted, cost unknown: b)")  # fmt: skip
+    assert shown[-1] == ("total: 2.25 USD since the server started, 2.25 USD today; 30 tokens reported since the server "
+                         "started, 30 today (not counted, cost unknown: b)")  # fmt: skip
     by_day = json.loads(cli("usage", "--attach", server.name, "--by", "day", "--json").stdout)["days"]
     assert by_day == [{"day": date.today().isoformat(), "total": {"USD": 2.25}, "agents": {"a": {"USD": 0.75}, "c": {"USD": 1.5}}, "tokens": 30}]
     assert cli("usage", "--attach", server.name, "--by", "day").stdout.split() == [
-        date.today().isoformat(), "2.25", "USD", "(a", "0.75", "USD,", "c", "1.50", "USD)", "30", "tokens", "not", "counted,", "cost",
-        "unknown:", "b"]  # fmt: skip
+        date.today().isoformat(), "2.25", "USD", "(a", "0.75", "USD,", "c", "1.50", "USD)", "30", "tokens", "reported", "not",
+        "counted,", "cost", "unknown:", "b"]  # fmt: skip
     wrong = cli("usage", "--attach", server.name, "--by", "week")
-    assert wrong.returncode == 2 and "use agent or day" in wrong.stderr
+    assert wrong.returncode == 2 and "'week' is not one of 'agent', 'day'" in wrong.stderr
 
 
 @pytest.mark.parametrize("cost", [{"amount": -1, "currency": "USD"}, {"amount": "1", "currency": "USD"},
