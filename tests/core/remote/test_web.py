@@ -413,11 +413,14 @@ def test_deck_ls_shows_the_page_without_its_token(served: WebServe) -> None:
 
 
 def test_deck_web_open_hands_the_address_to_the_users_browser(served: WebServe, tmp_path: Path) -> None:
-    """`--open` starts the browser $BROWSER names (as Python's webbrowser does) with the address, token included."""
+    """`--open` starts the browser $BROWSER names (as Python's webbrowser does) with a private file that
+    leads to the address: the token is on no command line."""
     got = tmp_path / "opened"
     opener = tmp_path / "opener.py"
     opener.write_text(f"import sys, pathlib\npathlib.Path({str(got)!r}).write_text(sys.argv[1])\n")
     env = {**os.environ, "BROWSER": f"{sys.executable} {opener} %s"}
     result = subprocess.run([*DECK, "web", served.name, "--open"], capture_output=True, text=True, timeout=30, env=env)
     assert result.returncode == 0 and result.stdout.strip() == served.url
-    assert got.read_text() == served.url
+    opened = got.read_text()
+    assert opened.startswith("file://") and served.token not in opened
+    assert served.token in Path(opened.removeprefix("file://")).read_text()
