@@ -5,6 +5,7 @@
     ├── UnknownMethod         a service method that does not exist
     ├── ServiceError          a service call refused (unknown agent, empty text, limit reached)
     │   ├── UnknownAgent      an agent name the config does not have: names it, lists the agents
+    │   ├── PromptRefused     a message deck refuses to send (a plugin's deck_before_prompt: a budget)
     │   ├── InvalidParams     a service call whose parameters are missing or of the wrong type
     │   └── StartFailed       a `deck_before_start` hook: the agent cannot start as configured
     └── AcpError              an agent answered a request with a JSON-RPC error
@@ -43,7 +44,7 @@ class ExitCode(IntEnum):
     USAGE = 2  # bad command line or config, an agent the config does not have
     MAX_TOKENS = 3  # `deck send`: the stop reasons other than end_turn
     MAX_TURN_REQUESTS = 4
-    REFUSAL = 5
+    REFUSAL = 5  # the agent refused (stop reason `refusal`), or deck refused to send the prompt
     CANCELLED = 6
     INTERRUPTED = 130  # SIGINT; other signals exit 128 + signal number
 
@@ -91,6 +92,23 @@ class UnknownAgent(ServiceError):
         known = list(agents)
         message = f"unknown agent {name!r} (agents: {', '.join(known) or 'none'})"
         super().__init__(message, {"agent": name, "agents": known})
+
+
+class PromptRefused(ServiceError):
+    """A message deck refuses to send to an agent: a plugin's `deck_before_prompt` said no (a budget
+    reached). Not the sender's mistake: `deck send` exits `ExitCode.REFUSAL`. On the wire, its
+    `data` says so, `{"refused": true}` (with what the plugin's own data held, if it was an object)."""
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        marked = {**data, "refused": True} if isinstance(data, dict) else {"refused": True}
+        if data is not None and not isinstance(data, dict):
+            marked["data"] = data
+        super().__init__(message, marked)
+
+
+def refused_prompt(error: ServiceError) -> bool:
+    """Whether `error` (raised here, or come back over the wire) is a `PromptRefused`."""
+    return isinstance(error, PromptRefused) or (isinstance(error.data, dict) and error.data.get("refused") is True)
 
 
 class UnknownMethod(DeckError):

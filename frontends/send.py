@@ -28,7 +28,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from deck.errors import ExitCode, ServiceError
+from deck.errors import ExitCode, ServiceError, refused_prompt
 from deck.events import Event, MessageDelta, MessageUpdated, PermissionRequested, QuestionRequested, handles
 from deck.frontend import Frontend, encode_event  # the jsonl bridge's encoder (`deck.wire`)
 from deck.tty import json_printable, printable
@@ -104,9 +104,9 @@ class SendFrontend(Frontend):
         try:
             try:
                 await self._start_turn()
-            except ServiceError as exc:
+            except ServiceError as exc:  # deck refused the prompt (a budget), else the command's mistake
                 self.note(str(exc))
-                return ExitCode.USAGE
+                return ExitCode.REFUSAL if refused_prompt(exc) else ExitCode.USAGE
             return await asyncio.shield(self._done)  # shielded: a cancelled run leaves it unresolved
         except asyncio.CancelledError:  # a signal (Ctrl-C): the command ends before the turn
             await self._interrupted()

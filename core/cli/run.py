@@ -83,8 +83,9 @@ def send(
     approved by --approve or the agent's `permissions` policy, else refused; a question
     is declined. Ctrl-C cancels the turn.
 
-    Exit code: 0 end_turn, 3 max_tokens, 4 max_turn_requests, 5 refusal, 6 cancelled,
-    1 when the agent failed, 2 for a usage error, 130 interrupted.
+    Exit code: 0 end_turn, 3 max_tokens, 4 max_turn_requests, 5 refusal (the agent's, or
+    deck's: a budget reached), 6 cancelled, 1 when the agent failed, 2 for a usage error,
+    130 interrupted.
     """
     from deck.frontends.send import SendFrontend
 

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from deck.errors import ServiceError
+from deck.errors import PromptRefused, ServiceError
 
 if TYPE_CHECKING:
     import pluggy
@@ -215,8 +215,14 @@ class Hooks(PluginHooks):
         return await self._call_and_wait("deck_before_start", refuse=ServiceError, limit=limit, agent=agent)
 
     def before_prompt(self, agent: Agent, text: str) -> None:
-        """`deck_before_prompt`: a ServiceError refuses the message; any other failure is reported."""
-        self._call("deck_before_prompt", refuse=ServiceError, agent=agent, text=text)
+        """`deck_before_prompt`: a ServiceError refuses the message (raised as a `PromptRefused`, which
+        the wire marks so); any other failure is reported."""
+        try:
+            self._call("deck_before_prompt", refuse=ServiceError, agent=agent, text=text)
+        except PromptRefused:
+            raise
+        except ServiceError as exc:
+            raise PromptRefused(str(exc), exc.data) from exc
 
     def session_mcp_servers(self, agent: Agent, session: Session) -> list[dict[str, Any]]:
         return [
