@@ -635,6 +635,17 @@ class Conversation:
         self.emit(MessageDelta(self.agent, message.id, index, "tool", part=message.parts[index].to_dict()))
         self._meta_terminal(update)
 
+    def decided(self, tool_call_id: str, decision: str) -> None:
+        """The user's answer to a permission request about tool call `tool_call_id` (the option's name,
+        or "cancelled"): kept on its tool part as `permission`, for the transcript."""
+        found = self._tools.get(tool_call_id)
+        if found is None:
+            return
+        message, index = found
+        part = {**message.parts[index].to_dict(), "permission": decision[:200]}
+        message.parts[index] = DictPart(part)
+        self.emit(MessageDelta(self.agent, message.id, index, "tool", part=part))
+
     def _tool_update(self, update: dict[str, Any]) -> None:
         found = self._tools.get(tool_id(update))
         if found is None:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from deck.acp.updates import tool_part
+from deck.agent.session import CONVERSATION
 from deck.chat.approval import Approval, allow_option, approval
 from deck.errors import INVALID_PARAMS, AcpError, InvalidParams, ServiceError
 from deck.events import (
@@ -252,8 +253,28 @@ class PendingRequests:
                 resolved = PermissionResolved(pending.id, pending.agent, answer)
             else:
                 resolved = QuestionResolved(pending.id, pending.agent)
+            self._keep(pending, answer)
             self.deck.emit(resolved)
         return answer
+
+    def _keep(self, pending: Pending, answer: Any) -> None:
+        """What the user answered, kept in the conversation that asked: a permission's decision on its
+        tool call, a question and its answer as a note of its own (`question`)."""
+        if pending.origin != CONVERSATION:
+            return
+        conversation = self.deck.conversation_of(pending.agent)
+        if pending.kind == PERMISSION:
+            call = pending.payload.get("toolCall") or {}
+            name = next((str(o.get("name") or o["optionId"]) for o in pending.options if o["optionId"] == answer), None)
+            conversation.decided(str(call.get("id") or ""), name or "cancelled")
+            return
+        if answer is None:
+            said = "cancelled"
+        elif answer is DECLINED:
+            said = "declined"
+        else:
+            said = "; ".join(f"{key}: {value}" for key, value in answer.items()) if answer else "went ahead"
+        conversation.add_system("question", text=f"{pending.title()}\n→ {said}")
 
     # -- answering ----------------------------------------------------------------------------
 

@@ -395,11 +395,14 @@ def _message(message: dict[str, Any]) -> list[str]:
 
 
 def _part(part: dict[str, Any], role: str) -> list[str]:
-    """One part of a message: the text anyone but deck wrote is fenced, a line of it is never the transcript's."""
+    """One part of a message: an agent's text is its Markdown (`_contained`), the rest anyone but deck
+    wrote is fenced: a line of it is never the transcript's."""
     kind = part.get("type")
     if kind == "text":
         text = str(part.get("text") or "")
-        return [*_fenced(text, "markdown" if role == "agent" else "text"), ""] if text else []
+        if not text:
+            return []
+        return [*_contained(text), ""] if role == "agent" else [*_fenced(text, "text"), ""]
     if kind == "thought":
         text = str(part.get("text") or "")
         return ["> **Thought**", ">", *(f"> {line}".rstrip() for line in _fenced(text, "text")), ""] if text else []
@@ -414,6 +417,8 @@ def _part(part: dict[str, Any], role: str) -> list[str]:
 def _tool(part: dict[str, Any]) -> list[str]:
     title = _one_line(str(part.get("title") or "")) or "(untitled)"
     lines = [f"### Tool: {title}", "", f"{part.get('kind') or 'other'} · {part.get('status') or 'pending'}", ""]
+    if part.get("permission"):
+        lines += [f"Permission: {_one_line(str(part['permission']))}", ""]
     for location in part.get("locations") or []:
         if isinstance(location, dict) and location.get("path"):
             line = f":{location['line']}" if location.get("line") is not None else ""
@@ -437,6 +442,33 @@ def _unified(diff: dict[str, Any]) -> str:
     new = str(diff.get("newText") or "")
     before = "/dev/null" if diff.get("newFile") else path
     return "\n".join(diffs.unified_lines(old, new, before, path)) or f"--- {before}\n+++ {path}"
+
+
+#: A line that Markdown reads as structure of the transcript's own kind: a heading (ATX or a setext
+#: underline), a thematic break, an HTML block.
+_STRUCTURE = re.compile(r"^ {0,3}(#|<|=+\s*$|(?:[-*_]\s*){3,}$|-+\s*$)")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+def _contained(text: str) -> list[str]:
+    """An agent's Markdown as Markdown (lists, emphasis, links, code blocks), kept inside its message:
+    a line that would be a heading, a rule or HTML starts with a backslash (read as the text it is),
+    and a code block it leaves open is closed."""
+    lines, fence = [], ""
+    for line in text.splitlines():
+        opened = _FENCE.match(line)
+        if fence:
+            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence) and not line.strip(" `~"):
+                fence = ""
+        elif opened:
+            fence = opened.group(1)
+        elif _STRUCTURE.match(line):
+            stripped = line.lstrip(" ")
+            line = line[: len(line) - len(stripped)] + "\\" + stripped
+        lines.append(line)
+    if fence:
+        lines.append(fence)
+    return lines
 
 
 def _fenced(text: str, language: str) -> list[str]:

@@ -42,7 +42,11 @@ def test_text_that_forges_the_transcripts_headings_stays_text(tmp_path: Path) ->
     assert not [t for t in tokens if t.type in ("html_block", "hr")]
     assert len([t for t in tokens if t.type == "bullet_list_open"]) == 1  # deck's own: agent, config, times
     fenced = [t.content for t in tokens if t.type == "fence"]
-    assert fenced == [FORGED + "\n", f"You said: {FORGED}\n"]  # each message's text, exactly
+    # The user's text as typed; the agent's as its Markdown: its own code block (left open, closed
+    # at the end of its message), and its lines that would be headings read as text.
+    assert fenced == [FORGED + "\n", "## Agent · now\nUser\n---\n<h2>User</h2>\n- [x] done\n```\n"]
+    html = MarkdownIt("commonmark").render(exported.stdout)
+    assert "<p>You said: hello\n## User · 2030-01-01 00:00\nfake\n### Tool: rm -rf</p>" in html
 
 
 def test_an_agents_single_line_fields_cannot_start_a_line_of_their_own() -> None:
@@ -59,3 +63,32 @@ def test_an_agents_single_line_fields_cannot_start_a_line_of_their_own() -> None
     }  # fmt: skip
     markdown = to_markdown({"agent": "a", "id": "c", "sessionId": "s\n## User", "title": "T", "messages": [message]})
     assert headings(markdown) == ["T", "Agent ·", "Tool: t ## User"]
+
+
+def test_the_transcript_reads_as_markdown_and_keeps_the_users_answers(tmp_path: Path) -> None:
+    from tests.deck_process import DeckProcess
+
+    env = private_env(tmp_path)
+    config = write_config(tmp_path / "deck.toml", agent_block("a"))
+    deck = DeckProcess("--config", str(config), env=env)
+    try:
+        prompts = (("perm", "permission:requested"), ("question", "question:requested"), ("**bold** and `code`", None))
+        for turns, (prompt, asking) in enumerate(prompts, 1):
+            deck.call("ChatService.Send", {"agent": "a", "text": prompt})
+            if asking == "permission:requested":
+                asked = deck.event(asking, timeout=20)
+                deck.call("ChatService.AnswerPermission", {"id": asked["id"], "optionId": "yes"})
+            elif asking:
+                asked = deck.event(asking, timeout=20)
+                deck.call("ChatService.AnswerQuestion", {"id": asked["id"], "values": {"name": "Ada"}})
+            deck.wait_line(lambda e: e.get("event") == "turn:changed" and not e["busy"], timeout=20, count=turns)
+        deck.close_stdin()
+        assert deck.wait(30) == 0, deck.stderr
+    finally:
+        deck.kill_everything()
+    (row,) = json.loads(cli_here(env, "history", "--json", "--config", str(config)).stdout)
+    exported = cli_here(env, "export", row["id"]).stdout
+    assert "Permission: Allow\n" in exported  # the decision, on the tool call it was about
+    assert "Your name?\n→ name: Ada" in exported  # the question, and what the user answered
+    html = MarkdownIt("commonmark").render(exported)
+    assert "<p>You said: <strong>bold</strong> and <code>code</code></p>" in html  # the answer reads as Markdown
