@@ -21,6 +21,7 @@ from deck.cli.common import (
     fail,
     frontends,
     make_deck,
+    report_plugin_failure,
     run_async,
     say_warnings,
 )
@@ -41,8 +42,10 @@ def run(
     With no config file anywhere, deck runs the built-in demo agent. When a deck server runs the
     same config, `deck run` attaches to it instead (--new runs a deck of its own all the same).
     """
-    approvals = approvals_of(approve)
     disabled = disabled_option(plugin)
+    if frontend is not None:
+        _check_frontend(frontend, disabled, config)
+    approvals = approvals_of(approve)
     if not new:
         _attach_instead(config, frontend, stay=stay, changed=bool(plugin or trace or approve))
     deck = make_deck(config, disabled)
@@ -55,12 +58,46 @@ def run(
         name = name if name in available else next((n for n in ("line", "jsonl") if n in available), name)
     if name not in available:
         given = "" if frontend else f" in {deck.config_path or 'the config'}"
-        fail(f"unknown frontend {name!r}{given} (available: {', '.join(sorted(available)) or 'none'})")
+        fail(unknown_frontend(name, available, given))
     if name not in ("line", "urwid"):  # those two show the config's warnings where they show the rest
         say_warnings(deck)
     options: dict[str, Any] = {"stay": stay} if name == "jsonl" else {}
     code = run_async(deck.run(available[name], **options))
     raise typer.Exit(code or ExitCode.OK)
+
+
+def _check_frontend(name: str, disabled: tuple[str, ...], config: Optional[Path]) -> None:
+    """The frontend `--frontend` names must be one deck has, with the plugins the command line and
+    the config leave on: else a usage error naming what it is likely a typo of, before anything
+    runs (a deck, or an attach to the config's server)."""
+    from deck.cli.server import BUILTIN_FRONTENDS
+    from deck.config.check import disabled_plugins
+    from deck.config.files import find_config, read_text
+
+    off = set(disabled)
+    try:
+        path, _source = find_config(str(config) if config else None)
+        if path is not None and path.is_file():  # a regular file only: a pipe is read once, by the deck
+            off.update(disabled_plugins(read_text(path)))
+    except (OSError, UnicodeDecodeError):
+        pass  # the deck says what is wrong with the file
+    if name in BUILTIN_FRONTENDS and name not in off:
+        return
+    from deck.runtime.hooks import PluginHooks
+    from deck.runtime.plugins import make_manager
+
+    available = PluginHooks(make_manager(sorted(off)), report_plugin_failure).register_frontends()
+    if name not in available:
+        fail(unknown_frontend(name, available))
+
+
+def unknown_frontend(name: str, available: Any, where: str = "") -> str:
+    """`unknown frontend 'urwd': did you mean urwid? (available: jsonl, line, urwid)`."""
+    from deck.config.check import closest
+
+    close = closest(name, list(available))
+    hint = f": did you mean {close}?" if close else ""
+    return f"unknown frontend {name!r}{where}{hint} (available: {', '.join(sorted(available)) or 'none'})"
 
 
 def send(

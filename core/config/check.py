@@ -395,7 +395,7 @@ def _unknown_keys(
     for key, value in raw.items():
         info = by_key.get(key)
         if info is None:
-            found.append(((*prefix, key), _closest(key, by_key)))
+            found.append(((*prefix, key), closest(key, by_key)))
             continue
         sub, is_table = _model_in(info.annotation)
         if sub is not None and is_table and isinstance(value, dict):
@@ -406,8 +406,8 @@ def _unknown_keys(
     return found
 
 
-def _closest(key: str, known: Collection[str]) -> str | None:
-    """The known key `key` is most likely a typo of (letters swapped, missing or doubled), or None."""
+def closest(key: str, known: Collection[str]) -> str | None:
+    """The known key (or name) `key` is most likely a typo of (letters swapped, missing or doubled), or None."""
     import difflib
 
     if len(key) > 64:  # no typo of a real key
