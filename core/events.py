@@ -271,6 +271,21 @@ class ClientsChanged(Event):
     clients: int
 
 
+@dataclass(frozen=True, slots=True)
+class Notice(Event):
+    """What a plugin tells the user, worded by the plugin (`Deck.notice`): every frontend shows it
+    one way whatever its source. A `sticky` one also stays on its agent (`AgentService.List()`'s
+    `notices`, in the snapshot) until its source says `""` for that agent."""
+
+    name: ClassVar[str] = "deck:notice"
+    _optional: ClassVar[frozenset[str]] = frozenset({"agent"})
+    source: str
+    level: str
+    text: str
+    agent: str | None = None
+    sticky: bool = False
+
+
 ALL_EVENTS: tuple[type[Event], ...] = (
     ConfigChanged,
     AgentStateChanged,
@@ -290,6 +305,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     TerminalExited,
     PluginError,
     ClientsChanged,
+    Notice,
 )
 
 

@@ -31,6 +31,7 @@ from deck.events import (
     ConversationReset,
     MessageDelta,
     MessageUpdated,
+    Notice,
     PermissionRequested,
     PermissionResolved,
     PluginError,
@@ -45,7 +46,6 @@ from deck.events import (
 from deck.frontend import Frontend, read_lines, stdout_failed
 from deck.frontends.words import money, state_word, word
 from deck.plugins.announcements.events import AgentAnnouncement
-from deck.plugins.budget.events import BudgetReached
 from deck.plugins.notify.events import NotifySent
 from deck.plugins.worktrees.events import WorktreeOverlap
 from deck.states import AgentState
@@ -70,6 +70,8 @@ Pieces = list[tuple[str, str]]
 #: How long an /allow or /deny typed while no request is waiting waits for one, in seconds,
 #: and how many of them may wait for one agent.
 ANSWER_WAIT = 60.0
+#: How a notice of each level is shown.
+NOTICE_STYLES = {"warning": "yellow", "error": "red"}
 ANSWERS_MAX = 100
 #: (command, what it does): the /help table.
 COMMANDS = (
@@ -456,20 +458,11 @@ class LineFrontend(Frontend):
             self._buffer.write(sound)  # in order with what is printed, and never in the middle of a line's escapes
             self._schedule_flush()
 
-    @handles(BudgetReached)
-    def _budget_reached(self, e: BudgetReached) -> None:
-        payload = e.payload()
-        agent, spent = payload.get("agent"), cost_text(payload.get("spent"))
-        whose = "its budget" if isinstance(agent, str) else "the total budget"
-        refused = "messages to it" if isinstance(agent, str) else "messages to the agents that report a cost"
-        day = payload.get("period") == "day"
-        until = "raised or the day turns" if day else "raised"
-        period = "per day" if day else "since the server started"
-        self.emit(
-            agent if isinstance(agent, str) else "deck",
-            f"{whose} is reached: {payload.get('budget')} {period}, {spent} spent; {refused} are refused until it is {until}",
-            "yellow",
-        )
+    @handles(Notice)
+    def _notice(self, e: Notice) -> None:
+        """What a plugin tells the user, as it words it; a sticky one taken back says nothing."""
+        if e.text:
+            self.emit(e.agent or DECK, e.text, NOTICE_STYLES.get(e.level, ""))
 
     @handles(UsageChanged)
     def _usage_changed(self, e: UsageChanged) -> None:
@@ -936,6 +929,8 @@ class LineFrontend(Frontend):
             if waiting:
                 kinds = " and ".join(sorted({"a permission request" if k == "permission" else "a question" for k in waiting}))
                 shown += f" · waits for your answer: {kinds} ({len(waiting)})"
+            for notice in info.get("notices") or []:
+                shown += f" · {notice['text']}"
             if info["name"] == self.current:
                 shown += "  (current)"
             if info["error"]:

@@ -25,7 +25,7 @@ from deck.config import files as config_files
 from deck.config import models as config_models
 from deck.config.models import DeckConfig
 from deck.errors import ServiceError, UnknownAgent, UnknownMethod, UsageError
-from deck.events import ConfigChanged, Event, PluginError, set_seq
+from deck.events import ConfigChanged, Event, Notice, PluginError, set_seq
 from deck.frontend import Frontend
 from deck.proc.supervisor import StopTimings, kill_all_now
 from deck.proc.tasks import TaskGroup
@@ -39,6 +39,8 @@ from deck.runtime.services import AgentService, ChatService, ConfigService
 log = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: How much a notice matters, as `deck:notice` says it.
+NOTICE_LEVELS = ("info", "warning", "error")
 
 
 class Deck:
@@ -61,6 +63,7 @@ class Deck:
         self.config_created = False
         self.frontend: Frontend | None = None
         self._listeners: list[Any] = []
+        self._notices: dict[tuple[str, str | None], dict[str, str]] = {}  # sticky ones, by (source, agent)
         #: The `seq` of the last event emitted; events are numbered from 1, in the one order they go out.
         self.seq = 0
         self._emitting = False
@@ -214,6 +217,22 @@ class Deck:
                 if not isinstance(event, PluginError):
                     self.emit(PluginError(getattr(listener, "__qualname__", "frontend"), "event", repr(exc)))
         self.hooks.event(event)
+
+    def notice(self, source: str, text: str, *, agent: str | None = None, level: str = "info", sticky: bool = False) -> None:
+        """Tell the user `text` (`deck:notice`), as plugin `source` words it; `level` is info, warning or
+        error. A `sticky` notice stays on `agent` (on the deck: None) until `source` says "" for it."""
+        if level not in NOTICE_LEVELS:
+            raise ValueError(f"unknown notice level {level!r}: {', '.join(NOTICE_LEVELS)}")
+        if sticky:
+            if text:
+                self._notices[(source, agent)] = {"source": source, "level": level, "text": text}
+            elif self._notices.pop((source, agent), None) is None:
+                return  # nothing to take back
+        self.emit(Notice(source, level, text, agent, sticky))
+
+    def notices_of(self, agent: str | None) -> list[dict[str, str]]:
+        """The sticky notices on `agent` (on the deck: None), in the order given."""
+        return [notice for (_source, name), notice in self._notices.items() if name == agent]
 
     def plugin_failed(self, plugin: str, hook: str, error: str) -> None:
         """Report a plugin that raised: a `plugin:error` event (to the listeners only when deck_event failed)."""

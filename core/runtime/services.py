@@ -26,6 +26,7 @@ from deck.runtime.rpc import rpc
 from deck.states import AgentState
 
 if TYPE_CHECKING:
+    from deck.agent.agent import Agent
     from deck.runtime.deck import Deck
 
 
@@ -36,28 +37,32 @@ class AgentService:
         self.deck = deck
         self._deleting: dict[str, asyncio.Lock] = {}  # per agent: DeleteSession's runs, one at a time
 
+    def _info(self, agent: Agent) -> dict[str, Any]:
+        """An agent as the service lists it: its own description, and the sticky notices on it."""
+        return {**agent.info(), "notices": self.deck.notices_of(agent.name)}
+
     @rpc("AgentService.List")
     async def list_agents(self) -> list[dict[str, Any]]:
-        return [agent.info() for agent in self.deck.agents.values()]
+        return [self._info(agent) for agent in self.deck.agents.values()]
 
     @rpc("AgentService.Start")
     async def start(self, name: str) -> dict[str, Any]:
         agent = self.deck.agent(name)
         await agent.start()
-        return agent.info()
+        return self._info(agent)
 
     @rpc("AgentService.Stop")
     async def stop(self, name: str) -> dict[str, Any]:
         agent = self.deck.agent(name)
         await agent.stop()
-        return agent.info()
+        return self._info(agent)
 
     @rpc("AgentService.Restart")
     async def restart(self, name: str) -> dict[str, Any]:
         agent = self.deck.agent(name)
         await agent.stop()
         await agent.start()
-        return agent.info()
+        return self._info(agent)
 
     @rpc("AgentService.Logs")
     async def logs(self, name: str) -> list[str]:
@@ -73,7 +78,7 @@ class AgentService:
             agent.check_auth_method(methodId)
         await agent.stop()
         await agent.start(auth_method=methodId)
-        return agent.info()
+        return self._info(agent)
 
 
     @rpc("AgentService.DeleteSession")
@@ -114,7 +119,7 @@ class AgentService:
         agent.log("deck: logged out (ACP logout); the next start authenticates again")
         await agent.close_session()
         await agent.stop()
-        return agent.info()
+        return self._info(agent)
 
 
 class HistoryProvider(Protocol):

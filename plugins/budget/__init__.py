@@ -10,6 +10,7 @@ note in its conversation, `budget:reached {agent?, budget, spent, period}` goes 
 the total: every agent that reports a cost is stopped), and each new message to it is refused
 with an error naming the budget, until the period turns or the config raises the budget (read
 at each message, and every agent checked again when the file changes: a change applies at once). An agent that reports no cost is never stopped.
+Meanwhile the agent carries a sticky notice saying so (`AgentService.List()`'s `notices`).
 """
 
 from __future__ import annotations
@@ -166,6 +167,7 @@ class Budgets:
     @hookimpl
     def deck_before_prompt(self, agent: Agent) -> None:
         found = reached(self.deck, agent.name)
+        self._show(agent.name, found)
         if found is not None:
             until = "wait for the day to turn" if found.period == "day" else "start the server again"
             raise ServiceError(f"{found.describe()}: raise it in the config, or {until}")
@@ -176,6 +178,7 @@ class Budgets:
 
     def check(self, agent: str) -> None:
         found = reached(self.deck, agent)
+        self._show(agent, found)
         if found is None:
             return
         key = (found.agent, found.limit, found.period, self.deck.spending.clock() if found.period == "day" else "")
@@ -185,7 +188,13 @@ class Budgets:
             self.deck.emit(BudgetReached(format_amount(found.limit), spent, found.period, found.agent))
         stopped = [agent] if found.agent is not None else [name for name in self.deck.agents if counted(self.deck, name)]
         for name in stopped:
+            self._show(name, found)
             self._stop_turn(name, found)
+
+    def _show(self, agent: str, found: Reached | None) -> None:
+        """The budget an agent is at, on the agent for every frontend (a sticky notice); none once it may go on."""
+        text = f"budget reached: {found.label}, {found.spent:.2f} {found.limit[1]} spent; messages are refused" if found else ""
+        self.deck.notice("budget", text, agent=agent, level="warning", sticky=True)
 
     def _stop_turn(self, name: str, found: Reached) -> None:
         agent = self.deck.agents.get(name)

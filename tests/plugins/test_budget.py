@@ -179,10 +179,12 @@ def test_the_keys_are_known_to_the_schema_and_the_effective_config(tmp_path: Pat
 def test_line_mode_says_the_budget_is_reached_and_why_a_message_is_refused(line_deck) -> None:
     deck = line_deck(agent_block("a", budget="1 USD"))
     deck.send("@a spend 1")
-    deck.expect(r"\[a\] its budget is reached: 1 USD per day, 1\.00 USD spent; messages to it are refused.*")
+    deck.expect(r"\[a\] budget reached: 1 USD per day, 1\.00 USD spent; messages are refused")
     deck.expect(r"\[a\] ready")
     deck.send("hello")
     deck.expect(r"\[a\] the budget of a \(1 USD per day\) is reached: 1\.00 USD spent: raise it in the config.*")
+    deck.send("/agents")
+    deck.expect(r"\[a\] a · ready · budget reached: 1 USD per day, 1\.00 USD spent; messages are refused  \(current\)")
     assert deck.close() == 0
 
 
@@ -222,3 +224,20 @@ def test_a_conversations_cost_is_its_sessions_costs_together_across_restarts(run
     assert again.call("ChatService.Conversation", {"agent": "a"})["usage"]["cost"] == {"amount": 0.22, "currency": "USD"}
     assert cost_after(again, "cost 0.1", 1)["cost"] == {"amount": 0.32, "currency": "USD"}
     assert again.call("DeckService.Usage", {})["agents"]["a"]["today"] == {"USD": 0.32}
+
+
+def test_a_reached_budget_is_shown_on_the_agent_until_it_is_raised(run_deck, tmp_path: Path) -> None:
+    deck = run_deck('[budget]\nperiod = "server"\n' + agent_block("a", budget="1 USD") + agent_block("b"))
+    listed = {a["name"]: a["notices"] for a in deck.call("AgentService.List")}
+    assert listed == {"a": [], "b": []}
+    deck.call("ChatService.Send", {"agent": "a", "text": "spend 1.5"})
+    notice = deck.event("deck:notice", agent="a", timeout=20)
+    assert notice["source"] == "budget" and notice["level"] == "warning" and notice["sticky"] is True
+    assert notice["text"] == "budget reached: 1 USD since the server started, 1.50 USD spent; messages are refused"
+    listed = {a["name"]: a["notices"] for a in deck.call("AgentService.List")}
+    assert listed == {"a": [{"source": "budget", "level": "warning", "text": notice["text"]}], "b": []}
+    assert deck.call("DeckService.Snapshot")["agents"][0]["notices"] == listed["a"]
+    (tmp_path / "deck.toml").write_text('[budget]\nperiod = "server"\n' + agent_block("a", budget="5 USD") + agent_block("b"))
+    cleared = deck.wait_line(lambda e: e.get("event") == "deck:notice" and e.get("agent") == "a" and e["text"] == "", timeout=20)
+    assert cleared["sticky"] is True
+    assert [a["notices"] for a in deck.call("AgentService.List")] == [[], []]
