@@ -32,6 +32,7 @@ __all__ = [
     "ConnectionClosed",
     # helpers shared with the core
     "Duration",
+    "CommandLine",
     "find_config",
     "worktree_name_problem",
     "decode_line",
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
     from deck.cli.common import check_agent, config_agents
     from deck.client import Client
     from deck.config.files import find_config
-    from deck.config.models import Duration, worktree_name_problem
+    from deck.config.models import CommandLine, Duration, worktree_name_problem
     from deck.errors import AcpError, ConnectionClosed, ServiceError
     from deck.events import now_iso
     from deck.frontend import Frontend
@@ -96,6 +97,7 @@ _LAZY = {
     "AcpError": ("errors", "AcpError"),
     "ConnectionClosed": ("errors", "ConnectionClosed"),
     "Duration": ("config.models", "Duration"),
+    "CommandLine": ("config.models", "CommandLine"),
     "find_config": ("config.files", "find_config"),
     "worktree_name_problem": ("config.models", "worktree_name_problem"),
     "decode_line": ("acp.connection", "decode_line"),

@@ -149,15 +149,20 @@ Size = Annotated[
 ]
 
 
+def split_command(value: Any) -> Any:
+    """A command line given as one string → its arguments, split as a shell does (`shlex`, no
+    expansion); anything else as it is, for the list's own validation."""
+    return shlex.split(value) if isinstance(value, str) else value
+
+
 def _split_command(value: Any) -> Any:
-    if isinstance(value, str):
-        value = shlex.split(value)
+    value = split_command(value)
     if isinstance(value, list) and (not value or (isinstance(value[0], str) and not value[0].strip())):
         raise ValueError("command must not be empty")
     return value
 
 
-#: A list of arguments, or one string split like a shell does.
+#: A list of arguments, or one string split like a shell does (an agent's `command`).
 Command = Annotated[
     list[str],
     BeforeValidator(_split_command),
@@ -169,6 +174,13 @@ Command = Annotated[
             ]
         }
     ),
+]
+
+#: The same, where none may be given: `[]` or `""` (a plugin's optional command, `[notify] command`).
+CommandLine = Annotated[
+    list[str],
+    BeforeValidator(split_command),
+    WithJsonSchema({"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "string"}]}),
 ]
 
 

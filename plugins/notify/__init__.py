@@ -24,7 +24,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
-from deck import Duration, hookimpl, listens, now_iso
+from deck import CommandLine, Duration, hookimpl, listens, now_iso
 from deck.events import AgentStateChanged, PermissionRequested, QuestionRequested, TurnChanged
 from deck.states import AgentState
 from deck.tty import one_line
@@ -53,8 +53,10 @@ class NotifySettings(BaseModel):
     desktop: bool = Field(
         False, description="A terminal notification (OSC 777/9) through attached terminals, and the desktop's notifier."
     )
-    command: list[str] = Field(
-        [], description="Run for each moment: the moment as JSON on stdin, DECK_AGENT, DECK_WHAT, DECK_TITLE set."
+    command: CommandLine = Field(
+        [],
+        description="Run for each moment (a list, or one string split like a shell): the moment as JSON on stdin, "
+        "DECK_AGENT, DECK_WHAT, DECK_TITLE set.",
     )
 
 

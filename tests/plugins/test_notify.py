@@ -319,7 +319,7 @@ def test_done_says_how_the_turn_ended_and_an_agent_that_failed_is_told_once(serv
 
 
 @pytest.mark.parametrize("table, said", [
-    ('on = ["sometimes"]', "notify.on"), ('after = "soon"', "bad duration"), ('command = "notify-me"', "notify.command"),
+    ('on = ["sometimes"]', "notify.on"), ('after = "soon"', "bad duration"), ('command = 5', "notify.command"),
     ("bell = 1", "notify.bell"),
 ])  # fmt: skip
 def test_a_bad_notify_table_is_a_config_error_with_its_line(tmp_path, table, said) -> None:
