@@ -9,8 +9,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from deck.acp.connection import MAX_LINE_BYTES
-from deck.wire import RequestReader, to_bytes
+from deck.acp.connection import MAX_LINE_BYTES, LineFramer
+from deck.errors import INVALID_REQUEST
+from deck.wire import RequestReader, error_line, to_bytes
 
 if TYPE_CHECKING:
     from deck.remote.server import ServerFrontend
@@ -94,3 +95,34 @@ class Peer:
 
     def info(self) -> dict[str, Any]:
         return {"id": self.id, "pid": self.pid, "uid": self.uid, "command": self.command, "since": self.since}
+
+
+#: A WebSocket message, up to 16 MiB of lines, is read by slices of this size (`read_requests`).
+READ_BUDGET = 256 * 1024
+
+
+def request_framer(peer: Peer) -> LineFramer:
+    """A client's request lines, whatever carries them, each made a call by its reader; a line too long
+    is skipped with an error."""
+    reader = peer.reader
+    assert reader is not None
+
+    def too_long(size: int) -> None:
+        peer.respond(error_line(None, INVALID_REQUEST, f"line of {size} bytes skipped: too long"))
+
+    return LineFramer(reader.handle_line, too_long)
+
+
+async def read_requests(peer: Peer, framer: LineFramer, data: bytes) -> None:
+    """`data`, request lines a client sent at once, read as the socket reads them: READ_BUDGET bytes in a
+    turn of the event loop, the agents and the other clients served between two; none once the client is
+    gone (a client that does not read its answers is disconnected at QUEUE_LIMIT, the rest of its flood
+    dropped). A last line without its newline is one too."""
+    for start in range(0, len(data), READ_BUDGET):
+        if start:
+            await asyncio.sleep(0)
+        if peer.closed:
+            return
+        framer.feed(data[start : start + READ_BUDGET])
+    if not peer.closed:
+        framer.close()

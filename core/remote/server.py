@@ -38,7 +38,7 @@ from deck.errors import INVALID_REQUEST
 from deck.events import ClientsChanged, Event, now_iso
 from deck.frontend import Frontend
 from deck.proc.storage import replace_in
-from deck.remote.peer import Peer
+from deck.remote.peer import Peer, request_framer
 from deck.remote.serverdir import NAME_RE, AlreadyRunning, NoServer, ServerError, check_name, open_dir, socket_dir
 from deck.runtime.local import LocalClient
 from deck.wire import RequestReader, encode_event, error_line, to_bytes
@@ -55,8 +55,6 @@ CLIENTS_SETTLE = 0.15
 FAREWELL_SECONDS = 2.0
 #: The most bytes of one client's request lines read in a turn of the event loop, before the agents and
 #: the other clients get theirs: what one read of the socket brings (asyncio reads 256 KiB at a time).
-#: A WebSocket message, up to 16 MiB of lines, is read by slices of this size (`read_requests`).
-READ_BUDGET = 256 * 1024
 _PEERCRED = struct.Struct("3i")  # pid, uid, gid
 
 
@@ -308,33 +306,6 @@ class Connection(Peer, asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost()
-
-
-def request_framer(peer: Peer) -> LineFramer:
-    """A client's request lines, whatever carries them, each made a call by its reader; a line too long
-    is skipped with an error."""
-    reader = peer.reader
-    assert reader is not None
-
-    def too_long(size: int) -> None:
-        peer.respond(error_line(None, INVALID_REQUEST, f"line of {size} bytes skipped: too long"))
-
-    return LineFramer(reader.handle_line, too_long)
-
-
-async def read_requests(peer: Peer, framer: LineFramer, data: bytes) -> None:
-    """`data`, request lines a client sent at once, read as the socket reads them: READ_BUDGET bytes in a
-    turn of the event loop, the agents and the other clients served between two; none once the client is
-    gone (a client that does not read its answers is disconnected at QUEUE_LIMIT, the rest of its flood
-    dropped). A last line without its newline is one too."""
-    for start in range(0, len(data), READ_BUDGET):
-        if start:
-            await asyncio.sleep(0)
-        if peer.closed:
-            return
-        framer.feed(data[start : start + READ_BUDGET])
-    if not peer.closed:
-        framer.close()
 
 
 def _command(pid: int) -> str:

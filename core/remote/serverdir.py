@@ -22,6 +22,7 @@ import struct
 from pathlib import Path
 
 from deck.errors import DeckError
+from deck.proc.storage import socket_dir
 
 #: A server's name: a file name of letters, digits, `.`, `_` and `-`, not starting with a dot.
 NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
@@ -47,14 +48,6 @@ def check_name(name: str) -> str:
     if not NAME_RE.fullmatch(name):
         raise ServerError(f"bad server name {name!r}: letters, digits, '.', '_' and '-' (64 at most, no leading dot)")
     return name
-
-
-def socket_dir() -> Path:
-    """The folder of the user's servers: $XDG_RUNTIME_DIR/deck, else /tmp/deck-UID."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime):
-        return Path(runtime) / "deck"
-    return Path("/tmp") / f"deck-{os.getuid()}"
 
 
 def socket_path(name: str) -> Path:

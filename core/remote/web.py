@@ -52,8 +52,7 @@ from aiohttp import WSMsgType, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 from deck.events import now_iso
 from deck.proc.storage import replace_in
-from deck.remote.peer import Peer
-from deck.remote.server import read_requests, request_framer
+from deck.remote.peer import Peer, read_requests, request_framer
 from deck.remote.serverdir import ServerError
 from deck.tty import one_line
 from deck.wire import RequestReader

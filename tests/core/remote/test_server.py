@@ -678,7 +678,10 @@ def test_attach_jsonl_imports_the_relay_alone(serve, tmp_path) -> None:
         assert {x.get("id") for x in answered if "result" in x} == {1, 2}
         imported = set(listed.read_text().split())
         ours = sorted(m for m in imported if m.split(".")[0] == "deck")
-        assert ours == ["deck", "deck.__main__", "deck._version", "deck.errors", "deck.remote", "deck.remote.relay", "deck.remote.serverdir"]
+        assert ours == [
+            "deck", "deck.__main__", "deck._version", "deck.errors", "deck.proc", "deck.proc.storage", "deck.remote",
+            "deck.remote.relay", "deck.remote.serverdir",
+        ]  # fmt: skip
         assert not imported & {"asyncio", "typer", "click", "pydantic", "rich", "urwid", "pluggy"}
 
 
