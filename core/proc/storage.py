@@ -39,14 +39,6 @@ def state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "deck"
 
 
-def socket_dir() -> Path:
-    """The folder of the user's servers: $XDG_RUNTIME_DIR/deck, else /tmp/deck-UID."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime):
-        return Path(runtime) / "deck"
-    return Path("/tmp") / f"deck-{os.getuid()}"
-
-
 def replace_in(
     directory: int,
     name: str,

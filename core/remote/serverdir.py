@@ -22,7 +22,7 @@ import struct
 from pathlib import Path
 
 from deck.errors import DeckError
-from deck.proc.storage import socket_dir
+from deck.proc.folders import socket_dir
 
 #: A server's name: a file name of letters, digits, `.`, `_` and `-`, not starting with a dot.
 NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")

@@ -679,7 +679,7 @@ def test_attach_jsonl_imports_the_relay_alone(serve, tmp_path) -> None:
         imported = set(listed.read_text().split())
         ours = sorted(m for m in imported if m.split(".")[0] == "deck")
         assert ours == [
-            "deck", "deck.__main__", "deck._version", "deck.errors", "deck.proc", "deck.proc.storage", "deck.remote",
+            "deck", "deck.__main__", "deck._version", "deck.errors", "deck.proc", "deck.proc.folders", "deck.remote",
             "deck.remote.relay", "deck.remote.serverdir",
         ]  # fmt: skip
         assert not imported & {"asyncio", "typer", "click", "pydantic", "rich", "urwid", "pluggy"}
