@@ -929,6 +929,9 @@ class LineFrontend(Frontend):
             if waiting:
                 kinds = " and ".join(sorted({"a permission request" if k == "permission" else "a question" for k in waiting}))
                 shown += f" · waits for your answer: {kinds} ({len(waiting)})"
+            boxed = info.get("sandbox") or {}
+            if boxed.get("enabled"):
+                shown += " · sandboxed" + ("" if boxed.get("network", True) else " (no network)")
             for notice in info.get("notices") or []:
                 shown += f" · {notice['text']}"
             if info["name"] == self.current:

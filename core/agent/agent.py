@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from deck._version import __version__
 from deck.acp.connection import PROTOCOL_VERSION, Connection
-from deck.agent import auth, inuse, listing, remote, terminals
+from deck.agent import auth, inuse, listing, remote, sandbox, terminals
 from deck.agent.early import EarlyUpdates
 from deck.agent.requests import AgentRequests
 from deck.agent.session import CONVERSATION, TOOL_UPDATES, Session, SessionSink
@@ -94,6 +94,8 @@ class Agent:
         #: Where this run of the agent works, set by a plugin's `deck_before_start` (its worktree);
         #: None: its config's cwd. Cleared before each start's hooks.
         self.workdir: str | None = None
+        #: The sandbox this run is in (`sandbox.py`): what it sees, for its terminals too; None when it is in none.
+        self.view: sandbox.View | None = None
 
     # -- what the outside sees -------------------------------------------------------------
 
@@ -139,7 +141,17 @@ class Agent:
             "state": self.state.value,
             "error": self.error,
             "outdated": self.outdated,
+            "sandbox": self.sandbox_info(),
         }
+
+    def sandbox_info(self) -> dict[str, Any]:
+        """`{enabled, network, write}`: the sandbox it runs in (or will, at its next start)."""
+        if self.view is not None and self.running:
+            return self.view.sandbox.describe(self.view.writable)
+        wanted = sandbox.resolve(self.config, self.deck.config.sandbox)
+        if wanted is None:
+            return {"enabled": False, "network": True, "write": []}
+        return wanted.describe([self.cwd, *self.directories, *wanted.write])
 
     def redefine(self, definition: AgentConfig) -> None:
         """Take the definition the config now gives; `agent:state` says what changed, if anything.
@@ -287,11 +299,21 @@ class Agent:
             raise SpawnError(f"worktree = true, but no worktree was prepared: {why}")
         cwd = self.cwd
         command = list(cfg.command)
+        wanted = sandbox.resolve(cfg, self.deck.config.sandbox)
+        self.view = None
         if cfg.host:  # its cwd and env are the host's: here, ssh runs in deck's own folder, with deck's env
-            command = remote.ssh_command(cfg.host, list(cfg.ssh), cwd, command, dict(cfg.env), remote.control_dir())
+            command = remote.ssh_command(
+                cfg.host, list(cfg.ssh), cwd, command, dict(cfg.env), remote.control_dir(), sandboxed=wanted
+            )  # fmt: skip
             cwd, env = os.getcwd(), dict(os.environ)
         elif not os.path.isdir(cwd):
             raise SpawnError(f"working directory does not exist: {cwd}")
+        elif wanted is not None:  # never run unsandboxed instead: SpawnError says why and what to do
+            sandbox.required()
+            self.view = sandbox.view(
+                wanted, cwd, self.directories, dict(cfg.env), self.deck.sandbox_hidden(), self.deck.reachable_folders
+            )  # fmt: skip
+            command = self.view.command(command)
         await self.tasks.close()  # the last connection's: cancelled as it ended, done by now
         self.tasks = tasks = self.deck.tasks.group(f"agent {self.name}")
         conn = Connection(

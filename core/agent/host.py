@@ -59,6 +59,7 @@ class Host(Protocol):
     config: DeckConfig
     config_path: Path | None
     private_folders: list[Path]
+    reachable_folders: list[Path]
     trace_acp: bool
     timings: StopTimings
     tasks: TaskGroup
@@ -91,6 +92,10 @@ class Host(Protocol):
 
     def cancel_requests_from(self, session: Session) -> None:
         """Cancel the permission requests and questions `session` still waits on."""
+        ...
+
+    def sandbox_hidden(self) -> list[Path]:
+        """deck's own files and folders that a sandboxed agent must not see."""
         ...
 
     def before_session_prompt(self, session: Session, text: str) -> None:

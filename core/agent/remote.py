@@ -28,6 +28,7 @@ import shlex
 import stat
 from pathlib import Path
 
+from deck.agent import sandbox
 from deck.proc.supervisor import SpawnError
 
 #: What deck always asks of ssh, before the user's own `ssh` arguments: ssh takes the first value it
@@ -47,10 +48,11 @@ SSH_DEFAULTS = (
 )  # fmt: skip
 #: How long the agent has on its host between SIGTERM and SIGKILL once its input ended, in seconds.
 REMOTE_GRACE = 3
-#: The script the host's shell runs: {cwd}, {command}, {mark} and {grace} are filled in, each quoted.
+#: The script the host's shell runs: {cwd}, {command}, {mark} and {grace} are filled in, each quoted;
+#: {prelude} is the sandbox's (`sandbox.remote_prelude`), empty for an agent in none.
 REMOTE_SCRIPT = """\
 cd -- {cwd} || exit 126
-d=$(mktemp -d) && mkfifo "$d/in" || exit 126
+{prelude}d=$(mktemp -d) && mkfifo "$d/in" || exit 126
 exec 3<&0
 setsid {command} <"$d/in" 3<&- &
 pid=$!
@@ -80,12 +82,21 @@ RUN_MARK = "DECK_RUN"
 SSH_FAILED = 255
 
 
-def ssh_command(host: str, ssh_args: list[str], cwd: str, command: list[str], env: dict[str, str], control: Path) -> list[str]:
-    """The local command line that runs `command` on `host`, in `cwd` there, with `env` only added."""
+def ssh_command(
+    host: str, ssh_args: list[str], cwd: str, command: list[str], env: dict[str, str], control: Path,
+    sandboxed: sandbox.Sandbox | None = None,
+) -> list[str]:
+    """The local command line that runs `command` on `host`, in `cwd` there, with `env` only added;
+    `sandboxed`: under bubblewrap there, refused (exit 126, the cause on stderr) where it cannot be."""
     mark = f"{RUN_MARK}={secrets.token_hex(8)}"
     assigned = [f"{name}={value}" for name, value in env.items()]
-    remote = ["env", *assigned, mark, *command]
-    script = REMOTE_SCRIPT.format(cwd=shlex.quote(cwd), command=shlex.join(remote), mark=shlex.quote(mark), grace=REMOTE_GRACE)
+    prelude, run = "", shlex.join(["env", *assigned, mark, *command])
+    if sandboxed is not None:
+        prelude = sandbox.remote_prelude(sandboxed, cwd, {**env, RUN_MARK: mark.partition("=")[2]}, command)
+        run = shlex.join(["env", mark, "bwrap"]) + ' "$@"'
+    script = REMOTE_SCRIPT.format(
+        cwd=shlex.quote(cwd), prelude=prelude, command=run, mark=shlex.quote(mark), grace=REMOTE_GRACE
+    )  # fmt: skip
     # One word for the host's login shell, whatever it is: `sh -c SCRIPT`.
     return [*ssh_base(ssh_args, control), "--", host, "sh -c " + shlex.quote(script)]
 

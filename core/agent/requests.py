@@ -62,7 +62,9 @@ class AgentRequests:
             if found is None:
                 raise ConnectionClosed("the agent is not running")
             if method == "create":
-                created = await found.create(params, self._command_dir, {**os.environ, **self.agent.config.env})
+                view = self.agent.view  # a sandboxed agent's commands run in its sandbox, with its env only
+                env = {**os.environ, **self.agent.config.env} if view is None else dict(os.environ)
+                created = await found.create(params, self._command_dir, env, view)
                 if session.origin == CONVERSATION:
                     self.agent.deck.conversation_of(self.agent.name).terminal_started(created["terminalId"])
                 return created

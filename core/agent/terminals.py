@@ -36,10 +36,16 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deck.errors import INTERNAL_ERROR, INVALID_PARAMS, AcpError
 from deck.proc.supervisor import Process, SpawnError, StopTimings
+
+if TYPE_CHECKING:
+    from deck.agent.sandbox import View
+
+    #: A sandbox and the path in it a command runs in.
+    Sandboxed = tuple[View, str]
 
 #: What `terminal/output` keeps when the agent sets no `outputByteLimit`.
 DEFAULT_OUTPUT_LIMIT = 1024 * 1024
@@ -220,10 +226,16 @@ class Terminal:
         self._read = 0  # bytes read since the last live send
         self._paused = False
 
-    async def start(self, spec: Spec, cwd: str, env: dict[str, str], log: Callable[[str], None]) -> None:
+    async def start(
+        self, spec: Spec, cwd: str, env: dict[str, str], log: Callable[[str], None], inside: Sandboxed | None = None
+    ) -> None:
+        """Run the command in `cwd` with `env` and its own; `inside`: in the agent's sandbox, at `path` there."""
+        argv, env = [spec.command, *spec.args], {**env, **spec.env}
+        if inside is not None:
+            argv = inside[0].command(argv, inside[1], spec.env)
         try:
             self.process = await Process.spawn(
-                [spec.command, *spec.args], cwd=cwd, env={**env, **spec.env},
+                argv, cwd=cwd, env=env,
                 on_stdout=self._data, on_stderr_line=log, log=log, merged=True,
             )  # fmt: skip
         except SpawnError as exc:
@@ -328,10 +340,11 @@ class Terminals:
         self.closed = False
 
     async def create(
-        self, params: dict[str, Any], cwd: Callable[[str | None], tuple[int, str]], env: dict[str, str]
+        self, params: dict[str, Any], cwd: Callable[[str | None], tuple[int, str]], env: dict[str, str],
+        view: View | None = None,
     ) -> dict[str, Any]:
         """terminal/create; `cwd(path)` opens the directory it runs in (None: the agent's), confined:
-        its descriptor, and its path."""
+        its descriptor, and its path; `view`: the agent's sandbox, which the command runs in."""
         if self.closed:
             raise AcpError(INTERNAL_ERROR, "the agent is stopping: no new terminal")
         spec = Spec.parse(params)
@@ -344,7 +357,7 @@ class Terminals:
                 # The command starts in the very directory resolved (a path could be swapped meanwhile);
                 # where there is no /proc, in the path checked.
                 where = f"/proc/self/fd/{directory}" if os.path.isdir("/proc/self/fd") else path
-                await terminal.start(spec, where, env, self._log)
+                await terminal.start(spec, where, env, self._log, (view, path) if view is not None else None)
             finally:
                 os.close(directory)
             if self.closed:  # the agent stopped meanwhile: its terminals were killed, this one goes too

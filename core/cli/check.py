@@ -9,6 +9,7 @@ import shutil
 import time
 from typing import TYPE_CHECKING, Any
 
+from deck.agent import sandbox
 from deck.cli.common import echo, echo_json, run_async
 from deck.config.models import AgentConfig, in_git_repository
 from deck.errors import ExitCode, ServiceError
@@ -102,6 +103,25 @@ async def find_remote_command(cfg: AgentConfig) -> tuple[str | None, str | None]
     return f"{cfg.host}:{out.decode(errors='replace').strip()}", None
 
 
+async def check_remote_sandbox(cfg: AgentConfig) -> str | None:
+    """Why the agent's host cannot sandbox it (bwrap missing there, or unable to make its namespaces), or None."""
+    import shlex
+
+    from deck.agent.remote import control_dir, ssh_base
+
+    probe = f"command -v {sandbox.BWRAP} >/dev/null 2>&1 || exit 3; {sandbox.BWRAP} {' '.join(sandbox.PROBE)} true"
+    args = [*ssh_base(list(cfg.ssh), control_dir()), "--", cfg.host, "sh -c " + shlex.quote(probe)]
+    try:
+        process = await start_process(*args, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
+                                      stderr=asyncio.subprocess.DEVNULL)  # fmt: skip
+        code = await asyncio.wait_for(process.wait(), REMOTE_CHECK_SECONDS)
+    except (OSError, TimeoutError) as exc:
+        return f"sandbox: not checked on {cfg.host}: {exc}"
+    if code == 3:
+        return sandbox.HOST_MISSING.removeprefix("deck: ")
+    return None if code == 0 else sandbox.HOST_BROKEN.removeprefix("deck: ")
+
+
 #: How long `deck agents --check` waits for a host to answer.
 REMOTE_CHECK_SECONDS = 30
 
@@ -130,6 +150,9 @@ async def check_all(deck: Deck, with_handshake: bool, only: str | None = None) -
             row: dict[str, Any] = {"name": agent.name, "command": agent.config.command, "found": found}
             if problem is not None:
                 row["problem"] = problem
+            if sandbox.resolve(agent.config, deck.config.sandbox) is not None:
+                trouble = await check_remote_sandbox(agent.config) if agent.config.host else sandbox.check()
+                row["sandbox"] = {"ok": trouble is None, **({"problem": trouble} if trouble else {})}
             if with_handshake:
                 row["handshake"] = await handshake(deck, agent.name) if found else None
             rows.append(row)
@@ -142,7 +165,10 @@ def run_check(deck: Deck, with_handshake: bool, as_json: bool, only: str | None 
     """Print the check of every agent (`only`: of that one); the exit code is ERROR when any check failed."""
     deck.timings = CHECK_TIMINGS
     rows = run_async(check_all(deck, with_handshake, only))
-    failed = any(not r["found"] or (with_handshake and not r["handshake"]["ok"]) for r in rows)
+    failed = any(
+        not r["found"] or (with_handshake and not r["handshake"]["ok"]) or not r.get("sandbox", {}).get("ok", True)
+        for r in rows
+    )
     if as_json:
         echo_json(rows)
         return ExitCode.ERROR if failed else ExitCode.OK
@@ -151,6 +177,12 @@ def run_check(deck: Deck, with_handshake: bool, as_json: bool, only: str | None 
             echo(f"✗ {row['name']:<16} {row['problem']}")
             continue
         line = f"{row['name']:<16} command: {row['found']}"
+        boxed = row.get("sandbox")
+        if boxed is not None and not boxed["ok"]:
+            echo(f"✗ {line}; {boxed['problem']}")
+            continue
+        if boxed is not None:
+            line += f"; sandbox: works (bubblewrap{' on ' + row['found'].partition(':')[0] if ':' in row['found'] else ''})"
         shake = row.get("handshake")
         if shake is None:
             echo(f"✓ {line}")

@@ -217,6 +217,28 @@ class Plugins(_Model):
     disabled: list[str] = Field(default_factory=list, description="Plugins switched off by name (read at start).")
 
 
+class SandboxTable(_Model):
+    write: list[str] = Field(
+        default_factory=list, description="More folders the agent may write in its sandbox (absolute, or ~/…): its own state, e.g. ~/.claude."
+    )
+    hide: list[str] = Field(
+        default_factory=list, description="More paths its sandbox hides (absolute, or ~/…), besides the secret folders hidden by default."
+    )
+    network: bool | None = Field(None, description="false: no network but a loopback of its own. Default: [sandbox] network (true).")
+
+    @field_validator("write", "hide")
+    @classmethod
+    def _absolute(cls, paths: list[str]) -> list[str]:
+        for path in paths:
+            if not os.path.isabs(os.path.expanduser(path)):
+                raise ValueError(f"{path!r} is not an absolute path (give /… or ~/…)")
+        return paths
+
+
+class SandboxDefaults(SandboxTable):
+    default: bool = Field(False, description="true: every agent that does not say sandbox = false runs in a sandbox.")
+
+
 class AgentConfig(_Model):
     title: str = Field("", description="Shown name; default: the agent's name.")
     icon: str = Field("", description="One character; default: the name's first letter.")
@@ -238,6 +260,10 @@ class AgentConfig(_Model):
     )
     ssh: list[str] = Field(
         default_factory=list, description='More arguments for ssh before the host, e.g. ["-p", "2222"] (with host).'
+    )
+    sandbox: bool | SandboxTable | None = Field(
+        None, description="Run the agent in a sandbox (bubblewrap): true, false, or a table of write, hide and network. "
+        "Default: [sandbox] default."
     )
     additional_directories: list[str] = Field(
         default_factory=list,
@@ -283,6 +309,7 @@ class DeckConfig(_Model):
     frontend: str | None = Field(None, description="Default frontend for `deck run`: urwid, line or jsonl.")
     limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     plugins: Plugins = Field(default_factory=Plugins)  # type: ignore[arg-type]
+    sandbox: SandboxDefaults = Field(default_factory=SandboxDefaults)  # type: ignore[arg-type]
     agents: dict[str, AgentConfig] = Field(default_factory=dict, description="Agents, in the order shown.")
 
 

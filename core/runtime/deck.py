@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pluggy
+from deck.agent import sandbox
 from deck.agent.agent import Agent
 from deck.agent.session import Session
 from deck.chat.book import MatchedReplay, ReplaySink
@@ -109,6 +110,9 @@ class Deck:
         self.trace_path: Path | None = None
         #: Folders deck keeps for itself besides its state folder (a plugin's socket folder): agents' fs/* stay out.
         self.private_folders: list[Path] = []
+        #: Folders of deck's own that a sandboxed agent still reaches, bound into its sandbox (the asks
+        #: bridge's socket); every other folder of deck's is hidden from it (`sandbox_hidden`).
+        self.reachable_folders: list[Path] = []
         self._methods: dict[str, Callable[..., Any]] | None = None
         self._closing: asyncio.Future[None] | None = None
         self.exit_code: int | None = None
@@ -170,6 +174,11 @@ class Deck:
 
     async def ask_question(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
         return await self.chat.pending.ask_question(session, params)
+
+    def sandbox_hidden(self) -> list[Path]:
+        """What a sandboxed agent never sees of deck's: its config file and folders, its state (history,
+        logs, worktrees), its runtime folders (servers' sockets and tokens, ssh's) and private folders."""
+        return [*sandbox.deck_folders(self.config_path), *self.private_folders]
 
     def cancel_requests_from(self, session: Session) -> None:
         self.chat.pending.cancel_from(session)

@@ -143,6 +143,7 @@ class Bridge:
         try:
             self.directory = private_dir()
             self.asks.deck.private_folders.append(self.directory)  # out of agents' fs/* reach
+            self.asks.deck.reachable_folders.append(self.directory)  # but its socket in a sandbox's
             self.path = self.directory / "ask.sock"
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             old = os.umask(0o177)
