@@ -178,7 +178,7 @@ def test_export_as_a_markdown_transcript_and_as_json(recorded: Recorded) -> None
     for said in (PREAMBLE, MIDDLE, CONCLUSION):
         assert said in text
     assert "> **Thought**\n>\n> ```text\n> pondering 0\n> ```\n" in text
-    assert f"```markdown\n{CONCLUSION} \n```\n" in text  # what the agent wrote is fenced, never the transcript's Markdown
+    assert f"\n{CONCLUSION} \n" in text and "```markdown" not in text  # the agent's Markdown, as its Markdown
     assert "### Tool: Step 0\n\nread · completed\n" in text
     assert text.index(PREAMBLE) < text.index("Step 0") < text.index(MIDDLE) < text.index(CONCLUSION)
     as_json = json.loads(recorded.cli("export", row["id"], "--format", "json").stdout)
