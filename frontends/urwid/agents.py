@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import urwid
 from deck.frontends.words import money
 
-from .common import SPINNER, Clickable, ClippedLayout, LineBox, Text, gauge, on_background
+from .common import SPINNER, Clickable, ClippedLayout, Fitting, LineBox, Text, gauge, on_background
 from .i18n import Strings
 from .model import AgentModel
 
@@ -21,40 +21,56 @@ if TYPE_CHECKING:
 INDENT = 3
 #: Lines an agent's error may take in its row.
 ERROR_LINES = 2
+#: Lines its title, or one of the lines under it, may take: a narrow panel wraps them rather than cut them.
+LINES = 2
 
 
 def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) -> list[AbstractFlowWidget]:
-    """The lines of one agent's row: its name, then under it its state and marks, each cut to one
-    line (an error to ERROR_LINES), so a narrow panel never wraps them back under the number."""
+    """The lines of one agent's row: its name, then under it its state and marks. What does not fit
+    the panel's width is said shorter, or wrapped (LINES at most; an error ERROR_LINES), never back
+    under the number."""
     state_text = strings(f"state_{agent.state}") if f"state_{agent.state}" in strings.table else agent.state
     spin = SPINNER[frame % len(SPINNER)]
-    name: list[Any] = [f"{number} " if number <= 9 else "  ", ("strong", agent.icon), " ", agent.title]
+    prefix = f"{number} " if number <= 9 else "  "
     state: list[Any] = [("state starting", f"{spin} {state_text}")] if agent.state == "starting" else \
         [(f"state {agent.state}", state_text)]  # fmt: skip
     if agent.busy:
         state += [("state busy", f" {spin}")]
-    lines: list[AbstractFlowWidget] = [Text(name, wrap="ellipsis"), _under(Text(state, wrap="ellipsis"))]
+    lines: list[AbstractFlowWidget] = [_name(prefix, agent.icon, agent.title), _under(Text(state, wrap="ellipsis"))]
     if agent.needs_input or agent.asks:
         marks: list[Any] = [("needs input", f"! {strings('needs_input')}")] if agent.needs_input else []
         if agent.asks:
             marks += [" " if marks else "", ("talking", "↔")]
-        lines.append(_under(Text(marks, wrap="ellipsis")))
+        lines.append(_under(Fitting([marks], LINES)))
     if agent.changed_files:
-        work: list[Any] = [("label", strings("changed_files", n=agent.changed_files))]
+        files = ("label", strings("changed_files", n=agent.changed_files))
         if agent.overlaps:
-            work += [" ", ("warning", strings("overlap", n=agent.shared_files()))]
-        lines.append(_under(Text(work, wrap="ellipsis")))
+            shared = ("warning", strings("overlap", n=agent.shared_files()))
+            lines.append(_under(Fitting([[files, " ", shared], [files, "\n", shared]], LINES)))
+        else:
+            lines.append(_under(Fitting([files], LINES)))
     if agent.outdated:
-        lines.append(_under(Text(("outdated", f"⟳ {strings('outdated')}"), wrap="ellipsis")))
+        outdated = [("outdated", f"⟳ {strings(key)}") for key in ("outdated", "outdated_short")]
+        lines.append(_under(Fitting(outdated, LINES)))
     if agent.state == "error" and agent.error:
         lines.append(_under(Text(("error", agent.error.splitlines()[0]), layout=ClippedLayout(ERROR_LINES))))
     used, size = int(agent.usage.get("used") or 0), int(agent.usage.get("size") or 0)
     if used or size:
         lines.append(_under(UsageLine(strings("usage"), used, size)))
         cost = money(agent.usage.get("cost"))
-        shown = strings("cost", amount=cost) if cost else strings("cost_unknown")
-        lines.append(_under(Text(("label" if cost else "dim", shown), wrap="ellipsis")))
+        if cost:  # `cost 0.50 USD`, else the amount alone
+            lines.append(_under(Fitting([("label", strings("cost", amount=cost)), ("label", cost)], LINES)))
+        else:  # said in full where it fits; the help (F1) says what it means
+            unknown = [("dim", strings(key)) for key in ("cost_unknown", "cost_unknown_mid", "cost_unknown_short")]
+            lines.append(_under(Fitting(unknown, LINES)))
     return lines
+
+
+def _name(prefix: str, icon: str, title: str) -> AbstractFlowWidget:
+    """`1 A Title`: a long title wraps under itself (LINES at most), never under the number."""
+    head = Text([prefix, ("strong", icon), " "])
+    width = head.pack()[0]
+    return urwid.Columns([(width, head), Text(title, layout=ClippedLayout(LINES))])
 
 
 def _under(widget: urwid.Widget) -> AbstractFlowWidget:

@@ -38,12 +38,15 @@ from deck.plugins.notify.events import NotifySent
 from deck.tty import TerminalLog, alert, one_line
 
 from .agents import AgentsPanel
-from .common import HintBar, LineBox, Text, palette
+from .common import Binding, HintBar, LineBox, Text, keys_label, palette, run_binding
 from .conversation import ConversationView
 from .dialogs import (
+    PERMISSION_KEYS,
+    QUESTION_KEYS,
     ChoiceDialog,
     ConfirmDialog,
     FilePicker,
+    HelpDialog,
     InConversation,
     Lowered,
     OverConversation,
@@ -54,6 +57,7 @@ from .diff import DiffView
 from .history import HistoryDialog
 from .i18n import Strings
 from .model import Model
+from .paths import agent_folders, configured_agents
 from .views import ConfigView, LogsView
 
 log = logging.getLogger(__name__)
@@ -68,8 +72,8 @@ WORKTREE_ACTIONS = {"m": "merge", "x": "remove", "X": "force"}
 #: The agents panel's share of the screen's width, and its narrowest and widest.
 PANEL_SHARE, PANEL_MIN, PANEL_MAX = 0.22, 18, 40
 #: The hint bar's hints in the order shown, each with its rank: the highest ranks are left out first
-#: when the screen is narrow (at 80 columns: send, agent, cancel, scroll, logs, config, quit).
-HINTS = [("hint_send", 1), ("hint_newline", 6), ("hint_agent", 2), ("hint_actions", 5), ("hint_cancel", 3),
+#: when the screen is narrow (at 80 columns: help, send, agent, cancel, scroll, logs, quit).
+HINTS = [("hint_help", 1), ("hint_send", 1), ("hint_newline", 7), ("hint_agent", 2), ("hint_actions", 5), ("hint_cancel", 3),
          ("hint_new", 5), ("hint_settings", 7), ("hint_scroll", 3), ("hint_logs", 4), ("hint_config", 4), ("hint_history", 6), ("hint_diff", 6), ("hint_quit", 1)]  # fmt: skip
 #: A file written at exit when set: draws and their times (time.monotonic), for scripts/bench_urwid.py.
 STATS_ENV = "DECK_URWID_STATS"
@@ -170,6 +174,9 @@ class ConsoleApp(Handlers):
         self._tasks: set[asyncio.Future[Any]] = set()  # the service calls in flight
         self._done: asyncio.Future[int] | None = None
         self._attached = False
+        #: The agents with `worktree = true`: their folder is known once their worktree is made.
+        self._worktree_agents: set[str] = set()
+        self._worktree_reads = 0  # the reads of the worktrees begun: only the last one's answer is taken
         #: The clients of the server this console is attached to, as it last said (0: not known yet),
         #: and how many `clients:changed` have come: a count asked for is older than one that came since.
         self.clients = 0
@@ -236,14 +243,27 @@ class ConsoleApp(Handlers):
         self.load_worktrees()
 
     def load_worktrees(self) -> None:
-        """Each agent's changed files as its worktree has them now; `worktree:*` events follow on."""
+        """Each agent's changed files as its worktree has them now (`worktree:*` events follow on),
+        and the folder each agent works in (`paths.agent_folders`)."""
+        self._worktree_reads += 1
+        read = self._worktree_reads
 
         async def fetch() -> None:
             try:
+                text = await self.client.call("ConfigService.Content")
+            except Exception:  # no folder is known then: paths stay as the agents write them
+                text = ""
+            try:
                 rows = await self.client.call("WorktreeService.List")
             except Exception:  # the worktrees plugin is off, or a worktree cannot be read: nothing to show
-                return
-            self.model.set_worktrees(rows)
+                rows = None
+            if read != self._worktree_reads:
+                return  # a later read, begun since, says more
+            self._worktree_agents = {name for name, table in configured_agents(text).items() if table.get("worktree")}
+            if rows is not None:
+                self.model.set_worktrees(rows)
+            here = None if self.client.attached else os.getcwd()  # a server's own folder is not known
+            self.model.set_folders(agent_folders(text, [r for r in rows or [] if isinstance(r, dict)], here))
 
         self.spawn(fetch())
 
@@ -367,9 +387,16 @@ class ConsoleApp(Handlers):
     def on_event(self, event: Event) -> None:
         if isinstance(event, AgentStateChanged):
             self._crashed(event)
+            self._started(event)
         self.model.apply(event)
         self.dispatch(event)
         self.schedule()
+
+    def _started(self, e: AgentStateChanged) -> None:
+        """An agent with a worktree is ready: its worktree is made now, and its folder is known."""
+        agent = self.model.agents.get(e.agent)
+        if agent is not None and e.state == "ready" and agent.state == "starting" and e.agent in self._worktree_agents:
+            self.load_worktrees()
 
     def _crashed(self, e: AgentStateChanged) -> None:
         """An agent that was running ends in error (before the model has it): it crashed, and the
@@ -478,6 +505,11 @@ class ConsoleApp(Handlers):
         if self._live_logs:
             self.logs_view.append(self._live_logs)
             self._live_logs = []
+        if changes.folders:  # a permission request's paths are shown relative to its agent's folder
+            for ask_id, dialog in list(self.ask_dialogs.items()):
+                if isinstance(dialog, PermissionDialog) and dialog.request.get("agent") in changes.folders:
+                    del self.ask_dialogs[ask_id]
+                    changes.asks = True
         if changes.asks and self.dialog_kind == "ask":
             self.open_asks()
         self._update_footer(current)
@@ -543,60 +575,19 @@ class ConsoleApp(Handlers):
         return out
 
     def global_key(self, key: str) -> bool:
-        """Keys that act wherever the focus is; True when handled."""
-        if key in ("ctrl c", "meta ctrl c"):
-            self.say(self.strings("ctrl_c"))
-            return True
-        if self.dialog_kind:
-            return False  # the dialog has every other key
-        if key in ("ctrl q", "f10"):
-            self.ask_quit()
-        elif key == "tab" and self.view == "chat" and self.edit.edit_text.startswith("/") and " " not in self.edit.edit_text:
-            self.complete_command()
-        elif key == "tab":
-            self.select_by_offset(1)
-        elif key == "shift tab":
-            self.select_by_offset(-1)
-        elif key.startswith("meta ") and key[5:].isdigit():
-            self.select_by_number(int(key[5:]))
-        elif key.isdigit() and self.view != "chat":
-            self.select_by_number(int(key))
-        elif key in ("f5", "f6", "f7"):
-            self.agent_action({"f5": "start", "f6": "stop", "f7": "restart"}[key])
-        elif key == "esc":
-            if self.view != "chat":
-                self.show_view("chat")
-            else:
-                self.cancel_turn()
-        elif key == "f2":
-            self.show_view("chat" if self.view == "logs" else "logs")
-        elif key == "f3":
-            self.show_view("chat" if self.view == "config" else "config")
-        elif key == "f4":
-            self.open_oldest_ask()
-        elif key == "f8":
-            self.open_history()
-        elif key == "f9":
-            self.show_view("chat" if self.view == "diff" else "diff")
-        elif key == "ctrl t":
-            self.conversation.toggle_all("thoughts")
-        elif key == "ctrl e":
-            self.conversation.toggle_all("diffs")
-        elif key in ("page up", "page down") and self.view == "chat":
-            self.conversation.scroll(self._main_size(), key)
-        elif key == "enter" and self.view == "chat":
-            self.send()
-        elif key == "meta enter" and self.view == "chat":
-            self.edit.insert_text("\n")
-        elif key == "ctrl n":
-            self.new_conversation()
-        elif key == "ctrl o":
-            self.open_settings()
-        elif key == "up" and self.view == "chat" and not self.edit.edit_text and self._last_queued() is not None:
-            self.take_back_queued()
+        """Keys that act wherever the focus is (KEYS); True when handled."""
+        return run_binding(IN_DIALOGS if self.dialog_kind else KEYS, self, key)
+
+    def escape(self) -> None:
+        """Esc: back to the conversation from a view; in it, cancel the selected agent's turn."""
+        if self.view != "chat":
+            self.show_view("chat")
         else:
-            return False
-        return True
+            self.cancel_turn()
+
+    def toggle_view(self, view: str) -> None:
+        """F2, F3, F9: `view`, or back to the conversation when it is shown."""
+        self.show_view("chat" if self.view == view else view)
 
     def _main_size(self) -> tuple[int, int]:
         cols, rows = self.loop.screen.get_cols_rows() if self.loop is not None else (120, 40)
@@ -888,7 +879,9 @@ class ConsoleApp(Handlers):
                 dialog = QuestionDialog(self.strings, payloads, index, titles, self.answer_question, self.close_dialog,
                                         self._move_ask)  # fmt: skip
             else:
-                dialog = PermissionDialog(self.strings, payloads, index, titles, self.answer, self.close_dialog, self._move_ask)
+                agent = self.model.agents.get(str(asks[index][1].get("agent")))
+                dialog = PermissionDialog(self.strings, payloads, index, titles, self.answer, self.close_dialog, self._move_ask,
+                                          agent.folder if agent is not None else "")  # fmt: skip
             self.ask_dialogs[self.ask_id] = dialog
         else:
             dialog.set_position(index, len(asks))
@@ -968,7 +961,7 @@ class ConsoleApp(Handlers):
         if not settings:
             self.say(s("settings_none", agent=title))
             return
-        choices = [(str(n) if n < 10 else "", one_line(label, 60), str(n - 1)) for n, (label, _setting) in enumerate(settings, 1)]
+        choices = [numbered(n, one_line(label, 60)) for n, (label, _setting) in enumerate(settings, 1)]
         choices.append(("esc", s("leave_stay"), ""))
 
         def picked(index: str) -> None:
@@ -980,7 +973,7 @@ class ConsoleApp(Handlers):
 
     def _setting_values(self, name: str, title: str, setting: dict[str, Any]) -> None:
         values = setting["values"]
-        choices = [(str(n) if n < 10 else "", one_line(label, 60), str(n - 1)) for n, (_value, label) in enumerate(values, 1)]
+        choices = [numbered(n, one_line(label, 60)) for n, (_value, label) in enumerate(values, 1)]
         choices.append(("esc", self.strings("leave_stay"), ""))
         current = next((str(i) for i, (value, _label) in enumerate(values) if value == setting["current"]), None)
 
@@ -997,6 +990,24 @@ class ConsoleApp(Handlers):
 
         dialog = ChoiceDialog(one_line(f"{title} · {setting['name']}", 60), self.strings("settings_value"), choices, picked, default=current)
         self._show_dialog("settings", dialog, DIALOG_WIDTH)
+
+    def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
+        """What the help (F1) lists: the keys of each table the handling reads, then what the agents
+        panel's marks mean."""
+        s = self.strings
+        does = {"key_quit": "key_detach"} if self.client.attached else {}
+
+        def rows(table: list[Any]) -> list[tuple[str, str]]:
+            return [(b.shown or keys_label(b.keys, s.key_names), s(does.get(b.does, b.does))) for b in table]
+
+        worktree = [(key, s(f"key_worktree_{what}")) for key, what in WORKTREE_ACTIONS.items()]
+        legend = [(s(mark) if mark in s.table else mark, s(meaning)) for mark, meaning in LEGEND]
+        return [(s("help_console"), rows(KEYS)), (s("help_permission"), rows(PERMISSION_KEYS)),
+                (s("help_question"), rows(QUESTION_KEYS)), (s("help_worktree"), worktree), (s("help_panel"), legend)]  # fmt: skip
+
+    def show_help(self) -> None:
+        """F1: every key, in the conversation's place; Esc closes it."""
+        self._show_dialog("help", HelpDialog(self.strings("help_title"), self.help_sections(), self.close_dialog))
 
     def open_history(self) -> None:
         """The selected agent's past conversations and a search over every agent's (`history.py`)."""
@@ -1032,6 +1043,60 @@ class ConsoleApp(Handlers):
         return future
 
 
+def _in_chat(app: ConsoleApp, key: str) -> bool:
+    return app.view == "chat"
+
+
+def _in_view(app: ConsoleApp, key: str) -> bool:
+    return app.view != "chat"
+
+
+def _typing_command(app: ConsoleApp, key: str) -> bool:
+    text = app.edit.edit_text
+    return app.view == "chat" and text.startswith("/") and " " not in text
+
+
+def _can_take_back(app: ConsoleApp, key: str) -> bool:
+    return app.view == "chat" and not app.edit.edit_text and app._last_queued() is not None
+
+
+#: The console's keys wherever the focus is, with no dialog open (the first that applies acts):
+#: what `ConsoleApp.global_key` does, and what the help (F1) lists, in this order.
+KEYS: list[Binding[ConsoleApp]] = [
+    Binding(("f1",), "key_help", lambda app, key: app.show_help()),
+    Binding(("?",), "key_help_view", lambda app, key: app.show_help(), _in_view),
+    Binding(("enter",), "key_send", lambda app, key: app.send(), _in_chat),
+    Binding(("meta enter",), "key_newline", lambda app, key: app.edit.insert_text("\n"), _in_chat),
+    Binding(("up",), "key_unqueue", lambda app, key: app.take_back_queued(), _can_take_back),
+    Binding(("tab",), "key_complete", lambda app, key: app.complete_command(), _typing_command),
+    Binding(("tab",), "key_next_agent", lambda app, key: app.select_by_offset(1)),
+    Binding(("shift tab",), "key_previous_agent", lambda app, key: app.select_by_offset(-1)),
+    Binding(tuple(f"meta {n}" for n in range(1, 10)), "key_agent_number", lambda app, key: app.select_by_number(int(key[-1]))),
+    Binding(tuple(str(n) for n in range(1, 10)), "key_agent_digit", lambda app, key: app.select_by_number(int(key)), _in_view),
+    Binding(("ctrl n",), "key_new", lambda app, key: app.new_conversation()),
+    Binding(("ctrl o",), "key_settings", lambda app, key: app.open_settings()),
+    Binding(("f5",), "key_start", lambda app, key: app.agent_action("start")),
+    Binding(("f6",), "key_stop", lambda app, key: app.agent_action("stop")),
+    Binding(("f7",), "key_restart", lambda app, key: app.agent_action("restart")),
+    Binding(("esc",), "key_esc", lambda app, key: app.escape()),
+    Binding(("page up", "page down"), "key_scroll", lambda app, key: app.conversation.scroll(app._main_size(), key), _in_chat),
+    Binding(("ctrl t",), "key_thoughts", lambda app, key: app.conversation.toggle_all("thoughts")),
+    Binding(("ctrl e",), "key_diffs", lambda app, key: app.conversation.toggle_all("diffs")),
+    Binding(("f4",), "key_asks", lambda app, key: app.open_oldest_ask()),
+    Binding(("f2",), "key_logs", lambda app, key: app.toggle_view("logs")),
+    Binding(("f3",), "key_config", lambda app, key: app.toggle_view("config")),
+    Binding(("f8",), "key_history", lambda app, key: app.open_history()),
+    Binding(("f9",), "key_worktree", lambda app, key: app.toggle_view("diff")),
+    Binding(("ctrl q", "f10"), "key_quit", lambda app, key: app.ask_quit()),
+    Binding(("ctrl c", "meta ctrl c"), "key_ctrl_c", lambda app, key: app.say(app.strings("ctrl_c")), shown="Ctrl-C"),
+]  # fmt: skip
+#: Those of KEYS that act while a dialog is open too (a dialog has every other key).
+IN_DIALOGS = [binding for binding in KEYS if binding.does == "key_ctrl_c"]
+#: What the agents panel's marks mean, for the help: (the mark, or the string key of it; the string key of its meaning).
+LEGEND = [("cost_unknown_short", "legend_cost"), ("⟳", "legend_outdated"), ("!", "legend_needs_input"),
+          ("± ⚠", "legend_files"), ("↔", "legend_talking")]  # fmt: skip
+
+
 def _show(pile: urwid.Pile, first: list[urwid.Widget], *rest: urwid.Widget) -> None:
     """Make `pile` hold `first` (a line shown only at times), then `rest`; nothing changes when it already does."""
     widgets: list[urwid.AbstractWidget] = [*first, *rest]
@@ -1040,6 +1105,13 @@ def _show(pile: urwid.Pile, first: list[urwid.Widget], *rest: urwid.Widget) -> N
         pile.contents[:] = [(w, pile.options()) for w in widgets]
         if focus in widgets:
             pile.focus_position = widgets.index(focus)
+
+
+def numbered(n: int, label: str) -> tuple[str, str, str]:
+    """The `n`th answer of a picker (from 1), as a ChoiceDialog's choice: its number picks it and is
+    written before it (1 to 9; the others are picked with the arrows and Enter), its value `n - 1`."""
+    key = str(n) if n < 10 else ""
+    return key, f"{key:<3}{label}", str(n - 1)
 
 
 def setting_choices(conv: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

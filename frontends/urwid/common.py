@@ -12,9 +12,10 @@ agent, a dialog, a focused line) each is mapped to a twin with the highlight's b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import urwid
 from deck.tty import printable
@@ -311,6 +312,105 @@ class HintBar(urwid.Widget):
 
 def _width(text: str) -> int:
     return int(urwid.calc_width(text, 0, len(text)))
+
+
+class Fitting(urwid.Widget):
+    """A text in the first of its `variants` (markup, the fullest first; a line break in one starts
+    another line) whose every line fits the width; when none does, the last one wrapped by words on
+    at most `lines` lines, the last cut with an ellipsis. Nothing said is cut while a shorter way
+    of saying it fits."""
+
+    _sizing = frozenset([urwid.Sizing.FLOW])
+    ignore_focus = True
+
+    def __init__(self, variants: Sequence[Any], lines: int = 2) -> None:
+        super().__init__()
+        self.texts = [Text(markup, wrap="clip") for markup in variants]
+        self.fallback = Text(variants[-1], layout=ClippedLayout(lines))
+
+    def chosen(self, cols: int) -> Text:
+        """The text shown at `cols` columns."""
+        for text in self.texts:
+            if all(_width(line) <= cols for line in str(text.text).split("\n")):
+                return text
+        return self.fallback
+
+    def rows(self, size: Any, focus: bool = False) -> int:
+        return int(self.chosen(size[0]).rows(size))
+
+    def render(self, size: Any, focus: bool = False) -> urwid.Canvas:
+        return self.chosen(size[0]).render(size)
+
+
+# -- key bindings ------------------------------------------------------------------------------------
+
+Owner = TypeVar("Owner")
+
+
+@dataclass(frozen=True)
+class Binding(Generic[Owner]):
+    """A key binding of a table the handling and the help (F1) both read: its keys (urwid's names),
+    the string key of what it does, and `action(owner, key)`, run when `when(owner, key)` allows;
+    without an action the focused widget handles the key (the table lists it for the help).
+    `shown`: how the help writes the keys, when not as `keys_label` does."""
+
+    keys: tuple[str, ...]
+    does: str
+    action: Callable[[Owner, str], object] | None = None
+    when: Callable[[Owner, str], bool] | None = None
+    shown: str = ""
+
+    def applies(self, owner: Owner, key: str) -> bool:
+        return key in self.keys and self.action is not None and (self.when is None or self.when(owner, key))
+
+
+def run_binding(table: Sequence[Binding[Owner]], owner: Owner, key: str) -> bool:
+    """Run the first binding of `table` that applies to `key`; True when one did."""
+    for binding in table:
+        if binding.applies(owner, key):
+            assert binding.action is not None
+            binding.action(owner, key)
+            return True
+    return False
+
+
+#: urwid's names of keys as the console writes them (modifiers apart), in English.
+KEY_NAMES = {"enter": "Enter", "esc": "Esc", "tab": "Tab", "page up": "PgUp", "page down": "PgDn", "up": "↑",
+             "down": "↓", "left": "←", "right": "→", "backspace": "Backspace", "delete": "Del", "home": "Home",
+             "end": "End", " ": "Space"}  # fmt: skip
+MODIFIERS = {"ctrl": "Ctrl", "meta": "Alt", "shift": "Shift"}
+
+
+def key_label(key: str, names: dict[str, str] | None = None) -> str:
+    """One of urwid's key names as a user reads it: `ctrl q` Ctrl-Q, `meta enter` Alt-Enter, `f1` F1;
+    `names` translates the names of keys (Enter, Esc…)."""
+    words = key.split(" ")
+    mods: list[str] = []
+    while len(words) > 1 and words[0] in MODIFIERS:
+        mods.append(MODIFIERS[words.pop(0)])
+    rest = " ".join(words)
+    name = (names or {}).get(rest) or KEY_NAMES.get(rest)
+    if name is None:  # a letter after a modifier is written as a capital (Ctrl-Q), as a function key (F1)
+        name = rest.upper() if (len(rest) == 1 and mods) or (rest[:1] == "f" and rest[1:].isdigit()) else rest
+    return "-".join([*mods, name])
+
+
+def keys_label(keys: Sequence[str], names: dict[str, str] | None = None) -> str:
+    """Keys as the help writes them: `Ctrl-Q, F10`; a run of keys that differ only by their last
+    digit as one, `Alt-1…9`."""
+    out: list[str] = []
+    i = 0
+    while i < len(keys):
+        j = i
+        while (j + 1 < len(keys) and keys[j + 1][:-1] == keys[i][:-1] and keys[j + 1][-1:].isdigit()
+               and keys[i][-1:].isdigit() and int(keys[j + 1][-1]) == int(keys[j][-1]) + 1):  # fmt: skip
+            j += 1
+        label = key_label(keys[i], names)
+        out.append(f"{label}…{keys[j][-1]}" if j - i >= 2 else label)
+        if 0 < j - i < 2:
+            out += [key_label(k, names) for k in keys[i + 1 : j + 1]]
+        i = j + 1
+    return ", ".join(out)
 
 
 def human(count: int) -> str:

@@ -20,6 +20,7 @@ from . import markdown
 from .common import Clickable, LineBox, Text
 from .i18n import Strings
 from .model import AgentModel, MessageModel, Part
+from .paths import relative_tool
 
 if TYPE_CHECKING:
     from urwid.widget import AbstractFlowWidget
@@ -169,6 +170,8 @@ class MessageRenderer:
         self.on_toggle = on_toggle
         self.show_thoughts = True
         self.show_diffs = False
+        #: The folder of the agent whose messages these are: tool calls show the paths beneath it relative to it.
+        self.folder = ""
         self.flipped: set[tuple[str, int]] = set()  # parts shown opposite to the global setting
         self._blocks: dict[tuple[str, int], dict[tuple[str, bool, str, bool], AbstractFlowWidget]] = {}
 
@@ -218,7 +221,7 @@ class MessageRenderer:
         toggle = lambda: self.on_toggle(key)  # noqa: E731
         if part.type == "tool":
             show = self.show_diffs != (key in self.flipped)
-            return tool_widgets(part.data, self.strings, show, toggle)
+            return tool_widgets(relative_tool(part.data, self.folder), self.strings, show, toggle)
         if part.type == "plan":
             return plan_widgets(part.data, self.strings)
         text = part.text
@@ -298,6 +301,7 @@ class ConversationView(urwid.WidgetWrap):
             self.walker[:] = []
             return
         old_order, old_lengths = self.order, {mid: len(self.segments[mid]) for mid in self.order}
+        self.renderer.folder = agent.folder
         changed: set[str] = set()
         for message in agent.messages:
             if message_ids is None or message.id in message_ids or message.id not in self.segments:

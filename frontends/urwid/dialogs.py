@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 import urwid
 from deck.tty import printable
 
-from .common import Clickable, LineBox, Text, on_background
+from .common import Binding, Clickable, LineBox, Text, on_background, run_binding
 from .conversation import tool_widgets
 from .i18n import Strings
+from .paths import relative_tool
 
 if TYPE_CHECKING:
     from urwid.widget import AbstractFlowWidget
@@ -101,9 +102,10 @@ class PermissionDialog(AskDialog):
     """One pending request of `requests` (every agent's), with its tool call, diff and options.
 
     The tool call's title and the options always show; its details (input, diff) take the rows
-    left between them and scroll (PgUp PgDn). The options are in the agent's order, numbered:
-    1-9 answers with that option, Enter the focused one (at first the one that allows once),
-    `a` the one that always allows; Tab goes to the next request; Esc closes."""
+    left between them and scroll (PgUp PgDn); its paths beneath the agent's `folder` are relative
+    to it. The options are in the agent's order, numbered: 1-9 answers with that option, Enter the
+    focused one (at first the one that allows once), `a` the one that always allows; Tab goes to
+    the next request; Esc closes (PERMISSION_KEYS)."""
 
     def __init__(
         self,
@@ -114,6 +116,7 @@ class PermissionDialog(AskDialog):
         on_answer: Callable[[str, str], None],
         on_close: Callable[[], None],
         on_move: Callable[[int], None],
+        folder: str = "",
     ) -> None:
         self.strings = strings
         self.request = requests[index]
@@ -128,7 +131,7 @@ class PermissionDialog(AskDialog):
         self.always = next((o for o in self.options if o.get("kind") == "allow_always"), None)
         self.position = Text("")
         self.set_position(index, len(requests))
-        tool = tool_widgets(request.get("toolCall") or {}, strings, True, None)
+        tool = tool_widgets(relative_tool(request.get("toolCall") or {}, folder), strings, True, None)
         head: list[AbstractFlowWidget] = tool[:1]
         if request.get("rejections"):
             head.append(Text(("warning", strings("rejections", n=request["rejections"]))))
@@ -165,22 +168,31 @@ class PermissionDialog(AskDialog):
     def answer(self, option: dict[str, Any]) -> None:
         self.on_answer(str(self.request["id"]), str(option["optionId"]))
 
-    def keypress(self, size: Any, key: str) -> str | None:
-        if key.isdigit() and key != "0" and int(key) <= len(self.options):
-            self.answer(self.options[int(key) - 1])
-        elif key == "a" and self.always is not None:
+    def answer_always(self) -> None:
+        if self.always is not None:
             self.answer(self.always)
-        elif key in ("page up", "page down") and self.details is not None:
+
+    def scroll_details(self, key: str) -> None:
+        if self.details is not None:
             self.details.scroll(-1 if key == "page up" else 1)
-        elif key in ("tab", "right") and self.count > 1:
-            self.on_move(1)
-        elif key in ("shift tab", "left") and self.count > 1:
-            self.on_move(-1)
-        elif key == "esc":
-            self.on_close()
-        else:
+
+    def keypress(self, size: Any, key: str) -> str | None:
+        if not run_binding(PERMISSION_KEYS, self, key):
             super().keypress(size, key)
         return None  # a modal dialog: nothing leaks to the screen behind
+
+
+#: The keys of a permission request's dialog, for its handling and the help (F1).
+PERMISSION_KEYS: list[Binding[PermissionDialog]] = [
+    Binding(tuple("123456789"), "key_pick", lambda d, key: d.answer(d.options[int(key) - 1]),
+            lambda d, key: int(key) <= len(d.options)),
+    Binding(("enter",), "key_focused_option"),  # the focused option's button
+    Binding(("a",), "key_always", lambda d, key: d.answer_always(), lambda d, key: d.always is not None),
+    Binding(("page up", "page down"), "key_details", lambda d, key: d.scroll_details(key), lambda d, key: d.details is not None),
+    Binding(("tab", "right"), "key_next_request", lambda d, key: d.on_move(1), lambda d, key: d.count > 1),
+    Binding(("shift tab", "left"), "key_previous_request", lambda d, key: d.on_move(-1), lambda d, key: d.count > 1),
+    Binding(("esc",), "key_later", lambda d, key: d.on_close()),
+]  # fmt: skip
 
 
 TRUE_WORDS = {"y", "yes", "true", "1", "on", "o", "oui", "vrai"}
@@ -192,7 +204,8 @@ class QuestionDialog(AskDialog):
     property of its schema, each answer converted to the property's type.
 
     Enter goes to the next field and submits on the last one; Ctrl-S submits, Ctrl-D declines,
-    Tab goes to the next request, Esc puts the question off (it waits behind F4)."""
+    Tab goes to the next request, Esc puts the question off (it waits behind F4) (QUESTION_KEYS).
+    It opens at its top: the message and the first field's label in view, its field focused."""
 
     def __init__(
         self,
@@ -241,7 +254,7 @@ class QuestionDialog(AskDialog):
         decline = Clickable(("button", f" {strings('question_decline')} "), self.decline, focusable=True)
         items += [self.error, submit, decline, urwid.Divider(), Text(("dim", strings("question_keys")))]
         self.walker = urwid.SimpleFocusListWalker(items)
-        self.listbox = urwid.ListBox(self.walker)
+        self.listbox = TopFirst(self.walker)
         self.walker.set_focus(self.fields[0][3] if self.fields else items.index(submit))
         super().__init__(_box(self.listbox, strings("question_title", agent=agent)))
 
@@ -338,27 +351,76 @@ class QuestionDialog(AskDialog):
                 return i
         return None
 
-    def keypress(self, size: Any, key: str) -> str | None:
+    def next_field(self) -> None:
+        """Enter in a field: the next one, or on the last, submit."""
         current = self._field_index()
-        if key == "enter" and current is not None:
-            if current + 1 < len(self.fields):
-                self.walker.set_focus(self.fields[current + 1][3])
-            else:
-                self.submit()
-            return None
-        if key == "ctrl s":
+        if current is not None and current + 1 < len(self.fields):
+            self.walker.set_focus(self.fields[current + 1][3])
+        else:
             self.submit()
-        elif key == "ctrl d":
-            self.decline()
-        elif key == "tab" and self.count > 1:
-            self.on_move(1)
-        elif key == "shift tab" and self.count > 1:
-            self.on_move(-1)
-        elif key == "esc":
+
+    def keypress(self, size: Any, key: str) -> str | None:
+        if not run_binding(QUESTION_KEYS, self, key):
+            super().keypress(size, key)
+        return None  # a modal dialog: nothing leaks to the screen behind
+
+
+#: The keys of a question's dialog, for its handling and the help (F1).
+QUESTION_KEYS: list[Binding[QuestionDialog]] = [
+    Binding(("enter",), "key_next_field", lambda d, key: d.next_field(), lambda d, key: d._field_index() is not None),
+    Binding(("ctrl s",), "key_submit", lambda d, key: d.submit()),
+    Binding(("ctrl d",), "key_decline", lambda d, key: d.decline()),
+    Binding(("tab",), "key_next_request", lambda d, key: d.on_move(1), lambda d, key: d.count > 1),
+    Binding(("shift tab",), "key_previous_request", lambda d, key: d.on_move(-1), lambda d, key: d.count > 1),
+    Binding(("esc",), "key_later", lambda d, key: d.on_close()),
+]
+
+
+class TopFirst(urwid.ListBox):
+    """A ListBox that opens at its top: at its first render the lines above its focus show too, as
+    many as fit with the focus in view (urwid would put the focus on the first row)."""
+
+    def __init__(self, walker: urwid.SimpleFocusListWalker[AbstractFlowWidget]) -> None:
+        super().__init__(walker)
+        self.walker = walker
+        self.opening = True
+
+    def render(self, size: Any, focus: bool = False) -> Any:
+        if self.opening and len(size) == 2:
+            self.opening = False
+            cols, rows = size
+            position = self.focus_position
+            above = sum(widget.rows((cols,)) for widget in self.walker[:position])
+            height = self.walker[position].rows((cols,), True)
+            self.change_focus(size, position, offset_inset=max(0, min(above, rows - height)))
+        return super().render(size, focus)
+
+
+class HelpDialog(urwid.WidgetWrap):
+    """The keys (F1): `sections` of (heading, [(keys, what they do)]), as the tables the handling
+    reads give them; PgUp PgDn and the arrows scroll, Esc or F1 closes."""
+
+    KEYS_WIDTH = 16
+
+    def __init__(self, title: str, sections: list[tuple[str, list[tuple[str, str]]]], on_close: Callable[[], None]) -> None:
+        self.on_close = on_close
+        widest = max((len(keys) for _heading, rows in sections for keys, _does in rows), default=0)
+        width = min(widest, self.KEYS_WIDTH) + 2
+        items: list[AbstractFlowWidget] = []
+        for heading, rows in sections:
+            items += [urwid.Divider()] if items else []
+            items.append(Text(("heading", heading)))
+            for keys, does in rows:
+                items.append(urwid.Columns([(width, Text(("strong", keys))), Text(does)]))
+        self.listbox = urwid.ListBox(urwid.SimpleFocusListWalker(items))
+        super().__init__(_box(self.listbox, title))
+
+    def keypress(self, size: Any, key: str) -> str | None:
+        if key in ("esc", "f1"):
             self.on_close()
         else:
             super().keypress(size, key)
-        return None  # a modal dialog: nothing leaks to the screen behind
+        return None
 
 
 class ChoiceDialog(urwid.WidgetWrap):

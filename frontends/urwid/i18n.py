@@ -163,6 +163,61 @@ EN: dict[str, str | tuple[str, str]] = {
     "force_yes": "y  yes, remove it all",
     "merged": "{agent}: merged into {base} as {commit}",
     "removed": "{agent}'s worktree removed",
+    "hint_help": "F1|help",
+    "cost_unknown_mid": "cost unknown",
+    "cost_unknown_short": "cost ?",
+    "outdated_short": "restart to apply changes",
+    "help_title": "Keys · PgUp PgDn scroll · Esc close",
+    "help_console": "The console",
+    "help_permission": "A permission request",
+    "help_question": "A question",
+    "help_worktree": "The worktree view (F9)",
+    "help_panel": "The agents panel",
+    "key_help": "this help",
+    "key_help_view": "this help, in a view (F2, F3, F9)",
+    "key_send": "send to the selected agent (queued while it answers)",
+    "key_newline": "a new line in the message",
+    "key_unqueue": "on an empty input: take your last queued message back, to edit it",
+    "key_complete": "after / in the input: complete the agent's own slash command",
+    "key_next_agent": "the next agent",
+    "key_previous_agent": "the previous agent",
+    "key_agent_number": "the agent of that number",
+    "key_agent_digit": "in a view (F2, F3, F9): the agent of that number",
+    "key_start": "start the agent",
+    "key_stop": "stop the agent",
+    "key_restart": "restart the agent",
+    "key_esc": "cancel the agent's turn and its queued messages; closes a view",
+    "key_scroll": "scroll the conversation",
+    "key_thoughts": "fold or unfold thoughts",
+    "key_diffs": "fold or unfold diffs",
+    "key_new": "a new conversation with the agent (the old one stays in the history)",
+    "key_settings": "the agent's settings: model, mode…",
+    "key_asks": "answer the permission requests and questions waiting, the oldest first",
+    "key_logs": "the agent's logs",
+    "key_config": "the config: its problems, another file",
+    "key_history": "past conversations, and a search of them",
+    "key_worktree": "the agent's worktree as a diff",
+    "key_quit": "quit (asks first while agents are working)",
+    "key_detach": "leave the server: detach (it goes on), or stop it",
+    "key_ctrl_c": "never quits deck: Ctrl-Q does",
+    "key_pick": "answer with the option of that number",
+    "key_focused_option": "the focused option (at first the one that allows once)",
+    "key_always": "the option that always allows",
+    "key_details": "scroll the request's details",
+    "key_next_request": "the next request",
+    "key_previous_request": "the previous request",
+    "key_later": "answer later: it waits behind F4",
+    "key_next_field": "the next field; submits on the last",
+    "key_submit": "submit",
+    "key_decline": "decline",
+    "key_worktree_merge": "merge its work into its base branch (asks first)",
+    "key_worktree_remove": "remove the worktree (asks first)",
+    "key_worktree_force": "once a remove was refused: remove it with its work (asks first)",
+    "legend_cost": "cost unknown: the agent reports no cost, so it is not counted in any total",
+    "legend_outdated": "restart it to apply the config's changes",
+    "legend_needs_input": "a permission request or a question waits (F4)",
+    "legend_files": "the files its worktree changes, and how many of them another agent's worktree changes too",
+    "legend_talking": "another agent is talking to it",
 }
 
 FR: dict[str, str | tuple[str, str]] = {
@@ -322,6 +377,61 @@ FR: dict[str, str | tuple[str, str]] = {
     "force_yes": "o  oui, tout supprimer",
     "merged": "{agent} : fusionné dans {base} en {commit}",
     "removed": "worktree de {agent} supprimé",
+    "hint_help": "F1|aide",
+    "cost_unknown_mid": "coût inconnu",
+    "cost_unknown_short": "coût ?",
+    "outdated_short": "à relancer",
+    "help_title": "Touches · PgUp PgDn défiler · Échap fermer",
+    "help_console": "La console",
+    "help_permission": "Une demande d'autorisation",
+    "help_question": "Une question",
+    "help_worktree": "La vue du worktree (F9)",
+    "help_panel": "Le panneau des agents",
+    "key_help": "cette aide",
+    "key_help_view": "cette aide, dans une vue (F2, F3, F9)",
+    "key_send": "envoyer à l'agent choisi (en attente pendant qu'il répond)",
+    "key_newline": "une nouvelle ligne dans le message",
+    "key_unqueue": "saisie vide : reprendre votre dernier message en attente, pour le modifier",
+    "key_complete": "après / dans la saisie : compléter une commande de l'agent",
+    "key_next_agent": "l'agent suivant",
+    "key_previous_agent": "l'agent précédent",
+    "key_agent_number": "l'agent de ce numéro",
+    "key_agent_digit": "dans une vue (F2, F3, F9) : l'agent de ce numéro",
+    "key_start": "démarrer l'agent",
+    "key_stop": "arrêter l'agent",
+    "key_restart": "redémarrer l'agent",
+    "key_esc": "annuler le tour de l'agent et ses messages en attente ; ferme une vue",
+    "key_scroll": "faire défiler la conversation",
+    "key_thoughts": "replier ou déplier les réflexions",
+    "key_diffs": "replier ou déplier les diffs",
+    "key_new": "une nouvelle conversation avec l'agent (l'ancienne reste dans l'historique)",
+    "key_settings": "les réglages de l'agent : modèle, mode…",
+    "key_asks": "répondre aux demandes et questions en attente, la plus ancienne d'abord",
+    "key_logs": "les journaux de l'agent",
+    "key_config": "la configuration : ses problèmes, un autre fichier",
+    "key_history": "les conversations passées, et leur recherche",
+    "key_worktree": "le worktree de l'agent, en diff",
+    "key_quit": "quitter (demande d'abord si des agents travaillent)",
+    "key_detach": "quitter le serveur : se détacher (il continue), ou l'arrêter",
+    "key_ctrl_c": "ne quitte jamais deck : Ctrl-Q le fait",
+    "key_pick": "répondre par l'option de ce numéro",
+    "key_focused_option": "l'option en surbrillance (d'abord celle qui autorise une fois)",
+    "key_always": "l'option qui autorise toujours",
+    "key_details": "faire défiler les détails de la demande",
+    "key_next_request": "la demande suivante",
+    "key_previous_request": "la demande précédente",
+    "key_later": "répondre plus tard : elle attend derrière F4",
+    "key_next_field": "le champ suivant ; envoie au dernier",
+    "key_submit": "envoyer",
+    "key_decline": "refuser",
+    "key_worktree_merge": "fusionner son travail dans sa branche de base (demande d'abord)",
+    "key_worktree_remove": "supprimer le worktree (demande d'abord)",
+    "key_worktree_force": "après une suppression refusée : le supprimer avec son travail (demande d'abord)",
+    "legend_cost": "coût inconnu : l'agent n'indique aucun coût, il n'est donc compté dans aucun total",
+    "legend_outdated": "le redémarrer pour appliquer les changements de la configuration",
+    "legend_needs_input": "une demande d'autorisation ou une question attend (F4)",
+    "legend_files": "les fichiers que change son worktree, et combien d'entre eux le worktree d'un autre agent change aussi",
+    "legend_talking": "un autre agent lui parle",
 }
 
 STOP_REASONS = {
@@ -341,6 +451,9 @@ TOOL_WORDS = {
 
 TABLES = {"en": EN, "fr": FR}
 
+#: The names of keys in each language, where they are not the English ones (`common.key_label`).
+KEY_NAMES = {"fr": {"enter": "Entrée", "esc": "Échap", "backspace": "Retour arrière", " ": "Espace"}}
+
 
 class Strings:
     """The UI strings of one language; English for a key or language not translated."""
@@ -355,6 +468,11 @@ class Strings:
         if isinstance(text, tuple):
             text = text[0] if values.get("n") == 1 else text[1]
         return text.format(**values) if values else text
+
+    @property
+    def key_names(self) -> dict[str, str]:
+        """The names of keys in this language (Enter, Esc…) where they differ from English."""
+        return KEY_NAMES.get(self.language, {})
 
     def stop_reason(self, reason: str) -> str:
         return STOP_REASONS[self.language].get(reason, reason)

@@ -121,6 +121,8 @@ class AgentModel:
     #: Its own slash commands (ACP available_commands_update): name → description.
     commands: dict[str, str] = field(default_factory=dict)
     overlaps: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)
+    #: The folder it works in (its cwd, or its worktree), "" while not known (`paths.agent_folders`).
+    folder: str = ""
 
     def shared_files(self) -> int:
         """How many of its changed files another agent's worktree changes too: exact while each
@@ -174,6 +176,7 @@ class Changes:
     asks: bool = False  # permission requests or questions came or went
     roster: bool = False  # agents added, removed or reordered
     announcements: set[str] = field(default_factory=set)
+    folders: set[str] = field(default_factory=set)  # agents whose folder changed
 
     def message(self, agent: str, message_id: str) -> None:
         self.messages.setdefault(agent, set()).add(message_id)
@@ -238,6 +241,17 @@ class Model(Handlers):
             if agent is not None and isinstance(row.get("changedFiles"), int):
                 agent.changed_files = row["changedFiles"]
                 self.changes.agents.add(agent.name)
+
+    def set_folders(self, folders: dict[str, str]) -> None:
+        """The folder each agent works in (`paths.agent_folders`): its tool calls are shown again
+        where it changed, their paths beneath it relative to it."""
+        for agent in self.agents.values():
+            folder = folders.get(agent.name, "")
+            if folder != agent.folder:
+                agent.folder = folder
+                self.changes.folders.add(agent.name)
+                for message in agent.messages:
+                    self.changes.message(agent.name, message.id)
 
     def pending(self) -> list[tuple[str, dict[str, Any]]]:
         """Every pending ask as ("permission" | "question", payload), of every agent, the oldest first."""

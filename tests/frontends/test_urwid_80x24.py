@@ -6,15 +6,20 @@ shows is read row by row: what must stay in view, where each box starts and ends
 
 from __future__ import annotations
 
+import json
+import shlex
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from deck.frontends.urwid.app import panel_width
 from deck.testing import demo_agent
 
-from tests.conftest import agent_block
+from tests.conftest import FAKE_AGENT, agent_block
 from tests.core.remote.test_attach_frontends import AttachedConsole, server  # noqa: F401  (a fixture)
 from tests.frontends.test_urwid_e2e import TMUX, Console, console  # noqa: F401  (a fixture)
+from tests.plugins.test_worktrees import make_repo
 
 pytestmark = [
     pytest.mark.skipif(not Path(TMUX).exists(), reason="tmux is not installed"),
@@ -169,3 +174,172 @@ def test_an_attached_console_names_its_server_says_how_to_come_back_and_that_it_
     assert s.deck("stop", "t").returncode == 0
     screen = c.wait("DECK-EXITED-")
     assert "deck: the deck server t was stopped" in screen and "went away" not in screen
+
+
+def dialog_rows(screen: str, title: str) -> list[str]:
+    """The rows inside the box whose top border holds `title`, its borders left out."""
+    lines = screen.split("\n")
+    top, bottom, left = box(lines, title)
+    right = lines[top].index("┐", left)
+    return [line[left + 1 : right] for line in lines[top + 1 : bottom]]
+
+
+def test_the_settings_picker_shows_the_number_of_each_setting_and_value(console):
+    c = console(agent_block("alpha", "--mode-option", "--boolean-option"), cols=80, rows=24)
+    c.wait("Message to alpha")
+    c.keys("F5")
+    c.wait(lambda s: "ready" in s.split("\n")[2])
+    c.keys("C-o")
+    screen = c.wait(lambda s: "Settings of alpha" in s and "Esc  stay" in s)
+    rows = [row.strip() for row in dialog_rows(screen, "Settings of alpha")]
+    assert "Pick one to change it (its number, or Enter):" in rows
+    assert rows[rows.index("1  Mode: default") :] == ["1  Mode: default", "2  Model: M1", "3  Fast: off", "Esc  stay"]
+    c.keys("2")
+    screen = c.wait(lambda s: "alpha · Model" in s and "Esc  stay" in s)
+    rows = [row.strip() for row in dialog_rows(screen, "alpha · Model")]
+    assert rows[rows.index("1  M1") :] == ["1  M1", "2  M2", "Esc  stay"]
+    c.keys("2")
+    c.wait("alpha: Model is now M2")
+    c.keys("C-q")
+    c.wait("DECK-EXITED-0")
+
+
+#: A form of three fields, taller than the rows a dialog gets at 80×24.
+FORM = {
+    "mode": "form",
+    "message": "Before I open the pull request, a few details:",
+    "requestedSchema": {"type": "object", "required": ["branch"], "properties": {
+        "branch": {"type": "string", "title": "Branch name", "description": "where the work is pushed"},
+        "reviewers": {"type": "array", "title": "Reviewers", "description": "who is asked to review it"},
+        "draft": {"type": "boolean", "title": "Draft", "description": "open it as a draft", "default": True},
+    }},
+}  # fmt: skip
+
+
+def test_a_question_opens_at_its_top_with_its_message_and_first_field_in_view(console):
+    c = console(agent_block("alpha", title="Alpha"), cols=80, rows=24)
+    c.wait("Message to Alpha")
+    c.type("rpc elicitation/create " + json.dumps(FORM))
+    c.keys("Enter")
+    screen = c.wait(lambda s: "Question from Alpha" in s and "1 question waiting" in s)
+    rows = dialog_rows(screen, "Question from Alpha")
+    assert "lines" not in rows[-1] and "Decline" not in "\n".join(rows)  # it is taller than its place: it scrolls
+    assert rows[0].startswith("request 1 of 1")
+    assert rows[2].startswith("Before I open the pull request, a few details:")
+    assert rows[4].startswith("Branch name *") and rows[5].startswith("where the work is pushed")
+    assert rows[6].startswith("›")
+    c.type("feature/x")  # the first field has the focus
+    screen = c.wait("› feature/x")
+    assert dialog_rows(screen, "Question from Alpha")[6].startswith("› feature/x")
+    c.keys("C-s")
+    c.wait(lambda s: '"action": "accept"' in s and '"feature/x", "draft": true}' in s)  # the answer, typed
+    c.keys("C-q")
+    c.wait("DECK-EXITED-0")
+
+
+def permission(path: str) -> dict:
+    """A permission request to write `path`, as Claude Code's adapter asks it: the path in its title,
+    its input, its location and its diff."""
+    return {"toolCall": {"toolCallId": "w1", "title": f"Write {path}", "kind": "edit", "status": "pending",
+                         "rawInput": {"file_path": path, "content": "notes\n"}, "locations": [{"path": path}],
+                         "content": [{"type": "diff", "path": path, "oldText": None, "newText": "notes\n"}]},
+            "options": [{"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+                        {"optionId": "no", "name": "Reject", "kind": "reject_once"}]}  # fmt: skip
+
+
+def test_the_permission_dialog_shows_paths_in_the_agents_worktree_relative_to_it(console, tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    told = tmp_path / "agent-folder"  # where the agent runs: its worktree, which only deck chooses
+    script = f"pwd > {shlex.quote(str(told))}; exec {shlex.quote(sys.executable)} {shlex.quote(str(FAKE_AGENT))}"
+    c = console(agent_block("alpha", title="Alpha", command=["sh", "-c", script], cwd=str(repo), worktree=True),
+                cols=80, rows=24)  # fmt: skip
+    c.wait("Message to Alpha")
+    c.type("hello")
+    c.keys("Enter")
+    c.wait("You said: hello")
+    worktree = told.read_text().strip()
+    assert worktree != str(repo) and len(worktree) > 40
+    c.type("rpc session/request_permission " + json.dumps(permission(f"{worktree}/src/notes.md")))
+    c.keys("Enter")
+    screen = c.wait(lambda s: "Permission requested by Alpha" in s and "2 Reject" in s)
+    rows = dialog_rows(screen, "Permission requested by Alpha")
+    text = "\n".join(rows)
+    assert rows[0].strip().startswith("⚙ edit Write src/notes.md · pending")
+    assert '{"file_path":"src/notes.md"' in text and "@ src/notes.md" in text and "+++ bsrc/notes.md" not in text
+    assert "new file: src/notes.md" in text and "+++ b/src/notes.md" in text
+    assert worktree not in "".join(row.strip() for row in rows) and "/src" not in text.replace("a/src", "").replace("b/src", "")
+    c.keys("PageDown")
+    screen = c.wait(lambda s: "+notes" in s)
+    assert worktree not in "".join(row.strip() for row in dialog_rows(screen, "Permission requested by Alpha"))
+    c.keys("1")
+    c.wait(lambda s: '"optionId": "yes"' in s and "Permission requested" not in s and "waiting" not in s)
+    c.keys("C-q")
+    if "Quit deck?" in c.wait(lambda s: "DECK-EXITED-" in s or "Quit deck?" in s):  # the worktree is read after the turn
+        c.keys("y")
+    c.wait("DECK-EXITED-0")
+
+
+def help_text(screen: str) -> str:
+    return " ".join(" ".join(dialog_rows(screen, "Keys ·")).split())
+
+
+def test_f1_opens_the_keys_and_esc_closes_them(console):
+    c = console(agent_block("alpha", title="Alpha"), cols=80, rows=24)
+    screen = c.wait("Message to Alpha")
+    assert screen.rstrip().split("\n")[-1].startswith("F1 help  Enter send")
+    c.keys("F1")
+    screen = c.wait(lambda s: "Keys · PgUp PgDn scroll · Esc close" in s and "Ctrl-N" in s)
+    lines = screen.split("\n")
+    top, bottom, left = box(lines, "Keys ·")
+    assert (top, left) == (0, panel_width(80)) and lines[bottom + 1].startswith("┌ Message to Alpha")
+    first = help_text(screen)
+    assert first.startswith("The console F1 this help")
+    assert "Enter send to the selected agent (queued while it answers)" in first
+    assert "Ctrl-N a new conversation with the agent" in first
+    c.keys("PageDown")
+    screen = c.wait(lambda s: "Keys ·" in s and help_text(s) != first)  # scrolled
+    assert "Ctrl-O the agent's settings: model, mode…" in first + help_text(screen)
+    assert "F9 the agent's worktree as a diff" in help_text(screen)
+    c.type("hello")  # the help has the keys: nothing reaches the input
+    c.keys("Escape")
+    screen = c.wait(lambda s: "Keys ·" not in s and "Message to Alpha" in s)
+    assert "hello" not in screen
+    c.keys("F2")  # a view: ? opens the help too
+    c.wait("Logs of Alpha")
+    c.type("?")
+    c.wait("Keys · PgUp PgDn scroll")
+    c.keys("F1")  # F1 closes it as well
+    c.wait(lambda s: "Keys ·" not in s and "Logs of Alpha" in s)
+    c.keys("Escape")
+    c.wait(lambda s: "Logs of Alpha" not in s)
+    c.type("?")  # in the input, ? is typed
+    c.wait(lambda s: "│?" in s and "Keys ·" not in s)
+    c.keys("C-q")
+    c.wait("DECK-EXITED-0")
+
+
+def test_the_agents_panel_says_everything_in_its_18_columns(console, tmp_path):
+    title = "Claude Code (worktree)"
+    config = agent_block("alpha", title=title) + agent_block("beta", title="Beta")
+    c = console(config, cols=80, rows=24)
+    c.wait("Message to Claude Code (worktree)")
+    c.type("usage")  # the context, and no cost
+    c.keys("Enter")
+    c.wait(lambda s: "ctx" in s and "ready" in s)
+    (tmp_path / "deck.toml").write_text(agent_block("alpha", "--modes", title=title) + agent_block("beta", title="Beta"))
+    c.wait("⟳")  # the config changed under the running agent
+    c.type("perm")
+    c.keys("Enter")
+    c.wait(lambda s: "Permission requested" in s and "needs" in s)
+    time.sleep(0.3)  # the spinner turns: its row is drawn again, the same
+    panel = [line[1 : panel_width(80) - 1] for line in c.screen().split("\n")[1:14]]
+    assert "…" not in "".join(panel)
+    assert panel[:2] == ["1 A Claude Code ", "    (worktree)  "]
+    rows = [row.rstrip() for row in panel]
+    assert "   ! needs input" in rows and "   cost unknown" in rows
+    at = rows.index("   ⟳ restart to")
+    assert rows[at + 1] == "   apply changes"
+    c.keys("1")
+    c.wait("permission: yes")
+    c.keys("C-q")
+    c.wait("DECK-EXITED-0")

@@ -188,7 +188,7 @@ def test_console_in_french_quit_asks_while_busy(console, tmp_path: Path):
     c.wait("prêt")
     c.type("perm")
     c.keys("Enter")
-    screen = c.wait("Autorisation demandée par alpha")
+    screen = c.wait(lambda s: "Autorisation demandée par alpha" in s and "Échap plus tard" in s)  # the whole dialog drawn
     assert "demande 1 sur 1" in screen and "attend une réponse" in screen
     c.keys("1")
     c.wait("permission: yes")

@@ -7,6 +7,9 @@ core's own event classes, so a change of wire format breaks these tests too.
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +26,23 @@ from deck.events import (
     TurnChanged,
     UsageChanged,
 )
+from deck.frontends.urwid import app as console_app
 from deck.frontends.urwid import markdown
 from deck.frontends.urwid.agents import AgentsPanel
-from deck.frontends.urwid.app import FPS, HINTS, ConsoleApp
-from deck.frontends.urwid.common import canvas_text
+from deck.frontends.urwid.app import FPS, HINTS, KEYS, WORKTREE_ACTIONS, ConsoleApp, panel_width
+from deck.frontends.urwid.common import Binding, canvas_text, keys_label
 from deck.frontends.urwid.conversation import ConversationView
-from deck.frontends.urwid.dialogs import PermissionDialog, QuestionDialog
+from deck.frontends.urwid.dialogs import PERMISSION_KEYS, QUESTION_KEYS, PermissionDialog, QuestionDialog
 from deck.frontends.urwid.i18n import Strings
 from deck.frontends.urwid.model import LOG_LINES as CONSOLE_LOG_LINES
 from deck.frontends.urwid.model import Model
 from deck.frontends.urwid.views import LogsView
 from deck.plugins.announcements.events import AgentAnnouncement, AskChanged
+from deck.plugins.worktrees.events import WorktreeChanged, WorktreeOverlap
 from deck.runtime.local import LocalClient
+from deck.testing import agent_table
 
-from tests.conftest import agent_block
+from tests.conftest import AGENTS, agent_block
 from tests.core.runtime.test_diffs import DIFF_PATH, HOSTILE_LINES, diff_agent, forget_comparisons, timed
 
 pytestmark = pytest.mark.anyio
@@ -62,12 +68,12 @@ def roster(*names: str) -> Model:
     return model
 
 
-def panel_text(model: Model, language: str = "en", frame: int = 0, width: int = 34) -> str:
+def panel_text(model: Model, language: str = "en", frame: int = 0, width: int = 34, height: int = 20) -> str:
     panel = AgentsPanel(Strings(language), lambda name: None, lambda action: None)
     panel.set_roster(list(model.agents))
     for number, agent in enumerate(model.agents.values(), 1):
         panel.update(agent, number, number == 1, frame)
-    return canvas_text(panel, width, 20)
+    return canvas_text(panel, width, height)
 
 
 def conversation_text(model: Model, agent: str, language: str = "en", size: tuple[int, int] = (90, 60)) -> tuple[ConversationView, str]:
@@ -766,12 +772,12 @@ def test_long_state_and_error_lines_stay_under_the_name():
     error = "start failed: the agent program could not be found on the PATH nor in the folder given\nsecond line"
     feed(model, [AgentStateChanged("alpha", "error", True, error)])
     text = panel_text(model, width=24)
-    rows = [line[1:-1] for line in text.split("\n")[1:6]]
+    rows = [line[1:-1] for line in text.split("\n")[1:7]]
     assert rows[0] == "1 A Alpha".ljust(22)
     assert rows[1].rstrip() == "   error"
-    assert rows[2].startswith("   ⟳ restart to ") and rows[2].endswith("…")  # one line, clipped
-    assert rows[3].startswith("   start failed: the") and rows[4].startswith("   ") and rows[4].rstrip().endswith("…")
-    assert rows[4][3] != " " and "second line" not in text
+    assert rows[2].rstrip() == "   ⟳ restart to apply" and rows[3].rstrip() == "   changes"  # wrapped, not cut
+    assert rows[4].startswith("   start failed: the") and rows[5].startswith("   ") and rows[5].rstrip().endswith("…")
+    assert rows[5][3] != " " and "second line" not in text
     assert all(not line[1:2].strip() or line[1:2].isdigit() or line[1:2] in "─ " for line in text.split("\n")[1:-1])
 
 
@@ -783,8 +789,9 @@ async def test_the_panel_takes_a_share_of_the_width_and_the_hints_one_line(make_
         rows = canvas_text(app.root, cols, 24).split("\n")
         assert rows[0].index("┐") == panel - 1 and rows[1][:panel].endswith("│") and rows[1][panel:panel + 1] in ("", " ")
         assert rows[-2].startswith("└") and rows[-2].endswith("┘")  # the input box, then one line of hints
-        assert rows[-1].startswith("Enter send") and len(rows[-1]) <= cols and "Ctrl-Q quit" in rows[-1]
-        assert "PgUp PgDn" in rows[-1] and ("F3 config" in rows[-1]) == (cols >= 80)
+        assert rows[-1].startswith("F1 help  Enter send") and len(rows[-1]) <= cols and "Ctrl-Q quit" in rows[-1]
+        assert ("PgUp PgDn" in rows[-1]) == ("F2 logs" in rows[-1]) == (cols >= 80)  # 80: the narrowest it is made for
+        assert ("F3 config" in rows[-1]) == (cols >= 120)
         assert ("Ctrl-N new" in rows[-1]) == (cols >= 120)  # a new conversation
         assert ("Alt-Enter newline" in rows[-1]) == (cols >= 160)
     finally:
@@ -801,7 +808,7 @@ def test_the_hints_keep_the_most_important_keys_as_the_width_shrinks():
         assert all(len(text) <= width and "\n" not in text for width, text in shown.items())
         for width in range(21, 140):  # what a narrower bar shows, a wider one shows too
             assert all(hint in shown[width] for hint in shown[width - 1].split("  ") if hint)
-        assert "PgUp PgDn" in shown[80] and "Ctrl-Q" in shown[80]
+        assert "PgUp PgDn" in shown[80] and "Ctrl-Q" in shown[80] and shown[80].startswith("F1 ")  # the help
 
 
 # -- the permission dialog's place --------------------------------------------------------------------
@@ -1109,3 +1116,129 @@ async def test_the_console_says_a_budget_is_reached_and_shows_the_cost(make_deck
         assert "cost 1.00 USD" in screen  # under the agent, in the panel
     finally:
         app.detach()
+
+
+# -- the keys (F1) ------------------------------------------------------------------------------------
+
+
+def help_text(app: ConsoleApp) -> str:
+    """The whole help the console shows, its wrapped lines joined again."""
+    return " ".join(canvas_text(app.shown_dialog, 62, 400).replace("│", " ").split())
+
+
+@pytest.mark.parametrize("language", ["en", "fr"])
+async def test_f1_lists_every_key_of_the_tables_the_keys_are_handled_with(make_deck, language):
+    deck, _rec = make_deck(f'language = "{language}"\n' + agent_block("a"))
+    app = await console(deck)
+    size = (80, 24)
+    try:
+        s = app.strings
+        app.root.keypress(size, "f1")
+        assert app.dialog_kind == "help"
+        text = help_text(app)
+        assert text.startswith(f"┌ {s('help_title')}")
+        at = 0
+        for heading, table in (("help_console", KEYS), ("help_permission", PERMISSION_KEYS), ("help_question", QUESTION_KEYS)):
+            at = text.index(s(heading), at)
+            for binding in table:  # each, in the table's order
+                at = text.index(f"{binding.shown or keys_label(binding.keys, s.key_names)} {s(binding.does)}", at)
+        at = text.index(s("help_worktree"), at)
+        for key, what in WORKTREE_ACTIONS.items():
+            at = text.index(f"{key} {s(f'key_worktree_{what}')}", at)
+        assert f"{s('cost_unknown_short')} {s('legend_cost')}" in text  # what the panel says short, in full
+        app.root.keypress(size, "ctrl c")  # acts in a dialog too
+        assert app.notice == s("ctrl_c") and app.dialog_kind == "help"
+        app.root.keypress(size, "esc")
+        assert app.dialog_kind == "" and s("help_title") not in canvas_text(app.root, *size)
+        assert (f"F1 {s('hint_help').partition('|')[2]}") in canvas_text(app.root, *size).split("\n")[-1]
+    finally:
+        app.detach()
+
+
+async def test_a_key_added_to_the_table_is_handled_and_listed(make_deck, monkeypatch):
+    pressed: list[str] = []
+    extra: Binding[ConsoleApp] = Binding(("f12", "meta f12"), "key_logs", lambda app, key: pressed.append(key))
+    monkeypatch.setattr(console_app, "KEYS", [*KEYS, extra])
+    deck, _rec = make_deck(agent_block("a"))
+    app = await console(deck)
+    size = (80, 24)
+    try:
+        app.root.keypress(size, "meta f12")
+        assert pressed == ["meta f12"]
+        app.root.keypress(size, "f1")
+        assert "Ctrl-C never quits deck: Ctrl-Q does F12, Alt-F12 the agent's logs A permission request" in help_text(app)
+        app.root.keypress(size, "f12")  # the help has every key but Ctrl-C
+        assert pressed == ["meta f12"] and app.dialog_kind == "help"
+    finally:
+        app.detach()
+
+
+# -- paths beneath an agent's folder ------------------------------------------------------------------
+
+
+async def until(check: Any, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "not within the time"
+        await asyncio.sleep(0.02)
+
+
+async def turn(deck, rec, agent: str, text: str) -> None:
+    count = len(rec.named("turn:changed", agent))
+    deck.chat.send(agent, text)
+    await rec.wait(lambda r: any(not p["busy"] for p in r.named("turn:changed", agent)[count:]))
+
+
+async def test_tool_calls_show_the_paths_beneath_the_agents_folder_relative_to_it(make_deck, tmp_path):
+    from tests.plugins.test_worktrees import make_repo
+
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    repo = make_repo(tmp_path / "repo")
+    writer = agent_table("a", [sys.executable, str(AGENTS / "read_before_write.py"), "--like", "qwen-code"], cwd=str(project))
+    worker = agent_table("b", [sys.executable, str(AGENTS / "worktree_agent.py")], cwd=str(repo / "src"), worktree=True)
+    deck, rec = make_deck(writer + worker)
+    app = await console(deck)
+    try:
+        await until(lambda: app.model.agents["a"].folder == os.path.realpath(project))
+        await turn(deck, rec, "a", f"write_file {project}/src/notes.md hello")
+        app.refresh()
+        screen = canvas_text(app.root, 80, 24)
+        assert "⚙ edit Writing to notes.md · completed" in screen
+        assert "@ src/notes.md" in screen and f"@ {project}" not in screen
+        await turn(deck, rec, "b", "where")  # its cwd: the folder of its cwd's in its worktree
+        where = next(m for m in reversed(rec.named("message:updated", "b")) if m["message"]["role"] == "agent")
+        said = "".join(p.get("text", "") for p in where["message"]["parts"])
+        cwd = said[: said.rindex("/src") + len("/src")]
+        assert cwd.endswith("/src") and not cwd.startswith(str(repo))
+        await until(lambda: app.model.agents["b"].folder == os.path.realpath(cwd))
+    finally:
+        app.detach()
+
+
+# -- the agents panel at 80 columns -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("language", ["en", "fr"])
+def test_the_panel_says_each_line_shorter_or_wraps_it_at_80_columns(language):
+    model = roster("alpha", "beta")
+    model.agents["alpha"].title = "Claude Code (worktree)"
+    feed(model, [
+        AgentStateChanged("alpha", "busy", True),
+        UsageChanged("alpha", {"used": 50000, "size": 200000}),
+        UsageChanged("beta", {"used": 10, "size": 100, "cost": {"amount": 1234.5, "currency": "EUR"}}),
+        AskChanged("beta", "alpha", "t1", True),
+        WorktreeChanged("alpha", 12, 0, True),
+        WorktreeOverlap("a.py", ["alpha", "beta"], ["a.py", "b.py"], 2),
+    ])  # fmt: skip
+    model.apply(PermissionRequested("perm-1", "alpha", "", {}, [], 0))
+    s = Strings(language)
+    text = panel_text(model, language, width=panel_width(80), height=30)
+    rows = [line[1:-1].rstrip() for line in text.split("\n")[1:]]
+    assert "…" not in text
+    assert rows[:2] == ["1 A Claude Code", "    (worktree)"]  # under the title, not the number
+    assert f"   {s('changed_files', n=12)}" in rows and f"   {s('overlap', n=2)}" in rows
+    assert f"   {s('cost_unknown_mid')}" in rows and "   1234.50 EUR" in rows  # said shorter where it does not fit
+    wide = panel_text(model, language, width=40, height=30)
+    assert s("cost_unknown") in wide and s("cost", amount="1234.50 EUR") in wide and "…" not in wide
+    assert f"{s('changed_files', n=12)} {s('overlap', n=2)}" in wide and "Claude Code (worktree)" in wide
