@@ -1,7 +1,9 @@
 // deck's web page: a client of the server's wire over a WebSocket (/ws), as `deck attach` is on the
 // socket. It keeps what DeckService.Snapshot gave and applies the events that follow (by `seq`),
 // and draws at most once a frame: a turn of 200,000 chunks costs a string append per chunk.
-// What agents send is put in the page as text (textContent, deckMarkdown), never as HTML.
+// What agents send is put in the page as text (textContent, deckMarkdown), never as HTML, and may
+// have any shape: it is read through asText/asList/asObjects, and an event, a message or a part that
+// still cannot be drawn is shown as its text (a line in the console says why), never stopping the rest.
 "use strict";
 
 (function () {
@@ -14,6 +16,30 @@
   //: Messages drawn at once (the older ones behind a button), live terminal output kept.
   const SHOWN_MESSAGES = 150;
   const TERMINAL_TAIL = 16384;
+
+  // -- what came, whatever its shape -------------------------------------------------------------
+
+  const isObject = (x) => x !== null && typeof x === "object" && !Array.isArray(x);
+  const asList = (x) => (Array.isArray(x) ? x : []);
+  const asObjects = (x) => asList(x).filter(isObject);
+  //: A string, a number or a boolean as text; anything else (null, an object, a list) as "".
+  const asText = (x) => (typeof x === "string" ? x : typeof x === "number" || typeof x === "boolean" ? String(x) : "");
+
+  //: How much of something that cannot be drawn is shown, as JSON.
+  const RAW_MAX = 20000;
+
+  function raw(value) {
+    try {
+      const json = JSON.stringify(value, null, 1);
+      return (json === undefined ? String(value) : json).slice(0, RAW_MAX);
+    } catch {
+      return "(not readable)";
+    }
+  }
+
+  function report(what, error) {
+    console.error(`deck: ${what}:`, error);
+  }
 
   const state = {
     seq: 0, agents: new Map(), conversations: {}, pending: new Map(), selected: null, clients: 0,
@@ -59,7 +85,10 @@
       call("DeckService.Snapshot").then(resync, (e) => toast(e.message));
     };
     ws.onmessage = (m) => {
-      for (const line of String(m.data).split("\n")) if (line) receive(line);
+      for (const line of String(m.data).split("\n")) {
+        if (!line) continue;
+        try { receive(line); } catch (error) { report("a line from the server could not be read", error); }
+      }
     };
     ws.onclose = () => {
       for (const [, pending] of calls) pending.reject(new Error("connection lost"));
@@ -75,6 +104,7 @@
   function receive(line) {
     let data;
     try { data = JSON.parse(line); } catch { return; }
+    if (!isObject(data)) return;
     if (data.event) {
       if (!synced) early.push(data);
       else apply(data);
@@ -106,10 +136,10 @@
   // A snapshot, then the events that came after it (seq greater): nothing shown twice.
   function resync(snapshot) {
     state.seq = snapshot.seq;
-    state.agents = new Map(snapshot.agents.map((a) => [a.name, a]));
-    state.conversations = snapshot.conversations || {};
-    state.pending = new Map((snapshot.pending || []).map((p) => [p.id, p]));
-    if (!state.selected || !state.agents.has(state.selected)) state.selected = snapshot.agents.length ? snapshot.agents[0].name : null;
+    state.agents = new Map(asObjects(snapshot.agents).map((a) => [a.name, a]));
+    state.conversations = isObject(snapshot.conversations) ? snapshot.conversations : {};
+    state.pending = new Map(asObjects(snapshot.pending).map((p) => [p.id, p]));
+    if (!state.selected || !state.agents.has(state.selected)) state.selected = state.agents.size ? state.agents.keys().next().value : null;
     synced = true;
     const held = early;
     early = [];
@@ -133,7 +163,8 @@
   }
 
   function findMessage(conv, id) {
-    for (let i = conv.messages.length - 1; i >= 0; i--) if (conv.messages[i].id === id) return conv.messages[i];
+    const messages = asList(conv.messages);
+    for (let i = messages.length - 1; i >= 0; i--) if (isObject(messages[i]) && messages[i].id === id) return messages[i];
     return null;
   }
 
@@ -145,8 +176,10 @@
       if (e.agent === state.selected) dirty.head = true;
     },
     "message:updated"(e) {
+      if (!isObject(e.message)) return;
       const conv = conversation(e.agent);
-      const at = conv.messages.findIndex((m) => m.id === e.message.id);
+      if (!Array.isArray(conv.messages)) conv.messages = [];
+      const at = conv.messages.findIndex((m) => isObject(m) && m.id === e.message.id);
       if (at >= 0) conv.messages[at] = e.message;
       else conv.messages.push(e.message);
       touch(e.agent, e.message.id, true);
@@ -154,10 +187,12 @@
     "message:delta"(e) {
       const message = findMessage(conversation(e.agent), e.messageId);
       if (!message) return;
+      if (!Array.isArray(message.parts)) message.parts = [];
       const parts = message.parts;
+      if (!Number.isInteger(e.index) || e.index < 0 || e.index > parts.length) return; // a part out of place: not one of its parts
       if (e.part) parts[e.index] = e.part;
-      else if (parts[e.index] && parts[e.index].type === e.kind) parts[e.index].text += e.text;
-      else parts[e.index] = { type: e.kind, text: e.text };
+      else if (isObject(parts[e.index]) && parts[e.index].type === e.kind) parts[e.index].text = asText(parts[e.index].text) + asText(e.text);
+      else parts[e.index] = { type: e.kind, text: asText(e.text) };
       touch(e.agent, e.messageId, false);
     },
     "turn:changed"(e) {
@@ -185,6 +220,7 @@
       }, () => {});
     },
     "conversation:changed"(e) {
+      if (typeof e.field !== "string" || e.field === "__proto__") return;
       if (e.field !== "cut") conversation(e.agent)[e.field] = e.value;
       else call("ChatService.Conversation", { agent: e.agent }).then((c) => { state.conversations[e.agent] = c; dirty.all = true; schedule(); }, () => {});
       if (e.agent === state.selected) dirty.head = true;
@@ -200,11 +236,14 @@
     "budget:reached"(e) { toast(`budget reached${e.agent ? " for " + e.agent : ""}: ${e.budget}`, "info"); usageSoon(); },
   };
 
+  // One event that cannot be applied is logged and passed over: the next ones are applied as usual.
   function apply(event) {
-    if (event.seq <= state.seq) return; // already in the snapshot
+    if (!isObject(event) || event.seq <= state.seq) return; // already in the snapshot
     state.seq = event.seq;
-    const handler = handlers[event.event];
-    if (handler) handler(event);
+    const name = event.event;
+    if (typeof name === "string" && Object.hasOwn(handlers, name)) {
+      try { handlers[name](event); } catch (error) { report(`the event ${name} could not be applied, passed over`, error); }
+    }
     schedule();
   }
 
@@ -243,30 +282,37 @@
 
   let draws = 0;
 
+  // Each flag is cleared before its drawing, and each drawing is guarded: one that throws is not
+  // tried again every frame, and never keeps the others from being drawn.
   function draw() {
     scheduled = false;
     draws++;
     if (dirty.all) {
+      dirty.all = false;
       dirty.agents = dirty.head = dirty.ask = true;
-      drawMessages();
       dirty.messages.clear();
       dirty.streamed.clear();
-      dirty.all = false;
+      guarded("the conversation", drawMessages);
     }
-    if (dirty.agents) { drawAgents(); dirty.agents = false; }
-    if (dirty.head) { drawHead(); dirty.head = false; }
-    if (dirty.ask) { drawAsk(); dirty.ask = false; }
+    if (dirty.agents) { dirty.agents = false; guarded("the agents", drawAgents); }
+    if (dirty.head) { dirty.head = false; guarded("the agent's bar", drawHead); }
+    if (dirty.ask) { dirty.ask = false; guarded("the request", drawAsk); }
     if (dirty.messages.size || dirty.streamed.size) {
+      const ids = new Set([...dirty.messages, ...dirty.streamed]);
+      dirty.messages.clear();
+      dirty.streamed.clear();
       const stick = nearBottom();
       const conv = conversation(state.selected);
-      for (const id of new Set([...dirty.messages, ...dirty.streamed])) {
+      for (const id of ids) {
         const message = findMessage(conv, id);
         if (message) drawMessage(message);
       }
-      dirty.messages.clear();
-      dirty.streamed.clear();
       if (stick) scrollDown();
     }
+  }
+
+  function guarded(what, drawing) {
+    try { drawing(); } catch (error) { report(`${what} could not be drawn`, error); }
   }
 
   function el(tag, cls, text) {
@@ -331,10 +377,10 @@
     const row = $("options");
     row.replaceChildren();
     const agent = state.selected;
-    const options = (conv.configOptions || []).filter((o) => o && typeof o.id === "string");
+    const options = asObjects(conv.configOptions).filter((o) => typeof o.id === "string");
     for (const option of options) {
-      const label = el("label", "", option.name || option.id);
-      label.title = option.description || option.id;
+      const label = el("label", "", asText(option.name) || option.id);
+      label.title = asText(option.description) || option.id;
       if (option.type === "boolean") {
         const box = Object.assign(el("input"), { type: "checkbox", checked: !!option.currentValue });
         box.dataset.option = option.id;
@@ -343,9 +389,9 @@
       } else {
         const select = el("select");
         select.dataset.option = option.id;
-        for (const item of option.options || []) {
-          for (const choice of item.group !== undefined ? item.options || [] : [item]) {
-            select.append(Object.assign(el("option", "", choice.name || String(choice.value)), { value: String(choice.value) }));
+        for (const item of asObjects(option.options)) {
+          for (const choice of item.group !== undefined ? asObjects(item.options) : [item]) {
+            select.append(Object.assign(el("option", "", asText(choice.name) || asText(choice.value)), { value: asText(choice.value) }));
           }
         }
         select.value = String(option.currentValue);
@@ -354,13 +400,14 @@
       }
       row.append(label);
     }
-    const modes = conv.modes;
-    if (modes && (modes.availableModes || []).length && !options.some((o) => o.category === "mode")) {
+    const modes = isObject(conv.modes) ? conv.modes : {};
+    const available = asObjects(modes.availableModes).filter((m) => typeof m.id === "string");
+    if (available.length && !options.some((o) => o.category === "mode")) {
       const label = el("label", "", "Mode");
       const select = el("select");
       select.dataset.option = "mode";
-      for (const mode of modes.availableModes) select.append(Object.assign(el("option", "", mode.name || mode.id), { value: mode.id }));
-      select.value = modes.currentModeId;
+      for (const mode of available) select.append(Object.assign(el("option", "", asText(mode.name) || mode.id), { value: mode.id }));
+      select.value = asText(modes.currentModeId);
       select.onchange = () => act("ChatService.SetMode", { agent, modeId: select.value }).catch(() => {});
       label.append(select);
       row.append(label);
@@ -389,7 +436,7 @@
     box.replaceChildren();
     drawn.clear();
     if (!state.selected) { box.append(el("div", "empty", "No agent in the config.")); return; }
-    const messages = conversation(state.selected).messages;
+    const messages = asObjects(conversation(state.selected).messages);
     const from = Math.max(0, state.shownFrom[state.selected] ?? messages.length - SHOWN_MESSAGES);
     if (from > 0) {
       const more = el("button", "", `Show ${from} earlier messages`);
@@ -401,21 +448,38 @@
     scrollDown();
   }
 
+  // A part that cannot be drawn is shown as its text (drawPart), and a message that still cannot be
+  // drawn as its parts' text: the messages after it are drawn as usual.
   function drawMessage(message) {
     let entry = drawn.get(message.id);
     if (!entry) {
       entry = { node: el("div"), parts: [] };
-      entry.node.dataset.id = message.id;
+      entry.node.dataset.id = asText(message.id);
       drawn.set(message.id, entry);
       const box = $("messages");
       const empty = box.querySelector(".empty");
       if (empty) empty.remove();
       box.append(entry.node);
     }
-    entry.node.className = `msg ${message.role}` + (message.queued ? " queued" : "") + (message.done ? " done" : " live");
-    message.parts.forEach((part, i) => drawPart(entry, i, part, message));
-    for (let i = message.parts.length; i < entry.parts.length; i++) entry.parts[i].node.remove();
-    entry.parts.length = Math.min(entry.parts.length, message.parts.length);
+    try {
+      fillMessage(entry, message);
+    } catch (error) {
+      report(`the message ${asText(message.id)} could not be drawn, shown as text`, error);
+      for (const slot of entry.parts) clearTimeout(slot.later);
+      entry.parts = [];
+      const texts = asList(message.parts).map((p) => (isObject(p) && typeof p.text === "string" ? p.text : raw(p)));
+      entry.node.replaceChildren(el("pre", "plain", texts.join("\n").slice(0, MARKDOWN_MAX)));
+      entry.asText = true;
+    }
+  }
+
+  function fillMessage(entry, message) {
+    if (entry.asText) { entry.node.replaceChildren(); entry.asText = false; } // drawn as text last time
+    entry.node.className = `msg ${asText(message.role)}` + (message.queued ? " queued" : "") + (message.done ? " done" : " live");
+    const parts = asList(message.parts);
+    parts.forEach((part, i) => drawPart(entry, i, part, message));
+    for (let i = parts.length; i < entry.parts.length; i++) entry.parts[i].node.remove();
+    entry.parts.length = Math.min(entry.parts.length, parts.length);
     drawQueued(entry, message);
     let meta = entry.node.querySelector(":scope > .meta");
     const said = metaText(message);
@@ -437,7 +501,7 @@
     bar = el("div", "actions queued-actions");
     const edit = el("button", "", "Edit");
     edit.onclick = () => {
-      const text = prompt("The message, before it is sent:", message.parts.map((p) => p.text || "").join(""));
+      const text = prompt("The message, before it is sent:", asObjects(message.parts).map((p) => asText(p.text)).join(""));
       if (text !== null && text.trim()) act("ChatService.EditQueued", { agent: message.agent, id: message.id, text }).catch(() => {});
     };
     const remove = el("button", "", "Remove");
@@ -449,15 +513,15 @@
   function metaText(message) {
     const bits = [];
     if (message.queued) bits.push("queued");
-    if (message.error) bits.push(message.error);
-    if (message.stopReason && message.stopReason !== "end_turn") bits.push(message.stopReason);
-    if (message.durationMs) bits.push(`${(message.durationMs / 1000).toFixed(1)} s`);
+    if (message.error) bits.push(asText(message.error) || raw(message.error));
+    if (message.stopReason && message.stopReason !== "end_turn") bits.push(asText(message.stopReason));
+    if (typeof message.durationMs === "number" && message.durationMs) bits.push(`${(message.durationMs / 1000).toFixed(1)} s`);
     return bits.join(" · ");
   }
 
   function drawPart(entry, i, part, message) {
     let slot = entry.parts[i];
-    const kind = part.type;
+    const kind = isObject(part) ? asText(part.type) : "";
     if (slot && slot.kind !== kind) { slot.node.remove(); slot = null; }
     if (!slot) {
       slot = { node: el("div"), kind, size: -1, markdownAt: 0, plain: null };
@@ -465,10 +529,18 @@
       entry.node.insertBefore(slot.node, before || null);
       entry.parts[i] = slot;
     }
-    if (kind === "text" || kind === "thought") drawText(slot, part.text || "", message.done, kind);
-    else if (kind === "plan") drawPlan(slot, part);
-    else if (kind === "tool") drawTool(slot, part, message.agent);
-    else { slot.node.className = "text"; slot.node.textContent = part.text || JSON.stringify(part); }
+    try {
+      if (kind === "text" || kind === "thought") drawText(slot, asText(part.text), !!message.done, kind);
+      else if (kind === "plan") drawPlan(slot, part);
+      else if (kind === "tool") drawTool(slot, part, message.agent);
+      else { slot.node.className = "text"; slot.node.textContent = isObject(part) && typeof part.text === "string" ? part.text : raw(part); }
+    } catch (error) { // shown as its text, drawn afresh next time
+      report(`a part of the message ${asText(message.id)} could not be drawn, shown as text`, error);
+      clearTimeout(slot.later);
+      Object.assign(slot, { size: -1, plain: null, thought: null, later: null });
+      slot.node.className = "text";
+      slot.node.replaceChildren(el("pre", "plain", isObject(part) && typeof part.text === "string" ? part.text.slice(0, MARKDOWN_MAX) : raw(part)));
+    }
   }
 
   // Markdown while it is small, redrawn at most every MARKDOWN_EVERY_MS; past that, while it streams,
@@ -520,32 +592,35 @@
   function drawPlan(slot, part) {
     slot.node.className = "";
     const list = el("ul", "plan");
-    for (const entry of part.entries || []) list.append(el("li", entry.status || "", entry.content || ""));
+    for (const entry of asObjects(part.entries)) list.append(el("li", asText(entry.status), asText(entry.content)));
     slot.node.replaceChildren(list);
   }
 
   function drawTool(slot, part, agent) {
     slot.node.className = "tool";
     const head = el("div");
-    head.append(el("span", "title", part.title || part.kind || "tool call"), el("span", "status " + (part.status || ""), part.status || ""));
+    const status = asText(part.status);
+    head.append(el("span", "title", asText(part.title) || asText(part.kind) || "tool call"), el("span", "status " + status, status));
     const nodes = [head];
-    for (const loc of part.locations || []) nodes.push(el("div", "snippet", loc.path + (loc.line ? ":" + loc.line : "")));
-    for (const diff of part.diffs || []) nodes.push(diffBlock(diff));
-    for (const term of part.terminals || []) {
+    for (const loc of asObjects(part.locations)) nodes.push(el("div", "snippet", asText(loc.path) + (loc.line ? ":" + asText(loc.line) : "")));
+    for (const diff of asObjects(part.diffs)) nodes.push(diffBlock(diff));
+    for (const term of asObjects(part.terminals)) {
       const live = state.terminals.get(agent + "\u0000" + term.terminalId) || "";
-      const output = live.length > (term.output || "").length ? live : term.output || "";
+      const sent = asText(term.output);
+      const output = live.length > sent.length ? live : sent;
       const pre = el("pre", "terminal", output || "…");
       nodes.push(pre);
-      if (term.exitStatus) nodes.push(el("div", "snippet", `exit ${term.exitStatus.exitCode ?? term.exitStatus.signal}`));
+      const exit = isObject(term.exitStatus) ? term.exitStatus : null;
+      if (exit) nodes.push(el("div", "snippet", `exit ${asText(exit.exitCode ?? exit.signal)}`));
     }
-    if (part.output) nodes.push(el("pre", "output", String(part.output).slice(-20000)));
+    if (part.output) nodes.push(el("pre", "output", (asText(part.output) || raw(part.output)).slice(-20000)));
     slot.node.replaceChildren(...nodes);
   }
 
   function diffBlock(diff) {
     const pre = el("pre", "diff");
-    pre.append(el("span", "file", (diff.newFile ? "new file " : "") + diff.path));
-    for (const [sign, line] of lineDiff(diff.oldText || "", diff.newText || "")) {
+    pre.append(el("span", "file", (diff.newFile ? "new file " : "") + asText(diff.path)));
+    for (const [sign, line] of lineDiff(asText(diff.oldText), asText(diff.newText))) {
       pre.append(el("span", sign === "+" ? "add" : sign === "-" ? "del" : "", sign + " " + line + "\n"));
     }
     return pre;
@@ -600,22 +675,32 @@
     const next = oldestWaiting(state.selected);
     if (!next) return;
     asking = next.id;
-    if (next.kind === "permission") askPermission(next);
-    else askQuestion(next);
+    try {
+      if (next.kind === "permission") askPermission(next);
+      else askQuestion(next);
+    } catch (error) { // shown as its text: it can still be declined, or left for later
+      report(`the request ${asText(next.id)} could not be drawn, shown as text`, error);
+      $("ask-title").textContent = `${asText(next.agent)} asks`;
+      $("ask-body").replaceChildren(el("pre", "plain", raw(next)));
+      $("ask-options").replaceChildren(...(next.kind === "question" ? [declineButton(next)] : []), laterButton());
+    }
     if (!dialog.open) dialog.showModal();
   }
 
   function askPermission(p) {
-    const tool = p.toolCall || {};
-    $("ask-title").textContent = `${p.agent} asks: ${tool.title || tool.kind || "permission"}`;
+    const tool = isObject(p.toolCall) ? p.toolCall : {};
+    $("ask-title").textContent = `${asText(p.agent)} asks: ${asText(tool.title) || asText(tool.kind) || "permission"}`;
     const body = $("ask-body");
     body.replaceChildren();
-    for (const diff of tool.diffs || []) body.append(diffBlock(diff));
-    if (tool.input && !(tool.diffs || []).length) body.append(el("pre", "", String(tool.input).slice(0, 4000)));
+    const diffs = asObjects(tool.diffs);
+    for (const diff of diffs) body.append(diffBlock(diff));
+    if (tool.input && !diffs.length) body.append(el("pre", "", (asText(tool.input) || raw(tool.input)).slice(0, 4000)));
     const options = $("ask-options");
     options.replaceChildren();
-    for (const option of p.options || []) {
-      const b = el("button", option.kind && option.kind.startsWith("allow") ? "primary" : "", option.name || option.optionId);
+    const choices = asObjects(p.options).filter((o) => typeof o.optionId === "string");
+    if (!choices.length) body.append(el("p", "", "The agent offers no option to choose from."));
+    for (const option of choices) {
+      const b = el("button", asText(option.kind).startsWith("allow") ? "primary" : "", asText(option.name) || option.optionId);
       b.type = "button";
       b.dataset.option = option.optionId;
       b.onclick = () => act("ChatService.AnswerPermission", { id: p.id, optionId: option.optionId }).catch(() => {});
@@ -624,28 +709,34 @@
     options.append(laterButton());
   }
 
+  // A choice of a question's field, as text: a string or a number as it is, anything else as JSON.
+  const choiceText = (c) => (c !== null && typeof c === "object" ? raw(c) : String(c));
+
   function askQuestion(q) {
-    $("ask-title").textContent = `${q.agent} asks`;
+    $("ask-title").textContent = `${asText(q.agent)} asks`;
     const body = $("ask-body");
-    body.replaceChildren(el("p", "", q.message || ""));
-    if (q.url && /^https?:\/\//i.test(q.url)) { // a URL-mode question: the page to open, then go ahead or not
+    body.replaceChildren(el("p", "", asText(q.message)));
+    const url = typeof q.url === "string" && /^https?:\/\//i.test(q.url);
+    if (url) { // a URL-mode question: the page to open, then go ahead or not
       const link = Object.assign(el("a", "", "Open the page"), { href: q.url, target: "_blank", rel: "noopener noreferrer nofollow" });
       body.append(link);
     }
-    const props = (q.schema && q.schema.properties) || {};
+    const schema = isObject(q.schema) ? q.schema : {};
+    const props = isObject(schema.properties) ? schema.properties : {};
     const fields = [];
-    for (const [name, spec] of Object.entries(props)) {
-      const label = el("label", "", spec.title || name);
+    for (const [name, given] of Object.entries(props)) {
+      const spec = isObject(given) ? given : {};
+      const label = el("label", "", asText(spec.title) || name);
       let input;
-      const choices = spec.enum || (spec.oneOf || []).map((o) => o.const);
-      if (choices && choices.length) {
+      const choices = Array.isArray(spec.enum) ? spec.enum : asObjects(spec.oneOf).map((o) => o.const).filter((c) => c !== undefined);
+      if (choices.length) {
         input = el("select");
-        for (const c of choices) input.append(Object.assign(el("option", "", String(c)), { value: String(c) }));
+        for (const c of choices) input.append(Object.assign(el("option", "", choiceText(c)), { value: choiceText(c) }));
       } else if (spec.type === "boolean") {
         input = Object.assign(el("input"), { type: "checkbox", checked: !!spec.default });
       } else {
         input = Object.assign(el("input"), { type: spec.type === "number" || spec.type === "integer" ? "number" : "text" });
-        if (spec.default !== undefined) input.value = spec.default;
+        if (spec.default !== undefined) input.value = asText(spec.default);
       }
       input.name = name;
       label.append(input);
@@ -653,7 +744,7 @@
       fields.push([name, spec, input]);
     }
     const options = $("ask-options");
-    const answer = el("button", "primary", q.url ? "Done, go on" : "Answer");
+    const answer = el("button", "primary", url ? "Done, go on" : "Answer");
     answer.type = "button";
     answer.onclick = () => {
       const values = {};
@@ -664,10 +755,14 @@
       }
       act("ChatService.AnswerQuestion", { id: q.id, values }).catch(() => {});
     };
+    options.replaceChildren(answer, declineButton(q), laterButton());
+  }
+
+  function declineButton(q) {
     const decline = el("button", "", "Decline");
     decline.type = "button";
     decline.onclick = () => act("ChatService.AnswerQuestion", { id: q.id, values: null }).catch(() => {});
-    options.replaceChildren(answer, decline, laterButton());
+    return decline;
   }
 
   function laterButton() {
