@@ -37,6 +37,8 @@ Benchmarks and targets:
     web         the socket's prompt to an attached jsonl client while a headless Chromium shows the
                 web page (scripts/bench/web.py): the client's time ÷ without the browser ≤ 1.2; the
                 server's CPU with the browser ÷ without (≤ 1.3) and the page's first paint (≤ 1 s) beside it
+    sandbox     an agent's start (spawn to its handshake done, in a fresh deck) sandboxed (bubblewrap) ÷ the same
+                unsandboxed, + ≤ 50 ms (their difference beside it); and the throughput's stream sandboxed ÷ not
     permissions 10,000 permission requests an agent makes at once, until all wait in the inbox and are
                 cancelled, with notify on (a command to run) ÷ with `-p no:notify` ≤ 1.5 (deck's CPU beside)
     ssh         the throughput's prompt from an agent over ssh to 127.0.0.1 (a real sshd of the benchmark's
@@ -619,6 +621,37 @@ def bench_permissions(rounds: int, count: int = 10_000) -> dict[str, list[float]
     return runs
 
 
+def bench_sandbox(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, list[float]]:
+    agent = [PY, str(PRODUCER), str(count), str(size)]
+    plain, boxed = config({"bench": agent}), config({"bench": agent}, "[sandbox]\ndefault = true\n")
+    runs: dict[str, list[float]] = {"sandboxed start ms": [], "start ms": [], "sandboxed stream s": [], "stream s": []}
+    send = request(1, "ChatService.Send", agent="bench", text="go")
+    for n in range(rounds):
+        for label, cfg in [("sandboxed ", boxed), ("", plain)][:: 1 if n % 2 else -1]:
+            runs[f"{label}start ms"].append(1000 * _start_time(cfg))
+            runs[f"{label}stream s"].append(timed([*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], send, deck_env()))
+    runs["difference ms"] = [a - b for a, b in zip(runs["sandboxed start ms"], runs["start ms"], strict=True)]
+    return runs
+
+
+def _start_time(cfg: Path) -> float:
+    """From AgentService.Start sent to its answer, in a deck that has started nothing before."""
+    proc = subprocess.Popen([*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=deck_env())  # fmt: skip
+    assert proc.stdin
+    proc.stdin.write(request(0, "DeckService.Clients"))
+    proc.stdin.flush()
+    _read_until(proc, lambda e: e.get("id") == 0)  # the deck is up
+    started = time.perf_counter()
+    proc.stdin.write(request(1, "AgentService.Start", name="bench"))
+    proc.stdin.flush()
+    _read_until(proc, lambda e: e.get("id") == 1)
+    seconds = time.perf_counter() - started
+    proc.stdin.close()
+    proc.wait(60)
+    return seconds
+
+
 def _permission_flood(cfg: Path, count: int, options: tuple[str, ...]) -> tuple[float, float]:
     """From the prompt to its turn's end: `count` requests asked at once, all waiting, then cancelled."""
     proc = started_deck(cfg, ["bench"], options)
@@ -724,6 +757,7 @@ BENCHES = {
     "web": (lambda rounds: __import__("web").bench_web(rounds), ("terminal+web s", "terminal s", 1.2)),
     "ssh": (lambda rounds: __import__("ssh").bench_ssh(rounds), ("over ssh", "direct", 1.5)),
     "permissions": (bench_permissions, ("notify on s", "notify off s", 1.5)),
+    "sandbox": (bench_sandbox, ("difference ms", None, 50.0)),
 }
 #: Ratios printed for information: (measure, peer it is compared with).
 RATIOS = {
@@ -742,6 +776,7 @@ RATIOS = {
     "web": [("server+web cpu s", "server cpu s")],
     "ssh": [("second start ms", "first start ms")],
     "permissions": [("on cpu s", "off cpu s")],
+    "sandbox": [("sandboxed start ms", "start ms"), ("sandboxed stream s", "stream s")],
 }
 SLOW = {"idle", "stop"}
 
