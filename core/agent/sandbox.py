@@ -104,9 +104,10 @@ def resolve(agent: AgentConfig, defaults: SandboxDefaults) -> Sandbox | None:
     own = agent.sandbox
     if own is False or (own is None and not defaults.default):
         return None
-    table = own if isinstance(own, SandboxTable) else SandboxTable()
-    network = table.network if table.network is not None else defaults.network is not False
-    return Sandbox((*defaults.write, *table.write), (*defaults.hide, *table.hide), network)
+    if not isinstance(own, SandboxTable):  # true, or the default: [sandbox] as it is
+        return Sandbox(tuple(defaults.write), tuple(defaults.hide), defaults.network is not False)
+    network = own.network if own.network is not None else defaults.network is not False
+    return Sandbox((*defaults.write, *own.write), (*defaults.hide, *own.hide), network)
 
 
 def view(
