@@ -152,11 +152,14 @@ def test_deck_agents_check_asks_the_host(sshd, tmp_path):
     nowhere = agent_table("lost", ["x"], cwd="/no/such/folder", host="testbox", ssh=["-F", str(sshd.config)])
     strict_config = str(sshd.client_config("empty_known_hosts", "check_config"))
     strict = agent_table("strict", ["x"], cwd=str(tmp_path), host="testbox", ssh=["-F", strict_config, "-o", "ControlPath=none"])
-    (tmp_path / "deck.toml").write_text(good + missing + nowhere + strict)
+    boxed = agent_table("boxed", [sys.executable, str(FAKE_AGENT)], cwd=str(tmp_path), host="testbox", ssh=["-F", str(sshd.config)],
+                        sandbox=True)  # fmt: skip
+    (tmp_path / "deck.toml").write_text(good + missing + nowhere + strict + boxed)
     result = subprocess.run([*DECK, "agents", "--check", "--json", "--config", str(tmp_path / "deck.toml")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     rows = {r["name"]: r for r in json.loads(result.stdout)}
     assert rows["far"]["found"] == f"testbox:{sys.executable}" and "problem" not in rows["far"]
+    assert rows["boxed"]["sandbox"] == {"ok": True} and "sandbox" not in rows["far"]  # bwrap works on the host
     assert rows["gone"]["problem"] == "command not found on testbox: no-such-agent-here"
     assert rows["lost"]["problem"] == "working directory does not exist on testbox: /no/such/folder"
     assert rows["strict"]["problem"].startswith("testbox not reachable through ssh: ") and "Host key verification failed" in rows["strict"]["problem"]
@@ -215,3 +218,25 @@ def test_the_connections_folder_must_be_the_users_own(tmp_path, monkeypatch):
         control_dir()
     os.chmod(tmp_path / "deck-ssh", 0o700)
     assert control_dir() == tmp_path / "deck-ssh"
+
+
+async def test_a_sandboxed_agent_on_a_host_runs_under_bwrap_there(make_deck, sshd, tmp_path):
+    base = Path(tempfile.mkdtemp(prefix="deck-remote-sandbox-", dir="/var/tmp"))  # outside the sandbox's own /tmp
+    try:
+        work, secret = base / "work", base / "secret"
+        work.mkdir()
+        secret.mkdir()
+        (secret / "key").write_text("the host's secret")
+        probe = Path(__file__).parents[2] / "agents" / "sandbox_probe.py"
+        table = agent_table(
+            "far", [sys.executable, str(probe)], cwd=str(work), host="testbox", ssh=["-F", str(sshd.config)],
+        ) + f'sandbox = {{ hide = ["{secret}"] }}\n'  # fmt: skip
+        deck, rec = make_deck(table)
+        wanted = {"read": [str(secret / "key")], "write": [str(work / "mine.txt"), str(base / "planted")]}
+        found = json.loads(await say(deck, rec, "probe " + json.dumps(wanted)))
+        assert found[f"read {secret / 'key'}"].startswith("refused")
+        assert found[f"write {work / 'mine.txt'}"] == "GOT: written" and (work / "mine.txt").exists()
+        assert found[f"write {base / 'planted'}"].startswith("refused") and not (base / "planted").exists()
+        assert found["pid"] == "2"  # a PID namespace of its own, there
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
