@@ -153,3 +153,21 @@ def test_the_check_says_each_agents_sandbox_works(place: Path) -> None:
     lines = checked.stdout.splitlines()
     assert any(line.startswith("✓ a ") and "sandbox: works (bubblewrap)" in line for line in lines), lines
     assert not any(line.startswith("✓ b ") and "sandbox" in line for line in lines), lines
+
+
+def test_the_sandbox_ends_with_deck_even_killed(place: Path) -> None:
+    import signal
+
+    from tests.deck_process import wait_dead
+
+    config = write_config(place / "deck.toml", probe_table("a", place, sandbox=True))
+    deck = DeckProcess("--config", str(config))
+    try:
+        deck.call("AgentService.Start", {"name": "a"}, timeout=60)
+        inside = deck.descendants()
+        assert len(inside) >= 2  # bwrap, and the agent in its namespace
+        deck.signal(signal.SIGKILL)
+        deck.popen.wait(10)
+        assert wait_dead(inside, timeout=10) == []
+    finally:
+        deck.kill_everything()
