@@ -23,6 +23,12 @@ INDENT = 3
 ERROR_LINES = 2
 #: Lines its title, or one of the lines under it, may take: a narrow panel wraps them rather than cut them.
 LINES = 2
+#: Lines a sticky notice may take: all of a plugin's sentence at 80 columns, a runaway one cut.
+NOTICE_LINES = 10
+#: The mark beside the name of an agent that runs in a sandbox (F1 says what it means).
+SANDBOX_MARK = "▢"
+#: The colour of a sticky notice under its agent, by level.
+NOTICE_ATTRS = {"info": "text", "warning": "warning", "error": "error"}
 
 
 def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) -> list[AbstractFlowWidget]:
@@ -36,7 +42,10 @@ def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) 
         [(f"state {agent.state}", state_text)]  # fmt: skip
     if agent.busy:
         state += [("state busy", f" {spin}")]
-    lines: list[AbstractFlowWidget] = [_name(prefix, agent.icon, agent.title), _under(Text(state, wrap="ellipsis"))]
+    lines: list[AbstractFlowWidget] = [_name(prefix, agent.icon, agent.title, agent.sandboxed)]
+    if agent.sandboxed and not agent.network:
+        lines.append(_under(Fitting([("sandbox", strings("no_network"))], LINES)))
+    lines.append(_under(Text(state, wrap="ellipsis")))
     if agent.needs_input or agent.asks:
         marks: list[Any] = [("needs input", f"! {strings('needs_input')}")] if agent.needs_input else []
         if agent.asks:
@@ -54,6 +63,8 @@ def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) 
         lines.append(_under(Fitting(outdated, LINES)))
     if agent.state == "error" and agent.error:
         lines.append(_under(Text(("error", agent.error.splitlines()[0]), layout=ClippedLayout(ERROR_LINES))))
+    for level, text in agent.notices.values():  # a plugin's words, as it says them: wrapped, never said shorter
+        lines.append(_under(Text((NOTICE_ATTRS.get(level, "text"), text), layout=ClippedLayout(NOTICE_LINES))))
     used, size = int(agent.usage.get("used") or 0), int(agent.usage.get("size") or 0)
     if used or size:
         lines.append(_under(UsageLine(strings("usage"), used, size)))
@@ -66,15 +77,48 @@ def row_lines(agent: AgentModel, number: int, strings: Strings, frame: int = 0) 
     return lines
 
 
-def _name(prefix: str, icon: str, title: str) -> AbstractFlowWidget:
-    """`1 A Title`: a long title wraps under itself (LINES at most), never under the number."""
-    head = Text([prefix, ("strong", icon), " "])
-    width = head.pack()[0]
-    return urwid.Columns([(width, head), Text(title, layout=ClippedLayout(LINES))])
+def _name(prefix: str, icon: str, title: str, sandboxed: bool = False) -> AbstractFlowWidget:
+    """`1 A Title`, and `▢` after it when it runs in a sandbox: a long title wraps under itself
+    (LINES at most), never under the number, and the mark stays beside it."""
+    return NameLine(Text([prefix, ("strong", icon), " "]), title, ("sandbox", SANDBOX_MARK) if sandboxed else None)
 
 
 def _under(widget: urwid.Widget) -> AbstractFlowWidget:
     return urwid.Padding(widget, left=INDENT)
+
+
+class NameLine(urwid.Widget):
+    """The number and icon, then the title, which wraps under itself; the mark (if any) after
+    the title's last word, or, where that would take the title more lines than LINES, in a column
+    of its own beside it."""
+
+    _sizing = frozenset([urwid.Sizing.FLOW])
+    ignore_focus = True
+
+    def __init__(self, head: Text, title: str, mark: tuple[str, str] | None) -> None:
+        super().__init__()
+        self.head = head
+        self.title = Text(title, layout=ClippedLayout(LINES))
+        self.mark = mark
+        if mark is not None:
+            self.marked = Text([title, " ", mark])  # the whole of it, to count its lines
+            self.inline = Text([title, " ", mark], layout=ClippedLayout(LINES))
+            self.beside = Text([" ", mark])
+
+    def columns(self, cols: int) -> urwid.Columns:
+        head = self.head.pack()[0]
+        if self.mark is None:
+            return urwid.Columns([(head, self.head), self.title])
+        if self.marked.rows((max(1, cols - head),)) <= LINES:
+            return urwid.Columns([(head, self.head), self.inline])
+        room = max(1, cols - head - self.beside.pack()[0])
+        return urwid.Columns([(head, self.head), (min(room, self.title.pack((room,))[0]), self.title), self.beside])
+
+    def rows(self, size: Any, focus: bool = False) -> int:
+        return int(self.columns(size[0]).rows(size))
+
+    def render(self, size: Any, focus: bool = False) -> urwid.Canvas:
+        return self.columns(size[0]).render(size)
 
 
 class UsageLine(urwid.Widget):

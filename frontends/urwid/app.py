@@ -28,16 +28,15 @@ from deck.events import (
     ConversationReset,
     Event,
     Handlers,
+    Notice,
     PermissionRequested,
     QuestionRequested,
     handles,
 )
-from deck.frontends.words import money
-from deck.plugins.budget.events import BudgetReached
 from deck.plugins.notify.events import NotifySent
 from deck.tty import TerminalLog, alert, one_line
 
-from .agents import AgentsPanel
+from .agents import SANDBOX_MARK, AgentsPanel
 from .common import Binding, HintBar, LineBox, Text, keys_label, palette, run_binding
 from .conversation import ConversationView
 from .dialogs import (
@@ -156,6 +155,7 @@ class ConsoleApp(Handlers):
         #: Tab to another request) comes back with what was typed.
         self.ask_dialogs: dict[str, PermissionDialog | QuestionDialog] = {}
         self.notice = ""
+        self.notice_attr = "notice"
         self.notice_until = 0.0
         #: The config file's first problem while it is broken (`config_problem`), "" while it is valid.
         self.config_problem = ""
@@ -388,6 +388,7 @@ class ConsoleApp(Handlers):
         if isinstance(event, AgentStateChanged):
             self._crashed(event)
             self._started(event)
+            self._redefined(event)
         self.model.apply(event)
         self.dispatch(event)
         self.schedule()
@@ -397,6 +398,13 @@ class ConsoleApp(Handlers):
         agent = self.model.agents.get(e.agent)
         if agent is not None and e.state == "ready" and agent.state == "starting" and e.agent in self._worktree_agents:
             self.load_worktrees()
+
+    def _redefined(self, e: AgentStateChanged) -> None:
+        """An agent takes the config's changes (it started again, or stopped): the sandbox it runs in,
+        or will, may be another one now."""
+        agent = self.model.agents.get(e.agent)
+        if agent is not None and agent.outdated and not e.outdated:
+            self.spawn(self.client.call("AgentService.List"), self.model.set_sandboxes)
 
     def _crashed(self, e: AgentStateChanged) -> None:
         """An agent that was running ends in error (before the model has it): it crashed, and the
@@ -437,13 +445,15 @@ class ConsoleApp(Handlers):
             write(sound)
             flush()
 
-    @handles(BudgetReached)
-    def _budget_reached(self, e: BudgetReached) -> None:
-        s = self.strings
-        whose = s("budget_of", agent=e.agent) if e.agent is not None else s("budget_total")
-        spent = money(e.spent) or ""
-        period = s("per_day") if e.period == "day" else s("since_start")
-        self.say(s("budget_reached", whose=whose, budget=e.budget, period=period, spent=spent))
+    @handles(Notice)
+    def _notice(self, e: Notice) -> None:
+        """What a plugin tells the user, as it words it: said in the status line in its level's colour;
+        a sticky one on an agent stays on it in the panel instead (the model keeps it), and one taken
+        back says nothing."""
+        agent = self.model.agents.get(e.agent) if e.agent is not None else None
+        if not e.text or (e.sticky and agent is not None):
+            return
+        self.say(f"{agent.title}: {e.text}" if agent is not None else e.text, NOTICE_ATTRS.get(e.level, "notice"))
 
     @handles(ClientsChanged)
     def _clients_changed(self, e: ClientsChanged) -> None:
@@ -525,7 +535,7 @@ class ConsoleApp(Handlers):
                 self.input_box.set_title(title)
         parts: list[Any] = []
         if self.notice and (self._loop is None or self._loop.time() < self.notice_until):
-            parts += [("notice", f" {self.notice} "), " "]
+            parts += [(self.notice_attr, f" {self.notice} "), " "]
         else:
             self.notice = ""
         perms = sum(a.waiting("permission") for a in self.model.agents.values())
@@ -548,9 +558,9 @@ class ConsoleApp(Handlers):
         """The name of the server this console is attached to ("" when it is not, or it is not known)."""
         return str(getattr(self.client, "name", "") or "") if self.client.attached else ""
 
-    def say(self, text: str) -> None:
-        """A one-line notice in the status bar for a few seconds."""
-        self.notice = text
+    def say(self, text: str, attr: str = "notice") -> None:
+        """A one-line notice in the status bar for a few seconds, in `attr`'s colours."""
+        self.notice, self.notice_attr = text, attr
         self.notice_until = (self._loop.time() if self._loop else 0.0) + NOTICE_FOR
         if self._loop is not None:
             self._loop.call_later(NOTICE_FOR + 0.05, self.schedule)
@@ -1094,7 +1104,9 @@ KEYS: list[Binding[ConsoleApp]] = [
 IN_DIALOGS = [binding for binding in KEYS if binding.does == "key_ctrl_c"]
 #: What the agents panel's marks mean, for the help: (the mark, or the string key of it; the string key of its meaning).
 LEGEND = [("cost_unknown_short", "legend_cost"), ("⟳", "legend_outdated"), ("!", "legend_needs_input"),
-          ("± ⚠", "legend_files"), ("↔", "legend_talking")]  # fmt: skip
+          ("± ⚠", "legend_files"), ("↔", "legend_talking"), (SANDBOX_MARK, "legend_sandbox")]  # fmt: skip
+#: The colours of a plugin's notice in the status line, by its level.
+NOTICE_ATTRS = {"info": "notice info", "warning": "notice warning", "error": "notice error"}
 
 
 def _show(pile: urwid.Pile, first: list[urwid.Widget], *rest: urwid.Widget) -> None:

@@ -53,6 +53,7 @@ PALETTE = [
     ("state busy", "light cyan", "default"),
     ("state error", "light red", "default"),
     ("outdated", "yellow", "default"),
+    ("sandbox", "light green", "default"),  # the mark of an agent that runs in a sandbox
     ("needs input", "black", "yellow"),
     ("talking", "black", "light cyan"),
     ("selected", "default", "dark blue"),
@@ -66,6 +67,10 @@ PALETTE = [
     ("status key", "bold,dark blue", "light gray"),
     ("config error", "white", "dark red"),
     ("notice", "black", "yellow"),
+    # A plugin's notice in the status line, by its level.
+    ("notice info", "black", "light cyan"),
+    ("notice warning", "black", "yellow"),
+    ("notice error", "white", "dark red"),
     ("dialog", "default", "dark gray"),
     ("dialog title", "bold,white", "dark blue"),
     ("focus", "black", "light cyan"),

@@ -34,12 +34,8 @@ EN: dict[str, str | tuple[str, str]] = {
     "announcements": "Announcements",
     "usage": "ctx",
     "cost": "cost {amount}",
-    "budget_reached": "{whose} is reached ({budget} {period}): {spent} spent; messages to it are refused",
-    "per_day": "per day",
-    "since_start": "since the server started",
-    "budget_of": "the budget of {agent}",
-    "budget_total": "the total budget",
     "cost_unknown": "cost unknown (not counted)",
+    "no_network": "(no network)",
     "tokens": "{n} tokens",
     "start": "▶ start",
     "stop": "■ stop",
@@ -218,6 +214,7 @@ EN: dict[str, str | tuple[str, str]] = {
     "legend_needs_input": "a permission request or a question waits (F4)",
     "legend_files": "the files its worktree changes, and how many of them another agent's worktree changes too",
     "legend_talking": "another agent is talking to it",
+    "legend_sandbox": "it runs in a sandbox (or will, at its next start): it writes only in its own folders, your secrets hidden from it; (no network): without the network too",
 }
 
 FR: dict[str, str | tuple[str, str]] = {
@@ -248,12 +245,8 @@ FR: dict[str, str | tuple[str, str]] = {
     "announcements": "Annonces",
     "usage": "ctx",
     "cost": "coût {amount}",
-    "budget_reached": "{whose} est atteint ({budget} {period}) : {spent} dépensés ; les messages sont refusés",
-    "per_day": "par jour",
-    "since_start": "depuis le démarrage du serveur",
-    "budget_of": "le budget de {agent}",
-    "budget_total": "le budget total",
     "cost_unknown": "coût inconnu (non compté)",
+    "no_network": "(sans réseau)",
     "tokens": "{n} jetons",
     "start": "▶ démarrer",
     "stop": "■ arrêter",
@@ -432,6 +425,7 @@ FR: dict[str, str | tuple[str, str]] = {
     "legend_needs_input": "une demande d'autorisation ou une question attend (F4)",
     "legend_files": "les fichiers que change son worktree, et combien d'entre eux le worktree d'un autre agent change aussi",
     "legend_talking": "un autre agent lui parle",
+    "legend_sandbox": "il tourne dans un bac à sable (ou y tournera à son prochain démarrage) : il n'écrit que dans ses propres dossiers, vos secrets lui sont cachés ; (sans réseau) : sans le réseau non plus",
 }
 
 STOP_REASONS = {

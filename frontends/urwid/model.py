@@ -19,6 +19,7 @@ from deck.events import (
     Handlers,
     MessageDelta,
     MessageUpdated,
+    Notice,
     PermissionRequested,
     PermissionResolved,
     QuestionRequested,
@@ -123,6 +124,11 @@ class AgentModel:
     overlaps: dict[str, tuple[int, frozenset[str]]] = field(default_factory=dict)
     #: The folder it works in (its cwd, or its worktree), "" while not known (`paths.agent_folders`).
     folder: str = ""
+    #: The sticky notices on it, by source, in the order given: (level, text), as the plugin words them.
+    notices: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: It runs in a sandbox (or will, at its next start), and whether that sandbox has the network.
+    sandboxed: bool = False
+    network: bool = True
 
     def shared_files(self) -> int:
         """How many of its changed files another agent's worktree changes too: exact while each
@@ -137,6 +143,18 @@ class AgentModel:
         self.state = str(info.get("state", self.state))
         self.error = info.get("error")
         self.outdated = bool(info.get("outdated", False))
+        self.notices = {
+            str(n.get("source")): (str(n.get("level") or "info"), str(n.get("text")))
+            for n in info.get("notices") or []
+            if isinstance(n, dict) and n.get("text")
+        }
+        self.set_sandbox(info.get("sandbox"))
+
+    def set_sandbox(self, sandbox: Any) -> None:
+        """The sandbox an `AgentService.List()` row says it runs in: `{enabled, network, write}`."""
+        boxed = sandbox if isinstance(sandbox, dict) else {}
+        self.sandboxed = boxed.get("enabled") is True
+        self.network = boxed.get("network") is not False
 
     def add_message(self, data: dict[str, Any]) -> MessageModel:
         message = self.by_id.get(str(data["id"]))
@@ -253,6 +271,14 @@ class Model(Handlers):
                 for message in agent.messages:
                     self.changes.message(agent.name, message.id)
 
+    def set_sandboxes(self, rows: list[dict[str, Any]]) -> None:
+        """The sandbox of each agent, as `AgentService.List` rows have them."""
+        for row in rows:
+            agent = self.agents.get(str(row.get("name"))) if isinstance(row, dict) else None
+            if agent is not None:
+                agent.set_sandbox(row.get("sandbox"))
+                self.changes.agents.add(agent.name)
+
     def pending(self) -> list[tuple[str, dict[str, Any]]]:
         """Every pending ask as ("permission" | "question", payload), of every agent, the oldest first."""
         asks = [ask for agent in self.agents.values() for ask in agent.pending.values()]
@@ -279,6 +305,20 @@ class Model(Handlers):
         agent.state = e.state
         agent.error = e.error
         agent.outdated = bool(e.outdated)
+        self.changes.agents.add(agent.name)
+
+    @handles(Notice)
+    def _notice(self, e: Notice) -> None:
+        """A sticky notice stays on its agent until its source says "" for it."""
+        agent = self._agent(e.agent) if e.sticky and e.agent is not None else None
+        if agent is None:
+            return
+        if e.text:
+            if agent.notices.get(e.source) == (e.level, e.text):
+                return  # said again (the budget plugin does, at each message refused)
+            agent.notices[e.source] = (e.level, e.text)
+        elif agent.notices.pop(e.source, None) is None:
+            return
         self.changes.agents.add(agent.name)
 
     @handles(ConversationChanged)

@@ -343,3 +343,25 @@ def test_the_agents_panel_says_everything_in_its_18_columns(console, tmp_path):
     c.wait("permission: yes")
     c.keys("C-q")
     c.wait("DECK-EXITED-0")
+
+
+def test_a_budget_reached_and_a_sandbox_read_whole_in_the_panels_18_columns(console, tmp_path):
+    reached = "budget reached: 1 USD since the server started, 1.50 USD spent; messages are refused"
+    config = ('[budget]\nperiod = "server"\n' + agent_block("alpha", title="Alpha", budget="1 USD")
+              + agent_block("beta", title="Beta") + "sandbox = { network = false }\n")  # fmt: skip
+    c = console(config, cols=80, rows=24)
+
+    def panel(screen: str) -> list[str]:
+        return [line[1 : panel_width(80) - 1].rstrip() for line in screen.split("\n")[1:15]]
+
+    rows = panel(c.wait("Message to Alpha"))
+    assert rows[:6] == ["1 A Alpha", "   stopped", "", "2 B Beta ▢", "   (no network)", "   stopped"]
+    c.type("spend 1.5")
+    c.keys("Enter")
+    rows = panel(c.wait(lambda s: "refused" in s and "cost 1.50 USD" in s))  # the whole notice drawn
+    assert rows[:2] == ["1 A Alpha", "   ready"] and "…" not in "".join(rows)
+    assert reached in " ".join(" ".join(rows).split())  # on its agent, every word of it
+    (tmp_path / "deck.toml").write_text(config.replace('budget = "1 USD"', 'budget = "5 USD"'))
+    c.wait(lambda s: "budget" not in "".join(line[: panel_width(80)] for line in s.split("\n")))  # taken back
+    c.keys("C-q")
+    c.wait("DECK-EXITED-0")

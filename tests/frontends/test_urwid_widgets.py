@@ -1101,23 +1101,6 @@ def test_command_output_is_not_drawn_in_the_colour_of_diff_additions():
     assert "diff add" not in attrs and "code" not in attrs and "output" in attrs
 
 
-async def test_the_console_says_a_budget_is_reached_and_shows_the_cost(make_deck):
-    deck, rec = make_deck(agent_block("a", budget="1 USD"))
-    await deck.startup()
-    app = await console(deck)
-    size = (120, 40)
-    try:
-        deck.chat.send("a", "spend 1")
-        await rec.wait_event("budget:reached", agent="a")
-        await rec.wait(lambda r: [p for p in r.named("turn:changed", "a") if not p["busy"]])
-        app.refresh()
-        screen = canvas_text(app.root, *size)
-        assert "the budget of a is reached (1 USD per day): 1.00 USD spent; messages to it are refused" in screen
-        assert "cost 1.00 USD" in screen  # under the agent, in the panel
-    finally:
-        app.detach()
-
-
 # -- the keys (F1) ------------------------------------------------------------------------------------
 
 
