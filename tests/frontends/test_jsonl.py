@@ -77,8 +77,10 @@ def test_a_refusal_that_names_what_it_refuses_carries_it_as_the_errors_data(run_
     assert error["code"] == SERVICE_ERROR and error["message"].startswith("not a valid config: ")
     problems = error["data"]["problems"]
     assert problems and problems[0]["line"] == 2 and "command" in problems[0]["message"]
-    # A refusal with nothing to name has no data.
-    assert "data" not in deck.response(deck.request("ChatService.Cancel", {"agent": "nobody"}))["error"]
+    # A refusal with nothing to name has no data; an unknown agent names it and the agents.
+    assert "data" not in deck.response(deck.request("ChatService.Send", {"agent": "a", "text": " "}))["error"]
+    unknown = deck.response(deck.request("ChatService.Cancel", {"agent": "nobody"}))["error"]
+    assert unknown["data"] == {"agent": "nobody", "agents": ["a"]}
     deck.close_stdin()
     assert deck.wait(15) == 0
 

@@ -33,11 +33,11 @@ def test_every_error_carries_its_json_rpc_code():
     made = [
         errors.DeckError("x"), errors.UsageError("x"), errors.UnknownMethod("x"), errors.ServiceError("x"),
         errors.InvalidParams("x"), errors.AcpError(errors.RESOURCE_NOT_FOUND, "x"), errors.ConnectionClosed(),
-        errors.StartFailed("x"),
+        errors.StartFailed("x"), errors.UnknownAgent("x", ["a"]), errors.PromptRefused("x"),
     ]  # fmt: skip
     classes = {c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.DeckError)}
     assert classes == {type(e) for e in made}, "an error class this test does not make"
-    assert [e.code for e in made] == [-32603, -32602, -32601, -32000, -32602, -32002, -32603, -32000]
+    assert [e.code for e in made] == [-32603, -32602, -32601, -32000, -32602, -32002, -32603, -32000, -32000, -32000]
 
 
 def test_the_modules_speaking_json_rpc_use_the_codes_of_errors():
