@@ -126,7 +126,8 @@ def view(
     writable = _unique([cwd, *directories, *(_expand(p) for p in sandbox.write)])
     for path in writable:
         try:
-            os.makedirs(path, mode=0o700, exist_ok=True)
+            if not os.path.exists(path):  # a file there (~/.claude.json) is bound as it is
+                os.makedirs(path, mode=0o700, exist_ok=True)
         except OSError as exc:
             raise SpawnError(f"sandbox: cannot make the folder it may write, {path}: {exc.strerror}") from None
     hidden = [p for p in _unique(_expand(str(p)) for p in (*HIDDEN, *sandbox.hide, *private)) if os.path.lexists(p)]
@@ -152,7 +153,7 @@ def remote_prelude(sandbox: Sandbox, cwd: str, env: dict[str, str], command: lis
         '  if [ -d "$p" ]; then set -- "$@" --tmpfs "$p"; elif [ -e "$p" ]; then set -- "$@" --ro-bind /dev/null "$p"; fi',
         "done",
         f"for p in {' '.join(there(p) for p in (cwd, *sandbox.write))}; do",
-        '  mkdir -p "$p" && set -- "$@" --bind "$p" "$p"',
+        '  { [ -e "$p" ] || mkdir -p "$p"; } && set -- "$@" --bind "$p" "$p"',
         "done",
         'set -- "$@" --clearenv',
         f"for v in {' '.join(KEPT_VARIABLES)}; do",
