@@ -88,10 +88,11 @@ class View:
         shown = [p for p in hidden if p not in inside and not any(_within(p, f) for f in PRIVATE)]
         for path in shown:  # first: a folder bound below one shows again
             args += _hiding(path)
-        for path in bound:
-            args += ["--bind", path, path]
-        for path in inside:  # then what is hidden inside a bound folder (deck's config file in the agent's cwd)
-            args += _hiding(path)
+        # Then, parents before what is beneath them: a bound folder, what is hidden in it (deck's
+        # config file in the agent's cwd, deck's state in a home bound writable), a folder bound in that.
+        mounts = [(p, 0) for p in bound] + [(p, 1) for p in inside]
+        for path, hiding in sorted(mounts, key=lambda m: (m[0].rstrip("/").count("/"), m[1])):
+            args += _hiding(path) if hiding else ["--bind", path, path]
         args.append("--clearenv")
         for name, value in {**self.env, **(env or {})}.items():
             args += ["--setenv", name, value]
@@ -121,13 +122,17 @@ def view(
     """The view of an agent in `cwd` with `directories`, its `env` (added to KEPT_VARIABLES of
     deck's), deck's `private` folders and files hidden and its `reachable` ones bound back in.
 
-    A `write` path that does not exist yet is made (0700): an agent's state folder is made on
-    its first run. A hidden path that does not exist is left alone: there is nothing to hide."""
+    A `write` folder that does not exist yet is made (0700): an agent's state folder is made on
+    its first run; a `write` file (a name with a suffix, ~/.claude.json) must exist, as deck cannot
+    know what its agent wants in it. A hidden path that does not exist is left alone."""
     writable = _unique([cwd, *directories, *(_expand(p) for p in sandbox.write)])
     for path in writable:
+        if os.path.exists(path):  # a file there (~/.claude.json) is bound as it is
+            continue
+        if "." in os.path.basename(path)[1:]:
+            raise SpawnError(f"sandbox: {path}, a file it may write, does not exist: create it (or run the agent once unsandboxed)")
         try:
-            if not os.path.exists(path):  # a file there (~/.claude.json) is bound as it is
-                os.makedirs(path, mode=0o700, exist_ok=True)
+            os.makedirs(path, mode=0o700, exist_ok=True)
         except OSError as exc:
             raise SpawnError(f"sandbox: cannot make the folder it may write, {path}: {exc.strerror}") from None
     hidden = [p for p in _unique(_expand(str(p)) for p in (*HIDDEN, *sandbox.hide, *private)) if os.path.lexists(p)]

@@ -171,3 +171,20 @@ def test_the_sandbox_ends_with_deck_even_killed(place: Path) -> None:
         assert wait_dead(inside, timeout=10) == []
     finally:
         deck.kill_everything()
+
+
+def test_a_write_path_above_its_folder_keeps_decks_hidden_and_a_missing_file_is_refused(
+    place: Path, run_deck, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = place / "home"
+    state = home / ".local" / "state"  # deck's state, and the agent's worktree in it, in the home it may write
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    deck = run_deck(probe_table("a", place / "repo", worktree=True, sandbox={"write": ["~"]})
+                    + probe_table("b", place, sandbox={"write": ["~/.agent-settings.json"]}))  # fmt: skip
+    (state / "deck").mkdir(parents=True, exist_ok=True)
+    (state / "deck" / "secret.txt").write_text("deck's")
+    found = probe(deck, "a", {"write": [str(home / "planted")], "read": [str(state / "deck" / "secret.txt")]})
+    assert found[f"write {home / 'planted'}"] == "GOT: written"  # its home is its to write
+    assert found[f"read {state / 'deck' / 'secret.txt'}"].startswith("refused")  # deck's state stays hidden in it
+    reply = deck.response(deck.request("AgentService.Start", {"name": "b"}), timeout=30)
+    assert "does not exist: create it" in reply["error"]["message"] and ".agent-settings.json" in reply["error"]["message"]
