@@ -36,6 +36,14 @@ from tests.deck_process import DECK
 pytestmark = pytest.mark.anyio
 
 README = ROOT / "README.md"
+CONFIG_GUIDE = ROOT / "docs" / "guide" / "config.md"  # the user's guide's Config page: every key, its default
+
+
+def config_example(path: Path) -> str:
+    """The TOML example of the README's "Config" section, or of the guide's Config page."""
+    return re.search(r"(?m)^#{1,2} Config\n.*?```toml\n(.*?)```", path.read_text(), re.S).group(1)
+
+
 #: The sections deck's built-in plugins add to the config (and to its schema): idle_stop's keys of [limits] too.
 BUILT_IN_SECTIONS = {
     "history": HistorySettings, "limits": IdleStopLimits, "notify": NotifySettings, "budget": BudgetSettings,
@@ -154,13 +162,13 @@ def test_values_and_defaults():
     assert IdleStopLimits().stop_idle_agents_after == 600.0 and DeckConfig().limits.handshake_timeout == 30.0
 
 
-def test_readme_example_is_valid_and_documents_the_defaults():
-    text = README.read_text()
-    example = re.search(r"## Config\n.*?```toml\n(.*?)```", text, re.S).group(1)
-    loaded = parse(example)
-    assert loaded.problems == [] and loaded.config is not None
-    section = text[text.index("## Config") :]
-    section = section[: section.index("\n## ", 3)]
+def test_config_examples_are_valid_and_the_guide_documents_the_defaults():
+    for path in (README, CONFIG_GUIDE):
+        loaded = parse(config_example(path))
+        assert loaded.problems == [] and loaded.config is not None, path
+    text = CONFIG_GUIDE.read_text()
+    section = text[text.index("# Config") :]
+    section = section[: section.index("\n## ")]
     for spelled in (f"default {IdleStopLimits().max_running_agents}", "default 10m", "default 30s", 'default "dark"', 'default "en"'):
         assert spelled in section, spelled
 
@@ -216,8 +224,8 @@ def test_json_schema_accepts_good_configs_and_rejects_bad_ones():
     schema = json_schema(BUILT_IN_SECTIONS)
     jsonschema.Draft202012Validator.check_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
-    example = re.search(r"## Config\n.*?```toml\n(.*?)```", README.read_text(), re.S).group(1)
-    assert list(validator.iter_errors(tomllib.loads(example))) == []
+    for path in (README, CONFIG_GUIDE):
+        assert list(validator.iter_errors(tomllib.loads(config_example(path)))) == [], path
     good = {"limits": {"stopIdleAgentsAfter": 600, "handshakeTimeout": "30s"}, "agents": {"a": {"command": "run it"}}}
     assert list(validator.iter_errors(good)) == []
     for bad in (
