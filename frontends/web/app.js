@@ -43,8 +43,57 @@
 
   const state = {
     seq: 0, agents: new Map(), conversations: {}, pending: new Map(), selected: null, clients: 0,
-    tab: "chat", usage: null, terminals: new Map(), shownFrom: {},
+    tab: "chat", usage: null, terminals: new Map(), shownFrom: {}, deckNotices: [],
   };
+
+  // -- numbers, amounts and times, as the terminal shows them ------------------------------------
+
+  const COUNTS = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
+  //: A count with thousands separators: 1,207.
+  const count = (n) => (Number.isFinite(Number(n)) && asText(n) !== "" ? COUNTS.format(Number(n)) : "?");
+
+  //: An amount as the terminal frontends write it: two decimals (0.30), or, below a cent, up to its
+  //: second significant digit (0.0042); never in a notation of powers.
+  function amountText(value) {
+    const amount = Number(value);
+    if (typeof value === "boolean" || !Number.isFinite(amount) || asText(value) === "") return "?";
+    const size = Math.abs(amount);
+    if (size === 0 || size >= 0.01) return amount.toFixed(2);
+    const decimals = Math.min(20, 1 - Math.floor(Math.log10(size)));
+    return amount.toFixed(decimals).replace(/0+$/, "");
+  }
+
+  //: `0.30 USD`, or "cost unknown": never 0 for a cost not reported.
+  function money(m) {
+    if (!isObject(m)) return "cost unknown";
+    return `${amountText(m.amount)} ${asText(m.currency).toUpperCase()}`.trim();
+  }
+
+  //: Amounts by currency (`{USD: 1.1}`) as `1.10 USD + 3.00 EUR`, currencies in order; "" for none.
+  function sum(totals) {
+    if (!isObject(totals)) return "";
+    return Object.keys(totals).sort().map((c) => money({ amount: totals[c], currency: c })).join(" + ");
+  }
+
+  const two = (n) => String(n).padStart(2, "0");
+
+  //: A stored time (ISO 8601) in the browser's time zone: 2026-12-06 14:03; what cannot be read, as it is.
+  function when(iso) {
+    const text = asText(iso);
+    const date = new Date(text);
+    if (!text || Number.isNaN(date.getTime())) return text;
+    return `${date.getFullYear()}-${two(date.getMonth() + 1)}-${two(date.getDate())} ${two(date.getHours())}:${two(date.getMinutes())}`;
+  }
+
+  //: What the user calls an agent: its title (AgentService.List), else its name.
+  function agentTitle(name) {
+    const agent = state.agents.get(name);
+    return (agent && asText(agent.title)) || asText(name);
+  }
+
+  //: The levels a notice may have; anything else is shown as info.
+  const LEVELS = ["info", "warning", "error"];
+  const levelOf = (x) => (LEVELS.includes(x) ? x : "info");
 
   // -- the token ---------------------------------------------------------------------------------
 
@@ -139,6 +188,7 @@
     state.agents = new Map(asObjects(snapshot.agents).map((a) => [a.name, a]));
     state.conversations = isObject(snapshot.conversations) ? snapshot.conversations : {};
     state.pending = new Map(asObjects(snapshot.pending).map((p) => [p.id, p]));
+    state.deckNotices = [];
     if (!state.selected || !state.agents.has(state.selected)) state.selected = state.agents.size ? state.agents.keys().next().value : null;
     synced = true;
     const held = early;
@@ -153,6 +203,7 @@
   function link(text, how) {
     const node = $("link");
     node.textContent = text;
+    node.title = text; // on a phone, where a dot stands for "connected" and longer words are cut short
     node.className = "link" + (how ? " " + how : "");
   }
 
@@ -183,6 +234,7 @@
       if (at >= 0) conv.messages[at] = e.message;
       else conv.messages.push(e.message);
       touch(e.agent, e.message.id, true);
+      if (e.agent === state.selected) dirty.turn = true;
     },
     "message:delta"(e) {
       const message = findMessage(conversation(e.agent), e.messageId);
@@ -194,6 +246,7 @@
       else if (isObject(parts[e.index]) && parts[e.index].type === e.kind) parts[e.index].text = asText(parts[e.index].text) + asText(e.text);
       else parts[e.index] = { type: e.kind, text: asText(e.text) };
       touch(e.agent, e.messageId, false);
+      if (e.part && e.agent === state.selected) dirty.turn = true; // a tool call's part: what goes on may change
     },
     "turn:changed"(e) {
       const conv = conversation(e.agent);
@@ -233,8 +286,30 @@
     "clients:changed"(e) { state.clients = e.clients; },
     "config:changed"() { call("DeckService.Snapshot").then(resync, () => {}); },
     "worktree:changed"(e) { if (state.tab === "worktree" && e.agent === state.selected) showWorktree(); },
-    "budget:reached"(e) { toast(`budget reached${e.agent ? " for " + e.agent : ""}: ${e.budget}`, "info"); usageSoon(); },
+    "deck:notice"(e) { notice(e); },
   };
+
+  // What a plugin tells the user, in its words: a toast; a sticky one stays on its agent (or on the
+  // page, for one on no agent) until the same source sends "" for it.
+  function notice(e) {
+    const text = asText(e.text);
+    const level = levelOf(e.level);
+    const source = asText(e.source);
+    const agentName = typeof e.agent === "string" ? e.agent : null;
+    if (e.sticky !== true) {
+      if (text) toast((agentName ? `${agentTitle(agentName)}: ` : "") + text, level);
+      return;
+    }
+    const agent = agentName === null ? null : state.agents.get(agentName);
+    if (agentName !== null && !agent) return;
+    const kept = asObjects(agent ? agent.notices : state.deckNotices).filter((n) => n.source !== source);
+    if (text) kept.push({ source, level, text });
+    if (agent) agent.notices = kept;
+    else state.deckNotices = kept;
+    dirty.agents = true;
+    if (agentName === null || agentName === state.selected) dirty.head = true;
+    if (state.tab === "usage" && state.usage) guarded("the usage", () => drawUsage(state.usage));
+  }
 
   // One event that cannot be applied is logged and passed over: the next ones are applied as usual.
   function apply(event) {
@@ -256,9 +331,10 @@
   function needsYou(e) {
     dirty.agents = true;
     dirty.ask = true;
+    dirty.turn = true;
     if (document.hidden && window.Notification && Notification.permission === "granted") {
       const what = e.kind === "question" || e.message ? e.message : e.toolCall && e.toolCall.title;
-      new Notification(`${e.agent} needs you`, { body: String(what || "").slice(0, 200), tag: e.id });
+      new Notification(`${agentTitle(e.agent)} needs you`, { body: String(what || "").slice(0, 200), tag: e.id });
     }
   }
 
@@ -266,11 +342,12 @@
     state.pending.delete(id);
     dirty.agents = true;
     dirty.ask = true;
+    dirty.turn = true;
   }
 
   // -- drawing, at most once a frame -------------------------------------------------------------
 
-  const dirty = { all: true, agents: true, head: true, ask: true, messages: new Set(), streamed: new Set() };
+  const dirty = { all: true, agents: true, head: true, turn: true, ask: true, messages: new Set(), streamed: new Set() };
   let scheduled = false;
 
   function schedule() {
@@ -289,13 +366,14 @@
     draws++;
     if (dirty.all) {
       dirty.all = false;
-      dirty.agents = dirty.head = dirty.ask = true;
+      dirty.agents = dirty.head = dirty.turn = dirty.ask = true;
       dirty.messages.clear();
       dirty.streamed.clear();
       guarded("the conversation", drawMessages);
     }
     if (dirty.agents) { dirty.agents = false; guarded("the agents", drawAgents); }
-    if (dirty.head) { dirty.head = false; guarded("the agent's bar", drawHead); }
+    if (dirty.head) { dirty.head = false; dirty.turn = true; guarded("the agent's bar", drawHead); }
+    if (dirty.turn) { dirty.turn = false; guarded("the turn's line", drawTurn); }
     if (dirty.ask) { dirty.ask = false; guarded("the request", drawAsk); }
     if (dirty.messages.size || dirty.streamed.size) {
       const ids = new Set([...dirty.messages, ...dirty.streamed]);
@@ -328,6 +406,37 @@
     return n;
   }
 
+  //: An agent's sandbox (AgentService.List's `sandbox`) in words: "sandboxed", "sandboxed, no network"; "" for none.
+  function sandboxText(agent) {
+    const box = isObject(agent.sandbox) ? agent.sandbox : null;
+    if (!box || box.enabled !== true) return "";
+    return box.network === false ? "sandboxed, no network" : "sandboxed";
+  }
+
+  function sandboxTitle(agent) {
+    const writes = asList(agent.sandbox.write).map(asText).filter(Boolean);
+    return `Runs in a sandbox${agent.sandbox.network === false ? " without the network" : ""}` +
+      (writes.length ? `; it may write in ${writes.join(", ")}` : "");
+  }
+
+  //: A small padlock, the mark of a sandboxed agent where its words do not fit.
+  function lockIcon(label) {
+    const ns = "http://www.w3.org/2000/svg";
+    const svg = document.createElementNS(ns, "svg");
+    svg.setAttribute("viewBox", "0 0 16 16");
+    svg.setAttribute("class", "lock");
+    svg.setAttribute("role", "img");
+    svg.setAttribute("aria-label", label);
+    const path = document.createElementNS(ns, "path");
+    path.setAttribute("d", "M4 7V5a4 4 0 0 1 8 0v2h1v8H3V7h1zm2 0h4V5a2 2 0 0 0-4 0v2z");
+    svg.append(path);
+    return svg;
+  }
+
+  function noticeNodes(notices) {
+    return asObjects(notices).map((n) => el("div", "notice " + levelOf(n.level), asText(n.text)));
+  }
+
   function drawAgents() {
     const list = $("agent-list");
     list.replaceChildren();
@@ -336,10 +445,24 @@
       const b = el("button");
       b.dataset.agent = agent.name;
       if (agent.name === state.selected) b.setAttribute("aria-current", "true");
-      b.append(el("span", "dot " + agent.state), el("span", "agent-icon", agent.icon || ""), el("span", "name", agent.title || agent.name));
+      b.append(el("span", "dot " + asText(agent.state)), el("span", "agent-icon", asText(agent.icon)), el("span", "name", agentTitle(agent.name)));
+      const boxed = sandboxText(agent);
+      if (boxed) b.append(lockIcon(boxed));
+      const notices = asObjects(agent.notices);
+      if (notices.length) { // the worst level's mark, for where the words do not fit
+        const worst = LEVELS.filter((l) => notices.some((n) => levelOf(n.level) === l)).pop();
+        b.append(el("span", "flag " + worst, "!"));
+        b.dataset.level = worst;
+      }
       const n = waiting(agent.name);
       if (n) b.append(el("span", "needs", String(n)));
-      b.title = `${agent.name}: ${agent.state}`;
+      if (boxed || notices.length) {
+        const more = el("div", "more");
+        if (boxed) more.append(el("div", "badge sandbox", boxed));
+        more.append(...noticeNodes(notices));
+        b.append(more);
+      }
+      b.title = [`${agent.name}: ${asText(agent.state)}`, boxed, ...notices.map((x) => asText(x.text))].filter(Boolean).join("\n");
       b.onclick = () => select(agent.name);
       li.append(b);
       list.append(li);
@@ -348,27 +471,68 @@
     $("inbox").hidden = total === 0;
     $("inbox-count").textContent = String(total);
     document.title = total ? `(${total}) deck` : "deck";
+    const bar = $("deck-notices");
+    bar.replaceChildren(...noticeNodes(state.deckNotices));
+    bar.hidden = !state.deckNotices.length;
   }
 
   function drawHead() {
     const agent = state.agents.get(state.selected);
-    $("agent-name").textContent = agent ? agent.title || agent.name : "no agent";
-    $("agent-icon").textContent = agent ? agent.icon || "" : "";
-    $("agent-state").textContent = agent ? agent.state + (agent.outdated ? " (outdated)" : "") : "";
-    $("agent-state").className = "state " + (agent ? agent.state : "");
+    $("agent-name").textContent = agent ? agentTitle(agent.name) : "no agent";
+    $("agent-icon").textContent = agent ? asText(agent.icon) : "";
+    $("agent-state").textContent = agent ? asText(agent.state) + (agent.outdated ? " (outdated)" : "") : "";
+    $("agent-state").className = "state " + (agent ? asText(agent.state) : "");
     const error = $("agent-error");
     error.hidden = !(agent && agent.error);
-    error.textContent = agent && agent.error ? agent.error : "";
+    error.textContent = agent && agent.error ? asText(agent.error) || raw(agent.error) : "";
+    const marks = $("agent-marks");
+    marks.replaceChildren();
+    const boxed = agent ? sandboxText(agent) : "";
+    if (boxed) {
+      const badge = el("span", "badge sandbox");
+      badge.append(lockIcon(boxed), document.createTextNode(boxed));
+      badge.title = sandboxTitle(agent);
+      marks.append(badge);
+    }
+    if (agent) marks.append(...noticeNodes(agent.notices));
+    marks.hidden = !marks.childElementCount;
     const conv = conversation(state.selected);
-    const bits = [];
-    if (conv.busy) bits.push("working…");
-    if (conv.queued) bits.push(`${conv.queued} queued`);
-    if (conv.title) bits.push(conv.title);
-    if (conv.usage) bits.push(usageText(conv.usage));
-    $("turn").textContent = bits.join(" · ");
     $("cancel").disabled = !conv.busy;
     for (const b of document.querySelectorAll("#agent-head [data-act]")) b.disabled = !agent;
     drawOptions(conv);
+  }
+
+  // What goes on in the agent's turn, not what its conversation is called: "working…", or the tool
+  // call it runs, or that it waits for the user; nothing between turns. Its usage beside it.
+  function drawTurn() {
+    const conv = conversation(state.selected);
+    const bits = [];
+    if (conv.busy) {
+      bits.push(waiting(state.selected) ? "waits for you" : "working…");
+      const tool = currentTool(conv);
+      if (tool) bits.push(tool);
+    }
+    if (conv.queued) bits.push(`${count(conv.queued)} queued`);
+    $("turn-now").textContent = bits.join(" · ");
+    $("turn-usage").textContent = isObject(conv.usage) ? usageText(conv.usage) : "";
+  }
+
+  //: The title of the tool call the agent's answer runs now (pending or in progress), or "".
+  function currentTool(conv) {
+    const messages = asList(conv.messages);
+    for (let i = messages.length - 1; i >= 0 && i >= messages.length - 4; i--) {
+      const message = messages[i];
+      if (!isObject(message) || message.role !== "agent" || message.done) continue;
+      const parts = asList(message.parts);
+      for (let j = parts.length - 1; j >= 0; j--) {
+        const part = parts[j];
+        if (isObject(part) && part.type === "tool" && (part.status === "pending" || part.status === "in_progress")) {
+          return asText(part.title) || asText(part.kind) || "a tool call";
+        }
+      }
+      return "";
+    }
+    return "";
   }
 
   // The agent's config options (model, mode, thought level…: a select, or a checkbox for a boolean
@@ -416,15 +580,10 @@
 
   function usageText(usage) {
     const parts = [];
-    if (usage.size) parts.push(`context ${Math.round((100 * usage.used) / usage.size)}%`);
-    parts.push(usage.cost ? money(usage.cost) : "cost unknown");
-    return parts.join(", ");
-  }
-
-  function money(m) {
-    if (!m) return "cost unknown";
-    const amount = Number(m.amount);
-    return (m.currency === "USD" ? "$" : "") + amount.toFixed(amount < 1 ? 4 : 2) + (m.currency === "USD" ? "" : " " + m.currency);
+    const used = Number(usage.used), size = Number(usage.size);
+    if (size > 0 && Number.isFinite(used)) parts.push(`context ${Math.round((100 * used) / size)}%`);
+    parts.push(money(usage.cost));
+    return parts.join(" · ");
   }
 
   // -- the conversation --------------------------------------------------------------------------
@@ -439,7 +598,7 @@
     const messages = asObjects(conversation(state.selected).messages);
     const from = Math.max(0, state.shownFrom[state.selected] ?? messages.length - SHOWN_MESSAGES);
     if (from > 0) {
-      const more = el("button", "", `Show ${from} earlier messages`);
+      const more = el("button", "", `Show ${count(from)} earlier messages`);
       more.onclick = () => { state.shownFrom[state.selected] = Math.max(0, from - SHOWN_MESSAGES); dirty.all = true; schedule(); };
       box.append(more);
     }
@@ -530,7 +689,8 @@
       entry.parts[i] = slot;
     }
     try {
-      if (kind === "text" || kind === "thought") drawText(slot, asText(part.text), !!message.done, kind);
+      if (kind === "text" && message.role === "user") drawTyped(slot, asText(part.text));
+      else if (kind === "text" || kind === "thought") drawText(slot, asText(part.text), !!message.done, kind);
       else if (kind === "plan") drawPlan(slot, part);
       else if (kind === "tool") drawTool(slot, part, message.agent);
       else { slot.node.className = "text"; slot.node.textContent = isObject(part) && typeof part.text === "string" ? part.text : raw(part); }
@@ -574,6 +734,14 @@
     }
     slot.size = text.length;
     slot.done = done;
+  }
+
+  // What the user typed is shown as typed: its text, its spaces and its lines, no Markdown.
+  function drawTyped(slot, text) {
+    if (slot.typed === text) return;
+    slot.node.className = "text";
+    slot.node.replaceChildren(el("pre", "plain typed", text.slice(0, MARKDOWN_MAX)));
+    slot.typed = text;
   }
 
   function thoughtBox(slot) {
@@ -675,21 +843,24 @@
     const next = oldestWaiting(state.selected);
     if (!next) return;
     asking = next.id;
+    $("ask-error").hidden = true;
     try {
       if (next.kind === "permission") askPermission(next);
       else askQuestion(next);
     } catch (error) { // shown as its text: it can still be declined, or left for later
       report(`the request ${asText(next.id)} could not be drawn, shown as text`, error);
-      $("ask-title").textContent = `${asText(next.agent)} asks`;
+      $("ask-title").textContent = `${agentTitle(next.agent)} asks`;
       $("ask-body").replaceChildren(el("pre", "plain", raw(next)));
       $("ask-options").replaceChildren(...(next.kind === "question" ? [declineButton(next)] : []), laterButton());
     }
     if (!dialog.open) dialog.showModal();
+    const first = $("ask-options").querySelector("[autofocus]");
+    if (first) first.focus();
   }
 
   function askPermission(p) {
     const tool = isObject(p.toolCall) ? p.toolCall : {};
-    $("ask-title").textContent = `${asText(p.agent)} asks: ${asText(tool.title) || asText(tool.kind) || "permission"}`;
+    $("ask-title").textContent = `${agentTitle(p.agent)} asks: ${asText(tool.title) || asText(tool.kind) || "permission"}`;
     const body = $("ask-body");
     body.replaceChildren();
     const diffs = asObjects(tool.diffs);
@@ -699,10 +870,13 @@
     options.replaceChildren();
     const choices = asObjects(p.options).filter((o) => typeof o.optionId === "string");
     if (!choices.length) body.append(el("p", "", "The agent offers no option to choose from."));
-    for (const option of choices) {
-      const b = el("button", asText(option.kind).startsWith("allow") ? "primary" : "", asText(option.name) || option.optionId);
+    for (const option of choices) { // allow-once alone is the default: never "always" nor a rejection
+      const once = option.kind === "allow_once";
+      const b = el("button", once ? "primary" : "", asText(option.name) || option.optionId);
       b.type = "button";
       b.dataset.option = option.optionId;
+      b.dataset.kind = asText(option.kind);
+      if (once && !options.querySelector("[autofocus]")) b.autofocus = true;
       b.onclick = () => act("ChatService.AnswerPermission", { id: p.id, optionId: option.optionId }).catch(() => {});
       options.append(b);
     }
@@ -712,8 +886,11 @@
   // A choice of a question's field, as text: a string or a number as it is, anything else as JSON.
   const choiceText = (c) => (c !== null && typeof c === "object" ? raw(c) : String(c));
 
+  // A question's form: each field under its title (`Branch *` when the form requires it) and its
+  // description; Answer sends nothing until each required field is filled, and says which are not.
+  // An optional field left empty is left out of the answer, as the console does.
   function askQuestion(q) {
-    $("ask-title").textContent = `${asText(q.agent)} asks`;
+    $("ask-title").textContent = `${agentTitle(q.agent)} asks`;
     const body = $("ask-body");
     body.replaceChildren(el("p", "", asText(q.message)));
     const url = typeof q.url === "string" && /^https?:\/\//i.test(q.url);
@@ -723,36 +900,79 @@
     }
     const schema = isObject(q.schema) ? q.schema : {};
     const props = isObject(schema.properties) ? schema.properties : {};
+    const required = new Set(asList(schema.required).filter((x) => typeof x === "string"));
     const fields = [];
     for (const [name, given] of Object.entries(props)) {
       const spec = isObject(given) ? given : {};
-      const label = el("label", "", asText(spec.title) || name);
+      const title = asText(spec.title) || name;
+      const label = el("label", "field");
+      const head = el("span", "field-name", title);
+      if (required.has(name)) head.append(" ", Object.assign(el("abbr", "required", "*"), { title: "required" }));
+      label.append(head);
+      const about = asText(spec.description);
+      if (about) label.append(el("span", "hint", about));
       let input;
+      let byText = null; // a choice's text → the choice itself (a number stays a number)
       const choices = Array.isArray(spec.enum) ? spec.enum : asObjects(spec.oneOf).map((o) => o.const).filter((c) => c !== undefined);
       if (choices.length) {
         input = el("select");
-        for (const c of choices) input.append(Object.assign(el("option", "", choiceText(c)), { value: choiceText(c) }));
+        byText = new Map();
+        for (const c of choices) {
+          byText.set(choiceText(c), c);
+          input.append(Object.assign(el("option", "", choiceText(c)), { value: choiceText(c) }));
+        }
+        if (spec.default !== undefined && byText.has(choiceText(spec.default))) input.value = choiceText(spec.default);
       } else if (spec.type === "boolean") {
-        input = Object.assign(el("input"), { type: "checkbox", checked: !!spec.default });
+        input = Object.assign(el("input"), { type: "checkbox", checked: spec.default === true });
       } else {
         input = Object.assign(el("input"), { type: spec.type === "number" || spec.type === "integer" ? "number" : "text" });
+        if (spec.type === "integer") input.step = "1";
         if (spec.default !== undefined) input.value = asText(spec.default);
       }
       input.name = name;
+      if (required.has(name)) { input.required = true; input.setAttribute("aria-required", "true"); }
       label.append(input);
       body.append(label);
-      fields.push([name, spec, input]);
+      fields.push({ name, spec, title, input, byText, needed: required.has(name) });
     }
+    if (fields.some((f) => f.needed)) body.append(el("p", "hint", "* required"));
+    const problem = $("ask-error");
+    problem.textContent = "";
+    problem.hidden = true;
     const options = $("ask-options");
     const answer = el("button", "primary", url ? "Done, go on" : "Answer");
     answer.type = "button";
     answer.onclick = () => {
       const values = {};
-      for (const [name, spec, input] of fields) {
-        if (spec.type === "boolean") values[name] = input.checked;
-        else if (spec.type === "number" || spec.type === "integer") values[name] = Number(input.value);
-        else values[name] = input.value;
+      const missing = [];
+      const wrong = [];
+      for (const f of fields) {
+        f.input.removeAttribute("aria-invalid");
+        if (f.spec.type === "boolean" && !f.byText) { values[f.name] = f.input.checked; continue; }
+        const text = f.input.value;
+        if (!text.trim()) {
+          if (f.needed) missing.push(f);
+          continue;
+        }
+        if (f.byText) values[f.name] = f.byText.has(text) ? f.byText.get(text) : text;
+        else if (f.spec.type === "number" || f.spec.type === "integer") {
+          const n = Number(text);
+          if (!Number.isFinite(n) || (f.spec.type === "integer" && !Number.isInteger(n))) wrong.push(f);
+          else values[f.name] = n;
+        } else values[f.name] = text;
       }
+      if (missing.length || wrong.length) {
+        const said = [];
+        const names = (list) => list.map((f) => f.title).join(", ");
+        if (missing.length) said.push(`${names(missing)} ${missing.length > 1 ? "are" : "is"} required`);
+        if (wrong.length) said.push(`${names(wrong)} must be ${wrong.length > 1 ? "numbers" : "a number"}`);
+        problem.textContent = said.join("; ") + ". Nothing was sent.";
+        problem.hidden = false;
+        for (const f of [...missing, ...wrong]) f.input.setAttribute("aria-invalid", "true");
+        [...missing, ...wrong][0].input.focus();
+        return;
+      }
+      problem.hidden = true;
       act("ChatService.AnswerQuestion", { id: q.id, values }).catch(() => {});
     };
     options.replaceChildren(answer, declineButton(q), laterButton());
@@ -794,7 +1014,9 @@
       const list = el("div", "list");
       for (const row of rows) {
         const item = el("div", "item");
-        item.append(el("div", "", row.title || "(untitled)"), el("div", "snippet", `${row.messages} messages · ${row.updatedAt}`));
+        const said = el("div", "snippet", `${count(row.messages)} messages · `);
+        said.append(timeNode(row.updatedAt));
+        item.append(el("div", "", asText(row.title) || "(untitled)"), said);
         const open = el("button", "", "Open");
         open.onclick = () => act("ChatService.OpenConversation", { id: row.id }).then(() => showTab("chat"), () => {});
         item.append(open);
@@ -812,7 +1034,9 @@
       const list = el("div", "list");
       for (const row of rows) {
         const item = el("div", "item");
-        item.append(el("div", "", `${row.agent} · ${row.role} · ${row.at}`), el("div", "snippet", row.snippet));
+        const said = el("div", "", `${agentTitle(row.agent)} · ${asText(row.role)} · `);
+        said.append(timeNode(row.at));
+        item.append(said, snippetNode(row.snippet));
         const open = el("button", "", "Open");
         open.onclick = () => act("ChatService.OpenConversation", { id: row.conversationId }).then(() => { select(row.agent); showTab("chat"); }, () => {});
         item.append(open);
@@ -820,6 +1044,26 @@
       }
       box.append(list);
     }, (e) => box.replaceChildren(el("div", "empty", e.message)));
+  }
+
+  //: A stored time, in the browser's time zone; the time as stored in its tooltip.
+  function timeNode(iso) {
+    const node = el("time", "", when(iso));
+    if (asText(iso)) { node.dateTime = asText(iso); node.title = asText(iso); }
+    return node;
+  }
+
+  // A search hit's words, the matches (between the `**` the search puts around them) highlighted;
+  // everything is text. A `**` left unpaired is shown as it is.
+  function snippetNode(snippet) {
+    const node = el("div", "snippet");
+    const bits = asText(snippet).split("**");
+    if (bits.length % 2 === 0) bits.splice(-2, 2, bits.at(-2) + "**" + bits.at(-1));
+    bits.forEach((bit, i) => {
+      if (i % 2) node.append(el("mark", "", bit));
+      else if (bit) node.append(document.createTextNode(bit));
+    });
+    return node;
   }
 
   function showWorktree() {
@@ -840,34 +1084,89 @@
     if (!usageTimer) usageTimer = setTimeout(() => { usageTimer = null; refreshUsage(); }, 1000);
   }
 
+  // The header's sum; on the Usage tab, the whole of `deck usage` and `deck usage --by day`.
   function refreshUsage(show) {
-    call("DeckService.Usage").then((usage) => {
+    const shown = show || state.tab === "usage";
+    call("DeckService.Usage", shown ? { by: "day" } : {}).then((usage) => {
+      if (!isObject(usage)) return;
       state.usage = usage;
-      const total = Object.entries(usage.total || {}).map(([c, a]) => money({ amount: a, currency: c })).join(" + ");
-      $("spent").textContent = total ? `spent ${total}` : "";
-      if (show || state.tab === "usage") drawUsage(usage);
-    }, () => {});
+      const total = sum(usage.sinceStart) || sum(usage.total);
+      $("spent").replaceChildren(...(total ? [el("span", "wide", "spent "), total] : []));
+      $("spent").title = total ? "What the agents spent since the server started" : "";
+      if (shown) guarded("the usage", () => drawUsage(usage));
+    }, (e) => { if (shown) $("usage").replaceChildren(el("div", "empty", e.message)); });
   }
 
-  function drawUsage(usage) {
-    const table = el("table", "usage");
+  function table(headings, rows, cls) {
+    const t = el("table", cls);
     const head = el("tr");
-    for (const h of ["agent", "context", "conversation", "today"]) head.append(el("th", "", h));
-    table.append(head);
-    for (const [name, row] of Object.entries(usage.agents || {})) {
+    for (const h of headings) head.append(el("th", "", h));
+    t.append(head);
+    for (const cells of rows) {
       const tr = el("tr");
-      const today = Object.entries(row.today || {}).map(([c, a]) => money({ amount: a, currency: c })).join(" + ");
-      tr.append(
-        el("td", "", name),
-        el("td", "", row.size ? `${row.used} / ${row.size}` : "—"),
-        el("td", "", row.cost ? money(row.cost) : "cost unknown"),
-        el("td", "", today || "—"),
-      );
-      table.append(tr);
+      for (const [i, cell] of cells.entries()) {
+        const td = el("td");
+        td.dataset.label = headings[i]; // on a phone a row is a card, each value under its heading
+        if (cell instanceof Node) td.append(cell);
+        else td.textContent = cell;
+        tr.append(td);
+      }
+      t.append(tr);
     }
+    const box = el("div", "table");
+    box.append(t);
+    return box;
+  }
+
+  const orNothing = (text) => text || "nothing spent yet";
+
+  function drawUsage(usage) {
     const box = $("usage");
-    box.replaceChildren(table);
-    if ((usage.notCounted || []).length) box.append(el("p", "snippet", `Not counted (they report no cost): ${usage.notCounted.join(", ")}`));
+    const tokens = isObject(usage.tokens) ? usage.tokens : {};
+    const lines = el("div", "totals");
+    lines.append(
+      el("p", "", `Since the server started: ${orNothing(sum(usage.sinceStart))} · today: ${orNothing(sum(usage.today))}`),
+      el("p", "", `The agents' conversations: ${sum(usage.total) || "no cost reported"}`),
+    );
+    if (Number(tokens.sinceStart)) lines.append(el("p", "", `Tokens reported: ${count(tokens.sinceStart)} since the server started, ${count(tokens.today)} today`));
+    const rows = [];
+    for (const [name, given] of Object.entries(isObject(usage.agents) ? usage.agents : {})) {
+      const row = isObject(given) ? given : {};
+      const used = Number(row.used) || 0, size = Number(row.size) || 0;
+      const counted = isObject(row.tokens) ? row.tokens : {};
+      const unknown = !isObject(row.cost) && !sum(row.spent);
+      const agent = state.agents.get(name);
+      const budget = asObjects(agent && agent.notices).filter((n) => n.source === "budget");
+      const budgetCell = el("div", "");
+      if (budget.length) budgetCell.append(...noticeNodes(budget));
+      else budgetCell.textContent = "—";
+      rows.push([
+        agentTitle(name),
+        size ? `${count(used)} / ${count(size)}` : used ? count(used) : "not reported",
+        Number(counted.conversation) ? count(counted.conversation) : "—",
+        unknown ? "cost unknown (not counted)" : money(row.cost),
+        unknown ? "—" : orNothing(sum(row.spent)),
+        unknown ? "—" : orNothing(sum(row.today)),
+        budgetCell,
+      ]);
+    }
+    const parts = [lines, table(["agent", "context", "tokens", "conversation", "since start", "today", "budget"], rows, "usage")];
+    if (asList(usage.notCounted).length) parts.push(el("p", "snippet", `Not counted (they report no cost): ${asList(usage.notCounted).map(agentTitle).join(", ")}`));
+    if (Array.isArray(usage.days)) {
+      parts.push(el("h3", "", "Per day"));
+      const days = asObjects(usage.days);
+      if (!days.length) parts.push(el("div", "empty", "No cost reported yet."));
+      else {
+        const dayRows = [...days].reverse().map((day) => [
+          asText(day.day),
+          orNothing(sum(day.total)),
+          Object.keys(isObject(day.agents) ? day.agents : {}).sort().map((name) => `${agentTitle(name)} ${sum(day.agents[name])}`).join(", ") || "—",
+          Number(day.tokens) ? count(day.tokens) : "—",
+        ]);
+        parts.push(table(["day", "spent", "by agent", "tokens"], dayRows, "usage days"));
+      }
+    }
+    box.replaceChildren(...parts);
   }
 
   // -- what the user does ------------------------------------------------------------------------
@@ -889,10 +1188,22 @@
     act("ChatService.Send", { agent: state.selected, text }).then(() => { box.value = ""; }, () => {});
   }
 
-  function toast(text, kind) {
-    const node = el("div", "toast" + (kind ? " " + kind : ""), text);
-    $("toasts").append(node);
-    setTimeout(() => node.remove(), 6000);
+  //: A passing word: an error unless `level` says info or warning; a click takes it away.
+  // The toasts are a popover: in the top layer, above a permission's or a question's dialog too.
+  function toast(text, level) {
+    const box = $("toasts");
+    const node = el("div", "toast " + (level || "error"), text);
+    const gone = () => {
+      node.remove();
+      if (!box.childElementCount && box.matches(":popover-open")) box.hidePopover();
+    };
+    node.onclick = gone;
+    box.append(node);
+    if (box.showPopover) {
+      if (box.matches(":popover-open")) box.hidePopover(); // shown again: on top of what opened since
+      box.showPopover();
+    }
+    setTimeout(gone, 6000);
   }
 
   function wire() {
