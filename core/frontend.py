@@ -93,3 +93,12 @@ def stdout_failed(exc: OSError) -> int:
     except OSError:
         pass
     return 1
+
+
+def action_usage(action: dict[str, Any]) -> str:
+    """How a plugin's action (`DeckService.Actions()`) is typed: `/history [AGENT]`, `/search WORDS`."""
+    words = [f"/{action['name']}"]
+    for param in action.get("params") or []:
+        shown = param.get("metavar") or str(param["name"]).upper()
+        words.append(shown if param.get("required") else f"[{shown}]")
+    return " ".join(words)

@@ -73,6 +73,17 @@ def deck_register_services(deck: Deck) -> dict[str, object] | None:
     `deck.call` (and every frontend, the jsonl bridge) can call. Called once, as the deck is made."""
 
 
+@hookspec
+def deck_register_actions(deck: Deck) -> list[dict[str, Any]] | None:
+    """Actions a plugin offers the user, as data every frontend shows alike (line mode as `/NAME`, the
+    console in its menu, the web page in its own): each `{name, help, method, params, shows}`, where
+    `method` is a service method, `params` its parameters in the order typed (`[{name, help, metavar?,
+    required?, agent?, rest?}]`: `agent`, an agent's name, the current one when it is required and not
+    given; `rest`, the rest
+    of the line), `shows` how its result reads (`deck.runtime.actions.SHOWS`), `empty` what to say of an
+    empty result. Called once, as the deck is made; `DeckService.Actions()` and the snapshot list them."""
+
+
 @hookspec(firstresult=True)
 def deck_history_provider(deck: Deck) -> HistoryProvider | None:
     """Where `deck`'s conversations are kept beyond one run: the provider `ChatService.History`,

@@ -43,7 +43,7 @@ from deck.events import (
     UsageChanged,
     handles,
 )
-from deck.frontend import Frontend, read_lines, stdout_failed
+from deck.frontend import Frontend, action_usage, read_lines, stdout_failed
 from deck.frontends.words import money, state_word, word
 from deck.plugins.announcements.events import AgentAnnouncement
 from deck.plugins.notify.events import NotifySent
@@ -91,8 +91,6 @@ COMMANDS = (
     ("/inbox", "what waits for you in every agent, oldest first"),
     ("/next", "go to the oldest: its agent becomes the current one, its request is shown again"),
     ("/logs [AGENT]", "an agent's last stderr lines"),
-    ("/history [AGENT]", "the stored conversations, newest first: id, title, last update, messages"),
-    ("/search WORDS", "the stored messages holding every word (word* for a prefix)"),
     ("/new [AGENT]", "a new conversation for the agent (the old one stays in the history)"),
     ("/mode [ID]", "the current agent's session modes, or switch to mode ID"),
     ("/model [ID]", "the models it offers (its config option of category model), or choose one"),
@@ -100,10 +98,7 @@ COMMANDS = (
     ("/queue", "the current agent's messages waiting to be sent, numbered"),
     ("/unqueue N", "take message N out of the queue: it is not sent"),
     ("/edit N TEXT", "replace the text of queued message N"),
-    ("/open ID", "make stored conversation ID its agent's current one"),
-    ("/diff [AGENT]", "its worktree's work as a diff against its base branch (worktree = true)"),
-    ("/merge [AGENT]", "merge its worktree's work into its base branch"),
-    ("/help", "this help, then the current agent's own commands"),
+    ("/help", "this help, then the plugins' commands, then the current agent's own"),
     ("//NAME ...", "the agent's own command NAME, even where deck has one of that name (else /NAME reaches it)"),
     ("/quit", "stop the agents and leave"),
     ("", "attached to a server (deck attach), /quit only detaches: the server and its agents go on"),
@@ -190,6 +185,8 @@ class LineFrontend(Frontend):
         self.agents: list[str] = []
         #: Each agent's own slash commands (ACP available_commands_update), by name.
         self.agent_commands: dict[str, dict[str, str]] = {}
+        #: What the plugins offer to do (`DeckService.Actions()`, in the snapshot): `/NAME ARGS`, by name.
+        self.actions: dict[str, dict[str, Any]] = {}
         self.theme = "dark"
         self.language = "en"
         self.current: str | None = None
@@ -298,6 +295,7 @@ class LineFrontend(Frontend):
     def _load(self, snapshot: dict[str, Any]) -> None:
         """Where deck is as this frontend starts: its agents, its config, what waits for an answer."""
         self.agents = [info["name"] for info in snapshot["agents"]]
+        self.actions = {a["name"]: a for a in snapshot.get("actions") or [] if a["name"] not in DECK_COMMANDS}
         self._settings(snapshot["config"])
         self.current = self.agents[0] if self.agents else None
         for name, conversation in (snapshot.get("conversations") or {}).items():
@@ -775,10 +773,6 @@ class LineFrontend(Frontend):
             self._spawn(self._inbox(), DECK)
         elif name == "next":
             self._next()
-        elif name == "history":
-            self._spawn(self._history(args[0] if args else None), DECK)
-        elif name == "search":
-            self._spawn(self._search(line[len(name) + 1 :].strip()), DECK)
         elif name == "new":
             agent = args[0] if args else self.current
             if agent is None or agent not in self.agents:
@@ -803,17 +797,8 @@ class LineFrontend(Frontend):
                 self.error(DECK, f"/edit {number} TEXT: the new text (to drop message {number}: /unqueue {number})")
                 return
             self._spawn(self._queue(self.current, name, int(number) if number.isdigit() else 0, text), self.current)
-        elif name == "open":
-            if len(args) != 1:
-                self.error(DECK, "/open ID: the id of a conversation that /history lists")
-                return
-            self._spawn(self._open(args[0]), DECK)
-        elif name in ("diff", "merge"):
-            agent = args[0] if args else self.current
-            if agent is None:
-                self.error(DECK, f"/{name} AGENT: the agent whose worktree it is")
-                return
-            self._spawn(self._diff(agent) if name == "diff" else self._merge(agent), agent)
+        elif name in self.actions:
+            self._action(self.actions[name], line[len(name) + 1 :].strip())
         elif name == "help":
             self._help()
         elif name == "quit":
@@ -856,6 +841,12 @@ class LineFrontend(Frontend):
     def _help(self) -> None:
         for line in HELP.splitlines():
             self.emit(DECK, line)
+        if self.actions:
+            self.emit(DECK, "the plugins' commands:")
+            usages = {name: action_usage(action) for name, action in self.actions.items()}
+            width = max(len(COMMANDS[0][0]), *(len(u) for u in usages.values()))
+            for name, action in self.actions.items():
+                self.emit(DECK, one_line(f"{usages[name]:<{width}}  {action['help']}", 300))
         commands = self.agent_commands.get(self.current or "", {})
         if commands:
             self.emit(DECK, f"{self.current}'s own commands (sent to it as a message; //NAME for one that deck's hides):")
@@ -941,10 +932,48 @@ class LineFrontend(Frontend):
             else:
                 self.emit(info["name"], shown)
 
-    async def _history(self, agent: str | None) -> None:
-        rows = await self.client.call("ChatService.History", {"agent": agent} if agent else {})
-        if not rows:
-            self.emit(DECK, "no stored conversations" + (f" of {agent}" if agent else ""), "dim")
+    def _action(self, action: dict[str, Any], text: str) -> None:
+        """A plugin's command, `/NAME ARGS`: its parameters from the words typed (an agent's name, the
+        current one by default), its method called, its result shown as the action says it reads."""
+        words, params, said = text.split(), {}, DECK
+        for n, param in enumerate(action["params"]):
+            value: str | None = text.split(None, n)[n] if param.get("rest") and len(words) > n else None
+            value = value if value is not None else (words[n] if len(words) > n else None)
+            if value is None and param.get("agent") and param.get("required"):
+                value = self.current  # an agent it must name: the current one
+            if value is None and param.get("required"):
+                self.error(DECK, f"{action_usage(action)}: {param['help'] or param['name']}")
+                return
+            if value is not None:
+                params[param["name"]] = value
+            if param.get("agent") and value is not None:
+                said = value
+        self._spawn(self._acted(action, params, said), said)
+
+    async def _acted(self, action: dict[str, Any], params: dict[str, Any], said: str) -> None:
+        result = await self.client.call(action["method"], params)
+        if not result and action.get("empty"):
+            self.emit(said, action["empty"], "dim")
+            return
+        show = {"conversations": self._conversations, "messages": self._messages, "diff": self._diff,
+                "table": self._table, "conversation": self._opened}.get(action["shows"], self._text)  # fmt: skip
+        show(said, result)
+
+    def _text(self, said: str, result: Any) -> None:
+        if isinstance(result, dict) and isinstance(result.get("summary"), str):
+            result = result["summary"]
+        self.emit(said, result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
+
+    def _table(self, said: str, rows: Any) -> None:
+        for row in rows if isinstance(rows, list) else [rows]:
+            shown = " · ".join(f"{k}: {v}" for k, v in row.items()) if isinstance(row, dict) else str(row)
+            self.emit(said, one_line(shown, 500))
+
+    def _opened(self, said: str, result: Any) -> None:
+        if isinstance(result, dict) and result.get("agent") in self.agents:
+            self.current = result["agent"]
+
+    def _conversations(self, said: str, rows: Any) -> None:
         for row in rows:
             count = f"{row['messages']} message{'' if row['messages'] == 1 else 's'}"
             title = " ".join((row["title"] or "").split())
@@ -1023,13 +1052,7 @@ class LineFrontend(Frontend):
             await self.client.call("ChatService.EditQueued", {"agent": agent, "id": message_id, "text": text})
             self.emit(agent, f"message {number} edited", "dim")
 
-    async def _search(self, words: str) -> None:
-        if not words:
-            self.error(DECK, "/search WORDS: the words to find")
-            return
-        hits = await self.client.call("ChatService.Search", {"query": words})
-        if not hits:
-            self.emit(DECK, "nothing found", "dim")
+    def _messages(self, said: str, hits: Any) -> None:
         for hit in hits:
             snippet = " ".join(hit["snippet"].split())
             pieces: Pieces = [(f"{hit['conversationId']}  {hit['role']}: ", "")]
@@ -1038,23 +1061,10 @@ class LineFrontend(Frontend):
                     pieces.append((piece, "bold" if n % 2 else ""))
             self.emit(hit["agent"], pieces)
 
-    async def _diff(self, agent: str) -> None:
-        text = await self.client.call("WorktreeService.Diff", {"agent": agent})
-        if not text:
-            self.emit(agent, "no change in its worktree", "dim")
-            return
+    def _diff(self, agent: str, text: Any) -> None:
         styles = (("+++", "bold"), ("---", "bold"), ("diff --git", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
         self.emit(agent, [(line + "\n", next((s for start, s in styles if line.startswith(start)), ""))
                           for line in text.removesuffix("\n").split("\n")])  # fmt: skip
-
-    async def _merge(self, agent: str) -> None:
-        merged = await self.client.call("WorktreeService.Merge", {"agent": agent})
-        files = len(merged["files"])
-        self.emit(agent, f"merged into {merged['base']} as {merged['commit'][:12]} ({files} file{'' if files == 1 else 's'})")
-
-    async def _open(self, conversation_id: str) -> None:
-        opened = await self.client.call("ChatService.OpenConversation", {"id": conversation_id})
-        self.current = opened["agent"]
 
     def _answer(self, number: str | None, deny: bool = False, always: bool = False) -> None:
         """/allow [N], /deny: the current agent's oldest waiting request, else its next one.

@@ -105,6 +105,8 @@ class Deck:
             "DeckService": DeckService(self),
         }
         self.services.update(self.hooks.register_services(set(self.services)))
+        #: What the plugins offer the user to do (`deck_register_actions`): `DeckService.Actions()`.
+        self.actions: list[dict[str, Any]] = self.hooks.register_actions()
         #: Set by a plugin (logs, for `--trace`) before agents start: every ACP line goes to `deck_acp_message`.
         self.trace_acp = False
         self.trace_path: Path | None = None

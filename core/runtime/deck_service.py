@@ -41,6 +41,12 @@ class DeckService:
         frontend = getattr(self.deck.frontend, "name", "") or ""
         return [{"id": 1, "pid": os.getpid(), "uid": os.getuid(), "frontend": frontend, "since": self.since}]
 
+    @rpc("DeckService.Actions")
+    def actions(self) -> list[dict[str, Any]]:
+        """What the plugins offer the user to do: `[{name, help, method, params, shows, source, empty?}]`
+        (`deck_register_actions`), in the order the plugins gave them."""
+        return list(self.deck.actions)
+
     @rpc("DeckService.Inbox")
     def inbox(self) -> list[dict[str, Any]]:
         """The permission requests and questions waiting in every agent, oldest first:
@@ -130,7 +136,7 @@ class DeckService:
 
     @rpc("DeckService.Snapshot")
     async def snapshot(self) -> dict[str, Any]:
-        """`{seq, agents, conversations: {agent: Conversation}, pending, config}`, consistent at `seq`.
+        """`{seq, agents, conversations: {agent: Conversation}, pending, config, actions}`, consistent at `seq`.
 
         Read with the services' own methods, so each piece is exactly what a call of it returns:
         `agents` is `AgentService.List()`, `conversations` holds `ChatService.Conversation(agent)`
@@ -147,6 +153,7 @@ class DeckService:
             config = await deck.call("ConfigService.Current", None)
             if deck.seq == seq:
                 return {
-                    "seq": seq, "agents": agents, "conversations": conversations, "pending": pending, "config": config
-                }
+                    "seq": seq, "agents": agents, "conversations": conversations, "pending": pending, "config": config,
+                    "actions": list(deck.actions),
+                }  # fmt: skip
         raise ServiceError(f"the deck kept changing while its snapshot was read ({SNAPSHOT_TRIES} tries)")

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from deck.errors import PromptRefused, ServiceError
+from deck.runtime import actions
 
 if TYPE_CHECKING:
     import pluggy
@@ -153,6 +154,21 @@ class Hooks(PluginHooks):
         self.host_timeout = HOST_PLUGIN_TIMEOUT
 
     # -- the hooks ------------------------------------------------------------------------------
+
+    def register_actions(self) -> list[dict[str, Any]]:
+        """The plugins' actions, each checked (`actions.checked`); a bad one, or a name taken, is refused."""
+        found: dict[str, dict[str, Any]] = {}
+        for function, argnames, plugin in self._impls("deck_register_actions"):
+            try:
+                offered = function(*[self.context[arg] for arg in argnames]) or []
+                for action in offered:
+                    action = actions.checked(action, plugin)
+                    if action["name"] in found:
+                        raise ValueError(f"action {action['name']!r} is another plugin's")
+                    found[action["name"]] = action
+            except Exception as exc:
+                self.failed(plugin, "deck_register_actions", exc)
+        return list(found.values())
 
     def register_services(self, taken: set[str]) -> dict[str, object]:
         """The plugins' services; a name already `taken` (the core's, another plugin's) is refused."""

@@ -104,6 +104,25 @@ def deck_config_sections() -> dict[str, type[BaseModel]]:
     return {"history": HistorySettings}
 
 
+#: What the history offers the user to do, in every frontend (`deck_register_actions`).
+ACTIONS = [
+    {"name": "history", "help": "the stored conversations, newest first: id, title, last update, messages",
+     "method": "ChatService.History", "shows": "conversations", "empty": "no stored conversations",
+     "params": [{"name": "agent", "help": "only this agent's", "agent": True}]},
+    {"name": "search", "help": "the stored messages holding every word (word* for a prefix)",
+     "method": "ChatService.Search", "shows": "messages", "empty": "nothing found",
+     "params": [{"name": "query", "help": "the words to find", "metavar": "WORDS", "required": True, "rest": True}]},
+    {"name": "open", "help": "make stored conversation ID its agent's current one",
+     "method": "ChatService.OpenConversation", "shows": "conversation",
+     "params": [{"name": "id", "help": "the id of a conversation that /history lists", "metavar": "ID", "required": True}]},
+]  # fmt: skip
+
+
+@hookimpl
+def deck_register_actions() -> list[dict[str, Any]]:
+    return ACTIONS
+
+
 @hookimpl
 async def deck_startup(deck: Deck) -> None:
     import asyncio

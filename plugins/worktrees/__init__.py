@@ -14,7 +14,7 @@ merged like the others; removing one is refused while it holds work not in its b
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deck import hookimpl
 from deck.events import Event
@@ -38,6 +38,22 @@ def deck_register_services(deck: Deck) -> dict[str, object]:
     worktrees = Worktrees(deck)
     deck.pm.register(worktrees, name="worktrees.deck")  # its hooks: for this deck only
     return {"WorktreeService": worktrees.service}
+
+
+#: What the worktrees offer the user to do, in every frontend (`deck_register_actions`).
+ACTIONS = [
+    {"name": "diff", "help": "its worktree's work as a diff against its base branch (worktree = true)",
+     "method": "WorktreeService.Diff", "shows": "diff", "empty": "no change in its worktree",
+     "params": [{"name": "agent", "help": "the agent whose worktree it is", "agent": True, "required": True}]},
+    {"name": "merge", "help": "merge its worktree's work into its base branch",
+     "method": "WorktreeService.Merge", "shows": "text",
+     "params": [{"name": "agent", "help": "the agent whose worktree it is", "agent": True, "required": True}]},
+]  # fmt: skip
+
+
+@hookimpl
+def deck_register_actions() -> list[dict[str, Any]]:
+    return ACTIONS
 
 
 @hookimpl

@@ -327,7 +327,9 @@ class WorktreeService:
         found = await worktrees.status(agent, place)
         worktrees.deck.emit(WorktreeChanged(agent, len(found.files), found.ahead, found.dirty))
         await worktrees.check_overlaps()
-        return result
+        files = len(result.get("files") or [])
+        summary = f"merged into {result['base']} as {str(result['commit'])[:12]} ({files} file{'' if files == 1 else 's'})"
+        return {**result, "summary": summary}
 
     async def _about(self, agent: str) -> str:
         """What the agent's work is, for its commits: its conversation's title, else its first user

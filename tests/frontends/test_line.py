@@ -210,7 +210,7 @@ def test_commands_and_unknown_command(line_deck):
     deck.expect(r"\[deck\] unknown command: /frobnicate")
     deck.expect(r"\[deck\] /allow \[N\] .*")  # the help
     deck.send("/help")
-    deck.expect(r"\[deck\] /help +this help, then the current agent.s own commands")
+    deck.expect(r"\[deck\] /help +this help, then the plugins' commands, then the current agent.s own")
     deck.send("/stop b")
     deck.expect(r"\[b\] stopped")
     deck.send("/restart a")

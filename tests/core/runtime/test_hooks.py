@@ -155,6 +155,12 @@ class Recording:
     def deck_history_provider(self, deck):
         self.called.add("deck_history_provider")  # None: the history plugin's answers
 
+    @hookimpl
+    def deck_register_actions(self, deck):
+        self.called.add("deck_register_actions")
+        return [{"name": "echo-it", "help": "say it again", "method": "RecordingService.Echo", "shows": "text",
+                 "params": [{"name": "text", "help": "what to say", "required": True, "rest": True}]}]  # fmt: skip
+
 
 class RecordingService:
     """A plugin's service: callable by its wire name like the core's."""
@@ -174,6 +180,8 @@ def make_frontend(plugin: Recording) -> type[deck.Frontend]:
             events = Recorder()
             running.subscribe(events)
             assert await running.call("RecordingService.Echo", {"text": "hi"}) == "hi"
+            offered = {a["name"]: a for a in await running.call("DeckService.Actions", {})}
+            assert offered["echo-it"]["source"] == "recording" and offered["echo-it"]["method"] == "RecordingService.Echo"
             assert await running.call("ChatService.History", {}) == []  # the history plugin's provider
             await running.call("ChatService.Send", {"agent": "a", "text": "hi"})
             await events.wait_event("turn:changed", agent="a", busy=False)
