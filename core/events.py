@@ -275,15 +275,18 @@ class ClientsChanged(Event):
 class Notice(Event):
     """What a plugin tells the user, worded by the plugin (`Deck.notice`): every frontend shows it
     one way whatever its source. A `sticky` one also stays on its agent (`AgentService.List()`'s
-    `notices`, in the snapshot) until its source says `""` for that agent."""
+    `notices`, in the snapshot) until its source says `""` for that agent. An alert (`bell`,
+    `desktop`) is rung and shown as the terminal's notification where a frontend can, not as a line."""
 
     name: ClassVar[str] = "deck:notice"
-    _optional: ClassVar[frozenset[str]] = frozenset({"agent"})
+    _optional: ClassVar[frozenset[str]] = frozenset({"agent", "bell", "desktop"})
     source: str
     level: str
     text: str
     agent: str | None = None
     sticky: bool = False
+    bell: bool | None = None
+    desktop: bool | None = None
 
 
 ALL_EVENTS: tuple[type[Event], ...] = (

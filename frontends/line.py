@@ -45,9 +45,6 @@ from deck.events import (
 )
 from deck.frontend import Frontend, action_usage, read_lines, stdout_failed
 from deck.frontends.words import money, state_word, word
-from deck.plugins.announcements.events import AgentAnnouncement
-from deck.plugins.notify.events import NotifySent
-from deck.plugins.worktrees.events import WorktreeOverlap
 from deck.states import AgentState
 from deck.tty import alert, one_line, printable, sgr_spans, terminal_text
 
@@ -71,7 +68,7 @@ Pieces = list[tuple[str, str]]
 #: and how many of them may wait for one agent.
 ANSWER_WAIT = 60.0
 #: How a notice of each level is shown.
-NOTICE_STYLES = {"warning": "yellow", "error": "red"}
+NOTICE_STYLES = {"info": "dim", "warning": "yellow", "error": "red"}
 ANSWERS_MAX = 100
 #: (command, what it does): the /help table.
 COMMANDS = (
@@ -448,18 +445,16 @@ class LineFrontend(Frontend):
             status = entry.get("status", "pending")
             self.emit(agent, f"  {PLAN_MARKS.get(status, '[ ]')} {entry.get('content', '')}", STATUS_STYLES.get(status, ""))
 
-    @handles(NotifySent)
-    def _notified(self, e: NotifySent) -> None:
-        """The notify plugin tells of a moment: the bell, and a terminal notification, when on a terminal."""
-        sound = alert(e.agent, e.title, e.bell is True, e.desktop is True) if self.tty else ""
-        if sound:
-            self._buffer.write(sound)  # in order with what is printed, and never in the middle of a line's escapes
-            self._schedule_flush()
-
     @handles(Notice)
     def _notice(self, e: Notice) -> None:
-        """What a plugin tells the user, as it words it; a sticky one taken back says nothing."""
-        if e.text:
+        """What a plugin tells the user, as it words it; a sticky one taken back says nothing. An alert
+        is the bell and a terminal notification, on a terminal."""
+        if e.bell or e.desktop:
+            sound = alert(e.agent or "", e.text, e.bell is True, e.desktop is True) if self.tty else ""
+            if sound:
+                self._buffer.write(sound)  # in order with what is printed, never in the middle of a line's escapes
+                self._schedule_flush()
+        elif e.text:
             self.emit(e.agent or DECK, e.text, NOTICE_STYLES.get(e.level, ""))
 
     @handles(UsageChanged)
@@ -542,10 +537,6 @@ class LineFrontend(Frontend):
     def _question_resolved(self, e: QuestionResolved) -> None:
         self._asks.pop(e.id, None)
 
-    @handles(AgentAnnouncement)
-    def _agent_announcement(self, e: AgentAnnouncement) -> None:
-        self.emit(f"{e.target} → {e.requester}", e.text, "italic")
-
     @handles(ConfigChanged)
     def _config_changed(self, e: ConfigChanged) -> None:
         self._spawn(self._reload_config(), DECK)
@@ -579,17 +570,6 @@ class LineFrontend(Frontend):
             count = e.value.get("messageIds") or ()
             self.emit(e.agent, f"{len(count)} earlier message(s) let go to keep the conversation under its"
                       " cap ([limits] conversationSize): the history keeps them", "dim")  # fmt: skip
-
-    @handles(WorktreeOverlap)
-    def _worktree_overlap(self, e: WorktreeOverlap) -> None:
-        agents = ", ".join(e.agents)
-        if e.count == 1:
-            self.emit(DECK, f"{e.file} is changed in the worktrees of {agents}", "yellow")
-        elif e.count:
-            shown = ", ".join(e.files[:5]) + (", …" if e.count > 5 else "")
-            self.emit(DECK, f"{e.count} files are changed in the worktrees of {agents}: {shown}", "yellow")
-        else:
-            self.emit(DECK, f"the worktrees of {agents} no longer change the same files", "dim")
 
     @handles(PluginError)
     def _plugin_error(self, e: PluginError) -> None:

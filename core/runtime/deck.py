@@ -229,9 +229,13 @@ class Deck:
                     self.emit(PluginError(getattr(listener, "__qualname__", "frontend"), "event", repr(exc)))
         self.hooks.event(event)
 
-    def notice(self, source: str, text: str, *, agent: str | None = None, level: str = "info", sticky: bool = False) -> None:
+    def notice(
+        self, source: str, text: str, *, agent: str | None = None, level: str = "info", sticky: bool = False,
+        bell: bool = False, desktop: bool = False,
+    ) -> None:
         """Tell the user `text` (`deck:notice`), as plugin `source` words it; `level` is info, warning or
-        error. A `sticky` notice stays on `agent` (on the deck: None) until `source` says "" for it."""
+        error. A `sticky` notice stays on `agent` (on the deck: None) until `source` says "" for it.
+        `bell`, `desktop`: an alert, rung and shown as the terminal's notification, not as a line."""
         if level not in NOTICE_LEVELS:
             raise ValueError(f"unknown notice level {level!r}: {', '.join(NOTICE_LEVELS)}")
         if sticky:
@@ -239,7 +243,7 @@ class Deck:
                 self._notices[(source, agent)] = {"source": source, "level": level, "text": text}
             elif self._notices.pop((source, agent), None) is None:
                 return  # nothing to take back
-        self.emit(Notice(source, level, text, agent, sticky))
+        self.emit(Notice(source, level, text, agent, sticky, bell or None, desktop or None))
 
     def notices_of(self, agent: str | None) -> list[dict[str, str]]:
         """The sticky notices on `agent` (on the deck: None), in the order given."""

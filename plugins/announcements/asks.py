@@ -140,6 +140,7 @@ class Ask:
         if self.given_up:  # the requester stopped waiting: what the target still says is nobody's
             return
         self.deck.emit(AgentAnnouncement(self.requester, self.target.name, self.ticket_id, text, now_iso()))
+        self.deck.notice("announcements", f"{self.target.name} → {self.requester}: {text}", agent=self.requester)
 
     def give_up(self) -> None:
         """Nobody waits for the answer any more: the target's session is cancelled, and it goes quiet."""

@@ -110,7 +110,7 @@ class Notify:
         if now is None:
             return
         config = settings(self.deck)  # the config in force now
-        self.deck.emit(NotifySent(now.agent, now.what, one_line(now.title, TITLE_MAX), config.bell, config.desktop))
+        self._alert(now.agent, now.what, now.title)
         self.senders.send(now)
 
     async def _tell_requests(self, agent: str) -> None:
@@ -127,7 +127,7 @@ class Notify:
                 moment = await self._waiting_of(agent, {i: t for i, t in asked.items() if t <= ripe})
                 if moment is not None:
                     config = settings(self.deck)
-                    self.deck.emit(NotifySent(agent, "input", one_line(moment.title, TITLE_MAX), config.bell, config.desktop))
+                    self._alert(agent, "input", moment.title)
                     self.senders.send(moment)
                 await asyncio.sleep(COALESCE)
         finally:
@@ -152,6 +152,15 @@ class Notify:
                 return None  # a new turn started (the user is there), or the error is the moment
             return Moment(moment.agent, moment.what, _how_the_turn_ended(self.deck, moment.agent), moment.since)
         return moment
+
+    def _alert(self, agent: str, what: str, title: str) -> None:
+        """`notify:sent` for programs, and the alert every frontend rings (a `deck:notice`)."""
+        config = settings(self.deck)
+        title = one_line(title, TITLE_MAX)
+        self.deck.emit(NotifySent(agent, what, title, config.bell, config.desktop))
+        if config.bell or config.desktop:
+            level = "error" if what == "error" else "warning" if what in ("input", "budget") else "info"
+            self.deck.notice("notify", title, agent=agent or None, level=level, bell=config.bell, desktop=config.desktop)
 
     def _commands(self, moment: Moment) -> list[list[str]]:
         config = settings(self.deck)

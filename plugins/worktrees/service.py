@@ -259,6 +259,17 @@ class Worktrees:
                 else:
                     del self.overlaps[pair]
                 self.deck.emit(WorktreeOverlap(files[0] if files else "", list(pair), list(files), count))
+                self.deck.notice("worktrees", overlap_text(list(pair), list(files), count), level="warning" if count else "info")
+
+
+def overlap_text(agents: list[str], files: list[str], count: int) -> str:
+    """What the user is told of an overlap between worktrees, or of its end (`count` 0)."""
+    who = ", ".join(agents)
+    if count == 1:
+        return f"{files[0]} is changed in the worktrees of {who}"
+    if count:
+        return f"{count} files are changed in the worktrees of {who}: " + ", ".join(files[:5]) + (", …" if count > 5 else "")
+    return f"the worktrees of {who} no longer change the same files"
 
 
 def overlaps(changed: dict[str, tuple[str, frozenset[str]]]) -> Overlaps:

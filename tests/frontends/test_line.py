@@ -387,8 +387,8 @@ def test_no_color_on_a_terminal_writes_no_escape_codes(tmp_path):
 def test_announcements_print_target_arrow_requester(line_deck):
     deck = line_deck(agent_block("a") + agent_block("b"))
     deck.send("@a ask b multi")
-    deck.expect(r"\[b → a\] Let me look into it\.")
-    deck.expect(r"\[b → a\] Found the file, reading on\.")
+    deck.expect(r"\[a\] b → a: Let me look into it\.")
+    deck.expect(r"\[a\] b → a: Found the file, reading on\.")
     deck.expect(r"\[a\] .*The answer is 42\..*")
     assert deck.close() == 0
     assert not any(re.fullmatch(r"\[b → a\] The answer is 42\.", line) for line in deck.lines)  # the final is no announcement
