@@ -102,3 +102,42 @@ def action_usage(action: dict[str, Any]) -> str:
         shown = param.get("metavar") or str(param["name"]).upper()
         words.append(shown if param.get("required") else f"[{shown}]")
     return " ".join(words)
+
+
+#: What a user may ask of a permission request, besides an option's number or id (`choose_option`).
+ONCE, ALWAYS, REJECT = "once", "always", "reject"
+
+
+def choose_option(options: list[dict[str, Any]], choice: str | int = ONCE) -> dict[str, Any]:
+    """The option of a permission request's `options` that the user's `choice` names, the one way
+    every frontend and `deck answer` read it: `once` (the default) the option that allows once — never
+    one that allows always, which is given only when asked for —, `always` the one that allows always,
+    `reject` the first that rejects (once before always), a number its option (from 1), anything else
+    an option's id. ValueError, saying what the request offers instead, when it has none such."""
+    kinds = [str(option.get("kind", "")) for option in options]
+    if isinstance(choice, int) and not isinstance(choice, bool):
+        if 1 <= choice <= len(options):
+            return options[choice - 1]
+        raise ValueError(f"N is an option number, 1 to {len(options)}")
+    wanted = {ONCE: ("allow_once",), ALWAYS: ("allow_always",), REJECT: ("reject_once", "reject_always")}.get(choice)
+    if wanted is None:
+        found = next((o for o in options if o.get("optionId") == choice), None)
+        if found is None:
+            raise ValueError(f"unknown option {choice!r}: " + ", ".join(str(o.get("optionId")) for o in options))
+        return found
+    for kind in wanted:
+        if kind in kinds:
+            return options[kinds.index(kind)]
+    what = {ONCE: "allow-once", ALWAYS: "allow-always", REJECT: "reject"}[choice]
+    raise ValueError(f"no {what} option")
+
+
+def default_option(options: list[dict[str, Any]]) -> int:
+    """The index of the option a frontend offers first (Enter takes it): the one that allows once,
+    else the first that is not an "always" (a standing permission is given only when picked)."""
+    kinds = [str(option.get("kind", "")) for option in options]
+    for wanted in (lambda kind: kind == "allow_once", lambda kind: not kind.endswith("_always")):
+        found = next((i for i, kind in enumerate(kinds) if wanted(kind)), None)
+        if found is not None:
+            return found
+    return 0

@@ -43,7 +43,7 @@ from deck.events import (
     UsageChanged,
     handles,
 )
-from deck.frontend import Frontend, action_usage, read_lines, stdout_failed
+from deck.frontend import ALWAYS, ONCE, REJECT, Frontend, action_usage, choose_option, read_lines, stdout_failed
 from deck.frontends.words import money, state_word, word
 from deck.states import AgentState
 from deck.tty import alert, one_line, printable, sgr_spans, terminal_text
@@ -1083,27 +1083,17 @@ class LineFrontend(Frontend):
         always: bool = False,
     ) -> None:
         """Answer request `pending_id` with the option /deny, /allow always or /allow [N] picks among
-        `options`: a bare /allow allows once wherever the agent offers it, never always."""
-        if deny:
-            option = next((o for o in options if str(o.get("kind", "")).startswith("reject")), None)
-            if option is None:
-                self.error(agent, f"no reject option: /allow N (1-{len(options)}) or /cancel {agent}")
-                return
-        elif always:
-            option = next((o for o in options if o.get("kind") == "allow_always"), None)
-            if option is None:
-                self.error(agent, f"no allow-always option: /allow N (1-{len(options)})")
-                return
-        elif number is None:
-            option = next((o for o in options if o.get("kind") == "allow_once"), None)
-            if option is None:
-                always = any(o.get("kind") == "allow_always" for o in options)
-                self.error(agent, f"no allow-once option: {'/allow always or ' if always else ''}/allow N (1-{len(options)})")
-                return
-        elif 1 <= number <= len(options):
-            option = options[number - 1]
-        else:
-            self.error(agent, f"/allow N: N is an option number, 1 to {len(options)}")
+        `options` (`choose_option`): a bare /allow allows once wherever the agent offers it, never always."""
+        choice = REJECT if deny else ALWAYS if always else number if number is not None else ONCE
+        try:
+            option = choose_option(options, choice)
+        except ValueError as exc:
+            hint = {REJECT: f"/allow N (1-{len(options)}) or /cancel {agent}", ALWAYS: f"/allow N (1-{len(options)})"}
+            if choice == ONCE:
+                has_always = any(o.get("kind") == "allow_always" for o in options)
+                hint[ONCE] = f"{'/allow always or ' if has_always else ''}/allow N (1-{len(options)})"
+            command = "/allow N" if isinstance(choice, int) else ""
+            self.error(agent, f"{command}: {exc}" if command else f"{exc}: {hint[choice]}")
             return
         self._asks.pop(pending_id, None)  # answered: the next /allow or /deny is for the next request
         params = {"id": pending_id, "optionId": str(option["optionId"])}

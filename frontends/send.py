@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 from deck.errors import ExitCode, ServiceError, refused_prompt
 from deck.events import Event, MessageDelta, MessageUpdated, PermissionRequested, QuestionRequested, handles
-from deck.frontend import Frontend, encode_event  # the jsonl bridge's encoder (`deck.wire`)
+from deck.frontend import REJECT, Frontend, choose_option, encode_event  # the jsonl bridge's encoder (`deck.wire`)
 from deck.tty import json_printable, printable
 
 #: The exit code of each stop reason; an agent message that ended with an error exits 1.
@@ -41,7 +41,6 @@ STOP_CODES: dict[str, int] = {
     "refusal": ExitCode.REFUSAL,
     "cancelled": ExitCode.CANCELLED,
 }
-REJECT_KINDS = ("reject_once", "reject_always")
 #: What starts each kind of line on stderr.
 LABELS = {"thought": "[thought] ", "tool": "[tool] ", "plan": "[plan] ", "note": "deck: "}
 #: How long an interrupted send waits for its turn's cancellation to be taken.
@@ -254,7 +253,10 @@ class SendFrontend(Frontend):
     @handles(PermissionRequested)
     def _permission_requested(self, event: PermissionRequested) -> None:
         title = event.tool_call.get("title") or "a tool"
-        reject = next((o for kind in REJECT_KINDS for o in event.options if o.get("kind") == kind), None)
+        try:
+            reject: dict[str, Any] | None = choose_option(event.options, REJECT)
+        except ValueError:
+            reject = None
         if reject is None:
             self.note(f"permission for {title} requested with no way to refuse it: the turn is cancelled")
             self._call("ChatService.Cancel", {"agent": self.agent})

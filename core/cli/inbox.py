@@ -9,6 +9,7 @@ from typing import Any, Optional
 import typer
 from deck.cli.common import echo, echo_json, fail
 from deck.errors import ExitCode
+from deck.frontend import ALWAYS, ONCE, REJECT, choose_option
 
 AttachOption = typer.Option(None, "--attach", metavar="NAME", help="The running deck server NAME (default: the config's).")
 ServerConfigOption = typer.Option(None, "--config", "-c", metavar="PATH", help="The config whose server to ask.")
@@ -75,7 +76,9 @@ def _choices(options: list[dict[str, Any]]) -> str:
 
 def answer(
     request: str = typer.Argument(..., metavar="ID", help="The request's id, as `deck inbox` lists it."),
-    option: Optional[str] = typer.Argument(None, metavar="OPTION", help="A permission's optionId."),
+    option: Optional[str] = typer.Argument(
+        None, metavar="OPTION", help="A permission's optionId, or once, always, reject (its option of that kind)."
+    ),
     values: Optional[str] = typer.Option(None, "--json", metavar="VALUES", help="A question's answer: a JSON object."),
     decline: bool = typer.Option(False, "--decline", help="Decline a question (answer none of its fields)."),
     attach: Optional[str] = AttachOption,
@@ -94,6 +97,12 @@ def answer(
         if option is None or values is not None or decline:
             known = ", ".join(str(o.get("optionId")) for o in row.get("options") or [])
             fail(f"{request} is a permission request: answer it with one of its options ({known})")
+        offered = [o for o in row.get("options") or [] if isinstance(o, dict)]
+        if option in (ONCE, ALWAYS, REJECT) and option not in {o.get("optionId") for o in offered}:
+            try:  # a word for the option, read as every frontend reads it
+                option = str(choose_option(offered, option)["optionId"])
+            except ValueError as exc:
+                fail(f"{request}: {exc} ({', '.join(str(o.get('optionId')) for o in offered)})")
         call(name, "ChatService.AnswerPermission", {"id": request, "optionId": option})
     elif decline:
         if option is not None or values is not None:

@@ -630,3 +630,21 @@ async def test_a_call_started_at_once_and_cancelled_before_its_task_ran_is_told_
         raise asyncio.CancelledError
 
     assert start(cancelled_at_once()).cancelled()
+
+
+def test_one_reading_of_a_users_choice_among_a_permissions_options():
+    from deck.frontend import choose_option, default_option
+
+    claude = [{"optionId": "allow_always", "name": "Always Allow", "kind": "allow_always"},
+              {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+              {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]  # fmt: skip
+    assert choose_option(claude)["optionId"] == "allow"  # once: never always, whatever comes first
+    assert choose_option(claude, "always")["optionId"] == "allow_always"
+    assert choose_option(claude, "reject")["optionId"] == "reject"
+    assert choose_option(claude, 3)["optionId"] == "reject" and choose_option(claude, "allow")["optionId"] == "allow"
+    assert default_option(claude) == 1
+    only_always = [{"optionId": "a", "kind": "allow_always"}, {"optionId": "r", "kind": "reject_always"}]
+    for choice, said in (("once", "no allow-once option"), (4, "N is an option number, 1 to 2"), ("x", "unknown option 'x': a, r")):
+        with pytest.raises(ValueError, match=said):
+            choose_option(only_always, choice)
+    assert choose_option(only_always, "reject")["optionId"] == "r" and default_option(only_always) == 0
