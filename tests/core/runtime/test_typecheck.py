@@ -1,4 +1,7 @@
-"""mypy checks plugins and frontends against deck's real API, never against `Any`."""
+"""mypy checks plugins and frontends against deck's real API, never against `Any`: `deck` is
+installed as a tree of links (`pip install -e . --config-settings editable_mode=strict`) with its
+py.typed, so mypy reads it as the package it is, from inside it (`mypy -p deck`) or from a plugin
+of another package."""
 
 from __future__ import annotations
 
@@ -8,36 +11,61 @@ from pathlib import Path
 
 import pytest
 
+import deck
+import deck.frontends
+import deck.plugins
 from tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "scripts"))
-from typecheck import build_tree  # noqa: E402
-
 pytestmark = pytest.mark.timeout(300)
+
+INSTALL = "pip install -e '.[test]' --config-settings editable_mode=strict"
 
 PROBE = """
 from deck import Agent, Client, Deck
 from deck.events import TurnChanged
-from tests.conftest import ROOT
+from deck.frontends.line import LineFrontend
+from deck.plugins.notify.events import NotifySent
 
-reveal_type(Agent)
-reveal_type(Deck)
-reveal_type(Client)
-reveal_type(TurnChanged)
+
+def probe(agent: Agent, deck: Deck, client: Client, event: TurnChanged, line: LineFrontend, sent: NotifySent) -> None:
+    reveal_type(agent)
+    reveal_type(deck)
+    reveal_type(client)
+    reveal_type(event)
+    reveal_type(line)
+    reveal_type(sent)
 """
+REVEALED = [
+    "deck.agent.agent.Agent", "deck.runtime.deck.Deck", "deck.client.Client", "deck.events.TurnChanged",
+    "deck.frontends.line.LineFrontend", "deck.plugins.notify.events.NotifySent",
+]  # fmt: skip
 
 
-def test_a_public_class_inside_a_plugin_is_the_class_not_any(tmp_path: Path) -> None:
-    tree = build_tree(tmp_path / "tree")
-    probe = tree / "plugins" / "probe.py"
+def test_a_plugin_of_another_package_sees_deck_s_classes_not_any(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    root = ROOT
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--config-file", str(root / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"),
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache"),
          "--follow-imports=silent", str(probe)],
-        cwd=tmp_path, env={"MYPYPATH": str(tree.parent), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
     )  # fmt: skip
     revealed = [line for line in out.stdout.splitlines() if "Revealed type" in line]
-    assert len(revealed) == 4, out.stdout + out.stderr
-    for line, name in zip(revealed, ["deck.agent.agent.Agent", "deck.runtime.deck.Deck", "deck.client.Client", "deck.events.TurnChanged"]):
-        assert name in line and "Any" not in line, line
+    wrong = [line for line, name in zip(revealed, REVEALED) if name not in line or "Any" in line]
+    assert len(revealed) == len(REVEALED) and not wrong, f"is deck installed with `{INSTALL}`?\n{out.stdout}{out.stderr}"
+
+
+def test_the_installed_package_has_every_module_of_the_checkout() -> None:
+    """A strict editable install links the files there were when it ran: a module added since is
+    neither importable nor type-checked until the install runs again."""
+    missing = []
+    mapped = [(deck, ROOT / "core"), (deck.plugins, ROOT / "plugins"), (deck.frontends, ROOT / "frontends")]
+    for package, folder in mapped:
+        installed = Path(package.__file__ or "").parent
+        for source in folder.rglob("*.py"):
+            if "__pycache__" not in source.parts and not (installed / source.relative_to(folder)).is_file():
+                missing.append(str(source.relative_to(ROOT)))
+    assert (Path(deck.__file__ or "").parent / "py.typed").is_file(), f"no py.typed in the installed deck: `{INSTALL}`"
+    assert not missing, (
+        f"not in the installed deck: {missing}; run `{INSTALL}` again"
+        " (a new folder goes in pyproject.toml's packages first)"
+    )
