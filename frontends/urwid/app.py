@@ -33,7 +33,6 @@ from deck.events import (
     QuestionRequested,
     handles,
 )
-from deck.plugins.notify.events import NotifySent
 from deck.tty import TerminalLog, alert, one_line
 
 from .agents import SANDBOX_MARK, AgentsPanel
@@ -228,7 +227,7 @@ class ConsoleApp(Handlers):
 
     def load(self, snapshot: dict[str, Any], fresh: bool = False) -> None:
         """Agents, conversations and pending asks as a snapshot of the deck has them. `fresh` (or
-        another config file): start afresh, else agents already shown keep their logs and announcements."""
+        another config file): start afresh, else agents already shown keep their logs and the notices said on them."""
         config = snapshot["config"]
         path = str(config.get("path") or "")
         if fresh or path != self._config_path:
@@ -435,25 +434,27 @@ class ConsoleApp(Handlers):
             self.ask_id = str(e.id)
             self.open_asks()
 
-    @handles(NotifySent)
-    def _notified(self, e: NotifySent) -> None:
-        """The notify plugin tells of a moment: the bell, and a terminal notification, through the screen."""
-        sound = alert(e.agent, e.title, e.bell is True, e.desktop is True)
+    @handles(Notice)
+    def _notice(self, e: Notice) -> None:
+        """What a plugin tells the user, as it words it: said in the status line in its level's colour;
+        a sticky one on an agent stays on it in the panel instead (the model keeps it), and one taken
+        back says nothing. An alert (`bell`, `desktop`) is rung instead: the bell, and a terminal
+        notification, through the screen."""
+        if e.bell or e.desktop:
+            self._alert(e.agent or "", e.text, e.bell is True, e.desktop is True)
+            return
+        agent = self.model.agents.get(e.agent) if e.agent is not None else None
+        if not e.text or (e.sticky and agent is not None):
+            return
+        self.say(f"{agent.title}: {e.text}" if agent is not None else e.text, NOTICE_ATTRS.get(e.level, "notice"))
+
+    def _alert(self, agent: str, text: str, bell: bool, desktop: bool) -> None:
+        sound = alert(agent, text, bell, desktop)
         screen = self.loop.screen if self.loop is not None else None
         write, flush = getattr(screen, "write", None), getattr(screen, "flush", None)
         if sound and callable(write) and callable(flush):  # a real terminal's screen (raw_display)
             write(sound)
             flush()
-
-    @handles(Notice)
-    def _notice(self, e: Notice) -> None:
-        """What a plugin tells the user, as it words it: said in the status line in its level's colour;
-        a sticky one on an agent stays on it in the panel instead (the model keeps it), and one taken
-        back says nothing."""
-        agent = self.model.agents.get(e.agent) if e.agent is not None else None
-        if not e.text or (e.sticky and agent is not None):
-            return
-        self.say(f"{agent.title}: {e.text}" if agent is not None else e.text, NOTICE_ATTRS.get(e.level, "notice"))
 
     @handles(ClientsChanged)
     def _clients_changed(self, e: ClientsChanged) -> None:
@@ -510,7 +511,7 @@ class ConsoleApp(Handlers):
             ids = changes.messages.get(self.selected)
             if ids:
                 self.conversation.rebuild(ids)
-            if self.selected in changes.announcements or self.selected in changes.agents:
+            if self.selected in changes.side or self.selected in changes.agents:
                 self.conversation.update_side()
         if self._live_logs:
             self.logs_view.append(self._live_logs)

@@ -31,6 +31,8 @@ OUTPUT_LINES = 8
 TERMINAL_LINES = 10
 #: System messages the console words itself, in its language: the core's English text of them is not shown again.
 WORDED_CODES = ("agent-restarted", "agent-unavailable")
+#: The colour of a notice said on the agent, beside its conversation, by its level.
+SAID_ATTRS = {"info": "text", "warning": "warning", "error": "error"}
 PLAN_MARKS = {"completed": ("ok", "[x]"), "in_progress": ("status in_progress", "[~]"), "pending": ("dim", "[ ]")}
 
 
@@ -255,7 +257,7 @@ class MessageRenderer:
 
 class ConversationView(urwid.WidgetWrap):
     """The conversation list that follows new output unless the user scrolled up,
-    announcements beside it, and the "an agent is talking to it" overlay."""
+    the notices said on the agent beside it, and the "an agent is talking to it" overlay."""
 
     def __init__(self, strings: Strings) -> None:
         self.strings = strings
@@ -268,8 +270,8 @@ class ConversationView(urwid.WidgetWrap):
         self.following = True
         #: Shown while the conversation is empty: how to begin.
         self.empty = _pad(Text(("dim", strings("empty_conversation"))))
-        self.announcements: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
-        self.side = LineBox(urwid.ListBox(self.announcements), title=strings("announcements"), title_align="left")
+        self.said: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
+        self.side = LineBox(urwid.ListBox(self.said), title=strings("said"), title_align="left")
         self.banner = Text("", align="center")
         self.columns = urwid.Columns([self.listbox])
         self.frame: urwid.Frame[urwid.Columns, Text, None] = urwid.Frame(self.columns)
@@ -332,14 +334,15 @@ class ConversationView(urwid.WidgetWrap):
                 pass
 
     def update_side(self) -> None:
-        """Announcements (this agent asked another) beside the list; the banner while one talks to it."""
+        """The notices said on this agent beside the list (another agent's announcements to it among
+        them), each as its plugin words it; the banner while another agent talks to it."""
         agent = self.agent
-        if agent is not None and agent.announcements:
-            self.announcements[:] = [
-                Text([("agent", f"→ {a.get('target', '')}"), ("dim", f" {str(a.get('at', ''))[11:19]}"), "\n", str(a.get("text", ""))])
-                for a in agent.announcements
+        if agent is not None and agent.said:
+            self.said[:] = [
+                Text([("dim", f"{n['at']} · {n['source']}"), "\n", (SAID_ATTRS.get(n["level"], "text"), n["text"])])
+                for n in agent.said
             ]
-            self.announcements.set_focus(len(self.announcements) - 1)
+            self.said.set_focus(len(self.said) - 1)
             if len(self.columns.contents) == 1:
                 self.columns.contents.append((self.side, self.columns.options("weight", 1)))
                 self.columns.contents[0] = (self.listbox, self.columns.options("weight", 2))

@@ -3,11 +3,19 @@ questions), loaded from a deck's snapshot, then folded from the events after it.
 
 Every `apply(event)` updates the model and records what changed, so the screen rebuilds
 only those pieces at its next frame, however many events arrived in between.
+
+No plugin is imported here: what a plugin tells the user comes as its notices (`deck:notice`),
+shown one way whatever their source. The panel's marks of the worktrees and of an agent asked by
+another are read from those plugins' events by their wire names (`PLUGIN_MARKS`), as data: a
+console attached to a server that lacks the plugin gets them as `deck.events.UnknownEvent`, one
+in the deck's process as the plugin's own class; either has a `name` and a `payload()`.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,11 +38,10 @@ from deck.events import (
     UsageChanged,
     handles,
 )
-from deck.plugins.announcements.events import AgentAnnouncement, AskChanged
-from deck.plugins.worktrees.events import WorktreeChanged, WorktreeOverlap
 from deck.states import AgentState
 
-ANNOUNCEMENTS = 20
+#: The notices on an agent kept beside its conversation, the newest last.
+SAID = 20
 #: Stderr lines kept per agent: as many as `AgentService.Logs` returns.
 LOG_LINES = 200
 #: Messages looked through, newest first, for the tool part that shows a terminal's output.
@@ -112,8 +119,10 @@ class AgentModel:
     #: id → ("permission" | "question", payload of its `…:requested` event).
     pending: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     logs: deque[str] = field(default_factory=lambda: deque(maxlen=LOG_LINES))
-    #: Announcements this agent received as the requester of an ask (newest last).
-    announcements: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=ANNOUNCEMENTS))
+    #: The notices plugins said on it in passing (neither sticky nor alerts), newest last:
+    #: `{source, level, text, at}` (`at`, the local time it came, HH:MM:SS). Another agent's
+    #: announcements to it as its requester are among them.
+    said: deque[dict[str, str]] = field(default_factory=lambda: deque(maxlen=SAID))
     #: Requesters currently talking to this agent, by ticket id.
     asks: dict[str, str] = field(default_factory=dict)
     #: Files its worktree changes against its base (None: no worktree seen), and, by each other
@@ -193,7 +202,7 @@ class Changes:
     messages: dict[str, set[str]] = field(default_factory=dict)  # agent → message ids
     asks: bool = False  # permission requests or questions came or went
     roster: bool = False  # agents added, removed or reordered
-    announcements: set[str] = field(default_factory=set)
+    side: set[str] = field(default_factory=set)  # agents whose notices, or the agents talking to them, changed
     folders: set[str] = field(default_factory=set)  # agents whose folder changed
 
     def message(self, agent: str, message_id: str) -> None:
@@ -226,7 +235,7 @@ class Model(Handlers):
 
     def load(self, snapshot: dict[str, Any]) -> None:
         """Everything as a `DeckService.Snapshot()` has it: the roster, each conversation, what waits
-        for an answer. Agents already known keep what no snapshot holds (their log lines, announcements)."""
+        for an answer. Agents already known keep what no snapshot holds (their log lines, the notices said on them)."""
         self.set_roster(snapshot["agents"])
         conversations = snapshot.get("conversations") or {}
         for name in self.agents:
@@ -293,6 +302,11 @@ class Model(Handlers):
 
     def apply(self, event: Event) -> None:
         self.dispatch(event)
+        marks = PLUGIN_MARKS.get(event.name)
+        if marks is not None:
+            payload = event.payload()
+            if isinstance(payload, dict):
+                marks(self, payload)
 
     def _agent(self, name: str) -> AgentModel | None:
         return self.agents.get(name)
@@ -309,9 +323,15 @@ class Model(Handlers):
 
     @handles(Notice)
     def _notice(self, e: Notice) -> None:
-        """A sticky notice stays on its agent until its source says "" for it."""
-        agent = self._agent(e.agent) if e.sticky and e.agent is not None else None
+        """A sticky notice stays on its agent until its source says "" for it; one said in passing on
+        an agent is kept beside its conversation (an alert is rung, not kept)."""
+        agent = self._agent(e.agent) if e.agent is not None else None
         if agent is None:
+            return
+        if not e.sticky:
+            if e.text and not (e.bell or e.desktop):
+                agent.said.append({"source": e.source, "level": e.level, "text": e.text, "at": time.strftime("%H:%M:%S")})
+                self.changes.side.add(agent.name)
             return
         if e.text:
             if agent.notices.get(e.source) == (e.level, e.text):
@@ -402,48 +422,56 @@ class Model(Handlers):
             self.changes.agents.add(agent.name)
             self.changes.asks = True
 
-    @handles(WorktreeChanged)
-    def _worktree_changed(self, e: WorktreeChanged) -> None:
-        agent = self._agent(e.agent)
-        if agent is not None:
-            agent.changed_files = int(e.changed_files)
+    # -- plugins' marks, by their events' wire names (PLUGIN_MARKS) ----------------------------
+
+    def _worktree_changed(self, payload: dict[str, Any]) -> None:
+        """`worktree:changed {agent, changedFiles, …}`: the files its worktree changes against its base."""
+        agent = self._agent(str(payload.get("agent")))
+        count = payload.get("changedFiles")
+        if agent is not None and isinstance(count, int) and not isinstance(count, bool):
+            agent.changed_files = count
             self.changes.agents.add(agent.name)
 
-    @handles(WorktreeOverlap)
-    def _worktree_overlap(self, e: WorktreeOverlap) -> None:
-        """Each of the two agents' overlap with the other: kept, or dropped once cleared (`count` 0)."""
-        if len(e.agents) != 2:
+    def _worktree_overlap(self, payload: dict[str, Any]) -> None:
+        """`worktree:overlap {agents, files, count}`: each of the two agents' overlap with the other,
+        kept, or dropped once cleared (`count` 0)."""
+        agents, files, count = payload.get("agents"), payload.get("files"), payload.get("count")
+        if not isinstance(agents, list) or len(agents) != 2 or not isinstance(count, int):
             return
-        first, second = (str(name) for name in e.agents)
+        first, second = (str(name) for name in agents)
+        shared = frozenset(str(file) for file in files) if isinstance(files, list) else frozenset()
         for name, other in ((first, second), (second, first)):
             agent = self._agent(name)
             if agent is None:
                 continue
-            if e.count:
-                agent.overlaps[other] = (int(e.count), frozenset(str(file) for file in e.files))
+            if count:
+                agent.overlaps[other] = (count, shared)
             elif agent.overlaps.pop(other, None) is None:
                 continue
             self.changes.agents.add(agent.name)
 
-    @handles(AgentAnnouncement)
-    def _agent_announcement(self, e: AgentAnnouncement) -> None:
-        requester = self._agent(e.requester)
-        if requester is not None:
-            requester.announcements.append(e.payload())
-            self.changes.announcements.add(requester.name)
-
-    @handles(AskChanged)
-    def _ask_changed(self, e: AskChanged) -> None:
-        """The overlay on the target lasts from the ask's start to its final."""
-        target = self._agent(e.target)
+    def _ask_changed(self, payload: dict[str, Any]) -> None:
+        """`ask:changed {requester, target, ticketId, active}`: the mark on the target lasts from the
+        ask's start to its final."""
+        target = self._agent(str(payload.get("target")))
         if target is None:
             return
-        if e.active:
-            target.asks[str(e.ticket_id)] = str(e.requester)
-        else:
-            target.asks.pop(str(e.ticket_id), None)
+        ticket = str(payload.get("ticketId"))
+        if payload.get("active") is True:
+            target.asks[ticket] = str(payload.get("requester"))
+        elif target.asks.pop(ticket, None) is None:
+            return
         self.changes.agents.add(target.name)
-        self.changes.announcements.add(target.name)
+        self.changes.side.add(target.name)
+
+
+#: The plugins' events the panel keeps marks of, by wire name: what each does with its payload.
+#: An event of a plugin that is off never comes; one whose payload lacks what is read changes nothing.
+PLUGIN_MARKS: dict[str, Callable[[Model, dict[str, Any]], None]] = {
+    "worktree:changed": Model._worktree_changed,
+    "worktree:overlap": Model._worktree_overlap,
+    "ask:changed": Model._ask_changed,
+}
 
 
 def _with(entry: Any, e: TerminalOutput | TerminalExited) -> Any:

@@ -21,10 +21,13 @@ from deck.events import (
     AgentStateChanged,
     MessageDelta,
     MessageUpdated,
+    Notice,
     PermissionRequested,
     QuestionRequested,
     TurnChanged,
+    UnknownEvent,
     UsageChanged,
+    from_wire,
 )
 from deck.frontends.urwid import app as console_app
 from deck.frontends.urwid import markdown
@@ -37,7 +40,7 @@ from deck.frontends.urwid.i18n import Strings
 from deck.frontends.urwid.model import LOG_LINES as CONSOLE_LOG_LINES
 from deck.frontends.urwid.model import Model
 from deck.frontends.urwid.views import LogsView
-from deck.plugins.announcements.events import AgentAnnouncement, AskChanged
+from deck.plugins.announcements.events import AskChanged
 from deck.plugins.worktrees.events import WorktreeChanged, WorktreeOverlap
 from deck.runtime.local import LocalClient
 from deck.testing import agent_table
@@ -492,25 +495,34 @@ async def test_app_keeps_a_question_typed_answer_while_other_asks_come_and_go(ma
         app.detach()
 
 
-# -- announcements ---------------------------------------------------------------------------------
+# -- notices said on an agent, and another agent talking to it ----------------------------------------
 
 
-def test_announcements_beside_the_requester_and_overlay_on_the_target():
+def test_notices_beside_the_agent_and_the_overlay_while_another_agent_talks_to_it():
+    """An announcement is the announcements plugin's notice on its requester (`b → a: text`), kept
+    beside the requester's conversation as any plugin's notice on an agent is; the overlay on the
+    target comes from `ask:changed` by its name, whether the event is the plugin's class (a deck in
+    this process) or an `UnknownEvent` (a server's plugin this console does not have)."""
     model = roster("lead", "helper")
     feed(model, [AgentStateChanged("helper", "busy", False), AskChanged("lead", "helper", "t1", True)])
     _, target = conversation_text(model, "helper", size=(120, 10))
     assert "an agent is talking to it (lead)" in target.split("\n")[0]  # from the ask's start, before any announcement
-    feed(model, [AgentAnnouncement("lead", "helper", "t1", f"step {i}", "2026-01-01T10:00:0{i % 10}.000Z") for i in range(25)])
+    feed(model, [Notice("announcements", "info", f"helper → lead: step {i}", "lead") for i in range(25)])
+    feed(model, [Notice("notify", "warning", "finished its turn", "lead", bell=True)])  # an alert: rung, not kept
     view, text = conversation_text(model, "lead", size=(120, 40))
-    assert "Announcements" in text and "→ helper" in text and "step 24" in text
-    assert "step 4\n" not in text + "\n" and len(model.agents["lead"].announcements) == 20
+    assert "Notices" in text and "announcements" in text and "helper → lead: step 24" in text
+    assert "step 4\n" not in text + "\n" and len(model.agents["lead"].said) == 20 and "finished" not in text
+    _, target = conversation_text(model, "helper", size=(120, 10))
+    assert "an agent is talking to it (lead)" in target.split("\n")[0] and "Notices" not in target
+    feed(model, [from_wire({"event": "ask:changed", "requester": "lead", "target": "helper", "ticketId": "t2", "active": True})])
+    feed(model, [AskChanged("lead", "helper", "t1", False)])  # its final answer is out; the second ask goes on
     _, target = conversation_text(model, "helper", size=(120, 10))
     assert "an agent is talking to it (lead)" in target.split("\n")[0]
-    feed(model, [AskChanged("lead", "helper", "t1", False)])  # its final answer is out
+    feed(model, [UnknownEvent("ask:changed", {"requester": "lead", "target": "helper", "ticketId": "t2", "active": False})])
     _, target = conversation_text(model, "helper", size=(120, 10))
     assert "talking" not in target
     _, fr = conversation_text(model, "lead", "fr", size=(120, 40))
-    assert "Annonces" in fr
+    assert "Avis" in fr
 
 
 # -- the app, without a terminal -------------------------------------------------------------------
