@@ -115,8 +115,8 @@ def choose_option(options: list[dict[str, Any]], choice: str | int = ONCE) -> di
     `reject` the first that rejects (once before always), a number its option (from 1), anything else
     an option's id. ValueError, saying what the request offers instead, when it has none such."""
     kinds = [str(option.get("kind", "")) for option in options]
-    if isinstance(choice, int) and not isinstance(choice, bool):
-        if 1 <= choice <= len(options):
+    if isinstance(choice, int):
+        if not isinstance(choice, bool) and 1 <= choice <= len(options):
             return options[choice - 1]
         raise ValueError(f"N is an option number, 1 to {len(options)}")
     wanted = {ONCE: ("allow_once",), ALWAYS: ("allow_always",), REJECT: ("reject_once", "reject_always")}.get(choice)

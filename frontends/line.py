@@ -1088,12 +1088,13 @@ class LineFrontend(Frontend):
         try:
             option = choose_option(options, choice)
         except ValueError as exc:
-            hint = {REJECT: f"/allow N (1-{len(options)}) or /cancel {agent}", ALWAYS: f"/allow N (1-{len(options)})"}
-            if choice == ONCE:
-                has_always = any(o.get("kind") == "allow_always" for o in options)
-                hint[ONCE] = f"{'/allow always or ' if has_always else ''}/allow N (1-{len(options)})"
-            command = "/allow N" if isinstance(choice, int) else ""
-            self.error(agent, f"{command}: {exc}" if command else f"{exc}: {hint[choice]}")
+            if isinstance(choice, int):
+                self.error(agent, f"/allow N: {exc}")
+                return
+            has_always = any(o.get("kind") == "allow_always" for o in options)
+            hint = {REJECT: f"/allow N (1-{len(options)}) or /cancel {agent}", ALWAYS: f"/allow N (1-{len(options)})",
+                    ONCE: f"{'/allow always or ' if has_always else ''}/allow N (1-{len(options)})"}  # fmt: skip
+            self.error(agent, f"{exc}: {hint[choice]}")
             return
         self._asks.pop(pending_id, None)  # answered: the next /allow or /deny is for the next request
         params = {"id": pending_id, "optionId": str(option["optionId"])}

@@ -9,7 +9,7 @@ came before, and why.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from deck.agent.session import CONVERSATION, REPLAYED, Session
@@ -20,7 +20,7 @@ from deck.events import UsageChanged
 if TYPE_CHECKING:
     from deck.agent.agent import Agent
     from deck.chat.pending import PendingRequests
-    from deck.runtime.deck import Deck
+    from deck.chat.host import ChatHost
 
 
 class ConversationSink:
@@ -129,9 +129,11 @@ def _nowhere(_event: Any) -> None:
 class Conversations(Mapping[str, Conversation]):
     """Agent name → its conversation, made on first use."""
 
-    def __init__(self, deck: Deck, pending: PendingRequests, spending: Spending | None = None) -> None:
+    def __init__(self, deck: ChatHost, pending: PendingRequests, spending: Spending | None = None) -> None:
         self._deck = deck
         self._pending = pending
+        #: Set the user's choices again on an agent's new session (the session settings' `again`).
+        self.again: Callable[[str], None] = _nowhere
         self.spending = spending if spending is not None else Spending()
         self._conversations: dict[str, Conversation] = {}
         #: The running cost of each session other than a conversation's, as it last reported it.
@@ -216,4 +218,4 @@ class Conversations(Mapping[str, Conversation]):
         conv.session_started(session.id, session.result, fresh=bool(session.restarted))
         session.attach(ConversationSink(conv))
         if conv.choices:  # what the user chose for it, set again on this session once it is ready
-            self._deck.chat.settings.again(agent.name)
+            self.again(agent.name)

@@ -15,13 +15,13 @@ from deck.errors import AcpError, ConnectionClosed, ServiceError
 if TYPE_CHECKING:
     from deck.agent.session import Session
     from deck.chat.book import Conversations
-    from deck.runtime.deck import Deck
+    from deck.chat.host import ChatHost
 
 
 class SessionSettings:
     """Change the modes and config options of each agent's conversation session."""
 
-    def __init__(self, deck: Deck, conversations: Conversations) -> None:
+    def __init__(self, deck: ChatHost, conversations: Conversations) -> None:
         self._deck = deck
         self._conversations = conversations
         #: Agent name → its choices being set again on its new session (`again`).

@@ -34,7 +34,7 @@ from deck.events import (
 
 if TYPE_CHECKING:
     from deck.agent.agent import Agent
-    from deck.runtime.deck import Deck
+    from deck.chat.host import ChatHost
 
 Kind = Literal["permission", "question"]
 PERMISSION: Kind = "permission"
@@ -121,7 +121,7 @@ def form_schema(raw: Any) -> dict[str, Any] | None:
 class PendingRequests:
     """Every request waiting for an answer in one deck, oldest first."""
 
-    def __init__(self, deck: Deck) -> None:
+    def __init__(self, deck: ChatHost) -> None:
         self.deck = deck
         self._requests: dict[str, Pending] = {}
         #: Permission requests the user rejected in the agent's current turn (shown with the next one).

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from deck.agent.session import Session
     from deck.chat.book import Conversations
     from deck.chat.pending import PendingRequests
-    from deck.runtime.deck import Deck
+    from deck.chat.host import ChatHost
+    from deck.chat.modes import SessionSettings
 
 #: After a cancelled turn the next prompt waits until the agent has sent no update for
 #: QUIET_AFTER_CANCEL seconds (at most QUIET_MAX): its late updates land in the cancelled
@@ -41,8 +42,12 @@ REMOVED = "removed from the queue: not sent"
 class Turns:
     """Each agent's queue of messages to send and the task that sends them."""
 
-    def __init__(self, deck: Deck, conversations: Conversations, pending: PendingRequests) -> None:
+    def __init__(
+        self, deck: ChatHost, conversations: Conversations, pending: PendingRequests, settings: SessionSettings
+    ) -> None:
         self._deck = deck
+        #: The user's choices (model, mode…), set again on an agent's new session before its next turn.
+        self.settings = settings
         self._conversations = conversations
         self._pending = pending
         self._tasks = deck.tasks.group("turns")
@@ -55,7 +60,7 @@ class Turns:
         agent = self._deck.agent(agent_name)
         if not text.strip():
             raise ServiceError("empty message: there is nothing to send")
-        self._deck.hooks.before_prompt(agent, text)
+        self._deck.before_prompt(agent, text)
         conv = self._conversations.of(agent.name)
         agent.touch()  # a use from now on: idle_stop must not stop it before its turn starts
         waiting = conv.busy or bool(conv.queue) or agent.name in self._runners
@@ -107,7 +112,7 @@ class Turns:
         if not text.strip():
             raise ServiceError("empty message: remove it from the queue with ChatService.Unqueue instead")
         conv, message = self._waiting(agent_name, message_id)
-        self._deck.hooks.before_prompt(self._deck.agent(agent_name), text)
+        self._deck.before_prompt(self._deck.agent(agent_name), text)
         conv.replace_text(message, text)
         return {"id": message.id, "text": text}
 
@@ -140,7 +145,7 @@ class Turns:
                 except ServiceError as exc:
                     self._unavailable(conv, str(exc))
                     return
-                await self._deck.chat.settings.settled(agent.name)  # the user's model, mode… set again first
+                await self.settings.settled(agent.name)  # the user's model, mode… set again first
                 if after_cancel:
                     await _quiet(conv)
                 if not conv.queue:  # Cancel abandoned it while the agent started

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from deck.config import check as config_check
 from deck.config import files as config_files
@@ -27,7 +27,31 @@ from deck.config.check import Loaded, Problem
 from deck.errors import ServiceError
 
 if TYPE_CHECKING:
-    from deck.runtime.deck import Deck
+    import asyncio as _asyncio
+    from collections.abc import Coroutine
+
+    from deck.config.models import DeckConfig
+
+
+class ConfigHost(Protocol):
+    """The deck whose config file is followed, as the watch uses it: the one way up from it."""
+
+    config: DeckConfig
+    config_path: Path | None
+    text: str
+    problems: list[Problem]
+
+    def config_sections(self) -> dict[str, Any]: ...
+
+    def sections_checked(self, loaded: Loaded) -> None: ...
+
+    async def apply_config(self, text: str, loaded: Loaded) -> None: ...
+
+    def set_config_file(self, path: Path, source: str, created: bool) -> None: ...
+
+    async def switch_config(self, path: Path, text: str, loaded: Loaded, *, created: bool) -> None: ...
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str, *, log_errors: bool = True) -> _asyncio.Task[Any]: ...
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +67,7 @@ SETTLE = 0.5
 class LiveConfig:
     """The config file a running deck follows. One per deck; every change goes through its lock."""
 
-    def __init__(self, deck: Deck) -> None:
+    def __init__(self, deck: ConfigHost) -> None:
         self.deck = deck
         self.lock = asyncio.Lock()
         #: Set once the file is watched: a change after this is seen.

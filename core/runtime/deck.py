@@ -185,6 +185,9 @@ class Deck:
     def cancel_requests_from(self, session: Session) -> None:
         self.chat.pending.cancel_from(session)
 
+    def before_prompt(self, agent: Agent, text: str) -> None:
+        self.hooks.before_prompt(agent, text)
+
     def before_session_prompt(self, session: Session, text: str) -> None:
         self.hooks.before_prompt(session.agent, text)
 

@@ -164,8 +164,9 @@ class ChatService:
         #: What the agents spent since the deck started, and per day (`DeckService.Usage`, budgets).
         self.spending = Spending()
         self.conversations = Conversations(deck, self.pending, self.spending)
-        self.turns = Turns(deck, self.conversations, self.pending)
         self.settings = SessionSettings(deck, self.conversations)
+        self.conversations.again = self.settings.again
+        self.turns = Turns(deck, self.conversations, self.pending, self.settings)
 
     @property
     def history(self) -> HistoryProvider | None:
