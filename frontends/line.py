@@ -69,6 +69,8 @@ Pieces = list[tuple[str, str]]
 ANSWER_WAIT = 60.0
 #: How a notice of each level is shown.
 NOTICE_STYLES = {"info": "dim", "warning": "yellow", "error": "red"}
+#: The source of the `deck:notice` an agent's own notice makes (shown once, as its conversation's note).
+AGENT_NOTICE = "agent"
 ANSWERS_MAX = 100
 #: (command, what it does): the /help table.
 COMMANDS = (
@@ -348,6 +350,9 @@ class LineFrontend(Frontend):
             if message.get("code") == "agent-unavailable":
                 reason = str(message.get("error") or "").partition("\n")[0]  # the state line showed the rest
                 self.error(agent, f"unavailable: {reason}")
+            elif message.get("code") == "notice":  # the agent's notice: its `deck:notice` is not shown again
+                level = str(message.get("level") or "info")
+                self.emit(agent, f"{'notice' if level == 'info' else level}: {_text_of(message)}", NOTICE_STYLES.get(level, "dim"))
             else:
                 self.emit(agent, _text_of(message), "yellow")
         elif message.get("done"):
@@ -454,7 +459,7 @@ class LineFrontend(Frontend):
             if sound:
                 self._buffer.write(sound)  # in order with what is printed, never in the middle of a line's escapes
                 self._schedule_flush()
-        elif e.text:
+        elif e.text and not (e.source == AGENT_NOTICE and e.agent):  # an agent's: shown as its conversation's note
             self.emit(e.agent or DECK, e.text, NOTICE_STYLES.get(e.level, ""))
 
     @handles(UsageChanged)

@@ -20,6 +20,7 @@ from deck.events import (
     Event,
     MessageDelta,
     MessageUpdated,
+    Notice,
     SessionUpdate,
     TerminalExited,
     TerminalOutput,
@@ -50,6 +51,10 @@ SIGNAL_MAX = 64
 #: (CONVERSATION_MAX) the oldest messages (but the first) are let go, down to three quarters of
 #: it; the history keeps them all.
 TAIL_SHARE = 8
+#: An agent's notice (`notice` session update): its severities, and the characters kept of its title and of its description.
+NOTICE_SEVERITIES = frozenset({"info", "warning", "error"})
+NOTICE_TITLE_MAX = 500
+NOTICE_TEXT_MAX = 4000
 #: What a tool call's list item (a diff, a location, a terminal) or a plan entry counts beyond its text.
 ITEM_SIZE = 64
 
@@ -188,7 +193,7 @@ def part_from_dict(data: dict[str, Any]) -> Part:
 class Message:
     __slots__ = (
         "id", "agent", "created_at", "role", "parts", "done", "queued", "stop_reason",
-        "error", "code", "duration_ms", "usage", "started", "text_for_prompt", "size", "cut",
+        "error", "code", "level", "duration_ms", "usage", "started", "text_for_prompt", "size", "cut",
     )  # fmt: skip
 
     def __init__(self, agent: str, role: str, *, done: bool = True, queued: bool = False) -> None:
@@ -202,6 +207,8 @@ class Message:
         self.stop_reason: str | None = None
         self.error: str | None = None
         self.code: str | None = None
+        #: A notice's severity (info, warning, error): set on a system message of code "notice".
+        self.level: str | None = None
         self.duration_ms: int | None = None
         self.usage: dict[str, Any] | None = None
         self.started = time.monotonic()
@@ -228,6 +235,7 @@ class Message:
             ("stopReason", self.stop_reason),
             ("error", self.error),
             ("code", self.code),
+            ("level", self.level),
             ("durationMs", self.duration_ms),
             ("usage", self.usage),
         ):
@@ -246,6 +254,7 @@ class Message:
         message.stop_reason = data.get("stopReason")
         message.error = data.get("error")
         message.code = data.get("code")
+        message.level = choice(data.get("level"), NOTICE_SEVERITIES, "info") if "level" in data else None
         message.duration_ms = data.get("durationMs")
         message.usage = data.get("usage")
         message.size = sum(part_size(p.to_dict()) for p in message.parts)
@@ -802,6 +811,24 @@ class Conversation:
         if value in [m.get("id") for m in dicts(self.modes.get("availableModes"))]:  # ids may be junk
             self._set("modes", {**self.modes, "currentModeId": value})
 
+    def _notice(self, update: dict[str, Any]) -> None:
+        """A notice of the agent's (`{severity, title, description?}`): a system note of code "notice"
+        and its severity (an unknown one reads as info), its text the title and the description, cut;
+        and a `deck:notice` of source "agent", for whoever shows notices rather than the conversation."""
+        title = as_string(update.get("title")).strip()[:NOTICE_TITLE_MAX]
+        description = as_string(update.get("description")).strip()[:NOTICE_TEXT_MAX]
+        text = "\n".join(t for t in (title, description) if t)
+        if not text:
+            log.info("%s: a notice with no title, skipped", self.agent)
+            return
+        level = choice(update.get("severity"), NOTICE_SEVERITIES, "info")
+        message = Message(self.agent, "system")
+        message.code, message.level = "notice", level
+        message.parts.append(TextPart("text", text))
+        message.size = text_size(text)
+        self.add(message)
+        self.emit(Notice("agent", level, text, self.agent))
+
     def _session_info(self, update: dict[str, Any]) -> None:
         title = update.get("title", False)
         if title is None or isinstance(title, str):
@@ -843,6 +870,7 @@ class Conversation:
         "user_message_chunk": _user_chunk,
         "tool_call": _tool_call,
         "tool_call_update": _tool_update,
+        "notice": _notice,
         "plan": _plan,
         "available_commands_update": _commands,
         "current_mode_update": _mode,

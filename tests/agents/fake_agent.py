@@ -24,6 +24,7 @@ ids then name the process), --requests FILE (each request deck sends appended to
 --delete (lists sessionCapabilities.delete; session/delete answers {}; --refuse-delete: an error),
 --logout (lists agentCapabilities.auth.logout; logout answers {}),
 --additional-dirs (lists sessionCapabilities.additionalDirectories),
+--fork (lists sessionCapabilities.fork; session/fork answers a new session id, "forkN-of-ID"),
 --list (lists sessionCapabilities.list; session/list answers the sessions in FILE, two a page, titled
 with their first prompt; --list-pages-forever: every page has a nextCursor, a new one each time),
 --crash-load / --crash-resume (lists loadSession / sessionCapabilities.resume; session/load replays one
@@ -52,7 +53,9 @@ the call as a tool call and chunk "answer: RESULT" or "tool error: TEXT"; a canc
 meanwhile sends MCP notifications/cancelled), `recall` (the session's earlier prompts, under
 --sessions), `multi N` (the last N of MULTI's
 messages, all 3 by default, separated by tool calls with a thought between), `silent` (a thought and a tool call,
-no text); anything else is echoed.
+no text), `notice SEVERITY TITLE` (a notice), `named-tool` (a tool call with a `name`), `compact [fail]`
+(a context compaction with a streamed summary, completed or failed), `whoami` (the session's id);
+anything else is echoed.
 """
 
 from __future__ import annotations
@@ -95,6 +98,7 @@ parser.add_argument("--delete", action="store_true")  # lists sessionCapabilitie
 parser.add_argument("--refuse-delete", action="store_true")  # with --delete: session/delete answers an error
 parser.add_argument("--logout", action="store_true")  # lists agentCapabilities.auth.logout; logout answers {}
 parser.add_argument("--additional-dirs", action="store_true")  # lists sessionCapabilities.additionalDirectories
+parser.add_argument("--fork", action="store_true")  # lists sessionCapabilities.fork; session/fork answers a new id
 parser.add_argument("--commands", default="")  # NAME,NAME…: its slash commands, said after session/new
 parser.add_argument("--sessions")
 parser.add_argument("--requests")
@@ -401,8 +405,30 @@ def turn(rid, sid: str, text: str) -> None:
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         chunk(sid, "escaped")
     elif word == "unknown-update":
-        update(sid, {"sessionUpdate": "compaction_update", "status": "started"})
+        update(sid, {"sessionUpdate": "future_update", "status": "started"})
         chunk(sid, "still fine")
+    elif word == "notice":  # `notice SEVERITY TITLE`: a notice, its description on a line of its own
+        severity, _, title = rest.partition(" ")
+        update(sid, {"sessionUpdate": "notice", "severity": severity, "title": title, "description": "see the log"})
+        chunk(sid, "noted")
+    elif word == "named-tool":  # a tool call with its programmatic name, renamed by its update
+        update(sid, {"sessionUpdate": "tool_call", "toolCallId": "tn", "title": "Read a.txt", "name": "read_file",
+                     "kind": "read", "status": "pending"})
+        update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "tn", "status": "completed", "name": "fs.read"})
+        chunk(sid, "done")
+    elif word == "compact":  # `compact [fail]`: a context compaction, its summary streamed, then completed (or failed)
+        update(sid, {"sessionUpdate": "compaction_update", "compactionId": "c1", "status": "in_progress"})
+        for piece in ("Kept the plan", " and the file list.\nDropped the rest."):
+            update(sid, {"sessionUpdate": "compaction_summary_chunk", "compactionId": "c1",
+                         "content": {"type": "text", "text": piece}})
+        if rest == "fail":
+            update(sid, {"sessionUpdate": "compaction_update", "compactionId": "c1", "status": "failed",
+                         "summary": None, "error": "the model refused"})
+        else:
+            update(sid, {"sessionUpdate": "compaction_update", "compactionId": "c1", "status": "completed"})
+        chunk(sid, "compacted")
+    elif word == "whoami":  # the session the prompt came in
+        chunk(sid, f"session {sid}")
     else:
         chunk(sid, f"You said: {text}")
     send({"id": rid, "result": result})
@@ -550,6 +576,8 @@ def handle(msg: dict) -> None:
             caps["auth"] = {"logout": {}}
         if args.additional_dirs:
             caps.setdefault("sessionCapabilities", {})["additionalDirectories"] = {}
+        if args.fork:
+            caps.setdefault("sessionCapabilities", {})["fork"] = {}
         answer = {"protocolVersion": args.protocol, "agentCapabilities": caps, "authMethods": args.auth_methods}
         if args.no_protocol:
             del answer["protocolVersion"]
@@ -623,6 +651,10 @@ def handle(msg: dict) -> None:
         if args.commands:
             update(sid, {"sessionUpdate": "available_commands_update", "availableCommands": [
                 {"name": n, "description": f"the agent's {n}"} for n in args.commands.split(",")]})
+    elif method == "session/fork" and args.fork:
+        forked = f"fork{next(ids)}-of-{params.get('sessionId')}"
+        mcp_servers[forked] = params.get("mcpServers") or []
+        send({"id": rid, "result": {"sessionId": forked}})
     elif method == "session/prompt":
         text = " ".join(b.get("text", "") for b in params.get("prompt", []))
         threading.Thread(target=turn, args=(rid, params.get("sessionId"), text), daemon=True).start()

@@ -138,9 +138,9 @@ async def test_unknown_variant_is_passed_on_raw_and_not_fatal(make_deck, caplog)
     deck, rec = make_deck(agent_block("a"))
     with caplog.at_level(logging.INFO, logger="deck.chat.conversation"):
         reply = await ask(deck, rec, "unknown-update")
-    assert any("'compaction_update' passed on raw" in r.getMessage() for r in caplog.records)
+    assert any("'future_update' passed on raw" in r.getMessage() for r in caplog.records)
     assert rec.named("session:update") == [
-        {"agent": "a", "update": {"sessionUpdate": "compaction_update", "status": "started"}}
+        {"agent": "a", "update": {"sessionUpdate": "future_update", "status": "started"}}
     ]
     assert reply.text == "still fine" and reply.stop_reason == "end_turn"
     assert deck.agents["a"].state.value == "ready"
