@@ -402,9 +402,13 @@ class LineFrontend(Frontend):
         title = part.get("title") or part.get("kind") or "tool"
         status = part.get("status", "")
         summary = diff_summary(part.get("diffs") or [])
-        if not self._changed((agent, "tool " + str(part.get("id"))), (title, status, summary)):
+        name = part.get("name") if isinstance(part.get("name"), str) else ""
+        if not self._changed((agent, "tool " + str(part.get("id"))), (title, name, status, summary)):
             return
-        line = [(f"{title} ", ""), (f"[{status}]", STATUS_STYLES.get(status, "dim"))]
+        line = [(f"{title} ", "")]
+        if name and name != title:
+            line.append((f"({name}) ", "dim"))
+        line.append((f"[{status}]", STATUS_STYLES.get(status, "dim")))
         if summary:
             line.append(("  " + summary, "cyan"))
         self.emit(agent, line)

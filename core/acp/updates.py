@@ -10,6 +10,8 @@ TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "
 
 
 TOOL_STATUSES = frozenset({"pending", "in_progress", "completed", "failed"})
+#: The characters kept of a tool's programmatic name (ToolCall `name`).
+TOOL_NAME_MAX = 200
 
 
 def compact_json(value: Any) -> str:
@@ -31,6 +33,8 @@ def tool_part(call: dict[str, Any], old: dict[str, Any] | None = None) -> dict[s
     }  # fmt: skip
     if isinstance(call.get("title"), str):
         part["title"] = call["title"]
+    if isinstance(call.get("name"), str) and call["name"]:  # null or none: the name it had stays
+        part["name"] = call["name"][:TOOL_NAME_MAX]
     if call.get("kind") is not None:
         part["kind"] = choice(call["kind"], TOOL_KINDS, "other")
     part["status"] = choice(call.get("status"), TOOL_STATUSES, part["status"])
