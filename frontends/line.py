@@ -397,6 +397,22 @@ class LineFrontend(Frontend):
             self._tool(agent, part)
         elif kind == "plan":
             self._plan(agent, e.message_id, part)
+        elif kind == "compaction":
+            self._compaction(agent, part)
+
+    def _compaction(self, agent: str, part: dict[str, Any]) -> None:
+        """A context compaction: once as it starts, once as it ends (with its summary's first line)."""
+        status = str(part.get("status") or "")
+        summary = str(part.get("summary") or "").strip().partition("\n")[0]
+        error = str(part.get("error") or "").partition("\n")[0]
+        shown = {
+            "in_progress": ("compacting…", "dim"),
+            "completed": (f"compacted: {summary}" if summary else "compacted", "green"),
+            "failed": ("compaction failed" + (f": {error}" if error else ""), "red"),
+            "cancelled": ("compaction cancelled", "yellow"),
+        }.get(status)
+        if shown is not None and self._changed((agent, "compaction " + str(part.get("id"))), shown[0]):
+            self.emit(agent, *shown)
 
     def _tool(self, agent: str, part: dict[str, Any]) -> None:
         title = part.get("title") or part.get("kind") or "tool"

@@ -368,8 +368,9 @@ class Agent:
                         # The Claude Code and Codex adapters then stream their own commands' output.
                         "_meta": {"terminal_output": True},
                         "elicitation": {"form": {}, "url": {}},
-                        # Boolean config options are shown and set as the select ones are.
-                        "session": {"configOptions": {"boolean": {}}},
+                        # Boolean config options are shown and set as the select ones are; a context
+                        # compaction is a part of the conversation (unstable).
+                        "session": {"configOptions": {"boolean": {}}, "compaction": {}},
                     },
                     "clientInfo": {"name": "deck", "title": "deck", "version": __version__},
                 },

@@ -55,6 +55,8 @@ TAIL_SHARE = 8
 NOTICE_SEVERITIES = frozenset({"info", "warning", "error"})
 NOTICE_TITLE_MAX = 500
 NOTICE_TEXT_MAX = 4000
+#: A context compaction's statuses (`compaction_update`); one deck does not know leaves the status it had.
+COMPACTION_STATUSES = frozenset({"in_progress", "completed", "failed", "cancelled"})
 #: What a tool call's list item (a diff, a location, a terminal) or a plan entry counts beyond its text.
 ITEM_SIZE = 64
 
@@ -309,6 +311,7 @@ class Conversation:
         #: terminal id → (its output's tail, its exit status): kept before any tool part embeds it too.
         self._terminals: dict[str, list[Any]] = {}
         self._terminal_parts: dict[str, tuple[Message, int]] = {}  # terminal id → the tool part showing it
+        self._compactions: dict[str, tuple[Message, int]] = {}  # compaction id → its part
         self.session_id: str | None = None
         self.last_update = 0.0  # time.monotonic() of the last session/update
 
@@ -436,6 +439,7 @@ class Conversation:
         self.session_id = session_id
         self._tools.clear()
         self._acp_messages.clear()
+        self._compactions.clear()
         self.current = None  # the old session's last message receives nothing more
         modes = result.get("modes")
         if modes is not None or self.modes is not None:
@@ -516,7 +520,7 @@ class Conversation:
             del self.by_id[message.id]
         self.size -= gone
         gone_ids = {m.id for m in removed}  # nothing more lands in them
-        for held in (self._tools, self._acp_messages, self._terminal_parts):
+        for held in (self._tools, self._acp_messages, self._terminal_parts, self._compactions):
             for key in [k for k, v in held.items() if (v[0] if isinstance(v, tuple) else v).id in gone_ids]:
                 del held[key]
         self.cut = {"messages": self.cut["messages"] + len(removed), "bytes": self.cut["bytes"] + gone}
@@ -829,6 +833,66 @@ class Conversation:
         self.add(message)
         self.emit(Notice("agent", level, text, self.agent))
 
+    # -- context compaction: its status and the summary it keeps ------------------------------------
+
+    def _compaction(self, update: dict[str, Any]) -> None:
+        """`compaction_update`: a compaction part made (where the answer stands) or patched: its status,
+        and `summary` and `error` where sent (null, or an empty summary, clears them)."""
+        found, part = self._compaction_part(update)
+        if part is None:
+            return
+        part["status"] = choice(update.get("status"), COMPACTION_STATUSES, part["status"])
+        if "summary" in update:
+            summary = update["summary"]
+            part["summary"] = "".join(map(block_text, summary)) if isinstance(summary, list) else ""
+        if "error" in update:
+            error = update["error"]
+            if isinstance(error, str) and error:
+                part["error"] = error[:NOTICE_TEXT_MAX]
+            else:
+                part.pop("error", None)
+        self._put_compaction(found, part)
+
+    def _compaction_chunk(self, update: dict[str, Any]) -> None:
+        """`compaction_summary_chunk`: one more block of a compaction's summary."""
+        found, part = self._compaction_part(update)
+        text = block_text(update.get("content"))
+        if part is None or not text:
+            return
+        part["summary"] += text
+        self._put_compaction(found, part)
+
+    def _compaction_part(self, update: dict[str, Any]) -> tuple[tuple[Message, int] | None, dict[str, Any] | None]:
+        """Where the compaction `update` names is, and a copy of its part (a new one, in progress, when
+        it is none yet); (None, None) for an update with no id."""
+        compaction_id = as_string(update.get("compactionId"))[:200]
+        if not compaction_id:
+            log.info("%s: a compaction update without an id, skipped", self.agent)
+            return None, None
+        found = self._compactions.get(compaction_id)
+        if found is None:
+            return None, {"type": "compaction", "id": compaction_id, "status": "in_progress", "summary": ""}
+        message, index = found
+        return found, dict(message.parts[index].to_dict())
+
+    def _put_compaction(self, found: tuple[Message, int] | None, part: dict[str, Any]) -> None:
+        if found is None:
+            message = self._target()
+            fitted = self._fits(message, part)
+            if fitted is None:
+                return
+            message.parts.append(DictPart(fitted))
+            index, old_size = len(message.parts) - 1, 0
+            self._compactions[part["id"]] = (message, index)
+        else:
+            message, index = found
+            old_size = part_size(message.parts[index].to_dict())
+            fitted = self._fits(message, part, old_size)
+            assert fitted is not None  # it replaces a part
+            message.parts[index] = DictPart(fitted)
+        self._resized(message, old_size, part_size(fitted))
+        self.emit(MessageDelta(self.agent, message.id, index, "compaction", part=fitted))
+
     def _session_info(self, update: dict[str, Any]) -> None:
         title = update.get("title", False)
         if title is None or isinstance(title, str):
@@ -871,6 +935,8 @@ class Conversation:
         "tool_call": _tool_call,
         "tool_call_update": _tool_update,
         "notice": _notice,
+        "compaction_update": _compaction,
+        "compaction_summary_chunk": _compaction_chunk,
         "plan": _plan,
         "available_commands_update": _commands,
         "current_mode_update": _mode,
@@ -908,7 +974,7 @@ def part_size(part: dict[str, Any]) -> int:
     """About the bytes a part holds: its texts, and ITEM_SIZE for each item of its lists."""
     if part.get("type") in ("text", "thought"):
         return text_size(as_string(part.get("text")))
-    size = sum(text_size(as_string(part.get(key))) for key in ("title", "input", "output"))
+    size = sum(text_size(as_string(part.get(key))) for key in ("title", "input", "output", "summary", "error"))
     for diff in part.get("diffs") or ():
         size += ITEM_SIZE + sum(text_size(as_string(diff.get(k))) for k in ("path", "oldText", "newText"))
     for entry in part.get("entries") or ():
@@ -927,7 +993,7 @@ def fit_part(part: dict[str, Any], limit: int) -> dict[str, Any]:
     part = {**part, **{k: part[k][:items] for k in ("diffs", "entries", "locations", "terminals") if part.get(k)}}
     texts = 3 + 3 * len(part.get("diffs") or ()) + len(part.get("entries") or ()) + len(part.get("terminals") or ())
     each = max((limit - ITEM_SIZE * items) // texts, ITEM_SIZE)
-    for key in ("title", "input", "output"):
+    for key in ("title", "input", "output", "summary"):
         if key in part:
             part[key] = _head(as_string(part[key]), each)
     if part.get("diffs"):
