@@ -91,6 +91,7 @@ COMMANDS = (
     ("/next", "go to the oldest: its agent becomes the current one, its request is shown again"),
     ("/logs [AGENT]", "an agent's last stderr lines"),
     ("/new [AGENT]", "a new conversation for the agent (the old one stays in the history)"),
+    ("/fork [AGENT]", "a new conversation that starts as a copy of the agent's, in a fork of its session"),
     ("/mode [ID]", "the current agent's session modes, or switch to mode ID"),
     ("/model [ID]", "the models it offers (its config option of category model), or choose one"),
     ("/set [ID VALUE]", "its config options and their values, or set option ID (on/off for a boolean one)"),
@@ -778,13 +779,16 @@ class LineFrontend(Frontend):
             self._spawn(self._inbox(), DECK)
         elif name == "next":
             self._next()
-        elif name == "new":
+        elif name in ("new", "fork"):
             agent = args[0] if args else self.current
             if agent is None or agent not in self.agents:
                 self.error(DECK, f"unknown agent {agent!r} (agents: {', '.join(self.agents) or 'none'})")
                 return
             self.current = agent
-            self._spawn(self.client.call("ChatService.NewConversation", {"agent": agent}), agent)
+            if name == "fork":
+                self._spawn(self._fork(agent), agent)
+            else:
+                self._spawn(self.client.call("ChatService.NewConversation", {"agent": agent}), agent)
         elif name in ("mode", "model", "set"):
             if self.current is None:
                 self.error(DECK, "there is no agent in the config")
@@ -879,6 +883,10 @@ class LineFrontend(Frontend):
             self.error(agent, str(exc))
         except Exception as exc:  # a bug must not end the frontend
             self.error(agent, f"{type(exc).__name__}: {exc}")
+
+    async def _fork(self, agent: str) -> None:
+        result = await self.client.call("ChatService.Fork", {"agent": agent})
+        self.emit(agent, f"forked session {result.get('forkedFrom')} as {result.get('sessionId')}", "dim")
 
     def _cancel(self, agent: str) -> None:
         dropped = self._drop_early(agent, "dropped: it waited for a permission request")

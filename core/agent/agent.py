@@ -499,6 +499,45 @@ class Agent:
         self.log(f"deck: session {session_id} deleted (session/delete)")
 
     @property
+    def can_fork_sessions(self) -> bool:
+        """Its last `initialize` answer lists `sessionCapabilities.fork`."""
+        return self._session_capability("fork")
+
+    async def fork_session(self) -> Session:
+        """ACP `session/fork` of its conversation's session, where the running agent lists
+        `sessionCapabilities.fork`: the new session, not serving anything yet (`serve`)."""
+        current = self.session
+        if self.conn is None or not self.running or current is None or current.id is None:
+            raise ServiceError(self.error or f"{self.name} is not running")
+        if not self.can_fork_sessions:
+            raise ServiceError(f"{self.name} cannot fork its session: its initialize answer has no sessionCapabilities.fork")
+        session = Session(self, CONVERSATION)
+        limit = self.deck.config.limits.handshake_timeout
+        try:
+            async with asyncio.timeout(limit):
+                await session.fork(current.id)
+        except TimeoutError:
+            raise ServiceError(f"{self.name} did not answer session/fork within {limit:g}s") from None
+        except ConnectionClosed as exc:
+            raise ServiceError(f"{self.name} ended before answering session/fork: {exc}") from exc
+        except AcpError as exc:
+            raise ServiceError(f"{self.name} refused session/fork: {exc}") from exc
+        self.log(f"deck: session {current.id} forked as {session.id} (session/fork)")
+        return session
+
+    async def serve(self, session: Session) -> None:
+        """`session` (a fork) serves its conversation from now on; the one before is left, open, to the agent."""
+        old = self.session
+        if old is not None and old.id is not None:
+            self.detach(old)
+        self.session = session
+        assert session.id is not None
+        if self._held is not None:
+            self._held.release()
+        self._held = await inuse.hold(self.name, session.id)
+        self.deck.session_opened(self)
+
+    @property
     def can_resume_sessions(self) -> bool:
         """Its last `initialize` answer lists `sessionCapabilities.resume`."""
         return self._session_capability("resume")

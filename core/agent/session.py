@@ -77,6 +77,15 @@ class Session:
             raise ServiceError("session/new returned no sessionId")
         self.id, self.result = result["sessionId"], result
 
+    async def fork(self, session_id: str) -> None:
+        """`session/fork` of `session_id`: a new session of the agent's that starts with that one's
+        context, in the agent's cwd, with the MCP servers the plugins give this session."""
+        conn = self._connection()
+        result = await conn.request("session/fork", self._continued(session_id))
+        if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str) or not result["sessionId"]:
+            raise ServiceError("session/fork returned no sessionId")
+        self.id, self.result = result["sessionId"][:200], result
+
     async def resume(self, session_id: str) -> None:
         """`session/resume`: the agent serves `session_id` again, remembering it, and replays nothing.
 

@@ -6,7 +6,7 @@ import sys
 
 import typer
 from deck._version import __version__
-from deck.cli import agents, config, inbox, run, server, usage
+from deck.cli import agents, config, fork, inbox, run, server, usage
 from deck.cli.common import Command, Group, echo, report_plugin_failure
 
 app = typer.Typer(
@@ -50,6 +50,7 @@ run.register(app)  # deck run, deck send
 server.register(app)  # deck serve, attach, stop, ls
 agents.register(app)  # deck agents, deck plugins
 inbox.register(app, Command)  # deck inbox, deck answer
+fork.register(app, Command)  # deck fork
 usage.register(app, Command)
 
 BUILTIN_COMMANDS = frozenset(

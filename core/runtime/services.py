@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from deck.agent.listing import check_session_id
 from deck.chat.approval import Approval
 from deck.chat.book import Conversations
-from deck.chat.conversation import Conversation
+from deck.chat.conversation import Conversation, new_id
 from deck.chat.modes import SessionSettings
 from deck.chat.pending import PendingRequests
 from deck.chat.spending import Spending
@@ -252,6 +252,31 @@ class ChatService:
         if running:
             await self.deck.agent(agent).start()
         return {"agent": agent}
+
+    @rpc("ChatService.Fork")
+    async def fork(self, agent: str) -> dict[str, Any]:
+        """A new conversation that starts as a copy of `agent`'s current one, served by a fork of its
+        session (ACP `session/fork`, where the agent lists `sessionCapabilities.fork`; the agent is
+        started if it must be). The one before stays in the history, its session the agent's."""
+        target = self.deck.agent(agent)
+        conv = self.conversations.of(agent)
+        if conv.busy or conv.queue:
+            raise ServiceError(f"{agent} is answering: cancel its answer first (ChatService.Cancel)")
+        await target.start()
+        if not target.can_fork_sessions:
+            raise ServiceError(f"{agent} cannot fork its session: its initialize answer has no sessionCapabilities.fork")
+        forked_from = target.session_id
+        session = await target.fork_session()
+        assert session.id is not None
+        copies = [{**m.to_dict(), "id": new_id("msg")} for m in conv.messages]  # the old ids stay the old one's
+        history = self.history
+        conversation_id = history.start_conversation(agent, session.id) if history is not None else None
+        self.conversations.restore(agent, {"messages": copies, "sessionId": session.id, "title": conv.title})
+        await target.serve(session)
+        for message in conv.messages:  # the history keeps the copies in the new conversation
+            conv.updated(message)
+        self.deck.emit(ConversationReset(agent, conversation_id))
+        return {"agent": agent, "conversationId": conversation_id, "sessionId": session.id, "forkedFrom": forked_from}
 
     @rpc("ChatService.History")
     async def history_list(self, agent: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
