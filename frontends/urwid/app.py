@@ -39,8 +39,12 @@ from .agents import SANDBOX_MARK, AgentsPanel
 from .common import Binding, HintBar, LineBox, Text, keys_label, palette, run_binding
 from .conversation import ConversationView
 from .dialogs import (
+    ACTION_FORM_KEYS,
+    ACTIONS_KEYS,
     PERMISSION_KEYS,
     QUESTION_KEYS,
+    ActionForm,
+    ActionsMenu,
     ChoiceDialog,
     ConfirmDialog,
     FilePicker,
@@ -56,7 +60,7 @@ from .history import HistoryDialog
 from .i18n import Strings
 from .model import Model
 from .paths import agent_folders, configured_agents
-from .views import ConfigView, LogsView
+from .views import ConfigView, LogsView, ResultView
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,8 @@ SPIN_EVERY = 0.12
 NOTICE_FOR = 6.0
 #: The widest a question's dialog (quit, merge, remove) is.
 DIALOG_WIDTH = 64
+#: The widest an action's parameters are asked in.
+ACTION_WIDTH = 72
 #: The worktree view's keys (F9), and what each asks for once confirmed.
 WORKTREE_ACTIONS = {"m": "merge", "x": "remove", "X": "force"}
 #: The agents panel's share of the screen's width, and its narrowest and widest.
@@ -72,7 +78,7 @@ PANEL_SHARE, PANEL_MIN, PANEL_MAX = 0.22, 18, 40
 #: The hint bar's hints in the order shown, each with its rank: the highest ranks are left out first
 #: when the screen is narrow (at 80 columns: help, send, agent, cancel, scroll, logs, quit).
 HINTS = [("hint_help", 1), ("hint_send", 1), ("hint_newline", 7), ("hint_agent", 2), ("hint_actions", 5), ("hint_cancel", 3),
-         ("hint_new", 5), ("hint_settings", 7), ("hint_scroll", 3), ("hint_logs", 4), ("hint_config", 4), ("hint_history", 6), ("hint_diff", 6), ("hint_quit", 1)]  # fmt: skip
+         ("hint_new", 5), ("hint_settings", 7), ("hint_scroll", 3), ("hint_logs", 4), ("hint_config", 4), ("hint_history", 6), ("hint_diff", 6), ("hint_plugin_actions", 7), ("hint_quit", 1)]  # fmt: skip
 #: A file written at exit when set: draws and their times (time.monotonic), for scripts/bench_urwid.py.
 STATS_ENV = "DECK_URWID_STATS"
 
@@ -147,7 +153,9 @@ class ConsoleApp(Handlers):
         self.model = Model()
         self.selected = ""
         self.view = "chat"
-        self.dialog_kind = ""  # "", "ask" (a permission request or a question), "quit", "picker", "history"
+        #: "", "ask" (a permission request or a question), "quit", "picker", "history", "actions" (the
+        #: menu), "action" (an action's parameters)…
+        self.dialog_kind = ""
         self.ask_id = ""  # the permission request or question the ask dialog shows
         self.shown_dialog: urwid.Widget | None = None
         #: The dialogs of pending asks, by id, kept while the ask waits: a question put off (Esc,
@@ -182,6 +190,8 @@ class ConsoleApp(Handlers):
         self._clients_changes = 0
         #: The user left the server it is attached to running (Ctrl-Q, detach).
         self.detached = False
+        #: What the plugins offer to do (`DeckService.Actions()`, in the snapshot): the menu's (Ctrl-P).
+        self.actions: list[dict[str, Any]] = []
         self._build()
 
     # -- layout ----------------------------------------------------------------------------
@@ -194,8 +204,12 @@ class ConsoleApp(Handlers):
         self.logs_view = LogsView(s)
         self.config_view = ConfigView(s, self.choose_config, self.open_config)
         self.diff_view = DiffView(s, self.worktree_key)
+        #: What an action gave, in the conversation's place: text or a table, or a diff.
+        self.result_view = ResultView(s)
+        self.result_diff = DiffView(s, lambda key: None)
+        self.result: ResultView | DiffView = self.result_view
         #: The conversation, or the view shown in its place.
-        self.main: urwid.WidgetPlaceholder[ConversationView | LogsView | ConfigView | DiffView]
+        self.main: urwid.WidgetPlaceholder[ConversationView | LogsView | ConfigView | DiffView | ResultView]
         self.main = urwid.WidgetPlaceholder(self.conversation)
         self.lowered = Lowered(self.main)  # below an ask's dialog while one is open
         self.columns = urwid.Columns([(panel_width(80), self.panel), self.lowered], focus_column=1)
@@ -234,6 +248,7 @@ class ConsoleApp(Handlers):
             self.model = Model()
             self._config_path = path
         self.model.load(snapshot)
+        self.actions = [a for a in snapshot.get("actions") or [] if isinstance(a, dict) and isinstance(a.get("name"), str)]
         if self.selected not in self.model.agents:
             self.selected = next(iter(self.model.agents), "")
         problems = [*(config.get("problems") or []), *(config.get("warnings") or [])]
@@ -740,6 +755,8 @@ class ConsoleApp(Handlers):
         elif view == "diff":
             self.show_diff()
             self.main.original_widget = self.diff_view
+        elif view == "result":
+            self.main.original_widget = self.result
         else:
             self.main.original_widget = self.conversation
         self.keep_focus()
@@ -842,6 +859,56 @@ class ConsoleApp(Handlers):
                 agent.changed_files = None
                 self.model.changes.agents.add(name)
         self.show_diff()
+
+    # -- the plugins' actions (Ctrl-P) -----------------------------------------------------------
+
+    def open_actions(self) -> None:
+        """Ctrl-P: what the plugins offer to do, as data (`actions`): the console knows none of them."""
+        self._show_dialog("actions", ActionsMenu(self.strings, self.actions, self.pick_action, self.close_dialog))
+
+    def pick_action(self, action: dict[str, Any]) -> None:
+        """An action picked: its parameters asked for (an agent's, at first the selected agent), or,
+        when it has none, run at once."""
+        if not action.get("params"):
+            self.run_action(action, {})
+            return
+        form = ActionForm(self.strings, action, self.selected, lambda values: self.run_action(action, values), self.open_actions)
+        self._show_dialog("action", form, ACTION_WIDTH)
+
+    def run_action(self, action: dict[str, Any], values: dict[str, str]) -> None:
+        """Call the action's method with `values`; its result is shown as the action says it reads."""
+        self.close_dialog()
+        typed = " ".join([f"/{action['name']}", *values.values()])  # what was run, as line mode types it
+        self.spawn(self.client.call(str(action["method"]), values), lambda result: self.show_result(action, typed, result))
+
+    def show_result(self, action: dict[str, Any], typed: str, result: Any) -> None:
+        """`result` as `shows` says it reads: a diff in the diff view, stored conversations or messages
+        in the history's list (Enter reopens one), a conversation made current by showing its agent,
+        text or a table in the result view; an empty one said in the status line."""
+        shows = action.get("shows")
+        if not result:
+            self.say(f"{typed}: {action.get('empty') or self.strings('result_none')}")
+        elif shows == "conversation":
+            agent = self.model.agents.get(str(result.get("agent"))) if isinstance(result, dict) else None
+            if agent is not None:
+                self.select(agent.name)
+                self.say(self.strings("history_reopened", agent=agent.title))
+        elif shows in ("conversations", "messages") and isinstance(result, list):
+            agent = self.model.agents.get(self.selected)
+            dialog = HistoryDialog(self.strings, self.client, self.spawn, agent.name if agent else "", typed, self.reopen,
+                                   self.close_dialog, listed=(str(shows), result))  # fmt: skip
+            self._show_dialog("history", dialog)
+        else:
+            if shows == "diff" and isinstance(result, str):
+                self.result_diff.titled(typed, result)
+                self.result = self.result_diff
+            elif shows == "table":
+                self.result_view.table(typed, result)
+                self.result = self.result_view
+            else:
+                self.result_view.text(typed, result)
+                self.result = self.result_view
+            self.show_view("result")
 
     # -- dialogs -----------------------------------------------------------------------------
 
@@ -1014,7 +1081,8 @@ class ConsoleApp(Handlers):
         worktree = [(key, s(f"key_worktree_{what}")) for key, what in WORKTREE_ACTIONS.items()]
         legend = [(s(mark) if mark in s.table else mark, s(meaning)) for mark, meaning in LEGEND]
         return [(s("help_console"), rows(KEYS)), (s("help_permission"), rows(PERMISSION_KEYS)),
-                (s("help_question"), rows(QUESTION_KEYS)), (s("help_worktree"), worktree), (s("help_panel"), legend)]  # fmt: skip
+                (s("help_question"), rows(QUESTION_KEYS)), (s("help_worktree"), worktree),
+                (s("help_actions"), rows(ACTIONS_KEYS) + rows(ACTION_FORM_KEYS)), (s("help_panel"), legend)]  # fmt: skip
 
     def show_help(self) -> None:
         """F1: every key, in the conversation's place; Esc closes it."""
@@ -1098,6 +1166,7 @@ KEYS: list[Binding[ConsoleApp]] = [
     Binding(("f3",), "key_config", lambda app, key: app.toggle_view("config")),
     Binding(("f8",), "key_history", lambda app, key: app.open_history()),
     Binding(("f9",), "key_worktree", lambda app, key: app.toggle_view("diff")),
+    Binding(("ctrl p",), "key_plugin_actions", lambda app, key: app.open_actions()),
     Binding(("ctrl q", "f10"), "key_quit", lambda app, key: app.ask_quit()),
     Binding(("ctrl c", "meta ctrl c"), "key_ctrl_c", lambda app, key: app.say(app.strings("ctrl_c")), shown="Ctrl-C"),
 ]  # fmt: skip

@@ -1,4 +1,5 @@
-"""Dialogs over the console: permission requests, questions, the quit question, the config file picker.
+"""Dialogs over the console: permission requests, questions, the quit question, the config file picker,
+the plugins' actions and an action's parameters.
 
 A dialog is drawn on its own background, the styled text in it included (`on_background`).
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import urwid
+from deck.frontend import action_usage
 from deck.tty import printable
 
 from .common import Binding, Clickable, LineBox, Text, on_background, run_binding
@@ -463,6 +465,140 @@ class ConfirmDialog(ChoiceDialog):
         choices = [("y", strings(yes), "yes"), ("n", strings("no"), "")]
         super().__init__(title, text, choices, lambda value: on_answer(bool(value)), default="")
         self.keys.update({"Y": "yes", "o": "yes", "O": "yes", "N": ""})
+
+
+class ActionsMenu(urwid.WidgetWrap):
+    """What the plugins offer to do (`DeckService.Actions()`, in the snapshot), each as line mode
+    types it (`/history [AGENT]`) and what it does, as the plugin words it; the console has no
+    code of any of them. 1-9 (or Enter on one, or a click) picks one, Esc closes (ACTIONS_KEYS)."""
+
+    def __init__(
+        self,
+        strings: Strings,
+        actions: list[dict[str, Any]],
+        on_pick: Callable[[dict[str, Any]], None],
+        on_close: Callable[[], None],
+    ) -> None:
+        self.actions = actions
+        self.on_pick = on_pick
+        self.on_close = on_close
+        items: list[AbstractFlowWidget] = []
+        for number, action in enumerate(actions, 1):
+            key = str(number) if number < 10 else ""
+            help_text = " · ".join(filter(None, (str(action.get("help") or ""), str(action.get("source") or ""))))
+            items.append(Clickable(("strong", f"{key:<3}{action_usage(action)}"), partial(on_pick, action), focusable=True))
+            items.append(urwid.Padding(Text(("dim", help_text)), left=3))
+        if not items:
+            items.append(Text(("dim", strings("actions_none"))))
+        self.walker: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker(items)
+        super().__init__(_box(urwid.ListBox(self.walker), strings("actions_title")))
+
+    def pick(self, number: int) -> None:
+        if 1 <= number <= len(self.actions):
+            self.on_pick(self.actions[number - 1])
+
+    def keypress(self, size: Any, key: str) -> str | None:
+        if not run_binding(ACTIONS_KEYS, self, key):
+            super().keypress(size, key)
+        return None  # a modal dialog: nothing leaks to the screen behind
+
+
+#: The keys of the actions menu, for its handling and the help (F1).
+ACTIONS_KEYS: list[Binding[ActionsMenu]] = [
+    Binding(tuple("123456789"), "key_action_pick", lambda d, key: d.pick(int(key))),
+    Binding(("enter",), "key_action_focused"),  # the focused action's line
+    Binding(("esc",), "key_close", lambda d, key: d.on_close()),
+]
+
+
+class ActionForm(urwid.WidgetWrap):
+    """The parameters of one action, a field each in the order line mode types them: its name (`*`
+    when it is required), what it is as the plugin words it, and the field, an agent's at first the
+    agent given (the selected one). Enter goes to the next field and runs the action on the last;
+    Esc goes back (ACTION_FORM_KEYS). A required field left empty is said, and nothing runs."""
+
+    def __init__(
+        self,
+        strings: Strings,
+        action: dict[str, Any],
+        agent: str,
+        on_run: Callable[[dict[str, str]], None],
+        on_close: Callable[[], None],
+    ) -> None:
+        self.strings = strings
+        self.action = action
+        self.on_run = on_run
+        self.on_close = on_close
+        items: list[AbstractFlowWidget] = []
+        if action.get("help"):
+            items += [Text(str(action["help"])), urwid.Divider()]
+        #: (parameter, its field, its position in the pile)
+        self.fields: list[tuple[dict[str, Any], urwid.Edit, int]] = []
+        for param in action.get("params") or []:
+            label: list[Any] = [("strong", str(param.get("metavar") or param["name"]))]
+            if param.get("required"):
+                label.append(("error", " *"))
+            if param.get("help"):
+                label.append(("dim", f"  {param['help']}"))
+            items.append(Text(label))
+            edit = urwid.Edit("› ", agent if param.get("agent") else "")
+            self.fields.append((param, edit, len(items)))
+            items.append(urwid.AttrMap(edit, "field", "field focus"))
+        self.error = Text("")
+        run = Clickable(("button", f" {strings('action_run')} "), self.submit, focusable=True)
+        items += [urwid.Divider(), self.error, run, Text(("dim", strings("action_keys")))]
+        self.pile = urwid.Pile(items)
+        self.pile.focus_position = self.fields[0][2] if self.fields else items.index(run)
+        super().__init__(_box(self.pile, printable(action_usage(action))))
+
+    def values(self) -> dict[str, str]:
+        """What was typed, by parameter, in the parameters' order; an empty optional field is left out.
+
+        Raises ValueError with the message to show, after focusing the field at fault."""
+        out: dict[str, str] = {}
+        for param, edit, position in self.fields:
+            text = edit.edit_text.strip()
+            if not text:
+                if param.get("required"):
+                    self.pile.focus_position = position
+                    raise ValueError(self.strings("question_missing", field=param.get("metavar") or param["name"]))
+                continue
+            out[str(param["name"])] = text
+        return out
+
+    def submit(self) -> None:
+        try:
+            values = self.values()
+        except ValueError as exc:
+            self.error.set_text(("error", str(exc)))
+            return
+        self.error.set_text("")
+        self.on_run(values)
+
+    def _field_index(self) -> int | None:
+        focus = self.pile.focus_position
+        return next((i for i, (_param, _edit, position) in enumerate(self.fields) if position == focus), None)
+
+    def next_field(self) -> None:
+        """Enter in a field: the next one, or on the last, run the action."""
+        current = self._field_index()
+        if current is not None and current + 1 < len(self.fields):
+            self.pile.focus_position = self.fields[current + 1][2]
+        else:
+            self.submit()
+
+    def keypress(self, size: Any, key: str) -> str | None:
+        if not run_binding(ACTION_FORM_KEYS, self, key):
+            super().keypress(size, key)
+        return None  # a modal dialog: nothing leaks to the screen behind
+
+
+#: The keys of an action's parameters, for their handling and the help (F1).
+ACTION_FORM_KEYS: list[Binding[ActionForm]] = [
+    Binding(("enter",), "key_next_field_run", lambda d, key: d.next_field(), lambda d, key: d._field_index() is not None),
+    Binding(("ctrl s",), "key_action_run", lambda d, key: d.submit()),
+    Binding(("esc",), "key_action_back", lambda d, key: d.on_close()),
+]
 
 
 class FilePicker(urwid.WidgetWrap):

@@ -1,7 +1,8 @@
 """The worktree diff view: the selected agent's work as a unified diff, one file after another,
 each line coloured by what it does (added, removed, a hunk, a file's header); m merges it, x removes
 the worktree, each after a confirmation (the app asks), and once a remove was refused for the work
-it holds, X removes it all the same. Only the keys that apply are offered: none without a worktree."""
+it holds, X removes it all the same. Only the keys that apply are offered: none without a worktree.
+The same view shows a diff an action gave (`titled`), with none of those keys."""
 
 from __future__ import annotations
 
@@ -64,7 +65,14 @@ class DiffView(urwid.WidgetWrap):
         if agent == self.agent and self.offered:
             self.offer("force")
 
-    def show(self, agent: str, text: str) -> None:
+    def titled(self, title: str, text: str) -> None:
+        """A diff an action gave (`shows` diff), under what was run: no worktree's keys; Esc goes back."""
+        self.agent = ""
+        self.box.set_title(title)
+        self.show("", text, "")
+        self.keys_line.set_text(("dim", self.strings("result_keys")))
+
+    def show(self, agent: str, text: str, offered: str = "work") -> None:
         if agent != self.agent:
             return  # another agent was selected meanwhile
         lines = text.splitlines()
@@ -78,7 +86,7 @@ class DiffView(urwid.WidgetWrap):
             items.append(Text(("dim", self.strings("diff_cut", n=len(lines) - MAX_LINES))))
         self.walker[:] = items or [Text(("dim", self.strings("diff_none")))]
         self.listbox.set_focus(0)
-        self.offer("work")
+        self.offer(offered)
 
     def failed(self, agent: str, title: str, message: str, missing: bool = False) -> None:
         """The diff of `agent` could not be read: `missing`, it has no worktree (said in the title)."""

@@ -1,6 +1,7 @@
 """The history view: the selected agent's past conversations (`ChatService.History`), and a search
 over every agent's (`ChatService.Search`) as the user types; Enter reopens one
-(`ChatService.OpenConversation`), Esc closes. A dialog, so that it has every key while it is open."""
+(`ChatService.OpenConversation`), Esc closes. A dialog, so that it has every key while it is open.
+It also lists what an action gave (`shows` conversations or messages: `listed`), as it came."""
 
 from __future__ import annotations
 
@@ -67,7 +68,10 @@ class HistoryDialog(urwid.WidgetWrap):
         title: str,
         on_open: Callable[[str], None],
         on_close: Callable[[], None],
+        listed: tuple[str, list[Any]] | None = None,
     ) -> None:
+        """`listed`: what an action gave, `("conversations" | "messages", rows)`, listed as it is, under
+        `title` (what was run), each row with its agent; there is no search field then."""
         self.strings = strings
         self.client = client
         self.spawn = spawn
@@ -75,6 +79,7 @@ class HistoryDialog(urwid.WidgetWrap):
         self.agent_title = title
         self.on_open = on_open
         self.on_close = on_close
+        self.listed = listed
         self.edit = urwid.Edit(("dim", strings("history_search")))
         urwid.connect_signal(self.edit, "postchange", lambda *_: self.refresh())
         self.walker: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
@@ -82,10 +87,19 @@ class HistoryDialog(urwid.WidgetWrap):
         self.pile = urwid.Pile([("pack", self.edit), ("pack", urwid.Divider("─")), self.listbox])
         self._asked = 0  # questions asked so far
         self._answered = -1  # the question whose answer is listed
-        box = LineBox(self.pile, title=printable(strings("history_title", agent=title)), title_align="left",
+        heading = strings("listed_title", what=title) if listed is not None else strings("history_title", agent=title)
+        box = LineBox(self.listbox if listed is not None else self.pile, title=printable(heading), title_align="left",
                       title_attr="dialog title")  # fmt: skip
         super().__init__(urwid.AttrMap(box, DIALOG))
-        self.refresh()
+        if listed is None:
+            self.refresh()
+            return
+        shows, rows = listed
+        found = [r for r in rows if isinstance(r, dict)]
+        if shows == "messages":
+            self._show([self._hit(r) for r in found], True)
+        else:
+            self._show([self._conversation(r, with_agent=True) for r in found])
 
     # -- what it lists --------------------------------------------------------------------------
 
@@ -112,11 +126,15 @@ class HistoryDialog(urwid.WidgetWrap):
 
         self.spawn(fetch())
 
-    def _conversation(self, row: dict[str, Any]) -> AbstractFlowWidget:
+    def _conversation(self, row: dict[str, Any], with_agent: bool = False) -> AbstractFlowWidget:
         s = self.strings
         title = str(row.get("title") or "") or s("history_untitled")
-        details = f"  {when(row.get('updatedAt'))} · {s('history_messages', n=int(row.get('messages') or 0))}"
-        return Clickable([("strong", " ".join(title.split())), ("dim", details)], self._opener(row.get("id")), focusable=True)
+        messages = row.get("messages")
+        count = messages if isinstance(messages, int) and not isinstance(messages, bool) else 0
+        details = f"  {when(row.get('updatedAt'))} · {s('history_messages', n=count)}"
+        agent = [("dim", f"{row.get('agent', '')} · ")] if with_agent else []
+        return Clickable([*agent, ("strong", " ".join(title.split())), ("dim", details)], self._opener(row.get("id")),
+                         focusable=True)  # fmt: skip
 
     def _hit(self, row: dict[str, Any]) -> AbstractFlowWidget:
         head = f"{row.get('agent', '')} · {when(row.get('at'))} · "
@@ -135,10 +153,13 @@ class HistoryDialog(urwid.WidgetWrap):
     # -- keys -----------------------------------------------------------------------------------
 
     def keypress(self, size: Any, key: str) -> str | None:
-        in_list = self.pile.focus_position == 2
         if key == "esc":
             self.on_close()
             return None
+        if self.listed is not None:
+            super().keypress(size, key)
+            return None
+        in_list = self.pile.focus_position == 2
         if key == "enter" and not in_list:
             if self._answered != self._asked:
                 return None  # what is listed is not what the field now says: its answer is on its way

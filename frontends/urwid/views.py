@@ -1,12 +1,15 @@
-"""Full-width views that replace the conversation for a while: an agent's logs, the config."""
+"""Full-width views that replace the conversation for a while: an agent's logs, the config, what an
+action gave (text, or a table)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import urwid
+from deck.tty import one_line
 
 from .common import Clickable, LineBox, Text
 from .i18n import Strings
@@ -87,3 +90,63 @@ class ConfigView(urwid.WidgetWrap):
             self.on_choose()
             return None
         return super().keypress(size, key)
+
+
+#: The widest a table's column is given, in characters (its cells wrap within it).
+COLUMN_MOST = 40
+
+
+def cell_text(value: Any) -> str:
+    """A value of an action's result as one cell: text as it is, nothing for None, the rest as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+class ResultView(urwid.WidgetWrap):
+    """What an action gave (`shows` text or table), under what was run (`/turns a`): text line by
+    line, or a table's rows under their headings, columns as wide as their cells (COLUMN_MOST at
+    most). Esc goes back to the conversation."""
+
+    def __init__(self, strings: Strings) -> None:
+        self.strings = strings
+        self.walker: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
+        body = urwid.Pile([urwid.ListBox(self.walker), ("pack", urwid.Divider("─")),
+                           ("pack", Text(("dim", strings("result_keys")), wrap="ellipsis"))])  # fmt: skip
+        self.box = LineBox(body, title="", title_align="left")
+        super().__init__(self.box)
+
+    def text(self, title: str, result: Any) -> None:
+        """A string (or an object's `summary`) line by line; anything else as its JSON."""
+        if isinstance(result, dict) and isinstance(result.get("summary"), str):
+            result = result["summary"]
+        shown = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, indent=1)
+        self._show(title, [Text(line) for line in shown.split("\n")])
+
+    def table(self, title: str, rows: Any) -> None:
+        """A list of objects as a table: a column per key, in the order the keys come; a row that is
+        no object is one line of its own."""
+        rows = rows if isinstance(rows, list) else [rows]
+        keys: list[str] = []
+        for row in rows:
+            for key in row if isinstance(row, dict) else ():
+                if key not in keys:
+                    keys.append(str(key))
+        widths = {key: max([len(key), *(len(one_line(cell_text(r.get(key)), COLUMN_MOST)) for r in rows if isinstance(r, dict))])
+                  for key in keys}  # fmt: skip
+
+        def line(cells: list[Any]) -> AbstractFlowWidget:
+            return urwid.Columns([(min(COLUMN_MOST, widths[key]), Text(cell)) if i < len(keys) - 1 else Text(cell)
+                                  for i, (key, cell) in enumerate(zip(keys, cells))], dividechars=2)  # fmt: skip
+
+        items: list[AbstractFlowWidget] = [line([("strong", key) for key in keys])] if keys else []
+        for row in rows:
+            items.append(line([cell_text(row.get(key)) for key in keys]) if isinstance(row, dict) else Text(cell_text(row)))
+        self._show(title, items)
+
+    def _show(self, title: str, items: list[AbstractFlowWidget]) -> None:
+        self.box.set_title(title)
+        self.walker[:] = items or [Text(("dim", self.strings("result_none")))]
+        self.walker.set_focus(0)
