@@ -708,7 +708,7 @@ def test_mode_model_and_set_list_and_change_the_agents_config_options(line_deck,
     assert deck.close() == 0
     sent = [json.loads(line) for line in requests.read_text().splitlines()]
     capabilities = next(r for r in sent if r["method"] == "initialize")["params"]["clientCapabilities"]
-    assert capabilities["session"] == {"configOptions": {"boolean": {}}}  # deck says it takes boolean options
+    assert capabilities["session"]["configOptions"] == {"boolean": {}}  # deck says it takes boolean options
     chosen = [r["params"] for r in sent if r["method"] == "session/set_config_option"]
     assert [(c["configId"], c["value"], c.get("type")) for c in chosen] == [
         ("model", "m2", None), ("fast", True, "boolean"), ("mode", "plan", None),
