@@ -43,7 +43,7 @@
 
   const state = {
     seq: 0, agents: new Map(), conversations: {}, pending: new Map(), selected: null, clients: 0,
-    tab: "chat", usage: null, terminals: new Map(), shownFrom: {}, deckNotices: [],
+    tab: "chat", usage: null, terminals: new Map(), shownFrom: {}, deckNotices: [], actions: [],
   };
 
   // -- numbers, amounts and times, as the terminal shows them ------------------------------------
@@ -189,6 +189,8 @@
     state.conversations = isObject(snapshot.conversations) ? snapshot.conversations : {};
     state.pending = new Map(asObjects(snapshot.pending).map((p) => [p.id, p]));
     state.deckNotices = [];
+    state.actions = asObjects(snapshot.actions).filter((a) => typeof a.name === "string" && typeof a.method === "string");
+    $("actions-open").hidden = !state.actions.length;
     if (!state.selected || !state.agents.has(state.selected)) state.selected = state.agents.size ? state.agents.keys().next().value : null;
     synced = true;
     const held = early;
@@ -290,8 +292,11 @@
   };
 
   // What a plugin tells the user, in its words: a toast; a sticky one stays on its agent (or on the
-  // page, for one on no agent) until the same source sends "" for it.
+  // page, for one on no agent) until the same source sends "" for it. An alert (`bell`, `desktop`:
+  // the notify plugin's) is for a terminal to ring: the page tells of what needs you on its own
+  // ("needs you", and its notification when "Notify me" allowed it), and shows no toast for it.
   function notice(e) {
+    if (e.bell === true || e.desktop === true) return;
     const text = asText(e.text);
     const level = levelOf(e.level);
     const source = asText(e.source);
@@ -1012,16 +1017,7 @@
       box.replaceChildren();
       if (!rows.length) box.append(el("div", "empty", "No stored conversation for this agent."));
       const list = el("div", "list");
-      for (const row of rows) {
-        const item = el("div", "item");
-        const said = el("div", "snippet", `${count(row.messages)} messages · `);
-        said.append(timeNode(row.updatedAt));
-        item.append(el("div", "", asText(row.title) || "(untitled)"), said);
-        const open = el("button", "", "Open");
-        open.onclick = () => act("ChatService.OpenConversation", { id: row.id }).then(() => showTab("chat"), () => {});
-        item.append(open);
-        list.append(item);
-      }
+      for (const row of asObjects(rows)) list.append(conversationItem(row, false, () => showTab("chat")));
       box.append(list);
     }, (e) => box.replaceChildren(el("div", "empty", e.message)));
   }
@@ -1032,18 +1028,43 @@
       box.replaceChildren();
       if (!rows.length) box.append(el("div", "empty", `Nothing found for “${query}”.`));
       const list = el("div", "list");
-      for (const row of rows) {
-        const item = el("div", "item");
-        const said = el("div", "", `${agentTitle(row.agent)} · ${asText(row.role)} · `);
-        said.append(timeNode(row.at));
-        item.append(said, snippetNode(row.snippet));
-        const open = el("button", "", "Open");
-        open.onclick = () => act("ChatService.OpenConversation", { id: row.conversationId }).then(() => { select(row.agent); showTab("chat"); }, () => {});
-        item.append(open);
-        list.append(item);
-      }
+      for (const row of asObjects(rows)) list.append(hitItem(row, () => showTab("chat")));
       box.append(list);
     }, (e) => box.replaceChildren(el("div", "empty", e.message)));
+  }
+
+  //: A stored conversation (ChatService.History's row): its title, messages and time (its agent's
+  //: title first, `withAgent`), and Open, which makes it its agent's current one, then `opened()`.
+  function conversationItem(row, withAgent, opened) {
+    const item = el("div", "item");
+    const said = el("div", "snippet", `${withAgent ? agentTitle(row.agent) + " · " : ""}${count(row.messages)} messages · `);
+    said.append(timeNode(row.updatedAt));
+    item.append(el("div", "", asText(row.title) || "(untitled)"), said);
+    const open = el("button", "", "Open");
+    open.type = "button";
+    open.onclick = () => act("ChatService.OpenConversation", { id: row.id }).then(() => {
+      if (state.agents.has(row.agent)) select(row.agent);
+      opened();
+    }, () => {});
+    item.append(open);
+    return item;
+  }
+
+  //: A stored message found (ChatService.Search's row): its agent, role and time, the words found
+  //: highlighted, and Open.
+  function hitItem(row, opened) {
+    const item = el("div", "item");
+    const said = el("div", "", `${agentTitle(row.agent)} · ${asText(row.role)} · `);
+    said.append(timeNode(row.at));
+    item.append(said, snippetNode(row.snippet));
+    const open = el("button", "", "Open");
+    open.type = "button";
+    open.onclick = () => act("ChatService.OpenConversation", { id: row.conversationId }).then(() => {
+      if (state.agents.has(row.agent)) select(row.agent);
+      opened();
+    }, () => {});
+    item.append(open);
+    return item;
   }
 
   //: A stored time, in the browser's time zone; the time as stored in its tooltip.
@@ -1070,13 +1091,18 @@
     const box = $("worktree");
     const agent = state.selected;
     call("WorktreeService.Diff", { agent }).then((diff) => {
-      const pre = el("pre", "diff");
-      for (const line of String(diff).split("\n")) {
-        const cls = line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff ") ? "file" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : line.startsWith("@@") ? "hunk" : "";
-        pre.append(el("span", cls, line + "\n"));
-      }
-      box.replaceChildren(diff ? pre : el("div", "empty", "No changes in this agent's worktree."));
+      box.replaceChildren(diff ? diffNode(diff) : el("div", "empty", "No changes in this agent's worktree."));
     }, (e) => box.replaceChildren(el("div", "empty", e.message)));
+  }
+
+  //: A unified diff, each line coloured by what it does (a file's header, added, removed, a hunk).
+  function diffNode(text) {
+    const pre = el("pre", "diff");
+    for (const line of String(text).split("\n")) {
+      const cls = line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff ") ? "file" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : line.startsWith("@@") ? "hunk" : "";
+      pre.append(el("span", cls, line + "\n"));
+    }
+    return pre;
   }
 
   let usageTimer = null;
@@ -1169,6 +1195,166 @@
     box.replaceChildren(...parts);
   }
 
+  // -- the plugins' actions ---------------------------------------------------------------------
+  // What the plugins offer to do, as data (DeckService.Actions, in the snapshot): each names a service
+  // method, its parameters and how its result reads. The page knows none of them: a plugin's action
+  // is offered here with no code of the page's.
+
+  //: How an action is typed in line mode: `/history [AGENT]`, `/search WORDS`.
+  function actionUsage(action) {
+    const words = ["/" + asText(action.name)];
+    for (const param of asObjects(action.params)) {
+      const shown = asText(param.metavar) || asText(param.name).toUpperCase();
+      words.push(param.required ? shown : `[${shown}]`);
+    }
+    return words.join(" ");
+  }
+
+  function actionButton(label, onclick, primary) {
+    const b = el("button", primary ? "primary" : "", label);
+    b.type = "button";
+    b.onclick = onclick;
+    return b;
+  }
+
+  //: The dialog's parts, each emptied and hidden but for what `shown` names.
+  function actionsDialog(title, help) {
+    $("actions-title").textContent = title;
+    $("actions-help").textContent = help || "";
+    $("actions-help").hidden = !help;
+    for (const id of ["actions-list", "actions-params", "actions-result"]) $(id).replaceChildren();
+    $("actions-error").hidden = true;
+    $("actions-form").onsubmit = (e) => e.preventDefault();
+    $("actions-buttons").replaceChildren(actionButton("Close", () => $("actions").close()));
+    const dialog = $("actions");
+    if (!dialog.open) dialog.showModal();
+  }
+
+  function openActions() {
+    actionsDialog("Actions", "");
+    const list = $("actions-list");
+    if (!state.actions.length) list.append(el("div", "empty", "No plugin offers an action."));
+    for (const action of state.actions) {
+      const b = el("button", "item action");
+      b.type = "button";
+      b.dataset.action = asText(action.name);
+      b.append(el("code", "usage", actionUsage(action)), el("span", "snippet", ` ${asText(action.help)}`));
+      if (action.source) b.append(el("span", "source", ` · ${asText(action.source)}`));
+      b.onclick = () => chooseAction(action);
+      list.append(b);
+    }
+    const first = list.querySelector("button");
+    if (first) first.focus();
+  }
+
+  // Its parameters, in the order typed: an agent's as a choice of the agents (the selected one at
+  // first), the others as text; `*` after a required one. Run (or Enter) calls its method.
+  function chooseAction(action) {
+    const params = asObjects(action.params).filter((p) => typeof p.name === "string");
+    actionsDialog(actionUsage(action), asText(action.help));
+    const box = $("actions-params");
+    const fields = [];
+    for (const param of params) {
+      const label = el("label");
+      const name = el("span", "field-name", asText(param.metavar) || param.name);
+      if (param.required) name.append(el("abbr", "required", " *"));
+      label.append(name);
+      if (param.help) label.append(el("span", "hint", asText(param.help)));
+      let input;
+      if (param.agent) {
+        input = el("select");
+        if (!param.required) input.append(Object.assign(el("option", "", "(any)"), { value: "" }));
+        for (const agent of state.agents.values()) input.append(Object.assign(el("option", "", agentTitle(agent.name)), { value: agent.name }));
+        input.value = state.selected || "";
+      } else {
+        input = Object.assign(el("input"), { type: "text" });
+      }
+      input.name = param.name;
+      if (param.required) input.setAttribute("aria-required", "true");
+      label.append(input);
+      box.append(label);
+      fields.push({ param, input });
+    }
+    if (fields.some((f) => f.param.required)) box.append(el("p", "hint", "* required"));
+    const run = () => {
+      const values = {};
+      const missing = [];
+      for (const f of fields) {
+        f.input.removeAttribute("aria-invalid");
+        const text = f.input.value.trim();
+        if (text) values[f.param.name] = text;
+        else if (f.param.required) missing.push(f);
+      }
+      const problem = $("actions-error");
+      if (missing.length) {
+        const names = missing.map((f) => asText(f.param.metavar) || f.param.name).join(", ");
+        problem.textContent = `${names} ${missing.length > 1 ? "are" : "is"} required. Nothing was run.`;
+        problem.hidden = false;
+        for (const f of missing) f.input.setAttribute("aria-invalid", "true");
+        missing[0].input.focus();
+        return;
+      }
+      problem.hidden = true;
+      const typed = [`/${action.name}`, ...Object.values(values)].join(" ");
+      $("actions-result").replaceChildren(el("div", "empty", "Running…"));
+      call(action.method, values).then((result) => showResult(action, typed, result), (e) => {
+        $("actions-result").replaceChildren();
+        problem.textContent = e.message;
+        problem.hidden = false;
+      });
+    };
+    $("actions-form").onsubmit = (e) => { e.preventDefault(); run(); };
+    $("actions-buttons").replaceChildren(actionButton("Run", run, true), actionButton("Back", openActions), actionButton("Close", () => $("actions").close()));
+    if (fields.length) fields[0].input.focus();
+    else run();
+  }
+
+  //: What an action gave, as its `shows` says it reads: text, a table and a diff pre-formatted,
+  //: stored conversations and messages as lists (Open makes one current), a conversation made
+  //: current by showing its agent; an empty result in the action's own words.
+  function showResult(action, typed, result) {
+    const box = $("actions-result");
+    box.replaceChildren(el("div", "ran", typed));
+    const empty = result === null || result === undefined || result === "" || (Array.isArray(result) && !result.length);
+    if (empty) { box.append(el("div", "empty", asText(action.empty) || "Nothing.")); return; }
+    const shows = asText(action.shows);
+    const done = () => { $("actions").close(); showTab("chat"); };
+    if (shows === "conversation") {
+      const agent = isObject(result) ? asText(result.agent) : "";
+      if (state.agents.has(agent)) select(agent);
+      toast(`Opened a conversation of ${agentTitle(agent)}`, "info");
+      done();
+    } else if (shows === "conversations" && Array.isArray(result)) {
+      const list = el("div", "list");
+      for (const row of asObjects(result)) list.append(conversationItem(row, true, done));
+      box.append(list);
+    } else if (shows === "messages" && Array.isArray(result)) {
+      const list = el("div", "list");
+      for (const row of asObjects(result)) list.append(hitItem(row, done));
+      box.append(list);
+    } else if (shows === "diff" && typeof result === "string") {
+      box.append(diffNode(result));
+    } else if (shows === "table") {
+      const rows = Array.isArray(result) ? result : [result];
+      const headings = [];
+      for (const row of asObjects(rows)) for (const key of Object.keys(row)) if (!headings.includes(key)) headings.push(key);
+      box.append(table(headings, asObjects(rows).map((row) => headings.map((h) => cellText(row[h]))), "result"));
+      const others = rows.filter((row) => !isObject(row));
+      if (others.length) box.append(el("pre", "plain", others.map(cellText).join("\n")));
+    } else {
+      const text = isObject(result) && typeof result.summary === "string" ? result.summary : typeof result === "string" ? result : raw(result);
+      box.append(el("pre", "plain", text));
+    }
+  }
+
+  //: A value of a table as its cell's text: text as it is, nothing for null, the rest as JSON.
+  function cellText(value) {
+    if (value === null || value === undefined) return "";
+    if (typeof value === "string") return value;
+    if (typeof value === "number" || typeof value === "boolean") return String(value);
+    try { return JSON.stringify(value) ?? String(value); } catch { return "(not readable)"; }
+  }
+
   // -- what the user does ------------------------------------------------------------------------
 
   function select(name) {
@@ -1239,6 +1425,7 @@
       else showHistory();
     };
     $("wt-refresh").onclick = showWorktree;
+    $("actions-open").onclick = openActions;
     $("wt-merge").onclick = () => {
       if (!confirm(`Merge ${state.selected}'s worktree into its base branch?`)) return;
       act("WorktreeService.Merge", { agent: state.selected }).then((r) => { toast(`merged ${r.files} file(s) into ${r.base}`, "info"); showWorktree(); }, () => {});
