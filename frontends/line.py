@@ -750,7 +750,8 @@ class LineFrontend(Frontend):
 
     def _command(self, line: str) -> None:
         name, *args = line[1:].split() or [""]
-        if line.startswith("//") or (name not in DECK_COMMANDS and name in self.agent_commands.get(self.current or "", {})):
+        ours = name in DECK_COMMANDS or name in self.actions  # deck's and its plugins' commands come first
+        if line.startswith("//") or (not ours and name in self.agent_commands.get(self.current or "", {})):
             # The agent's own command: sent as its message. `//NAME` reaches one named as deck's is.
             if self.current is not None:
                 self._send(self.current, line[1:] if line.startswith("//") else line)
@@ -861,7 +862,7 @@ class LineFrontend(Frontend):
             self.emit(DECK, f"{self.current}'s own commands (sent to it as a message; //NAME for one that deck's hides):")
             width = max(len(n) for n in commands) + 1
             for name, description in sorted(commands.items()):
-                hidden = " (//" + name + ": deck has a /" + name + ")" if name in DECK_COMMANDS else ""
+                hidden = " (//" + name + ": deck has a /" + name + ")" if name in DECK_COMMANDS or name in self.actions else ""
                 self.emit(DECK, one_line(f"/{name:<{width}} {description}{hidden}", 300))
 
     async def _line_done(self) -> None:

@@ -311,7 +311,8 @@ class Agent:
         elif wanted is not None:  # never run unsandboxed instead: SpawnError says why and what to do
             sandbox.required()
             self.view = sandbox.view(
-                wanted, cwd, self.directories, dict(cfg.env), self.deck.sandbox_hidden(), self.deck.reachable_folders
+                wanted, cwd, self.directories, dict(cfg.env), self.deck.sandbox_hidden(), self.deck.reachable_folders,
+                command,
             )  # fmt: skip
             command = self.view.command(command)
         await self.tasks.close()  # the last connection's: cancelled as it ended, done by now

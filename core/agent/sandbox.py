@@ -76,6 +76,8 @@ class View:
     cwd: str
     writable: list[str] = field(default_factory=list)
     hidden: list[str] = field(default_factory=list)
+    #: What it must read under a folder it has its own of (/tmp): its program, deck's own install.
+    readable: list[str] = field(default_factory=list)
     reachable: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -86,6 +88,8 @@ class View:
         hidden = [p for p in self.hidden if p not in bound]  # what deck keeps for the agent to reach shows
         inside = [p for p in hidden if any(_within(p, w) for w in bound)]
         shown = [p for p in hidden if p not in inside and not any(_within(p, f) for f in PRIVATE)]
+        for path in self.readable:
+            args += ["--ro-bind", path, path]
         for path in shown:  # first: a folder bound below one shows again
             args += _hiding(path)
         # Then, parents before what is beneath them: a bound folder, what is hidden in it (deck's
@@ -118,6 +122,7 @@ def view(
     env: dict[str, str],
     private: Iterable[str | Path],
     reachable: Iterable[str | Path],
+    command: Iterable[str] = (),
 ) -> View:
     """The view of an agent in `cwd` with `directories`, its `env` (added to KEPT_VARIABLES of
     deck's), deck's `private` folders and files hidden and its `reachable` ones bound back in.
@@ -138,7 +143,24 @@ def view(
     hidden = [p for p in _unique(_expand(str(p)) for p in (*HIDDEN, *sandbox.hide, *private)) if os.path.lexists(p)]
     kept = {name: os.environ[name] for name in KEPT_VARIABLES if name in os.environ}
     reached = _unique(_expand(str(p)) for p in reachable if os.path.exists(p))
-    return View(sandbox, cwd, writable, hidden, reached, {**kept, **env})
+    return View(sandbox, cwd, writable, hidden, readable(command), reached, {**kept, **env})
+
+
+def readable(command: Iterable[str]) -> list[str]:
+    """What a sandboxed command must still read beneath /tmp, which it has a fresh one of: the
+    folders of its program and of the files its arguments name, and deck's own install (its
+    interpreter and package: the asks bridge runs from them) when it lies there."""
+    import deck
+
+    wanted = []
+    for word in command:
+        found = shutil.which(word) if os.sep not in word else word
+        if found and os.path.isabs(found) and os.path.exists(found):
+            wanted.append(os.path.dirname(os.path.abspath(found)) if os.path.isfile(found) else os.path.abspath(found))
+    package = [os.path.realpath(p) for p in deck.__path__]
+    wanted.append(os.path.commonpath([sys.prefix, *package, *(os.path.dirname(p) for p in deck.__path__)]))
+    under = [p for p in _unique(wanted) if any(_within(p, f) for f in PRIVATE) and p.rstrip("/") not in PRIVATE]
+    return [p for p in under if not any(p != q and _within(p, q) for q in under)]  # the outermost of each
 
 
 def remote_prelude(sandbox: Sandbox, cwd: str, env: dict[str, str], command: list[str]) -> str:
@@ -160,6 +182,8 @@ def remote_prelude(sandbox: Sandbox, cwd: str, env: dict[str, str], command: lis
         f"for p in {' '.join(there(p) for p in (cwd, *sandbox.write))}; do",
         '  { [ -e "$p" ] || mkdir -p "$p"; } && set -- "$@" --bind "$p" "$p"',
         "done",
+        *(f'[ -d {shlex.quote(folder)} ] && set -- "$@" --ro-bind {shlex.quote(folder)} {shlex.quote(folder)}'
+          for folder in _unique(os.path.dirname(w) for w in command if w.startswith("/tmp/"))),  # a fresh /tmp there too
         'set -- "$@" --clearenv',
         f"for v in {' '.join(KEPT_VARIABLES)}; do",
         '  eval "x=\\${$v-}"; [ -n "$x" ] && set -- "$@" --setenv "$v" "$x"',
