@@ -315,15 +315,15 @@ UNCLOSED = ["**a ", "~~a ", "__a ", "[a", "*a ", "_a ", "`a ", "``a ", "[a](", "
 
 
 def test_markdown_takes_time_linear_in_the_size_of_what_it_draws(page: Any, served: WebServe) -> None:  # noqa: F811
-    """Each text at 32,000 and 128,000 characters, rendered by the page's markdown.js: four times the text
-    takes less than ten times as long (the best of 5 runs each, each run repeated to last 10 ms or more,
-    small and big in turn: robust on a busy machine)."""
+    """Each text at 16,000 and 256,000 characters, rendered by the page's markdown.js: sixteen times the
+    text takes less than 64 times as long — a square law would take 256 times (the best of 5 runs each,
+    each run repeated to last 10 ms or more, small and big in turn: robust on a busy machine)."""
     opened(page, served)
     times = page.evaluate(
         """(units) => {
             const out = {};
             for (const unit of units) {
-                const texts = [32000, 128000].map((n) => unit.repeat(Math.ceil(n / unit.length)).slice(0, n));
+                const texts = [16000, 256000].map((n) => unit.repeat(Math.ceil(n / unit.length)).slice(0, n));
                 const once = (text) => { const t = performance.now(); deckMarkdown.render(text); return performance.now() - t; };
                 const repeat = Math.max(1, Math.ceil(10 / Math.max(once(texts[0]), 0.1)));
                 const best = [Infinity, Infinity];
@@ -341,4 +341,4 @@ def test_markdown_takes_time_linear_in_the_size_of_what_it_draws(page: Any, serv
         UNCLOSED,
     )
     ratios = {unit: round(big / small, 2) for unit, (small, big) in times.items()}
-    assert all(ratio < 10 for ratio in ratios.values()), (ratios, times)
+    assert all(ratio < 64 for ratio in ratios.values()), (ratios, times)
