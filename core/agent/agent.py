@@ -8,7 +8,7 @@ import functools
 import logging
 import os
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from deck._version import __version__
@@ -486,18 +486,25 @@ class Agent:
             raise ServiceError(self.error or f"{self.name} is not running")
         if not self._session_capability("delete"):
             raise ServiceError(f"{self.name} does not delete sessions (its initialize answer has no sessionCapabilities.delete)")
+        with inuse.unused(self.name, session_id):
+            async with self._answered("session/delete"):
+                await self.conn.request("session/delete", {"sessionId": session_id})
+        self.log(f"deck: session {session_id} deleted (session/delete)")
+
+    @contextlib.asynccontextmanager
+    async def _answered(self, method: str) -> AsyncIterator[None]:
+        """A request of `method` to the agent, answered within the handshake's time limit; a
+        ServiceError says why not (no answer in time, the agent ended, or it refused)."""
         limit = self.deck.config.limits.handshake_timeout
         try:
-            with inuse.unused(self.name, session_id):
-                async with asyncio.timeout(limit):
-                    await self.conn.request("session/delete", {"sessionId": session_id})
+            async with asyncio.timeout(limit):
+                yield
         except TimeoutError:
-            raise ServiceError(f"{self.name} did not answer session/delete within {limit:g}s") from None
+            raise ServiceError(f"{self.name} did not answer {method} within {limit:g}s") from None
         except ConnectionClosed as exc:
-            raise ServiceError(f"{self.name} ended before answering session/delete: {exc}") from exc
+            raise ServiceError(f"{self.name} ended before answering {method}: {exc}") from exc
         except AcpError as exc:
-            raise ServiceError(f"{self.name} refused session/delete: {exc}") from exc
-        self.log(f"deck: session {session_id} deleted (session/delete)")
+            raise ServiceError(f"{self.name} refused {method}: {exc}") from exc
 
     @property
     def can_fork_sessions(self) -> bool:
@@ -513,16 +520,8 @@ class Agent:
         if not self.can_fork_sessions:
             raise ServiceError(f"{self.name} cannot fork its session: its initialize answer has no sessionCapabilities.fork")
         session = Session(self, CONVERSATION)
-        limit = self.deck.config.limits.handshake_timeout
-        try:
-            async with asyncio.timeout(limit):
-                await session.fork(current.id)
-        except TimeoutError:
-            raise ServiceError(f"{self.name} did not answer session/fork within {limit:g}s") from None
-        except ConnectionClosed as exc:
-            raise ServiceError(f"{self.name} ended before answering session/fork: {exc}") from exc
-        except AcpError as exc:
-            raise ServiceError(f"{self.name} refused session/fork: {exc}") from exc
+        async with self._answered("session/fork"):
+            await session.fork(current.id)
         self.log(f"deck: session {current.id} forked as {session.id} (session/fork)")
         return session
 

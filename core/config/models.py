@@ -217,6 +217,14 @@ class Plugins(_Model):
     disabled: list[str] = Field(default_factory=list, description="Plugins switched off by name (read at start).")
 
 
+def absolute_paths(paths: list[str]) -> list[str]:
+    """`paths`, each absolute once `~` is expanded; ValueError naming the first that is not."""
+    for path in paths:
+        if not os.path.isabs(os.path.expanduser(path)):
+            raise ValueError(f"{path!r} is not an absolute path (give /… or ~/…)")
+    return paths
+
+
 class SandboxTable(_Model):
     write: list[str] = Field(
         default_factory=list, description="More folders the agent may write in its sandbox (absolute, or ~/…): its own state, e.g. ~/.claude."
@@ -229,10 +237,7 @@ class SandboxTable(_Model):
     @field_validator("write", "hide")
     @classmethod
     def _absolute(cls, paths: list[str]) -> list[str]:
-        for path in paths:
-            if not os.path.isabs(os.path.expanduser(path)):
-                raise ValueError(f"{path!r} is not an absolute path (give /… or ~/…)")
-        return paths
+        return absolute_paths(paths)
 
 
 class SandboxDefaults(SandboxTable):
@@ -275,10 +280,7 @@ class AgentConfig(_Model):
     @field_validator("additional_directories")
     @classmethod
     def _absolute_directories(cls, folders: list[str]) -> list[str]:
-        for folder in folders:
-            if not os.path.isabs(os.path.expanduser(folder)):
-                raise ValueError(f"{folder!r} is not an absolute path (give /… or ~/…)")
-        return folders
+        return absolute_paths(folders)
 
     @model_validator(mode="after")
     def _remote(self) -> AgentConfig:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import urwid
-from deck.frontend import action_usage
+from deck.frontend import action_usage, default_option
 from deck.tty import printable
 
 from .common import Binding, Clickable, LineBox, Text, on_background, run_binding
@@ -87,17 +87,6 @@ class Scrolled(urwid.Widget):
             self._invalidate()
             return True
         return False
-
-
-def default_option(options: list[dict[str, Any]]) -> int:
-    """The option Enter takes: the first that allows once, else the first that is not an "always"
-    (a standing permission is given only when picked), else the first."""
-    kinds = [str(option.get("kind", "")) for option in options]
-    for wanted in (lambda kind: kind == "allow_once", lambda kind: not kind.endswith("_always")):
-        found = next((i for i, kind in enumerate(kinds) if wanted(kind)), None)
-        if found is not None:
-            return found
-    return 0
 
 
 class PermissionDialog(AskDialog):
