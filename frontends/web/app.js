@@ -863,6 +863,16 @@
     if (first) first.focus();
   }
 
+  // The option offered first (Enter takes it): deck.frontend.default_option's reading, mirrored once
+  // here — the one that allows once, else the first that is not an "always", else the first.
+  function defaultOption(options) {
+    const kinds = options.map((o) => asText(o.kind));
+    const once = kinds.indexOf("allow_once");
+    if (once >= 0) return once;
+    const plain = kinds.findIndex((k) => !k.endsWith("_always"));
+    return plain >= 0 ? plain : 0;
+  }
+
   function askPermission(p) {
     const tool = isObject(p.toolCall) ? p.toolCall : {};
     $("ask-title").textContent = `${agentTitle(p.agent)} asks: ${asText(tool.title) || asText(tool.kind) || "permission"}`;
@@ -875,13 +885,14 @@
     options.replaceChildren();
     const choices = asObjects(p.options).filter((o) => typeof o.optionId === "string");
     if (!choices.length) body.append(el("p", "", "The agent offers no option to choose from."));
-    for (const option of choices) { // allow-once alone is the default: never "always" nor a rejection
-      const once = option.kind === "allow_once";
+    const first = defaultOption(choices);
+    for (const [index, option] of choices.entries()) { // never "always" by default
+      const once = index === first;
       const b = el("button", once ? "primary" : "", asText(option.name) || option.optionId);
       b.type = "button";
       b.dataset.option = option.optionId;
       b.dataset.kind = asText(option.kind);
-      if (once && !options.querySelector("[autofocus]")) b.autofocus = true;
+      if (once) b.autofocus = true;
       b.onclick = () => act("ChatService.AnswerPermission", { id: p.id, optionId: option.optionId }).catch(() => {});
       options.append(b);
     }

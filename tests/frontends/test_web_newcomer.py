@@ -41,8 +41,8 @@ from deck import hookimpl
 
 @hookimpl
 def deck_before_prompt(deck, agent, text):
-    if text.startswith("notice "):
-        deck.notice(**json.loads(text[len("notice "):]))
+    if text.startswith("tell "):
+        deck.notice(**json.loads(text[len("tell "):]))
 '''
 
 #: The page's colours of a notice's levels (style.css: --accent, --warn, --bad).
@@ -280,7 +280,7 @@ def test_notices_are_toasts_of_their_level_or_stay_on_their_agent_until_taken_ba
     opened(page, served)
 
     def notice(**given: Any) -> None:
-        served.send("a", "notice " + json.dumps({"source": "tests", **given}))
+        served.send("a", "tell " + json.dumps({"source": "tests", **given}))
 
     for level in ("info", "warning", "error"):
         notice(text=f"said at {level}", level=level, agent="b")
