@@ -375,7 +375,9 @@ def _message(message: dict[str, Any]) -> list[str]:
     role = str(message.get("role") or "")
     head = _ROLES.get(role, role.title() or "Message")
     if message.get("code"):
-        head += f": {message['code']}"
+        head += f": {_one_line(str(message['code']))}"
+        if message.get("code") == "notice" and message.get("level"):
+            head += f" ({_one_line(str(message['level']))})"
     lines = [f"## {head} · {_local(str(message.get('createdAt') or ''))}", ""]
     for part in message.get("parts") or []:
         if isinstance(part, dict):
@@ -411,11 +413,26 @@ def _part(part: dict[str, Any], role: str) -> list[str]:
     if kind == "plan":
         entries = [e for e in part.get("entries") or [] if isinstance(e, dict)]
         return ["**Plan**", "", *(f"- {_PLAN_BOXES.get(str(e.get('status')), '[ ]')} {_one_line(str(e.get('content', '')))}" for e in entries), ""]
+    if kind == "compaction":
+        return _compaction(part)
     return []
+
+
+def _compaction(part: dict[str, Any]) -> list[str]:
+    """A context compaction: its status, the summary it keeps (fenced), why it failed."""
+    lines = [f"**Compaction** · {_one_line(str(part.get('status') or '')) or 'in_progress'}", ""]
+    if part.get("summary"):
+        lines += [*_fenced(str(part["summary"]), "text"), ""]
+    if part.get("error"):
+        lines += [f"Error: {_one_line(str(part['error']))}", ""]
+    return lines
 
 
 def _tool(part: dict[str, Any]) -> list[str]:
     title = _one_line(str(part.get("title") or "")) or "(untitled)"
+    name = _one_line(str(part.get("name") or "")) if isinstance(part.get("name"), str) else ""
+    if name and name != title:
+        title += f" ({name})"
     lines = [f"### Tool: {title}", "", f"{part.get('kind') or 'other'} · {part.get('status') or 'pending'}", ""]
     if part.get("permission"):
         lines += [f"Permission: {_one_line(str(part['permission']))}", ""]
