@@ -33,6 +33,8 @@ TERMINAL_LINES = 10
 WORDED_CODES = ("agent-restarted", "agent-unavailable")
 #: The colour of a notice said on the agent, beside its conversation, by its level.
 SAID_ATTRS = {"info": "text", "warning": "warning", "error": "error"}
+#: The colour of a context compaction's line, by its status.
+COMPACTION_ATTRS = {"in_progress": "dim", "completed": "ok", "failed": "error", "cancelled": "warning"}
 PLAN_MARKS = {"completed": ("ok", "[x]"), "in_progress": ("status in_progress", "[~]"), "pending": ("dim", "[ ]")}
 
 
@@ -86,8 +88,12 @@ def tool_widgets(
     """A tool call: header with kind, title and status; input; output; diffs (summary or full)."""
     status = str(part.get("status") or "pending")
     kind = str(part.get("kind") or "other")
-    header = [("tool", f"⚙ {strings.tool_word(kind)}"), " ", ("strong", str(part.get("title") or "")),
-              " · ", (f"status {status}", strings.tool_word(status))]  # fmt: skip
+    title = str(part.get("title") or "")
+    name = part.get("name") if isinstance(part.get("name"), str) else ""
+    header: list[Any] = [("tool", f"⚙ {strings.tool_word(kind)}"), " ", ("strong", title)]
+    if name and name != title:  # the tool's programmatic name, beside the title the agent words
+        header += [" ", ("dim", f"({name})")]
+    header += [" · ", (f"status {status}", strings.tool_word(status))]
     out: list[AbstractFlowWidget] = [_pad(Clickable(header, on_toggle))]
     if part.get("input"):
         out.append(_pad(Text(("dim", "  " + _clip(str(part["input"]), 300))), INDENT + 2))
@@ -156,6 +162,22 @@ def plan_widgets(part: dict[str, Any], strings: Strings) -> list[AbstractFlowWid
     return [_pad(Text(markup))]
 
 
+def compaction_widgets(part: dict[str, Any], strings: Strings) -> list[AbstractFlowWidget]:
+    """A context compaction, one line: in progress, done (its summary's first line), failed (why), cancelled."""
+    status = str(part.get("status") or "in_progress")
+    summary = str(part.get("summary") or "").strip().partition("\n")[0]
+    error = str(part.get("error") or "").strip().partition("\n")[0]
+    if status == "completed":
+        words = strings("compacted", summary=summary) if summary else strings("compacted_bare")
+    elif status == "failed":
+        words = strings("compaction_failed", error=error) if error else strings("compaction_failed_bare")
+    elif status == "cancelled":
+        words = strings("compaction_cancelled")
+    else:
+        words = strings("compacting")
+    return [_pad(Text((COMPACTION_ATTRS.get(status, "dim"), words)))]
+
+
 def _pad(widget: urwid.Widget, left: int = INDENT) -> AbstractFlowWidget:
     return urwid.Padding(widget, left=left)
 
@@ -192,6 +214,13 @@ class MessageRenderer:
             elif message.error:  # not sent: taken out of the queue, or the agent stopped first
                 head += [" ", ("dim", f"({message.error})")]
             out.append(Text(head))
+        elif message.role == "system" and message.code == "notice":  # an agent's notice, in its level's colour
+            level = str(message.level or "info")
+            attr = SAID_ATTRS.get(level, "text")
+            out.append(Text([("system", f"! {s('system')}"), " · ", (attr, s(f"notice_{level}") if level in SAID_ATTRS else level)]))
+            out += [_pad(Text((attr, part.text))) for part in message.parts if part.type == "text" and part.text]
+            out.append(urwid.Divider())
+            return out
         elif message.role == "system":
             out.append(Text(("system", f"! {s('system')}")))
             if self._worded(message.code):
@@ -226,6 +255,8 @@ class MessageRenderer:
             return tool_widgets(relative_tool(part.data, self.folder), self.strings, show, toggle)
         if part.type == "plan":
             return plan_widgets(part.data, self.strings)
+        if part.type == "compaction":
+            return compaction_widgets(part.data, self.strings)
         text = part.text
         if part.type == "thought":
             if self.show_thoughts == (key in self.flipped):

@@ -52,6 +52,10 @@ TERMINAL_TAIL = 16 * 1024
 WORKING = frozenset({AgentState.STARTING.value, AgentState.BUSY.value})
 
 
+#: The source of the notice an agent's own notice makes (its conversation shows it, as a note of code "notice").
+AGENT_NOTICE = "agent"
+
+
 class Part:
     """One part of a message as the wire shows it (`data`); streamed text is kept in chunks, joined when read."""
 
@@ -76,7 +80,7 @@ class Part:
 class MessageModel:
     """A message as its last `message:updated` said, plus the deltas since."""
 
-    __slots__ = ("id", "role", "parts", "done", "queued", "stop_reason", "error", "code")
+    __slots__ = ("id", "role", "parts", "done", "queued", "stop_reason", "error", "code", "level")
 
     def __init__(self, data: dict[str, Any]) -> None:
         self.id = str(data["id"])
@@ -90,6 +94,8 @@ class MessageModel:
         self.stop_reason = data.get("stopReason")
         self.error = data.get("error")
         self.code = data.get("code")
+        #: A notice's severity (info, warning, error), on a system message of code "notice".
+        self.level = data.get("level")
 
     def delta(self, index: int, kind: str, text: str | None, part: dict[str, Any] | None) -> None:
         while len(self.parts) <= index:
@@ -329,6 +335,8 @@ class Model(Handlers):
         if agent is None:
             return
         if not e.sticky:
+            if e.source == AGENT_NOTICE:  # the agent's own notice: its conversation's note shows it
+                return
             if e.text and not (e.bell or e.desktop):
                 agent.said.append({"source": e.source, "level": e.level, "text": e.text, "at": time.strftime("%H:%M:%S")})
                 self.changes.side.add(agent.name)
