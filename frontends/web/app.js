@@ -640,6 +640,7 @@
   function fillMessage(entry, message) {
     if (entry.asText) { entry.node.replaceChildren(); entry.asText = false; } // drawn as text last time
     entry.node.className = `msg ${asText(message.role)}` + (message.queued ? " queued" : "") + (message.done ? " done" : " live");
+    drawLevel(entry, message);
     const parts = asList(message.parts);
     parts.forEach((part, i) => drawPart(entry, i, part, message));
     for (let i = parts.length; i < entry.parts.length; i++) entry.parts[i].node.remove();
@@ -652,6 +653,23 @@
       meta.textContent = said;
       entry.node.append(meta);
     } else if (meta) meta.remove();
+  }
+
+  //: How an agent's notice (a system note of code "notice") says its level.
+  const LEVEL_WORDS = { info: "notice", warning: "warning", error: "error" };
+
+  // An agent's notice: its level said first, and the note in its level's colour.
+  function drawLevel(entry, message) {
+    let label = entry.node.querySelector(":scope > .level");
+    if (!(message.role === "system" && message.code === "notice")) {
+      if (label) label.remove();
+      return;
+    }
+    const level = levelOf(message.level);
+    entry.node.classList.add("said", level);
+    if (!label) { label = el("div"); entry.node.prepend(label); }
+    label.className = "level " + level;
+    label.textContent = LEVEL_WORDS[level];
   }
 
   // A message that waits to be sent can be edited or taken out of the queue.
@@ -698,6 +716,7 @@
       else if (kind === "text" || kind === "thought") drawText(slot, asText(part.text), !!message.done, kind);
       else if (kind === "plan") drawPlan(slot, part);
       else if (kind === "tool") drawTool(slot, part, message.agent);
+      else if (kind === "compaction") drawCompaction(slot, part);
       else { slot.node.className = "text"; slot.node.textContent = isObject(part) && typeof part.text === "string" ? part.text : raw(part); }
     } catch (error) { // shown as its text, drawn afresh next time
       report(`a part of the message ${asText(message.id)} could not be drawn, shown as text`, error);
@@ -773,7 +792,11 @@
     slot.node.className = "tool";
     const head = el("div");
     const status = asText(part.status);
-    head.append(el("span", "title", asText(part.title) || asText(part.kind) || "tool call"), el("span", "status " + status, status));
+    const title = asText(part.title) || asText(part.kind) || "tool call";
+    head.append(el("span", "title", title));
+    const name = asText(part.name); // the tool's programmatic name, beside the title the agent words
+    if (name && name !== title) head.append(el("span", "name", `(${name})`));
+    head.append(el("span", "status " + status, status));
     const nodes = [head];
     for (const loc of asObjects(part.locations)) nodes.push(el("div", "snippet", asText(loc.path) + (loc.line ? ":" + asText(loc.line) : "")));
     for (const diff of asObjects(part.diffs)) nodes.push(diffBlock(diff));
@@ -788,6 +811,24 @@
     }
     if (part.output) nodes.push(el("pre", "output", (asText(part.output) || raw(part.output)).slice(-20000)));
     slot.node.replaceChildren(...nodes);
+  }
+
+  //: The statuses of a context compaction; another one reads as in progress.
+  const COMPACTION_STATUSES = ["in_progress", "completed", "failed", "cancelled"];
+
+  // A context compaction, one line: in progress, done (its summary's first line), failed (why), cancelled.
+  function drawCompaction(slot, part) {
+    const status = COMPACTION_STATUSES.includes(part.status) ? part.status : "in_progress";
+    const firstLine = (x) => asText(x).trim().split("\n")[0];
+    const summary = firstLine(part.summary);
+    const error = firstLine(part.error);
+    slot.node.className = "compaction " + status;
+    slot.node.textContent = {
+      in_progress: "compacting…",
+      completed: summary ? `compacted: ${summary}` : "compacted",
+      failed: error ? `compaction failed: ${error}` : "compaction failed",
+      cancelled: "compaction cancelled",
+    }[status];
   }
 
   function diffBlock(diff) {
