@@ -181,6 +181,12 @@ def turn(rid, sid: str, text: str) -> None:
     if word == "stream":
         for i in range(int(rest or 10)):
             chunk(sid, f"c{i} ")
+    elif word == "burst":  # `burst N`: N chunks written at once, as one write
+        lines = [json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": {
+            "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": f"c{i} "}}}}) for i in range(int(rest or 10))]
+        with lock:
+            out.write(("\n".join(lines) + "\n").encode())
+            out.flush()
     elif word == "slow":
         while sid not in cancelled:
             chunk(sid, "tick ")

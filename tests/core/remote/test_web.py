@@ -228,7 +228,7 @@ async def test_a_client_that_offers_deck_lines_gets_the_same_lines_in_fewer_mess
     one = await connect(served)
     batched = await connect(served, batches=True)
     assert batched.ws.protocol == "deck"
-    await one.call("ChatService.Send", {"agent": "a", "text": "stream 3000"})
+    await one.call("ChatService.Send", {"agent": "a", "text": "burst 3000"})  # read in a few reads, however busy
     last = await one.event("turn:changed", agent="a", busy=False)
     await batched.wait(lambda lines: any(x.get("seq") == last["seq"] for x in lines))
     events = [x for x in one.lines if "event" in x and 0 < x["seq"] <= last["seq"]]
