@@ -87,7 +87,8 @@ class View:
         bound = [*self.writable, *self.reachable]
         hidden = [p for p in self.hidden if p not in bound]  # what deck keeps for the agent to reach shows
         inside = [p for p in hidden if any(_within(p, w) for w in bound)]
-        shown = [p for p in hidden if p not in inside and not any(_within(p, f) for f in PRIVATE)]
+        seen = [p for p in hidden if not any(_within(p, f) for f in PRIVATE) or any(_within(p, r) for r in self.readable)]
+        shown = [p for p in seen if p not in inside]  # beneath /tmp, only what a folder read there shows
         for path in self.readable:
             args += ["--ro-bind", path, path]
         for path in shown:  # first: a folder bound below one shows again
