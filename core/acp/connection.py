@@ -7,6 +7,7 @@ dicts: deck forwards and records what agents send without dropping unknown field
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -34,6 +35,8 @@ MAX_DEPTH = 200
 #: is handled at once, as one line is: a longer one would hold the event loop (and every other
 #: agent) for seconds. It is refused whole, with one error answer of no id.
 MAX_BATCH = 1000
+#: Requests deck never withdraws with `$/cancel_request`: a prompt ends with `session/cancel`.
+NOT_WITHDRAWN = frozenset({"session/prompt"})
 _DEEP_LINE = 2 * MAX_DEPTH  # no line this short nests deeper: each level takes two characters at least, "[…]"
 
 
@@ -266,12 +269,20 @@ class Connection:
 
     def start_request(self, method: str, params: dict[str, Any]) -> asyncio.Future[Any]:
         """Send a request now; the future of its result, which a caller may outlive (`asyncio.shield`).
-        Cancelling the future forgets the request: a late answer is logged and skipped."""
+        Cancelling the future withdraws the request: the agent is told (`$/cancel_request`, but for a
+        prompt, which `session/cancel` ends), and a late answer is logged and skipped."""
         request_id = self._next_id
         self._next_id += 1
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        future.add_done_callback(lambda _: self._pending.pop(request_id, None))
+
+        def done(_: asyncio.Future[Any]) -> None:
+            self._pending.pop(request_id, None)
+            if future.cancelled() and self.closed is None and method not in NOT_WITHDRAWN:
+                with contextlib.suppress(ConnectionClosed, OSError):
+                    self.notify("$/cancel_request", {"requestId": request_id})
+
+        future.add_done_callback(done)
         try:
             self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         except BaseException:

@@ -181,6 +181,17 @@ def turn(rid, sid: str, text: str) -> None:
     if word == "stream":
         for i in range(int(rest or 10)):
             chunk(sid, f"c{i} ")
+    elif word == "perm-withdrawn":  # a permission request, withdrawn with $/cancel_request after REST seconds
+        withdrawn = next(ids)
+        answered, box = threading.Event(), []
+        waiting[withdrawn] = (answered, box)
+        send({"id": withdrawn, "method": "session/request_permission", "params": {
+            "sessionId": sid, "toolCall": {"toolCallId": "tw", "title": "Withdrawn edit"},
+            "options": [{"optionId": "yes", "name": "Allow", "kind": "allow_once"}]}})
+        time.sleep(float(rest or 0.5))
+        send({"method": "$/cancel_request", "params": {"requestId": withdrawn}})
+        answered.wait(10)  # deck answers it cancelled
+        chunk(sid, "withdrawn: " + json.dumps(box))
     elif word == "burst":  # `burst N`: N chunks written at once, as one write
         lines = [json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": sid, "update": {
             "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": f"c{i} "}}}}) for i in range(int(rest or 10))]

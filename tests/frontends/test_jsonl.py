@@ -381,3 +381,15 @@ def test_an_agents_c1_and_bidi_characters_reach_stdout_escaped(run_deck):
     answer = [e for e in deck.events("message:updated", agent="a") if e["message"]["role"] == "agent"][-1]
     assert answer["message"]["parts"] == [{"type": "text", "text": f"You said: {said}"}]
     assert "".join(d["text"] for d in deck.events("message:delta", agent="a")) == f"You said: {said}"
+
+
+def test_a_permission_the_agent_withdraws_leaves_the_inbox(run_deck):
+    deck = run_deck(agent_block("a"))
+    deck.call("ChatService.Send", {"agent": "a", "text": "perm-withdrawn 0.5"})
+    asked = deck.event("permission:requested", agent="a", timeout=20)
+    resolved = deck.event("permission:resolved", id=asked["id"], timeout=20)
+    assert "optionId" not in resolved  # nobody chose: it was withdrawn
+    assert deck.call("DeckService.Inbox") == []
+    deck.wait_line(lambda e: e.get("event") == "turn:changed" and not e["busy"], timeout=20)
+    deck.close_stdin()
+    assert deck.wait(15) == 0

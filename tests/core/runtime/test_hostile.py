@@ -464,3 +464,20 @@ def test_the_jsonl_parser_answers_every_request_exactly_once_in_strict_json(text
         assert out == []  # a notification that worked: no reply
     else:
         assert len(out) == 1 and "error" in out[0]
+
+
+def test_a_request_deck_abandons_is_withdrawn_with_cancel_request_but_a_prompt_is_not():
+    async def run() -> Peer:
+        peer = Peer()
+        load = peer.conn.start_request("session/load", {"sessionId": "s1"})
+        prompt = peer.conn.start_request("session/prompt", {"sessionId": "s1", "prompt": []})
+        load.cancel()  # deck gave up waiting (its handshake's time limit)
+        prompt.cancel()
+        await asyncio.sleep(0)  # the futures' callbacks run
+        peer.conn.feed(b'{"jsonrpc": "2.0", "id": 0, "result": {}}\n')  # a late answer: logged, skipped
+        return peer
+
+    peer = asyncio.run(run())
+    withdrawn = [m for m in peer.sent if m.get("method") == "$/cancel_request"]
+    assert withdrawn == [{"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": 0}}]  # the load alone
+    assert [b for b in peer.bad if "no pending request" in b]
