@@ -243,7 +243,10 @@ class Deck:
             raise ValueError(f"unknown notice level {level!r}: {', '.join(NOTICE_LEVELS)}")
         if sticky:
             if text:
-                self._notices[(source, agent)] = {"source": source, "level": level, "text": text}
+                kept = {"source": source, "level": level, "text": text}
+                if self._notices.get((source, agent)) == kept:
+                    return  # on it already: said again at each report, it is told once
+                self._notices[(source, agent)] = kept
             elif self._notices.pop((source, agent), None) is None:
                 return  # nothing to take back
         self.emit(Notice(source, level, text, agent, sticky, bell or None, desktop or None))

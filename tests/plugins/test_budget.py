@@ -241,3 +241,15 @@ def test_a_reached_budget_is_shown_on_the_agent_until_it_is_raised(run_deck, tmp
     cleared = deck.wait_line(lambda e: e.get("event") == "deck:notice" and e.get("agent") == "a" and e["text"] == "", timeout=20)
     assert cleared["sticky"] is True
     assert [a["notices"] for a in deck.call("AgentService.List")] == [[], []]
+
+
+@pytest.mark.anyio
+async def test_a_sticky_notice_said_again_unchanged_is_told_once(make_deck) -> None:
+    deck, rec = make_deck(agent_block("a"))
+    for _ in range(3):  # as a budget says it at each cost report past it
+        deck.notice("budget", "budget reached", agent="a", level="warning", sticky=True)
+    deck.notice("budget", "budget reached, more spent", agent="a", level="warning", sticky=True)
+    assert [n["text"] for n in rec.named("deck:notice", "a")] == ["budget reached", "budget reached, more spent"]
+    deck.notice("budget", "", agent="a", sticky=True)
+    deck.notice("budget", "", agent="a", sticky=True)  # nothing left to take back: nothing said
+    assert [n["text"] for n in rec.named("deck:notice", "a")][2:] == [""]
