@@ -107,23 +107,25 @@ class MessageUpdated(Event):
 @dataclass(frozen=True, slots=True)
 class MessageDelta(Event):
     name: ClassVar[str] = "message:delta"
-    _optional: ClassVar[frozenset[str]] = frozenset({"text", "part"})
+    _optional: ClassVar[frozenset[str]] = frozenset({"text", "part", "session"})
     agent: str
     message_id: str
     index: int
     kind: str
     text: str | None = None
     part: dict[str, Any] | None = None
+    #: The subagent session the message is of (None: the agent's own conversation).
+    session: str | None = None
 
 
 #: The setters of a MessageDelta's slots, for `text_delta`.
 _delta_slots = MessageDelta.__dict__
-_set_agent, _set_message_id, _set_index, _set_kind, _set_text, _set_part = (
-    _delta_slots[name].__set__ for name in ("agent", "message_id", "index", "kind", "text", "part")
+_set_agent, _set_message_id, _set_index, _set_kind, _set_text, _set_part, _set_session = (
+    _delta_slots[name].__set__ for name in ("agent", "message_id", "index", "kind", "text", "part", "session")
 )
 
 
-def text_delta(agent: str, message_id: str, index: int, kind: str, text: str) -> MessageDelta:
+def text_delta(agent: str, message_id: str, index: int, kind: str, text: str, session: str | None = None) -> MessageDelta:
     """`MessageDelta(agent, message_id, index, kind, text=text)`, at half the cost: one is made for
     every streamed chunk. A frozen dataclass's `__init__` sets each field with `object.__setattr__`;
     the slots' own setters do the same (as `set_seq` does)."""
@@ -134,6 +136,7 @@ def text_delta(agent: str, message_id: str, index: int, kind: str, text: str) ->
     _set_kind(event, kind)
     _set_text(event, text)
     _set_part(event, None)
+    _set_session(event, session)
     return event
 
 
@@ -148,12 +151,15 @@ class TurnChanged(Event):
 @dataclass(frozen=True, slots=True)
 class PermissionRequested(Event):
     name: ClassVar[str] = "permission:requested"
+    _optional: ClassVar[frozenset[str]] = frozenset({"session"})
     id: str
     agent: str
     message_id: str
     tool_call: dict[str, Any]
     options: list[dict[str, Any]]
     rejections: int
+    #: The subagent session that asks (None: the agent's own).
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +189,7 @@ class UsageChanged(Event):
 @dataclass(frozen=True, slots=True)
 class QuestionRequested(Event):
     name: ClassVar[str] = "question:requested"
-    _optional: ClassVar[frozenset[str]] = frozenset({"url"})
+    _optional: ClassVar[frozenset[str]] = frozenset({"url", "session"})
     id: str
     agent: str
     message_id: str
@@ -191,6 +197,8 @@ class QuestionRequested(Event):
     schema: dict[str, Any]
     #: An ACP URL-mode elicitation: the page the agent sends the user to (the answer is then only go ahead or not).
     url: str | None = None
+    #: The subagent session that asks (None: the agent's own).
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,8 +213,11 @@ class SessionUpdate(Event):
     """A `session/update` deck does not model (unknown or unstable variant), passed on raw."""
 
     name: ClassVar[str] = "session:update"
+    _optional: ClassVar[frozenset[str]] = frozenset({"session"})
     agent: str
     update: dict[str, Any]
+    #: The subagent session it came from (None: the agent's own).
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +300,24 @@ class Notice(Event):
     desktop: bool | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class SubagentChanged(Event):
+    """A subagent session of `agent`'s announced or changed (ACP `subagent_update`): `parent` is the
+    session that announced it (the conversation's, or another child's), `state` its work (`running`,
+    `idle`, `requires_action`, `unknown`, `other`; None when unsaid), `cancel` whether
+    `ChatService.Cancel(agent, session)` can stop its work alone."""
+
+    name: ClassVar[str] = "subagent:changed"
+    _optional: ClassVar[frozenset[str]] = frozenset({"description"})
+    agent: str
+    parent: str
+    session: str
+    title: str | None
+    state: str | None
+    cancel: bool = False
+    description: str | None = None
+
+
 ALL_EVENTS: tuple[type[Event], ...] = (
     ConfigChanged,
     AgentStateChanged,
@@ -309,6 +338,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     PluginError,
     ClientsChanged,
     Notice,
+    SubagentChanged,
 )
 
 

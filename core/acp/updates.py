@@ -43,7 +43,7 @@ def tool_part(call: dict[str, Any], old: dict[str, Any] | None = None) -> dict[s
     if isinstance(call.get("locations"), list):
         part["locations"] = [location(loc) for loc in dicts(call["locations"])]
     if isinstance(call.get("content"), list):
-        texts, diffs, terminals = [], [], []
+        texts, diffs, terminals, sessions = [], [], [], []
         for item in dicts(call["content"]):
             if item.get("type") == "diff":
                 old_text = item.get("oldText")
@@ -55,8 +55,12 @@ def tool_part(call: dict[str, Any], old: dict[str, Any] | None = None) -> dict[s
                 texts.append(describe_block(item.get("content"), text_too=True))
             elif item.get("type") == "terminal" and as_string(item.get("terminalId")):
                 terminals.append(as_string(item.get("terminalId")))
+            elif item.get("type") == "session" and as_string(item.get("sessionId")):
+                sessions.append(as_string(item.get("sessionId"))[:200])  # the subagent doing the work
         part["output"] = "\n".join(t for t in texts if t)
         part["diffs"] = diffs
+        if sessions:
+            part["sessions"] = list(dict.fromkeys(sessions))[:16]
         if terminals:  # content without a terminal leaves the output shown so far where it is
             embed_terminals(part, terminals)
     meta = call.get("_meta")

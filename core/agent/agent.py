@@ -372,6 +372,8 @@ class Agent:
                         # Boolean config options are shown and set as the select ones are; a context
                         # compaction is a part of the conversation (unstable).
                         "session": {"configOptions": {"boolean": {}}, "compaction": {}},
+                        # A subagent's work is a child conversation nested in the agent's.
+                        "subagents": {},
                     },
                     "clientInfo": {"name": "deck", "title": "deck", "version": __version__},
                 },
@@ -647,6 +649,8 @@ class Agent:
             kind = update.get("sessionUpdate")
             if kind in TOOL_UPDATES:
                 session.track(update)
+            elif kind == "subagent_update":
+                session.adopt(update)
             elif kind == "usage_update" and session.origin != CONVERSATION:
                 self.deck.session_cost(session, update)  # an ask's cost is the agent's spending too
             session.on_update(update)

@@ -33,6 +33,10 @@ TOOL_UPDATES = frozenset({"tool_call", "tool_call_update"})
 REPLAYED = frozenset({"user_message_chunk", "agent_message_chunk", "agent_thought_chunk", "plan", *TOOL_UPDATES})
 #: The updates of that rest kept before the owner attaches; an agent that sends more loses the oldest.
 MAX_HELD = 256
+#: The subagent sessions one session's family may hold (children, their children…); more are dropped.
+MAX_CHILDREN = 10_000
+#: The characters a subagent's session id may have.
+CHILD_ID_MAX = 200
 
 
 class SessionSink(Protocol):
@@ -64,6 +68,14 @@ class Session:
         self._tools: dict[str, tuple[int, dict[str, Any]]] = {}  # tool call id → (prompt number, part)
         self._prompts = 0
         self._held: deque[dict[str, Any]] = deque(maxlen=MAX_HELD)  # a replay's other updates, for the sink
+        self._sink: SessionSink | None = None
+        #: A subagent session (ACP `subagent_update`): the session that announced it, else None.
+        self.parent: Session | None = None
+        #: The session at the top of its family (itself unless it is a subagent's), and below it
+        #: every subagent session of that family, in the order announced.
+        self.root: Session = self
+        self.descendants: list[Session] = []
+        self._said_full = False
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -123,6 +135,7 @@ class Session:
         assert self.id is not None, "open the session first"
         self.on_update = sink.on_update
         self._message_id = getattr(sink, "message_id", _no_message)
+        self._sink = sink
         held, self._held = self._held, deque(maxlen=MAX_HELD)
         for update in held:
             sink.on_update(update)
@@ -131,9 +144,43 @@ class Session:
     def receive(self, update: dict[str, Any]) -> None:
         """One `session/update` of this session (the agent routes it here; on the hot path it
         does the same itself, `track` then `on_update`, a call less per streamed chunk)."""
-        if update.get("sessionUpdate") in TOOL_UPDATES:
+        kind = update.get("sessionUpdate")
+        if kind in TOOL_UPDATES:
             self.track(update)
+        elif kind == "subagent_update":
+            self.adopt(update)
         self.on_update(update)
+
+    def adopt(self, update: dict[str, Any]) -> None:
+        """A `subagent_update` on this session: the child session it announces, new, becomes one of
+        the agent's (routed to the child sink the family's sink gives it), so that its updates,
+        permission requests and questions find their way. One announced before stays as it is (the
+        owner patches what it knows of it); an id that is some other session's is refused."""
+        child_id = update.get("sessionId")
+        agent = self.agent
+        if not isinstance(child_id, str) or not child_id or len(child_id) > CHILD_ID_MAX:
+            agent.log(f"deck: subagent_update with no usable sessionId, skipped: {str(child_id)[:100]}")
+            return
+        known = agent.sessions.get(child_id)
+        if known is not None:
+            if known.root is not self.root:
+                agent.log(f"deck: subagent_update names session {child_id[:100]!r}, another family's: skipped")
+            return
+        root = self.root
+        if len(root.descendants) >= MAX_CHILDREN:
+            if not root._said_full:
+                root._said_full = True
+                agent.log(f"deck: more than {MAX_CHILDREN} subagent sessions: the others are dropped")
+            return
+        child = Session(agent, self.origin)
+        child.id, child.parent, child.root, child._conn = child_id, self, root, self._conn
+        make = getattr(self._sink, "child", None)
+        if make is not None:
+            child.attach(make(child_id))
+        else:  # a session whose owner keeps no children (an ask): routed, so nothing waits for it
+            child.on_update = _ignore
+            agent.attach(child)
+        root.descendants.append(child)
 
     # -- using --------------------------------------------------------------------------------
 
@@ -173,13 +220,17 @@ class Session:
         return await self._connection().request(method, {"sessionId": self.id, **params})
 
     def close(self) -> None:
-        """The owner is done: what the session asked the user is cancelled, its late updates are dropped."""
+        """The owner is done: what the session (and its subagents') asked the user is cancelled, its
+        late updates are dropped."""
         if self.closed:
             return
         self.closed = True
         self._cancel_requests()
         if self.id is not None:
             self.agent.detach(self)
+        family, self.descendants = self.descendants, []
+        for child in family:
+            child.close()
 
     # -- what the agent asks ------------------------------------------------------------------
 
@@ -190,6 +241,11 @@ class Session:
 
     def message_id(self) -> str:
         return self._message_id()
+
+    @property
+    def child_id(self) -> str | None:
+        """A subagent session's id; None for a session of the agent's own."""
+        return self.id if self.parent is not None else None
 
     def track(self, update: dict[str, Any]) -> None:
         """A `tool_call` or `tool_call_update`: what a permission request about it will show.

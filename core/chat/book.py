@@ -37,6 +37,29 @@ class ConversationSink:
         current = self.conv.current
         return current.id if current is not None else ""
 
+    def child(self, session: str) -> ChildSink:
+        """The sink of a subagent session of this one's (`Session.adopt`)."""
+        return ChildSink(self.conv, session)
+
+
+class ChildSink:
+    """A subagent session's sink: its updates land in the parent's conversation, marked with it."""
+
+    __slots__ = ("conv", "session")
+
+    def __init__(self, conv: Conversation, session: str) -> None:
+        self.conv = conv
+        self.session = session
+
+    def on_update(self, update: dict[str, Any]) -> None:
+        self.conv.apply_child_update(self.session, update)
+
+    def message_id(self) -> str:
+        return self.conv.child_message_id(self.session)
+
+    def child(self, session: str) -> ChildSink:
+        return ChildSink(self.conv, session)
+
 
 class ReplaySink:
     """The sink of a loaded session whose history deck does not hold: the agent's replay forms the
@@ -190,7 +213,8 @@ class Conversations(Mapping[str, Conversation]):
 
     def restore(self, agent: str, stored: dict[str, Any]) -> None:
         """Make a conversation kept from an earlier run `agent`'s conversation, before the agent
-        runs: `stored` as the history gives it (`messages` as wire dicts, `sessionId`, `title`, `usage`);
+        runs: `stored` as the history gives it (`messages` as wire dicts, `sessionId`, `title`, `usage`,
+        `children`: its subagents);
         the agent's next start continues its session (`Agent._continue_session`)."""
         messages, cut, usage, choices = stored.get("messages"), stored.get("cut"), stored.get("usage"), stored.get("choices")
         session_id, title = stored.get("sessionId"), stored.get("title")
@@ -201,6 +225,7 @@ class Conversations(Mapping[str, Conversation]):
             cut if isinstance(cut, dict) else None,
             usage if isinstance(usage, dict) else None,
             choices if isinstance(choices, dict) else None,
+            stored.get("children") if isinstance(stored.get("children"), list) else None,
         )
 
     def reset(self, agent: str) -> None:

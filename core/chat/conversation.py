@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deck.acp.updates import as_string, block_text, choice, dicts, tool_id, tool_part
+from deck.chat.children import CHILD_UPDATES, ID_MAX, Children
 from deck.chat.spending import DIGITS, TOKENS, Bill, Money, money, tokens_of
 from deck.config.models import CONVERSATION_MAX, MESSAGE_MAX
 from deck.events import (
@@ -22,6 +23,7 @@ from deck.events import (
     MessageUpdated,
     Notice,
     SessionUpdate,
+    SubagentChanged,
     TerminalExited,
     TerminalOutput,
     UsageChanged,
@@ -57,6 +59,8 @@ NOTICE_TITLE_MAX = 500
 NOTICE_TEXT_MAX = 4000
 #: A context compaction's statuses (`compaction_update`); one deck does not know leaves the status it had.
 COMPACTION_STATUSES = frozenset({"in_progress", "completed", "failed", "cancelled"})
+#: Messages between sessions (`session_message`) still open to chunks; past it the oldest takes none.
+MAX_BETWEEN = 1_000
 #: What a tool call's list item (a diff, a location, a terminal) or a plan entry counts beyond its text.
 ITEM_SIZE = 64
 
@@ -196,6 +200,7 @@ class Message:
     __slots__ = (
         "id", "agent", "created_at", "role", "parts", "done", "queued", "stop_reason",
         "error", "code", "level", "duration_ms", "usage", "started", "text_for_prompt", "size", "cut",
+        "session", "sender", "recipient",
     )  # fmt: skip
 
     def __init__(self, agent: str, role: str, *, done: bool = True, queued: bool = False) -> None:
@@ -219,6 +224,11 @@ class Message:
         self.size = 0
         #: Set once the message passed its cap: what it keeps of its end.
         self.cut: _Cut | None = None
+        #: The subagent session whose conversation it is of (None: the agent's own).
+        self.session: str | None = None
+        #: A message between sessions (ACP `session_message`): the sending and the receiving session.
+        self.sender: str | None = None
+        self.recipient: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         parts = [p.to_dict() for p in self.parts]
@@ -240,6 +250,9 @@ class Message:
             ("level", self.level),
             ("durationMs", self.duration_ms),
             ("usage", self.usage),
+            ("session", self.session),
+            ("sender", self.sender),
+            ("recipient", self.recipient),
         ):
             if value is not None:
                 out[key] = value
@@ -259,6 +272,8 @@ class Message:
         message.level = choice(data.get("level"), NOTICE_SEVERITIES, "info") if "level" in data else None
         message.duration_ms = data.get("durationMs")
         message.usage = data.get("usage")
+        for key in ("session", "sender", "recipient"):
+            setattr(message, key, as_string(data.get(key))[:ID_MAX] or None)
         message.size = sum(part_size(p.to_dict()) for p in message.parts)
         return message
 
@@ -312,6 +327,10 @@ class Conversation:
         self._terminals: dict[str, list[Any]] = {}
         self._terminal_parts: dict[str, tuple[Message, int]] = {}  # terminal id → the tool part showing it
         self._compactions: dict[str, tuple[Message, int]] = {}  # compaction id → its part
+        #: The subagent sessions its agent announced; `_session` is the one whose update is applied now.
+        self.children = Children(agent)
+        self._session: str | None = None
+        self._between: dict[str, Message] = {}  # ACP messageId of a message between sessions → it
         self.session_id: str | None = None
         self.last_update = 0.0  # time.monotonic() of the last session/update
 
@@ -333,6 +352,15 @@ class Conversation:
 
     def updated(self, message: Message) -> None:
         self.emit(MessageUpdated(self.agent, message.to_dict()))
+
+    def _new(self, role: str) -> Message:
+        """A message of the session whose update is applied (the agent's own, or a child's)."""
+        message = Message(self.agent, role)
+        message.session = self._session
+        return message
+
+    def _delta(self, message: Message, index: int, kind: str, **change: Any) -> None:
+        self.emit(MessageDelta(self.agent, message.id, index, kind, session=message.session, **change))
 
     def add_user(self, text: str, queued: bool) -> Message:
         message = Message(self.agent, "user", queued=queued)
@@ -363,6 +391,8 @@ class Conversation:
         return self.current
 
     def finish(self, message: Message, stop_reason: str | None, error: str | None = None) -> None:
+        if message.session is None and self.children:
+            self._finish_children()
         if message.cut is not None:
             self._seal(message)
         message.done = True
@@ -383,6 +413,7 @@ class Conversation:
             "configOptions": self.config_options,
             "title": self.title,
             "cut": self.cut,
+            "children": self.children.wire(),
         }
 
     def restore(
@@ -393,6 +424,7 @@ class Conversation:
         cut: dict[str, int] | None = None,
         usage: dict[str, Any] | None = None,
         choices: dict[str, Any] | None = None,
+        children: list[dict[str, Any]] | None = None,
     ) -> list[Message]:
         """Take a conversation kept from an earlier run (messages in their `to_dict` form), before
         the agent runs: `session_id` is the session its next start resumes, or loads; `cut` counts
@@ -408,6 +440,8 @@ class Conversation:
         self.cut = dict(cut) if cut else {"messages": 0, "bytes": 0}
         self.session_id, self.title = session_id, title
         self.choices = _choices(choices)
+        self.children.restore(children)  # `children`: the subagents its messages name, as `Children.wire` gave them
+        self._between.clear()
         self.usage = {"used": _count(usage.get("used")), "size": _count(usage.get("size"))} if usage else _no_usage()
         cost = money(usage.get("cost")) if usage else None
         session_cost = (money(usage.get("sessionCost")) if usage else None) or cost
@@ -484,7 +518,7 @@ class Conversation:
         part = cut.part()
         message.parts.append(part)
         self._resized(message, cut.limit, text_size(part.text))
-        self.emit(MessageDelta(self.agent, message.id, len(message.parts) - 1, "text", text=part.text))
+        self._delta(message, len(message.parts) - 1, "text", text=part.text)
 
     def _resized(self, message: Message, old: int, new: int) -> None:
         message.size += new - old
@@ -512,22 +546,125 @@ class Conversation:
                 break
             gone += message.size
             end += 1
+        if end > 1:
+            log.warning("%s: the conversation passed %s: earlier messages let go; the history keeps them",
+                        self.agent, shown_size(self.caps.conversation))  # fmt: skip
+            self._let_go(end)
+
+    def _let_go(self, end: int) -> None:
+        """The messages before `end` but the first leave memory (the history keeps them): counted in
+        `cut`, and said as `conversation:changed` of `cut` with their ids."""
         removed = self.messages[1:end]
         if not removed:
             return
         del self.messages[1:end]
         for message in removed:
             del self.by_id[message.id]
+        gone = sum(m.size for m in removed)
         self.size -= gone
         gone_ids = {m.id for m in removed}  # nothing more lands in them
-        for held in (self._tools, self._acp_messages, self._terminal_parts, self._compactions):
+        for held in (self._tools, self._acp_messages, self._terminal_parts, self._compactions, self._between):
             for key in [k for k, v in held.items() if (v[0] if isinstance(v, tuple) else v).id in gone_ids]:
                 del held[key]
+        for child in self.children.by_id.values():
+            if child.current is not None and child.current.id in gone_ids:
+                child.current = None
         self.cut = {"messages": self.cut["messages"] + len(removed), "bytes": self.cut["bytes"] + gone}
-        log.warning("%s: the conversation passed %s: %d earlier message(s) let go (%s); the history keeps them",
-                    self.agent, shown_size(self.caps.conversation), len(removed), shown_size(gone))  # fmt: skip
+        log.info("%s: %d earlier message(s) let go (%s)", self.agent, len(removed), shown_size(gone))
         value = {**self.cut, "messageIds": [m.id for m in removed]}
         self.emit(ConversationChanged(self.agent, "cut", value))
+
+    # -- subagents: child sessions whose conversations nest in this one ----------------------------
+
+    def apply_child_update(self, session: str, update: dict[str, Any]) -> None:
+        """One `session/update` of subagent session `session`, folded in as the agent's own are, into
+        messages marked with the child's session; kinds a child's conversation has no place for
+        (usage, commands…) are passed on raw, marked with it too."""
+        child = self.children.get(session)
+        if child is None:
+            log.info("%s: an update of subagent %r, never announced, skipped", self.agent, session[:100])
+            return
+        kind = update.get("sessionUpdate")
+        if kind not in CHILD_UPDATES:
+            self.emit(SessionUpdate(self.agent, update, session))
+            return
+        saved = self.current, self._tools, self._acp_messages, self._session
+        self.current, self._tools, self._acp_messages = child.current, child.tools, child.acp_messages
+        self._session = session
+        try:
+            self._handlers[kind](self, update)
+        finally:
+            child.current = self.current
+            self.current, self._tools, self._acp_messages, self._session = saved
+
+    def child_message_id(self, session: str) -> str:
+        """The child's message receiving its updates (what a request of the child's shows beside)."""
+        child = self.children.get(session)
+        return child.current.id if child is not None and child.current is not None else ""
+
+    def _subagent(self, update: dict[str, Any]) -> None:
+        """`subagent_update` on this conversation's session or a child's: the child made or patched;
+        an idle one's message is finished."""
+        if update.get("sessionId") == self.session_id:
+            log.warning("%s: subagent_update names the conversation's own session, skipped", self.agent)
+            return
+        child = self.children.announce(self._session or self.session_id or "", update)
+        if child is None:
+            return
+        if child.state == "idle":
+            child.current = None  # its work is over: its next words start a message of their own
+        self.emit(SubagentChanged(self.agent, child.parent, child.id, child.title, child.state,
+                                  child.cancel, child.description))  # fmt: skip
+
+    def _finish_children(self) -> None:
+        """The agent's turn ended: its children's next words start messages of their own."""
+        for child in self.children.by_id.values():
+            child.current = None
+
+    def _between_message(self, update: dict[str, Any]) -> Message | None:
+        """The message between sessions an update names by `messageId` (made when new), its sender
+        and recipient set where the update gives them."""
+        message_id = as_string(update.get("messageId"))[:ID_MAX]
+        if not message_id:
+            log.info("%s: a message between sessions without a messageId, skipped", self.agent)
+            return None
+        key = f"{self._session or ''}\0{message_id}"
+        message = self._between.get(key)
+        if message is None:
+            if len(self._between) >= MAX_BETWEEN:
+                self._between.pop(next(iter(self._between)))  # the oldest takes no more chunks
+            message = self._between[key] = self.add(self._new("agent"))
+        for attr, field in (("sender", "senderSessionId"), ("recipient", "recipientSessionId")):
+            value = as_string(update.get(field))[:ID_MAX]
+            if value:
+                setattr(message, attr, value)
+        return message
+
+    def _session_message(self, update: dict[str, Any]) -> None:
+        """`session_message`: a message between sessions made or patched; content sent replaces its text."""
+        message = self._between_message(update)
+        if message is None:
+            return
+        if "content" in update:
+            content = update["content"]
+            text = _head("".join(map(block_text, dicts(content))), self.caps.message)
+            old = message.size
+            message.parts[:] = [TextPart("text", text)] if text else []
+            message.size = text_size(text)
+            self._resized(message, old, message.size)
+        self.updated(message)
+
+    def _session_message_chunk(self, update: dict[str, Any]) -> None:
+        """`session_message_chunk`: one more block of a message between sessions."""
+        message = self._between_message(update)
+        text = block_text(update.get("content"))
+        if message is None or not text:
+            return
+        size = text_size(text)
+        if message.cut is not None or message.size + size > self._message_max:
+            self._past_cap(message, "text", text, size)
+            return
+        self._append(message, "text", text, size)
 
     # -- session/update -------------------------------------------------------------------
 
@@ -549,8 +686,7 @@ class Conversation:
 
     def _target(self) -> Message:
         if self.current is None:  # updates outside any turn still land somewhere visible
-            message = Message(self.agent, "agent")
-            self.current = self.add(message)
+            self.current = self.add(self._new("agent"))
         return self.current
 
     def _chunk(self, update: dict[str, Any], kind: str = "text") -> None:
@@ -581,7 +717,7 @@ class Conversation:
             parts[-1].append(text)  # type: ignore[union-attr]
         else:
             parts.append(TextPart(kind, text))
-        self.emit(text_delta(self.agent, message.id, len(parts) - 1, kind, text))
+        self.emit(text_delta(self.agent, message.id, len(parts) - 1, kind, text, message.session))
 
     def _for_acp_message(self, acp_id: Any) -> Message:
         """The message a chunk belongs to: the one its ACP messageId started in, else the current one.
@@ -606,6 +742,8 @@ class Conversation:
         if not text:
             return
         last = self.messages[-1] if self.messages else None
+        if last is not None and last.session != self._session:
+            last = None  # another session's: never run into
         if not (isinstance(content, dict) and isinstance(content.get("text"), str)):
             text += "\n"
             if last is not None and last.role == "user" and last.parts:
@@ -618,9 +756,9 @@ class Conversation:
                 return
             last.parts[-1].append(text)  # type: ignore[union-attr]
             self._resized(last, 0, size)
-            self.emit(MessageDelta(self.agent, last.id, len(last.parts) - 1, "text", text=text))
+            self._delta(last, len(last.parts) - 1, "text", text=text)
             return
-        message = Message(self.agent, "user")
+        message = self._new("user")
         if size > self.caps.message:
             message.cut = _Cut(self.caps.message)
             message.size = message.cut.limit
@@ -645,7 +783,7 @@ class Conversation:
         self._tools[call_id] = (message, index)
         self._show_terminals(message, index)
         self._resized(message, 0, part_size(message.parts[index].to_dict()))
-        self.emit(MessageDelta(self.agent, message.id, index, "tool", part=message.parts[index].to_dict()))
+        self._delta(message, index, "tool", part=message.parts[index].to_dict())
         self._meta_terminal(update)
 
     def decided(self, tool_call_id: str, decision: str) -> None:
@@ -657,7 +795,7 @@ class Conversation:
         message, index = found
         part = {**message.parts[index].to_dict(), "permission": decision[:200]}
         message.parts[index] = DictPart(part)
-        self.emit(MessageDelta(self.agent, message.id, index, "tool", part=part))
+        self._delta(message, index, "tool", part=part)
 
     def _tool_update(self, update: dict[str, Any]) -> None:
         found = self._tools.get(tool_id(update))
@@ -672,7 +810,7 @@ class Conversation:
         message.parts[index] = DictPart(part)
         self._show_terminals(message, index)
         self._resized(message, old_size, part_size(part))
-        self.emit(MessageDelta(self.agent, message.id, index, "tool", part=part))
+        self._delta(message, index, "tool", part=part)
         self._meta_terminal(update)
 
     # -- terminals: the live output of the commands an agent runs ---------------------------------
@@ -698,7 +836,7 @@ class Conversation:
                 message.parts[index] = DictPart({**data, "terminals": [entry]})
                 self._terminal_parts[terminal_id] = (message, index)
                 self._terminal(terminal_id)
-                self.emit(MessageDelta(self.agent, message.id, index, "tool", part=message.parts[index].to_dict()))
+                self._delta(message, index, "tool", part=message.parts[index].to_dict())
                 return
 
     def terminal_exited(self, terminal_id: str, status: dict[str, Any]) -> None:
@@ -780,7 +918,7 @@ class Conversation:
             message.parts.append(part)
             index = len(message.parts) - 1
         self._resized(message, old_size, part_size(fitted))
-        self.emit(MessageDelta(self.agent, message.id, index, "plan", part=part.data))
+        self._delta(message, index, "plan", part=part.data)
 
     def _commands(self, update: dict[str, Any]) -> None:
         commands = dicts(update.get("availableCommands"))
@@ -826,7 +964,7 @@ class Conversation:
             log.info("%s: a notice with no title, skipped", self.agent)
             return
         level = choice(update.get("severity"), NOTICE_SEVERITIES, "info")
-        message = Message(self.agent, "system")
+        message = self._new("system")
         message.code, message.level = "notice", level
         message.parts.append(TextPart("text", text))
         message.size = text_size(text)
@@ -852,6 +990,15 @@ class Conversation:
             else:
                 part.pop("error", None)
         self._put_compaction(found, part)
+        if part["status"] == "completed" and self._session is None:
+            self._drop_before_compaction(part["id"])
+
+    def _drop_before_compaction(self, compaction_id: str) -> None:
+        """A compaction is done: the agent works from its summary, so the messages before the one
+        holding it (but the first) leave memory, as past the conversation's cap; the history keeps them."""
+        found = self._compactions.get(compaction_id)
+        if found is not None and found[0] in self.messages:
+            self._let_go(self.messages.index(found[0]))
 
     def _compaction_chunk(self, update: dict[str, Any]) -> None:
         """`compaction_summary_chunk`: one more block of a compaction's summary."""
@@ -891,7 +1038,7 @@ class Conversation:
             assert fitted is not None  # it replaces a part
             message.parts[index] = DictPart(fitted)
         self._resized(message, old_size, part_size(fitted))
-        self.emit(MessageDelta(self.agent, message.id, index, "compaction", part=fitted))
+        self._delta(message, index, "compaction", part=fitted)
 
     def _session_info(self, update: dict[str, Any]) -> None:
         title = update.get("title", False)
@@ -942,6 +1089,9 @@ class Conversation:
         "current_mode_update": _mode,
         "config_option_update": _config_options,
         "session_info_update": _session_info,
+        "subagent_update": _subagent,
+        "session_message": _session_message,
+        "session_message_chunk": _session_message_chunk,
         "usage_update": _usage,
     }
 

@@ -62,6 +62,8 @@ class Asker(Protocol):
     def origin(self) -> str: ...
     def tool(self, tool_call_id: str) -> dict[str, Any] | None: ...
     def message_id(self) -> str: ...
+    @property
+    def child_id(self) -> str | None: ...
 
 
 class Pending:
@@ -156,9 +158,17 @@ class PendingRequests:
         (what `AnswerPermission` takes), and none for a question."""
         return [
             {"id": p.id, "agent": p.agent, "kind": p.kind, "title": p.title(), "since": p.since,
-             "options": _inbox_options(p)}
+             "options": _inbox_options(p), **self._child_of(p)}
             for p in self
         ]  # fmt: skip
+
+    def _child_of(self, pending: Pending) -> dict[str, Any]:
+        """A subagent's request: `{session, subagent}`, its session id and its title (else its id)."""
+        session = pending.asker.child_id
+        if session is None:
+            return {}
+        child = self.deck.conversation_of(pending.agent).children.get(session)
+        return {"session": session, "subagent": (child.title if child is not None else None) or session}
 
     def permissions_of(self, agent: str, origin: str) -> list[dict[str, Any]]:
         """The open permission requests `agent` made from session `origin` (its conversation's snapshot lists them)."""
@@ -192,8 +202,9 @@ class PendingRequests:
             agent.log(f"deck: permission for {tool_call.get('title') or 'a tool'} granted by {granter} ({auto})")
             return {"outcome": {"outcome": "selected", "optionId": auto}}
         event = PermissionRequested(
-            f"perm-{next(_ids)}", agent.name, asker.message_id(), tool_call, options, self.rejections.get(agent.name, 0)
-        )
+            f"perm-{next(_ids)}", agent.name, asker.message_id(), tool_call, options,
+            self.rejections.get(agent.name, 0), asker.child_id,
+        )  # fmt: skip
         option_id = await self._wait(Pending(PERMISSION, asker, event), event)
         if option_id is None:
             return CANCELLED_PERMISSION
@@ -218,7 +229,7 @@ class PendingRequests:
                 return {"action": "decline"}
             message = str(params.get("message", "")) or "Open this page to go on"
             event = QuestionRequested(
-                f"question-{next(_ids)}", agent.name, asker.message_id(), f"{message}\n{url}", {}, url
+                f"question-{next(_ids)}", agent.name, asker.message_id(), f"{message}\n{url}", {}, url, asker.child_id
             )
         elif mode == "form":
             schema = form_schema(params.get("requestedSchema"))
@@ -226,7 +237,8 @@ class PendingRequests:
                 agent.log(f"deck: elicitation/create refused: its requestedSchema is no form: {str(params)[:200]}")
                 raise AcpError(INVALID_PARAMS, "requestedSchema must be an object whose properties are an object")
             event = QuestionRequested(
-                f"question-{next(_ids)}", agent.name, asker.message_id(), str(params.get("message", "")), schema
+                f"question-{next(_ids)}", agent.name, asker.message_id(), str(params.get("message", "")), schema,
+                session=asker.child_id,
             )
         else:
             return {"action": "decline"}

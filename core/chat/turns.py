@@ -91,6 +91,23 @@ class Turns:
             self._changed(conv)
         return {"cancelled": cancelled, "abandoned": abandoned}
 
+    def cancel_child(self, agent_name: str, session: str) -> dict[str, Any]:
+        """End the work of subagent session `session` alone (`session/cancel` on it), where the child
+        offers it (its capabilities' `cancel`); what it asked the user is cancelled. Refused otherwise."""
+        agent = self._deck.agent(agent_name)
+        child = self._conversations.of(agent.name).children.get(session)
+        if child is None:
+            raise ServiceError(f"{agent.name} has no subagent session {session[:100]!r}")
+        name = child.title or session
+        if not child.cancel:
+            raise ServiceError(f"subagent {name!r} of {agent.name} cannot be cancelled alone: it does not offer cancel")
+        live = agent.sessions.get(session)
+        if live is None or live.parent is None:
+            raise ServiceError(f"subagent {name!r} of {agent.name} is not running")
+        self._pending.cancel_from(live)
+        live.cancel()
+        return {"cancelled": child.working, "session": session}
+
     def queued(self, agent_name: str) -> list[dict[str, Any]]:
         """The messages waiting to be sent to `agent_name`, in the order they will go."""
         conv = self._conversations.of(self._deck.agent(agent_name).name)

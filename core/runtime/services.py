@@ -195,7 +195,10 @@ class ChatService:
         return self.turns.send(agent, text).id
 
     @rpc("ChatService.Cancel")
-    def cancel(self, agent: str) -> dict[str, Any]:
+    def cancel(self, agent: str, session: str | None = None) -> dict[str, Any]:
+        """End `agent`'s turn and abandon its queue; with `session`, the work of that subagent alone."""
+        if session is not None:
+            return self.turns.cancel_child(agent, session)
         return self.turns.cancel(agent)
 
     @rpc("ChatService.Queue")

@@ -364,16 +364,44 @@ def to_markdown(conversation: dict[str, Any]) -> str:
     lines += [f"- Conversation: {conversation.get('id')}"]
     if conversation.get("sessionId"):
         lines.append(f"- Agent session: {_one_line(str(conversation['sessionId']))}")
+    children = [c for c in conversation.get("children") or [] if isinstance(c, dict) and c.get("session")]
+    names = {str(c["session"]): _one_line(str(c.get("title") or c["session"])) for c in children}
+    if conversation.get("sessionId"):
+        names[str(conversation["sessionId"])] = agent
+    lines += _subagents(children, names)
     lines.append("")
     for message in conversation.get("messages") or []:
         if isinstance(message, dict):
-            lines += _message(message)
+            lines += _message(message, names)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _message(message: dict[str, Any]) -> list[str]:
+def _subagents(children: list[dict[str, Any]], names: dict[str, str]) -> list[str]:
+    """The conversation's subagents as a nested list, each under the session that announced it."""
+    if not children:
+        return []
+    below: dict[str, list[dict[str, Any]]] = {}
+    for child in children:
+        below.setdefault(str(child.get("parent") or ""), []).append(child)
+    known = {str(c["session"]) for c in children}
+    lines, todo = ["- Subagents:"], [(c, 1) for c in reversed(children) if str(c.get("parent") or "") not in known]
+    while todo:  # depth first, without recursion: a chain of children may be long
+        child, depth = todo.pop()
+        session = str(child["session"])
+        lines.append(f"{'  ' * depth}- {names[session]} ({_one_line(session)}) · {_one_line(str(child.get('state') or 'unknown'))}")
+        todo += [(c, depth + 1) for c in reversed(below.pop(session, []))]
+    return lines
+
+
+def _message(message: dict[str, Any], names: dict[str, str] | None = None) -> list[str]:
     role = str(message.get("role") or "")
     head = _ROLES.get(role, role.title() or "Message")
+    names = names or {}
+    if message.get("session"):  # a subagent's: nested under its parent's name
+        head += f" › {names.get(str(message['session'])) or _one_line(str(message['session']))}"
+    if message.get("sender") or message.get("recipient"):
+        sender, recipient = (names.get(str(message.get(k) or "")) or _one_line(str(message.get(k) or "?")) for k in ("sender", "recipient"))
+        head += f" · message {sender} → {recipient}"
     if message.get("code"):
         head += f": {_one_line(str(message['code']))}"
         if message.get("code") == "notice" and message.get("level"):

@@ -38,6 +38,7 @@ from deck.events import (
     MessageDelta,
     MessageUpdated,
     PluginError,
+    SubagentChanged,
     UsageChanged,
 )
 
@@ -290,6 +291,9 @@ class HistoryRecorder:
                     self._early_choices[event.agent] = event.value  # kept with its first message
                 else:
                     self.writer.set_choices(cid, event.value)
+        elif isinstance(event, SubagentChanged):
+            children = self.deck.conversation_of(event.agent).children.by_id
+            self.writer.set_children(self._conversation(event.agent), children)
         elif isinstance(event, AgentStateChanged):
             if event.state == "ready":  # a new session serves the conversation
                 self._sync_session(event.agent)

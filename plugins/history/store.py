@@ -228,15 +228,20 @@ def _v6(db: sqlite3.Connection) -> None:
     )
 
 
+def _v7(db: sqlite3.Connection) -> None:
+    """Each conversation's subagents (the child sessions its messages name), restored with it."""
+    db.execute("ALTER TABLE conversations ADD COLUMN children TEXT")  # JSON: [{session, parent, title, state…}]
+
+
 #: Migration n (from 1) takes a database from version n - 1 to n, inside the opening transaction.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
 # -- the store ---------------------------------------------------------------------------------------
 
 _NEW_CONVERSATION_COLUMNS = "id, config_path, agent, session_id, title, created_at, updated_at"
-_CONVERSATION_COLUMNS = f"{_NEW_CONVERSATION_COLUMNS}, usage, choices"
+_CONVERSATION_COLUMNS = f"{_NEW_CONVERSATION_COLUMNS}, usage, choices, children"
 
 _UPSERT = """
     INSERT INTO messages (
@@ -300,7 +305,7 @@ class _Pending:
     """Changes the writer holds: new conversations, their latest title/session, each message's changes."""
 
     created: dict[str, _NewConversation] = field(default_factory=dict)
-    meta: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    meta: dict[str, dict[str, str | ChildrenLater | None]] = field(default_factory=dict)
     messages: dict[str, dict[str, _Changes]] = field(default_factory=dict)
     #: (day, config_path, agent, currency) → amount spent, added to what the table holds.
     spent: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
@@ -437,7 +442,7 @@ class HistoryStore:
                 f" FROM conversations AS c {where} ORDER BY updated_at DESC, created_at DESC LIMIT ?",
                 (*args, _limit(limit)),
             ).fetchall()
-        return [{**_conversation(row[:9]), "messages": row[9]} for row in rows]
+        return [{**_conversation(row[:10]), "messages": row[10]} for row in rows]
 
     def set_session(self, conversation_id: str, session_id: str | None) -> None:
         """The agent's ACP session id for this conversation (what a later start resumes)."""
@@ -566,6 +571,8 @@ class HistoryStore:
                 if not fields:  # touched: the agent's latest conversation now
                     db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (self._now(), cid))
                 for column, value in fields.items():
+                    if isinstance(value, ChildrenLater):
+                        value = value.text()
                     db.execute(
                         f"UPDATE conversations SET {column} = ?, updated_at = ? WHERE id = ?",
                         (_clean(value), self._now(), cid),
@@ -776,10 +783,11 @@ def _extend(message: Message, chunks: Iterable[tuple[int, str, str | bytes]]) ->
 
 
 def _conversation(row: tuple[Any, ...]) -> Conversation:
-    cid, config_path, agent, session_id, title, created_at, updated_at, usage, choices = row
+    cid, config_path, agent, session_id, title, created_at, updated_at, usage, choices, children = row
     return {
         "usage": _usage(usage),
         "choices": _usage(choices),  # a JSON object, or None
+        "children": _children(children),
         "id": cid,
         "agent": agent,
         "configPath": config_path,
@@ -806,6 +814,27 @@ def _usage(stored: str | None) -> dict[str, Any] | None:
     except ValueError:
         return None
     return usage if isinstance(usage, dict) else None
+
+
+def _children(stored: str | None) -> list[dict[str, Any]]:
+    try:
+        children = json.loads(stored) if stored else []
+    except ValueError:
+        return []
+    return [c for c in children if isinstance(c, dict)] if isinstance(children, list) else []
+
+
+class ChildrenLater:
+    """A conversation's subagents (its live registry: session id → a child with `to_dict()`), turned
+    into the column's JSON when written: however many `subagent:changed` came, one dump per write."""
+
+    __slots__ = ("children",)
+
+    def __init__(self, children: dict[str, Any]) -> None:
+        self.children = children
+
+    def text(self) -> str:
+        return _dumps([child.to_dict() for child in list(self.children.values())])
 
 
 def _limit(limit: int) -> int:
@@ -1315,6 +1344,12 @@ class Writer:
         """The user's choices for the conversation (`{options: {id: value}, mode}`), to set again on resume."""
         with self._pending_changes() as pending:
             pending.meta.setdefault(conversation_id, {})["choices"] = _dumps(choices)
+
+    def set_children(self, conversation_id: str, children: dict[str, Any]) -> None:
+        """The conversation's subagents (session id → a child whose `to_dict()` is `{session, parent,
+        title, state…}`), kept by the caller, which may change it further: read as it is when written."""
+        with self._pending_changes() as pending:
+            pending.meta.setdefault(conversation_id, {})["children"] = ChildrenLater(children)
 
     def set_current(self, config_path: str, agent: str, conversation_id: str | None) -> None:
         """`agent`'s current conversation under `config_path` is now `conversation_id` (None: a fresh one)."""

@@ -158,7 +158,7 @@ def test_latest_and_list_newest_first_with_filters(store: HistoryStore) -> None:
 
     listed = store.list(CONFIG, "claude")
     assert [c["id"] for c in listed] == [old, new]
-    assert set(listed[0]) == {"id", "agent", "configPath", "title", "sessionId", "createdAt", "updatedAt", "messages", "usage", "choices"}
+    assert set(listed[0]) == {"id", "agent", "configPath", "title", "sessionId", "createdAt", "updatedAt", "messages", "usage", "choices", "children"}
     assert (listed[0]["title"], listed[0]["messages"], listed[1]["messages"]) == ("old one", 1, 2)
     assert listed[0]["createdAt"].endswith("Z") and listed[0]["updatedAt"] >= listed[0]["createdAt"]
     assert [c["id"] for c in store.list()] == [old, new, other_config, other_agent]

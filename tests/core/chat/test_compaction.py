@@ -86,3 +86,40 @@ def test_line_mode_says_compacting_then_compacted_or_failed(line_deck):  # noqa:
     deck.expect(r"\[a\] compaction failed: the model refused")
     assert deck.close() == 0
     assert len([line for line in deck.lines if line == "[a] compacting…"]) == 2
+
+
+def test_a_finished_compaction_lets_what_precedes_it_go_from_memory():
+    events = []
+    conv = Conversation("a", events.append)
+    conv.session_started("s1", {})
+    for word in ("one", "two"):
+        conv.add_user(word, queued=False)
+        conv.begin_reply()
+        conv.apply_update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": f"re {word}"}})
+    before = [m.id for m in conv.messages]
+    conv.apply_update({"sessionUpdate": "compaction_update", "compactionId": "k", "status": "in_progress"})
+    assert len(conv.messages) == 4  # in progress: nothing goes yet
+    conv.apply_update({"sessionUpdate": "compaction_update", "compactionId": "k", "status": "completed"})
+    assert [m.id for m in conv.messages] == [before[0], before[3]]  # the first stays, and the one compacting
+    assert conv.cut["messages"] == 2
+    (cut,) = [e for e in events if getattr(e, "field", None) == "cut"]
+    assert cut.value["messageIds"] == before[1:3]
+    conv.apply_update({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": " after"}})
+    assert conv.messages[-1].text == "re two after"
+
+
+@pytest.mark.anyio
+async def test_the_history_keeps_what_a_compaction_let_go(make_deck):
+    deck, rec = make_deck(agent_block("a"))
+    await deck.startup()
+    try:
+        await ask(deck, rec, "hello")
+        deck.chat.turns.send("a", "compact")  # the reply's user message is let go too: waited for by its end
+        conv = deck.chat.conversation("a")
+        await rec.wait(lambda r: not conv.busy and conv.messages[-1].text == "compacted")
+        assert [m.text for m in deck.chat.conversation("a").messages] == ["hello", "compacted"]
+        (row,) = await deck.call("ChatService.History", {"agent": "a"})
+        stored = await deck.chat.history.get(row["id"])
+        assert [m["role"] for m in stored["messages"]] == ["user", "agent", "user", "agent"]
+    finally:
+        await deck.shutdown()

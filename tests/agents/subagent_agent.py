@@ -1,0 +1,161 @@
+"""An ACP agent (stdlib only) that delegates to subagents: child sessions announced by `subagent_update`.
+
+Prompts (first word):
+  `delegate`     child "c1" (Explore, cancellable) streams a thought, text and a tool call; the parent's tool
+                 call links to it (`session` content); messages go between the sessions both ways;
+                 the child goes idle; the parent answers "delegated"
+  `nested`       child "c1" announces its own child "c2" (on c1's session), which answers "deep"
+  `junk`         a child announced twice (the second time by another child, renamed), an update for a child
+                 never announced, a subagent_update without a sessionId, one naming the parent's session
+  `many N`       N children, each saying "child I"
+  `perm`         child "c1" asks a permission; the answer, as JSON, is the parent's reply
+  `hold [nocancel]`  child "c1" works until deck sends `session/cancel` for it (then goes idle, cancelled);
+                 with `nocancel` it offers no cancel and finishes at the parent's own cancel
+  `caps`         the initialize request's clientCapabilities, as JSON
+Anything else is answered `You said: TEXT`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+
+ids = itertools.count(1000)
+init_params: dict = {}
+
+
+def send(message: dict) -> None:
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+    sys.stdout.flush()
+
+
+def update(sid: str, body: dict) -> None:
+    send({"method": "session/update", "params": {"sessionId": sid, "update": body}})
+
+
+def text(sid: str, words: str, kind: str = "agent_message_chunk") -> None:
+    update(sid, {"sessionUpdate": kind, "content": {"type": "text", "text": words}})
+
+
+def announce(parent: str, child: str, **fields: object) -> None:
+    update(parent, {"sessionUpdate": "subagent_update", "sessionId": child, **fields})
+
+
+def read() -> dict:
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit(0)
+    return json.loads(line)
+
+
+def request(method: str, params: dict) -> dict:
+    request_id = next(ids)
+    send({"id": request_id, "method": method, "params": params})
+    while True:
+        message = read()
+        if "method" not in message and message.get("id") == request_id:
+            return {k: message[k] for k in ("result", "error") if k in message}
+
+
+def delegate(sid: str) -> None:
+    announce(sid, "c1", title="Explore", description="Find the config loader",
+             capabilities={"cancel": {}}, state={"state": "running"})  # fmt: skip
+    update(sid, {"sessionUpdate": "tool_call", "toolCallId": "task1", "title": "Task: explore", "kind": "think",
+                 "status": "in_progress", "content": [{"type": "session", "sessionId": "c1"}]})  # fmt: skip
+    update(sid, {"sessionUpdate": "session_message", "messageId": "m1", "senderSessionId": sid,
+                 "recipientSessionId": "c1", "content": [{"type": "text", "text": "Look for the loader"}]})  # fmt: skip
+    text("c1", "reading files", "agent_thought_chunk")
+    update("c1", {"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Read config.py", "kind": "read",
+                  "status": "completed"})  # fmt: skip
+    text("c1", "The loader is ")
+    text("c1", "in config.py")
+    update(sid, {"sessionUpdate": "session_message_chunk", "messageId": "m2", "senderSessionId": "c1",
+                 "recipientSessionId": sid, "content": {"type": "text", "text": "Found: "}})  # fmt: skip
+    update(sid, {"sessionUpdate": "session_message_chunk", "messageId": "m2",
+                 "content": {"type": "text", "text": "config.py"}})  # fmt: skip
+    announce(sid, "c1", state={"state": "idle", "stopReason": "end_turn"})
+    update(sid, {"sessionUpdate": "tool_call_update", "toolCallId": "task1", "status": "completed"})
+    text(sid, "delegated")
+
+
+def junk(sid: str) -> None:
+    announce(sid, "c1", title="First")
+    announce(sid, "c2", title="Second")
+    announce("c2", "c1", title="Renamed")  # announced again, by another session: its parent stays
+    text("ghost", "nobody announced me")
+    update(sid, {"sessionUpdate": "subagent_update", "title": "no id"})
+    announce(sid, sid, title="myself")
+    text("c1", "still here")
+    text(sid, "survived")
+
+
+def hold(rid: object, sid: str, cancellable: bool) -> None:
+    caps = {"cancel": {}} if cancellable else {}
+    announce(sid, "c1", title="Worker", capabilities=caps, state={"state": "running"})
+    text("c1", "working")
+    while True:
+        message = read()
+        if message.get("method") == "session/cancel":
+            target = message["params"]["sessionId"]
+            if target == "c1":
+                announce(sid, "c1", state={"state": "idle", "stopReason": "cancelled"})
+                text(sid, "child cancelled")
+                send({"id": rid, "result": {"stopReason": "end_turn"}})
+                return
+            send({"id": rid, "result": {"stopReason": "cancelled"}})
+            return
+
+
+def prompt(rid: object, sid: str, words: str) -> None:
+    word, _, rest = words.partition(" ")
+    if word == "hold":
+        hold(rid, sid, rest != "nocancel")
+        return
+    if word == "delegate":
+        delegate(sid)
+    elif word == "nested":
+        announce(sid, "c1", title="Planner")
+        announce("c1", "c2", title="Searcher")
+        text("c2", "deep")
+        text(sid, "nested done")
+    elif word == "junk":
+        junk(sid)
+    elif word == "many":
+        for i in range(int(rest)):
+            announce(sid, f"k{i}", title=f"child {i}")
+            text(f"k{i}", f"child {i}")
+        text(sid, "many done")
+    elif word == "perm":
+        announce(sid, "c1", title="Editor")
+        answer = request("session/request_permission", {
+            "sessionId": "c1", "toolCall": {"toolCallId": "e1", "title": "edit main.py", "kind": "edit"},
+            "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"},
+                        {"optionId": "no", "name": "Reject", "kind": "reject_once"}]})  # fmt: skip
+        text(sid, json.dumps(answer))
+    elif word == "caps":
+        text(sid, json.dumps(init_params.get("clientCapabilities")))
+    else:
+        text(sid, f"You said: {words}")
+    send({"id": rid, "result": {"stopReason": "end_turn"}})
+
+
+def main() -> None:
+    sessions = itertools.count(1)
+    while True:
+        message = read()
+        method, rid, params = message.get("method"), message.get("id"), message.get("params") or {}
+        if method == "initialize":
+            init_params.update(params)
+            send({"id": rid, "result": {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": []}})
+        elif method == "session/new":
+            send({"id": rid, "result": {"sessionId": f"s{next(sessions)}"}})
+        elif method == "session/prompt":
+            blocks = params.get("prompt") or []
+            prompt(rid, params["sessionId"], "".join(b.get("text", "") for b in blocks))
+        elif rid is not None and method is not None:
+            send({"id": rid, "error": {"code": -32601, "message": f"no method {method}"}})
+
+
+if __name__ == "__main__":
+    main()
