@@ -37,6 +37,7 @@ from deck.events import (
     PluginError,
     QuestionRequested,
     QuestionResolved,
+    SubagentChanged,
     TerminalExited,
     TerminalOutput,
     TurnChanged,
@@ -44,6 +45,7 @@ from deck.events import (
     handles,
 )
 from deck.frontend import ALWAYS, ONCE, REJECT, Frontend, action_usage, choose_option, read_lines, stdout_failed
+from deck.frontends.subagents import NESTED, Subagents
 from deck.frontends.words import money, state_word, word
 from deck.states import AgentState
 from deck.tty import alert, one_line, printable, sgr_spans, terminal_text
@@ -193,6 +195,9 @@ class LineFrontend(Frontend):
         #: The permission requests and questions waiting, oldest first: id → (kind, payload).
         self._asks: dict[str, tuple[str, dict[str, Any]]] = {}
         self._streams: dict[str, _Stream] = {}
+        #: The agents' subagents: their lines show as `[agent › child]`.
+        self.subagents = Subagents()
+        self._between: dict[str, str] = {}  # id of a message between sessions → where its lines show
         self._seen: dict[tuple[str, str], Any] = {}  # what was last shown per thing, to skip repeats
         self._permission_options: dict[str, list[dict[str, Any]]] = {}
         self._early: dict[str, list[_EarlyAnswer]] = {}  # per agent, oldest first
@@ -220,6 +225,7 @@ class LineFrontend(Frontend):
         return int(columns) if columns.isdigit() and int(columns) > 0 else None
 
     def colour(self, agent: str) -> str:
+        agent = agent.partition(NESTED)[0]  # a subagent's lines take its agent's colour
         names = self.agents
         index = names.index(agent) if agent in names else sum(map(ord, agent))
         return "bold" if agent == DECK else PALETTE[index % len(PALETTE)]
@@ -300,6 +306,7 @@ class LineFrontend(Frontend):
         self.current = self.agents[0] if self.agents else None
         for name, conversation in (snapshot.get("conversations") or {}).items():
             self._agent_commands(name, conversation.get("commands"))
+        self.subagents.load(snapshot.get("conversations") or {})
         self._asks = {}
         for pending in snapshot["pending"]:  # what waits already (this frontend attached to a server) is shown
             if pending.get("kind") == "permission":
@@ -341,9 +348,25 @@ class LineFrontend(Frontend):
         else:
             self.emit(agent, shown, "dim" if state in ("busy", "starting") else "")
 
+    @handles(SubagentChanged)
+    def _subagent_changed(self, e: SubagentChanged) -> None:
+        """A subagent announced, renamed or at another state: one line each time."""
+        if self.subagents.changed(e):
+            label, state = self.subagents.label(e.agent, e.session), f": {e.state}" if e.state else ""
+            self._end_stream(label)
+            self.emit(label, f"subagent{state}", "dim")
+
     @handles(MessageUpdated)
     def _message_updated(self, e: MessageUpdated) -> None:
         agent, message = e.agent, e.message
+        between = self.subagents.between(agent, message)
+        if between is not None:  # a message between sessions: its lines under `agent · sender → recipient`
+            self._between[message["id"]] = between
+            if message.get("parts") and self._changed((message["id"], "between"), _text_of(message)):
+                self.emit(between, _text_of(message))
+            return
+        if message.get("session"):
+            agent = self.subagents.label(agent, message["session"])
         role = message.get("role")
         if role == "user":
             self._user_message(agent, message)
@@ -358,6 +381,8 @@ class LineFrontend(Frontend):
                 self.emit(agent, _text_of(message), "yellow")
         elif message.get("done"):
             self._end_stream(agent)
+            if message.get("session") is None and self._streams:
+                self._end_family(agent)  # the turn is over: its subagents' last words are shown too
             self._finished(agent, message)
 
     def _user_message(self, agent: str, message: dict[str, Any]) -> None:
@@ -385,6 +410,8 @@ class LineFrontend(Frontend):
     @handles(MessageDelta)
     def _message_delta(self, e: MessageDelta) -> None:
         agent, kind = e.agent, e.kind
+        if e.session is not None or self._between:
+            agent = self._between.get(e.message_id) or self.subagents.label(agent, e.session)
         if kind in ("text", "thought"):
             stream = self._streams.get(agent)
             if stream is None or (stream.message_id, stream.index) != (e.message_id, e.index):
@@ -506,7 +533,7 @@ class LineFrontend(Frontend):
 
     def _show_permission(self, p: dict[str, Any]) -> None:
         """A permission request that waits: its tool call, its options, how to answer."""
-        agent, call = str(p["agent"]), p.get("toolCall") or {}
+        agent, call = self.subagents.label(str(p["agent"]), p.get("session")), p.get("toolCall") or {}
         self._asks[p["id"]] = ("permission", p)
         self._end_stream(agent)
         self._permission_options[p["id"]] = p["options"]
@@ -523,14 +550,15 @@ class LineFrontend(Frontend):
         always = any(o.get("kind") == "allow_always" for o in p["options"])
         keys = ["/allow (once)"] * once + ["/allow always"] * always + ["/allow N", "/deny"]
         self.emit(agent, f"  {choices}   → {', '.join(keys)}", "yellow")
-        early = self._early.get(agent)
+        name = str(p["agent"])
+        early = self._early.get(name)
         if early:  # typed before the request came: it answers it now, before end of input could cancel it
             answer = early.pop(0)
             if not early:
-                del self._early[agent]
+                del self._early[name]
             if answer.timer is not None:
                 answer.timer.cancel()
-            self._give(agent, p["id"], p["options"], answer.number, answer.deny, answer.always)
+            self._give(name, p["id"], p["options"], answer.number, answer.deny, answer.always)
 
     @handles(PermissionResolved)
     def _permission_resolved(self, e: PermissionResolved) -> None:
@@ -546,7 +574,8 @@ class LineFrontend(Frontend):
     def _show_question(self, p: dict[str, Any]) -> None:
         """A question that waits: its fields, how to answer."""
         self._asks[p["id"]] = ("question", p)
-        self.emit(p["agent"], f"question: {p['message']}", "bold yellow")
+        asker = self.subagents.label(str(p["agent"]), p.get("session"))
+        self.emit(asker, f"question: {p['message']}", "bold yellow")
         schema = p.get("schema") or {}
         required = set(schema.get("required") or [])
         for key, prop in (schema.get("properties") or {}).items():
@@ -666,6 +695,11 @@ class LineFrontend(Frontend):
         self.emit(agent, "\n".join(stream.block), markdown=True)
         stream.block.clear()
         stream.lines_out += 1
+
+    def _end_family(self, agent: str) -> None:
+        """End the streams of `agent`'s subagents and of its messages between sessions."""
+        for key in [k for k in self._streams if k.startswith((agent + NESTED, agent + " · "))]:
+            self._end_stream(key)
 
     def _end_stream(self, agent: str) -> None:
         stream = self._streams.pop(agent, None)

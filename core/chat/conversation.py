@@ -630,15 +630,16 @@ class Conversation:
             return None
         key = f"{self._session or ''}\0{message_id}"
         message = self._between.get(key)
+        new = message is None
         if message is None:
             if len(self._between) >= MAX_BETWEEN:
                 self._between.pop(next(iter(self._between)))  # the oldest takes no more chunks
-            message = self._between[key] = self.add(self._new("agent"))
+            message = self._between[key] = self._new("agent")
         for attr, field in (("sender", "senderSessionId"), ("recipient", "recipientSessionId")):
             value = as_string(update.get(field))[:ID_MAX]
             if value:
                 setattr(message, attr, value)
-        return message
+        return self.add(message) if new else message
 
     def _session_message(self, update: dict[str, Any]) -> None:
         """`session_message`: a message between sessions made or patched; content sent replaces its text."""
