@@ -200,6 +200,7 @@ class ConsoleApp(Handlers):
         s = self.strings
         self.panel = AgentsPanel(s, self.select, self.agent_action, self.server_name)
         self.conversation = ConversationView(s)
+        self.conversation.renderer.subagents = lambda: self.model.subagents
         self.conversation.on_toggled = self.schedule
         self.logs_view = LogsView(s)
         self.config_view = ConfigView(s, self.choose_config, self.open_config)
@@ -1161,6 +1162,7 @@ KEYS: list[Binding[ConsoleApp]] = [
     Binding(("page up", "page down"), "key_scroll", lambda app, key: app.conversation.scroll(app._main_size(), key), _in_chat),
     Binding(("ctrl t",), "key_thoughts", lambda app, key: app.conversation.toggle_all("thoughts")),
     Binding(("ctrl e",), "key_diffs", lambda app, key: app.conversation.toggle_all("diffs")),
+    Binding(("ctrl f",), "key_subagents", lambda app, key: app.conversation.toggle_all("children")),
     Binding(("f4",), "key_asks", lambda app, key: app.open_oldest_ask()),
     Binding(("f2",), "key_logs", lambda app, key: app.toggle_view("logs")),
     Binding(("f3",), "key_config", lambda app, key: app.toggle_view("config")),

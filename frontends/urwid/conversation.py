@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import urwid
 from deck.diffs import compare, unified_lines
+from deck.frontends.subagents import Subagents
 from deck.tty import sgr_spans, terminal_text
 
 from . import markdown
@@ -197,12 +198,21 @@ class MessageRenderer:
         #: The folder of the agent whose messages these are: tool calls show the paths beneath it relative to it.
         self.folder = ""
         self.flipped: set[tuple[str, int]] = set()  # parts shown opposite to the global setting
+        #: The agents' subagents (the console's model's), and the agent whose messages these are.
+        self.subagents: Callable[[], Subagents] = Subagents
+        self.agent = ""
+        #: Subagents' messages are folded to their head line (`fold_children`), but those in `unfolded`.
+        self.fold_children = False
+        self.folded_flipped: set[str] = set()
+        self.on_fold: Callable[[str], None] = lambda session: None
         self._blocks: dict[tuple[str, int], dict[tuple[str, bool, str, bool], AbstractFlowWidget]] = {}
 
     def forget(self) -> None:
         self._blocks.clear()
 
     def widgets(self, message: MessageModel, agent_title: str) -> list[AbstractFlowWidget]:
+        if message.session is not None or message.sender is not None or message.recipient is not None:
+            return self._nested(message, agent_title)
         s = self.strings
         out: list[AbstractFlowWidget] = []
         if message.role == "user":
@@ -239,6 +249,29 @@ class MessageRenderer:
                 out.append(_pad(Text(("error", s("message_error", error=message.error)))))
         out.append(urwid.Divider())
         return out
+
+    def _nested(self, message: MessageModel, agent_title: str) -> list[AbstractFlowWidget]:
+        """A subagent's message, indented under its parent by how deep it nests, headed by
+        `agent › child` (a click folds or unfolds that child); a message between sessions headed
+        `sender → recipient`."""
+        subagents, session = self.subagents(), message.session
+        depth = subagents.depth(self.agent, session)
+        head = f"{agent_title} › {subagents.name(self.agent, session)}" if session else agent_title
+        if message.sender is not None or message.recipient is not None:
+            sender, recipient = (subagents.name(self.agent, who) for who in (message.sender, message.recipient))
+            head += f" · ✉ {sender} → {recipient}"
+        folded = session is not None and (session in self.folded_flipped) != self.fold_children
+        out: list[AbstractFlowWidget] = []
+        if session is None:
+            out.append(Text(("agent", f"◆ {head}")))
+        else:
+            fold = self.on_fold
+            out.append(Clickable(("agent", f"{'▸' if folded else '▾'} {head}"), lambda: fold(session)))
+        if not folded:
+            for index, part in enumerate(message.parts):
+                out += self._part(message, index, part)
+        out.append(urwid.Divider())
+        return [_pad(widget, 2 * depth) for widget in out] if depth else out  # type: ignore[arg-type]
 
     def _worded(self, code: str | None) -> TypeGuard[str]:
         """Whether a system message with this code is shown in the console's own words: in English
@@ -293,6 +326,7 @@ class ConversationView(urwid.WidgetWrap):
     def __init__(self, strings: Strings) -> None:
         self.strings = strings
         self.renderer = MessageRenderer(strings, self._toggle)
+        self.renderer.on_fold = self._fold
         self.walker: urwid.SimpleFocusListWalker[AbstractFlowWidget] = urwid.SimpleFocusListWalker([])
         self.listbox = urwid.ListBox(self.walker)
         self.segments: dict[str, list[AbstractFlowWidget]] = {}
@@ -335,6 +369,7 @@ class ConversationView(urwid.WidgetWrap):
             return
         old_order, old_lengths = self.order, {mid: len(self.segments[mid]) for mid in self.order}
         self.renderer.folder = agent.folder
+        self.renderer.agent = agent.name
         changed: set[str] = set()
         for message in agent.messages:
             if message_ids is None or message.id in message_ids or message.id not in self.segments:
@@ -391,7 +426,18 @@ class ConversationView(urwid.WidgetWrap):
         self.rebuild({key[0]})
         self.on_toggled()
 
+    def _fold(self, session: str) -> None:
+        """Fold or unfold one subagent's messages."""
+        self.renderer.folded_flipped ^= {session}
+        self.rebuild(None)
+        self.on_toggled()
+
     def toggle_all(self, what: str) -> None:
+        if what == "children":
+            self.renderer.fold_children = not self.renderer.fold_children
+            self.renderer.folded_flipped.clear()
+            self.rebuild(None)
+            return
         if what == "thoughts":
             self.renderer.show_thoughts = not self.renderer.show_thoughts
         else:

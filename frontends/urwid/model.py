@@ -32,12 +32,14 @@ from deck.events import (
     PermissionResolved,
     QuestionRequested,
     QuestionResolved,
+    SubagentChanged,
     TerminalExited,
     TerminalOutput,
     TurnChanged,
     UsageChanged,
     handles,
 )
+from deck.frontends.subagents import Subagents
 from deck.states import AgentState
 
 #: The notices on an agent kept beside its conversation, the newest last.
@@ -80,7 +82,8 @@ class Part:
 class MessageModel:
     """A message as its last `message:updated` said, plus the deltas since."""
 
-    __slots__ = ("id", "role", "parts", "done", "queued", "stop_reason", "error", "code", "level")
+    __slots__ = ("id", "role", "parts", "done", "queued", "stop_reason", "error", "code", "level",
+                 "session", "sender", "recipient")  # fmt: skip
 
     def __init__(self, data: dict[str, Any]) -> None:
         self.id = str(data["id"])
@@ -96,6 +99,10 @@ class MessageModel:
         self.code = data.get("code")
         #: A notice's severity (info, warning, error), on a system message of code "notice".
         self.level = data.get("level")
+        #: A subagent's message: its session; a message between sessions: its sender and recipient.
+        self.session = data.get("session") or None
+        self.sender = data.get("sender") or None
+        self.recipient = data.get("recipient") or None
 
     def delta(self, index: int, kind: str, text: str | None, part: dict[str, Any] | None) -> None:
         while len(self.parts) <= index:
@@ -221,6 +228,8 @@ class Model(Handlers):
     def __init__(self) -> None:
         self.agents: dict[str, AgentModel] = {}
         self.changes = Changes()
+        #: The agents' subagents, nested under their agent in its conversation.
+        self.subagents = Subagents()
         #: Each pending ask's place in the order asked, of every agent's: the oldest is answered first.
         self.asked: dict[str, int] = {}
         self._asks = 0
@@ -244,6 +253,7 @@ class Model(Handlers):
         for an answer. Agents already known keep what no snapshot holds (their log lines, the notices said on them)."""
         self.set_roster(snapshot["agents"])
         conversations = snapshot.get("conversations") or {}
+        self.subagents.load(conversations)
         for name in self.agents:
             self.load_conversation(name, conversations.get(name) or {})
         for known in self.agents.values():
@@ -369,6 +379,15 @@ class Model(Handlers):
             agent.add_message(message)
             self.changes.message(agent.name, str(message["id"]))
 
+    @handles(SubagentChanged)
+    def _subagent_changed(self, e: SubagentChanged) -> None:
+        """A child named or renamed: its messages' heads are drawn again."""
+        agent = self._agent(e.agent)
+        if agent is not None and self.subagents.changed(e):
+            for message in agent.messages:
+                if message.session == e.session or e.session in (message.sender, message.recipient):
+                    self.changes.message(agent.name, message.id)
+
     @handles(MessageDelta)
     def _message_delta(self, e: MessageDelta) -> None:
         agent = self._agent(e.agent)
@@ -376,7 +395,7 @@ class Model(Handlers):
             return
         message = agent.by_id.get(str(e.message_id))
         if message is None:
-            message = agent.add_message({"id": e.message_id, "role": "agent", "done": False})
+            message = agent.add_message({"id": e.message_id, "role": "agent", "done": False, "session": e.session})
         message.delta(int(e.index), str(e.kind), e.text, e.part)
         self.changes.message(agent.name, message.id)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+import pytest
+
 from tests.conftest import AGENTS, agent_table
 from tests.frontends.test_line import line_deck  # noqa: F401  (the fixture)
 
@@ -34,3 +36,46 @@ def test_line_mode_says_which_child_asks_and_answers_it(line_deck):  # noqa: F81
     deck.send("/allow")
     deck.expect(r'\[a\] .*"optionId": "ok".*')
     assert deck.close() == 0
+
+
+async def _console_model(make_deck, prompts):
+    from tests.frontends.test_urwid_widgets import roster
+
+    deck, rec = make_deck(TOML)
+    model = roster("a")
+    deck.subscribe(model.apply)
+    for prompt in prompts:
+        count = len(rec.named("turn:changed", "a"))
+        deck.chat.send("a", prompt)
+        await rec.wait(lambda r, c=count: any(not p["busy"] for p in r.named("turn:changed", "a")[c:]))
+    return model
+
+
+def _drawn(model, fold: str | None = None) -> str:
+    from deck.frontends.urwid.common import canvas_text
+    from deck.frontends.urwid.conversation import ConversationView
+    from deck.frontends.urwid.i18n import Strings
+
+    view = ConversationView(Strings("en"))
+    view.renderer.subagents = lambda: model.subagents
+    view.show(model.agents["a"])
+    if fold == "all":
+        view.toggle_all("children")
+    elif fold is not None:
+        view._fold(fold)
+    return canvas_text(view, 90, 80)
+
+
+@pytest.mark.anyio
+async def test_the_console_nests_children_under_their_parent_and_folds_them(make_deck):
+    model = await _console_model(make_deck, ["delegate", "nested"])
+    text = _drawn(model)
+    assert "◆ A · ✉ a → Planner\n  Look for the loader" in text  # c1, renamed Planner by `nested`
+    assert "  ▾ A › Planner\n    ∴ thought\n    reading files\n    ⚙ read Read config.py · completed" in text
+    assert "◆ A · ✉ Planner → a\n  Found: config.py" in text
+    assert "    The loader is in config.py" in text
+    assert "    ▾ A › Searcher\n      deep" in text  # a child's child, one step deeper
+    folded = _drawn(model, "c1")
+    assert "  ▸ A › Planner\n" in folded and "The loader is in config.py" not in folded and "      deep" in folded
+    everything = _drawn(model, "all")
+    assert "deep" not in everything and "▸ A › Searcher" in everything and "delegated" in everything
