@@ -289,7 +289,71 @@
     "config:changed"() { call("DeckService.Snapshot").then(resync, () => {}); },
     "worktree:changed"(e) { if (state.tab === "worktree" && e.agent === state.selected) showWorktree(); },
     "deck:notice"(e) { notice(e); },
+    "subagent:changed"(e) {
+      if (typeof e.session !== "string") return;
+      const conv = conversation(e.agent);
+      const children = (conv.children = asObjects(conv.children));
+      const at = children.findIndex((c) => c.session === e.session);
+      const child = { session: e.session, parent: e.parent, title: e.title, state: e.state, cancel: e.cancel };
+      if (at >= 0) children[at] = child;
+      else children.push(child);
+      if (e.agent === state.selected) dirty.all = true; // the heads of its messages name it
+    },
   };
+
+  // -- subagents: their messages nest under their parent's name, folded with a click -------------
+
+  //: The subagent sessions folded (agent NUL session).
+  const folded = new Set();
+
+  function childOf(agent, session) {
+    return asObjects(conversation(agent).children).find((c) => c.session === session) || null;
+  }
+
+  // A session of the agent's as the user reads it: a child's title (else its id); the agent's own as the agent.
+  function sessionName(agent, session) {
+    const child = session ? childOf(agent, session) : null;
+    return child ? asText(child.title) || asText(session) : agentTitle(agent);
+  }
+
+  function depthOf(agent, session) {
+    let depth = 0;
+    const seen = new Set();
+    for (let child = childOf(agent, session); child && !seen.has(child.session) && depth < 32; child = childOf(agent, child.parent)) {
+      seen.add(child.session);
+      depth += 1;
+    }
+    return depth;
+  }
+
+  // A subagent's message: indented by how deep it nests, headed "agent › child" (a click folds that
+  // child's messages); a message between sessions headed "sender → recipient".
+  function drawNesting(entry, message) {
+    let head = entry.node.querySelector(":scope > .sub");
+    const agent = asText(message.agent) || state.selected;
+    const session = typeof message.session === "string" ? message.session : null;
+    const between = typeof message.sender === "string" || typeof message.recipient === "string";
+    if (!session && !between) {
+      if (head) head.remove();
+      entry.node.style.marginLeft = "";
+      return;
+    }
+    const key = agent + "\u0000" + session;
+    const depth = session ? depthOf(agent, session) : 0;
+    entry.node.classList.add("child");
+    entry.node.classList.toggle("folded", session !== null && folded.has(key));
+    entry.node.style.marginLeft = `${Math.min(depth, 8) * 1.5}em`;
+    if (!head) { head = el("button", "sub"); entry.node.prepend(head); }
+    let words = session ? `${agentTitle(agent)} › ${sessionName(agent, session)}` : agentTitle(agent);
+    if (between) words += ` · ✉ ${sessionName(agent, message.sender)} → ${sessionName(agent, message.recipient)}`;
+    head.textContent = (session ? (folded.has(key) ? "▸ " : "▾ ") : "") + words;
+    head.disabled = !session;
+    head.onclick = () => {
+      if (folded.has(key)) folded.delete(key); else folded.add(key);
+      dirty.all = true;
+      schedule();
+    };
+  }
 
   // What a plugin tells the user, in its words: a toast; a sticky one stays on its agent (or on the
   // page, for one on no agent) until the same source sends "" for it. An alert (`bell`, `desktop`:
@@ -641,6 +705,7 @@
     if (entry.asText) { entry.node.replaceChildren(); entry.asText = false; } // drawn as text last time
     entry.node.className = `msg ${asText(message.role)}` + (message.queued ? " queued" : "") + (message.done ? " done" : " live");
     drawLevel(entry, message);
+    drawNesting(entry, message);
     const parts = asList(message.parts);
     parts.forEach((part, i) => drawPart(entry, i, part, message));
     for (let i = parts.length; i < entry.parts.length; i++) entry.parts[i].node.remove();

@@ -7,7 +7,10 @@ import sys
 
 import pytest
 
+from tests.browser import browser, page  # noqa: F401 (fixtures)
 from tests.conftest import AGENTS, agent_table
+from tests.core.remote.test_server import runtime  # noqa: F401 (a fixture)
+from tests.frontends.test_web_newcomer import opened, say, serve  # noqa: F401
 from tests.frontends.test_line import line_deck  # noqa: F401  (the fixture)
 
 TOML = agent_table("a", [sys.executable, str(AGENTS / "subagent_agent.py")])
@@ -79,3 +82,19 @@ async def test_the_console_nests_children_under_their_parent_and_folds_them(make
     assert "  ▸ A › Planner\n" in folded and "The loader is in config.py" not in folded and "      deep" in folded
     everything = _drawn(model, "all")
     assert "deep" not in everything and "▸ A › Searcher" in everything and "delegated" in everything
+
+
+def test_the_web_page_nests_children_and_folds_one_with_a_click(page, serve):  # noqa: F811
+    opened(page, serve(TOML))
+    say(page, "delegate")
+    page.wait_for_selector(".msg.child.folded", state="detached")
+    page.wait_for_function("() => [...document.querySelectorAll('.msg .sub')].some(x => x.innerText.includes('Found'))"
+                           " || document.body.innerText.includes('Found: config.py')")  # fmt: skip
+    heads = page.eval_on_selector_all(".msg.child > .sub", "xs => xs.map(x => x.innerText)")
+    assert heads == ["a · ✉ a → Explore", "▾ a › Explore", "a · ✉ Explore → a"]
+    indent = page.eval_on_selector_all(".msg.child", "xs => xs.map(x => x.style.marginLeft)")
+    assert indent == ["0em", "1.5em", "0em"]
+    page.click("text=▾ a › Explore")
+    page.wait_for_selector(".msg.child.folded")
+    assert "The loader is in config.py" not in page.inner_text("#messages")
+    assert page.inner_text(".msg.child.folded > .sub") == "▸ a › Explore"
