@@ -62,7 +62,8 @@ def inbox(
         echo("nothing waits for you")
         return
     for row in rows:
-        echo(f"{row['id']:<12} {row['agent']:<16} {row['since']:<24} {row['title']}")
+        who = f"{row['agent']} › {row['subagent']}" if row.get("subagent") else row["agent"]  # a subagent's request
+        echo(f"{row['id']:<12} {who:<16} {row['since']:<24} {row['title']}")
         if row["kind"] == "permission" and row.get("options"):
             echo(f"{'':<12} options: {_choices(row['options'])}  (deck answer {row['id']} OPTION)")
         elif row["kind"] == "question":
