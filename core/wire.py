@@ -35,6 +35,8 @@ _str = encode_basestring  # a str as a JSON string, as _dumps writes it
 #: What JSON writes raw in its strings and a reader of the line may still act on (see above).
 _RAW = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _DELTA = '{"event":"message:delta","seq":%d,"agent":%s,"messageId":%s,"index":%d,"kind":%s,"text":%s}'
+#: The same of a subagent's message: its session last.
+_CHILD_DELTA = _DELTA[:-1] + ',"session":%s}'
 
 
 def _null(name: str) -> None:
@@ -76,7 +78,10 @@ def encode_event(event: Event) -> str:
         # The hot path (one event per streamed chunk): the same line as the generic
         # encoding below, without building a dict per chunk.
         agent, message_id, kind = _str(event.agent), _str(event.message_id), _str(event.kind)
-        return _escaped(_DELTA % (event.seq, agent, message_id, event.index, kind, _str(event.text)))
+        if event.session is None:
+            return _escaped(_DELTA % (event.seq, agent, message_id, event.index, kind, _str(event.text)))
+        text, session = _str(event.text), _str(event.session)
+        return _escaped(_CHILD_DELTA % (event.seq, agent, message_id, event.index, kind, text, session))
     return encode({"event": event.name, "seq": event.seq, **event.payload()})
 
 

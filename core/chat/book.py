@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from deck.agent.session import CONVERSATION, REPLAYED, Session
@@ -45,14 +46,12 @@ class ConversationSink:
 class ChildSink:
     """A subagent session's sink: its updates land in the parent's conversation, marked with it."""
 
-    __slots__ = ("conv", "session")
+    __slots__ = ("conv", "session", "on_update")
 
     def __init__(self, conv: Conversation, session: str) -> None:
         self.conv = conv
         self.session = session
-
-    def on_update(self, update: dict[str, Any]) -> None:
-        self.conv.apply_child_update(self.session, update)
+        self.on_update = partial(conv.apply_child_update, session)  # the hot path: no frame of its own
 
     def message_id(self) -> str:
         return self.conv.child_message_id(self.session)

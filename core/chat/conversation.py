@@ -580,7 +580,7 @@ class Conversation:
         """One `session/update` of subagent session `session`, folded in as the agent's own are, into
         messages marked with the child's session; kinds a child's conversation has no place for
         (usage, commands…) are passed on raw, marked with it too."""
-        child = self.children.get(session)
+        child = self.children.by_id.get(session)
         if child is None:
             log.info("%s: an update of subagent %r, never announced, skipped", self.agent, session[:100])
             return
@@ -588,9 +588,11 @@ class Conversation:
         if kind not in CHILD_UPDATES:
             self.emit(SessionUpdate(self.agent, update, session))
             return
+        self.last_update = time.monotonic()
         saved = self.current, self._tools, self._acp_messages, self._session
-        self.current, self._tools, self._acp_messages = child.current, child.tools, child.acp_messages
-        self._session = session
+        self.current, self._tools, self._acp_messages, self._session = (
+            child.current, child.tools, child.acp_messages, session
+        )  # fmt: skip
         try:
             self._handlers[kind](self, update)
         finally:

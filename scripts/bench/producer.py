@@ -1,7 +1,8 @@
 """A fast ACP agent for benchmarks: each prompt streams N agent_message_chunk updates of S characters.
 
-Usage: producer.py N S [RATE]   (RATE: chunks per second, 0 = as fast as it can)
-Stdlib only; exits at the end of stdin.
+Usage: producer.py N S [RATE] [SESSION]   (RATE: chunks per second, 0 = as fast as it can)
+With SESSION `child`, the chunks are a subagent's: a `subagent_update` announces child session "child"
+first, and every chunk carries its id. Stdlib only; exits at the end of stdin.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 def main() -> None:
     count, size = int(sys.argv[1]), int(sys.argv[2])
     rate = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+    session = "child" if sys.argv[4:5] == ["child"] else "bench"
     out = sys.stdout.buffer
     for raw in sys.stdin.buffer:
         msg = json.loads(raw)
@@ -23,7 +25,11 @@ def main() -> None:
         elif method == "session/new":
             reply = {"sessionId": "bench"}
         elif method == "session/prompt":
-            stream(out, count, size, rate)
+            if session == "child":
+                announce = {"sessionUpdate": "subagent_update", "sessionId": "child", "title": "worker"}
+                out.write(json.dumps({"jsonrpc": "2.0", "method": "session/update",
+                                      "params": {"sessionId": "bench", "update": announce}}).encode() + b"\n")  # fmt: skip
+            stream(out, count, size, rate, session)
             reply = {"stopReason": "end_turn"}
         elif rid is not None:
             out.write(json.dumps({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "no"}}).encode() + b"\n")
@@ -35,7 +41,7 @@ def main() -> None:
         out.flush()
 
 
-def stream(out, count: int, size: int, rate: float) -> None:
+def stream(out, count: int, size: int, rate: float, session: str = "bench") -> None:
     text = ("0123456789abcdefghijklmnopqrstuvwxyz" * (size // 36 + 1))[:size]
     if rate > 0:  # paced: each line carries its send time, for latency measurement
         start = time.perf_counter()
@@ -48,7 +54,7 @@ def stream(out, count: int, size: int, rate: float) -> None:
             out.write(line)
             out.flush()
         return
-    line = _line(text)
+    line = _line(text, session)
     batch = line * 256
     for _ in range(count // 256):
         out.write(batch)
@@ -56,9 +62,9 @@ def stream(out, count: int, size: int, rate: float) -> None:
     out.flush()
 
 
-def _line(text: str) -> bytes:
+def _line(text: str, session: str = "bench") -> bytes:
     update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
-    return json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "bench", "update": update}}).encode() + b"\n"
+    return json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": update}}).encode() + b"\n"
 
 
 if __name__ == "__main__":

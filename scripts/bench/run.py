@@ -172,6 +172,18 @@ def bench_throughput(rounds: int, count: int = 200_000, size: int = 32) -> dict[
     return runs
 
 
+def bench_subagent(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, list[float]]:
+    """The 200,000-chunk answer streamed by the agent's own session ÷ by a subagent's (every chunk
+    carrying the child's sessionId), through `deck run --frontend=jsonl`, in turns."""
+    send = request(1, "ChatService.Send", agent="bench", text="go")
+    runs: dict[str, list[float]] = {"parent": [], "child": []}
+    for n in range(rounds):
+        for who in (("parent", "child") if n % 2 == 0 else ("child", "parent")):
+            cfg = config({"bench": [PY, str(PRODUCER), str(count), str(size), "0", who]})
+            runs[who].append(timed([*DECK, "run", "--frontend=jsonl", "--config", str(cfg)], send, deck_env()))
+    return runs
+
+
 def bench_send(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, list[float]]:
     """`deck send AGENT hello` to the answer, beside acpx 0.19.1's `exec` on the same agent (installed
     by scripts/bench/install-acpx.sh: Node and npm), interleaved; then both one 200,000-chunk answer,
@@ -741,6 +753,7 @@ def _read_until(proc: subprocess.Popen[bytes], done) -> None:
 
 BENCHES = {
     "throughput": (bench_throughput, ("deck", "floor", 1.3)),
+    "subagent": (bench_subagent, ("child", "parent", 1.05)),
     "version": (bench_version, ("deck --version", "import typer", 1.5)),
     "send": (bench_send, ("deck send MB", None, 60.0)),
     "latency": (bench_latency, ("p99 ms", None, 5.0)),

@@ -368,6 +368,10 @@ def test_the_wire_escapes_what_json_would_write_raw():
     plain = MessageDelta("a", "m", 0, "text", text="plain ASCII text")
     object.__setattr__(plain, "seq", 8)
     assert encode_event(plain) == json.dumps({"event": "message:delta", "seq": 8, **plain.payload()}, separators=(",", ":"))
+    child = MessageDelta("a", "m", 0, "text", text="a subagent's", session="c\u202e1")  # its session escaped too
+    object.__setattr__(child, "seq", 9)
+    assert json.loads(encode_event(child)) == {"event": "message:delta", "seq": 9, **child.payload()}
+    assert "\\u202e" in encode_event(child)
 
 
 def test_an_agents_c1_and_bidi_characters_reach_stdout_escaped(run_deck):

@@ -10,10 +10,27 @@ import pytest
 from tests.browser import browser, page  # noqa: F401 (fixtures)
 from tests.conftest import AGENTS, agent_table
 from tests.core.remote.test_server import runtime  # noqa: F401 (a fixture)
+from tests.deck_process import run_deck  # noqa: F401 (a fixture)
 from tests.frontends.test_web_newcomer import opened, say, serve  # noqa: F401
 from tests.frontends.test_line import line_deck  # noqa: F401  (the fixture)
 
 TOML = agent_table("a", [sys.executable, str(AGENTS / "subagent_agent.py")])
+
+
+def test_the_jsonl_bridge_carries_a_childs_session_on_its_events(run_deck):  # noqa: F811
+    deck = run_deck(TOML)
+    deck.call("ChatService.Send", {"agent": "a", "text": "delegate"})
+    running = deck.event("subagent:changed", agent="a", state="running")
+    assert (running["session"], running["title"], running["cancel"]) == ("c1", "Explore", True)
+    delta = deck.event("message:delta", agent="a", session="c1", kind="text")
+    assert delta["text"] == "The loader is "
+    deck.event("turn:changed", agent="a", busy=False, queued=0)
+    parent = [d for d in deck.events("message:delta", agent="a") if d.get("text") == "delegated"]
+    assert parent and "session" not in parent[0]
+    (child,) = deck.call("ChatService.Conversation", {"agent": "a"})["children"]
+    assert (child["session"], child["state"]) == ("c1", "idle")
+    deck.close_stdin()
+    assert deck.wait(15) == 0
 
 
 def test_line_mode_nests_a_childs_lines_under_its_agent(line_deck):  # noqa: F811
