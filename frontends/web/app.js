@@ -366,7 +366,9 @@
     const source = asText(e.source);
     const agentName = typeof e.agent === "string" ? e.agent : null;
     if (e.sticky !== true) {
-      if (text) toast((agentName ? `${agentTitle(agentName)}: ` : "") + text, level);
+      // An agent's own notice is a note in its conversation: a toast only when another agent is shown.
+      const shown = source === "agent" && agentName !== null && agentName === state.selected;
+      if (text && !shown) toast((agentName ? `${agentTitle(agentName)}: ` : "") + text, level);
       return;
     }
     const agent = agentName === null ? null : state.agents.get(agentName);

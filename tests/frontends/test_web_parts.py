@@ -72,3 +72,14 @@ def test_an_agents_notice_says_its_level_in_its_colour(page: Any, serve: Any) ->
         assert colour(page, f".msg.said.{level}", "borderLeftColor") == LEVEL_COLOURS[level]
         assert colour(page, f".msg.said.{level} .level") == LEVEL_COLOURS[level]
     assert "Budget low" in page.inner_text(".msg.said.warning") and "see the log" in page.inner_text(".msg.said.warning")
+    assert page.locator(".toast").count() == 0  # the agent shown: its note says it, no toast says it again
+
+
+def test_an_agents_notice_is_a_toast_while_another_agent_is_shown(page: Any, serve: Any) -> None:  # noqa: F811
+    opened(page, serve(agent_block("a") + agent_table("t", TERMINAL_AGENT)))
+    page.click("#agent-list button[data-agent=t]")
+    notice = {"sessionUpdate": "notice", "severity": "warning", "title": "Quota low"}
+    say(page, json.dumps({"steps": [["sleep", 1.5], ["update", notice]]}))
+    page.click("#agent-list button[data-agent=a]")  # t's notice comes while a is shown
+    page.wait_for_selector(".toast")
+    assert "Quota low" in page.inner_text(".toast")
