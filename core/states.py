@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from deck.agent.agent import Agent
+from typing import Protocol
 
 
 class AgentState(str, Enum):
@@ -40,7 +37,17 @@ class InvalidTransition(RuntimeError):
     """A change of state the transition table does not allow."""
 
 
-def transition(agent: Agent, to: AgentState, error: str | None = None) -> None:
+class Stateful(Protocol):
+    """What `transition` changes: an agent (deck.agent.Agent), as this layer below it sees it."""
+
+    name: str
+    state: AgentState
+    error: str | None
+
+    def emit_state(self) -> None: ...
+
+
+def transition(agent: Stateful, to: AgentState, error: str | None = None) -> None:
     """Move `agent` to state `to` and emit `agent:state`; the only writer of `agent.state`."""
     if (agent.state, to) not in TRANSITIONS:
         raise InvalidTransition(f"{agent.name}: {agent.state.value} → {to.value} is not allowed")

@@ -19,14 +19,18 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from json.encoder import encode_basestring
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from deck.acp.connection import TooDeep, decode_line
 from deck.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, ServiceError
 from deck.events import Event, MessageDelta
 
-if TYPE_CHECKING:
-    from deck.client import Client
+
+class Caller(Protocol):
+    """What the bridge calls services through: a client of a deck (deck.client.Client)."""
+
+    def call(self, method: str, params: Any = None) -> Awaitable[Any]: ...
+
 
 __all__ = ["RequestReader", "encode", "encode_event", "error_line", "to_bytes"]
 
@@ -103,7 +107,7 @@ class RequestReader:
     its response line goes to `write` when done, in any order. A line that is no request gets
     an error line, and the bridge carries on."""
 
-    def __init__(self, client: Client, write: Callable[[str], None]) -> None:
+    def __init__(self, client: Caller, write: Callable[[str], None]) -> None:
         self.client = client
         self.write = write
         #: The calls not yet answered.

@@ -151,7 +151,7 @@ def readable(command: Iterable[str]) -> list[str]:
     """What a sandboxed command must still read beneath /tmp, which it has a fresh one of: the
     folders of its program and of the files its arguments name, and deck's own install (its
     interpreter and package: the asks bridge runs from them) when it lies there."""
-    import deck
+    deck = sys.modules["deck"]  # the package this module is in, loaded: its folders, not another import
 
     wanted = []
     for word in command:

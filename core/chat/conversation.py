@@ -585,10 +585,13 @@ class Conversation:
             log.info("%s: an update of subagent %r, never announced, skipped", self.agent, session[:100])
             return
         kind = update.get("sessionUpdate")
+        self.last_update = time.monotonic()
+        if kind == "agent_message_chunk" and child.current is not None and "messageId" not in update:
+            self._chunk(update, "text", child.current)  # the hot path of a child's: nothing to swap
+            return
         if kind not in CHILD_UPDATES:
             self.emit(SessionUpdate(self.agent, update, session))
             return
-        self.last_update = time.monotonic()
         saved = self.current, self._tools, self._acp_messages, self._session
         self.current, self._tools, self._acp_messages, self._session = (
             child.current, child.tools, child.acp_messages, session
@@ -692,12 +695,14 @@ class Conversation:
             self.current = self.add(self._new("agent"))
         return self.current
 
-    def _chunk(self, update: dict[str, Any], kind: str = "text") -> None:
-        """agent_message_chunk (and, with `kind`, agent_thought_chunk): text appended to the last part."""
+    def _chunk(self, update: dict[str, Any], kind: str = "text", message: Message | None = None) -> None:
+        """agent_message_chunk (and, with `kind`, agent_thought_chunk): text appended to the last part
+        (of `message` when given: a subagent's that receives its updates)."""
         text = block_text(update.get("content"))
         if not text:
             return
-        message = self._for_acp_message(update.get("messageId"))
+        if message is None:
+            message = self._for_acp_message(update.get("messageId"))
         size = len(text) if text.isascii() else text_size(text)
         if message.cut is not None or message.size + size > self._message_max:
             if message.cut is None:  # the chunk that passes the cap: what fits is the head's end

@@ -69,3 +69,20 @@ def test_the_installed_package_has_every_module_of_the_checkout() -> None:
         f"not in the installed deck: {missing}; run `{INSTALL}` again"
         " (a new folder goes in pyproject.toml's packages first)"
     )
+
+
+def test_the_layers_with_annotations_counted_are_pyprojects_layers_and_hold():
+    """`.importlinter-annotations` repeats pyproject.toml's layers with TYPE_CHECKING imports counted:
+    the two lists are one, and `lint-imports` finds every contract of it kept."""
+    import configparser
+    import tomllib
+
+    ours = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in ours if c["type"] == "layers"]
+    annotations = configparser.ConfigParser()
+    annotations.read(ROOT / ".importlinter-annotations")
+    assert annotations["importlinter:contract:layers"]["layers"].split() == " ".join(layers).split()
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run([str(lint), "--config", ".importlinter-annotations"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "3 kept, 0 broken" in done.stdout
