@@ -283,7 +283,7 @@ class Agent:
             transition(self, AgentState.STOPPED)
             return
         if self.session is not None:
-            self.deck.session_opened(self)
+            self.deck.conversations.session_opened(self)
         self.last_used = self.deck.clock()  # idle time counts from the start
         if self.process is not None:
             self.process.remember_descendants()  # found again after a crash, when the agent is gone
@@ -326,7 +326,7 @@ class Agent:
         conn.on_notification("session/update", self._on_update)
         AgentRequests(self).register(conn)  # fs/*, terminal/*, permissions and questions
         self.conn = conn
-        conv = self.deck.conversation_of(self.name)
+        conv = self.deck.conversations.of(self.name)
         self.terminals = terminals.Terminals(
             lambda coro, name: tasks.spawn(coro, f"{self.name}: {name}"), conv.terminal_output, conv.terminal_exited,
             lambda line: self.log(f"deck: {line}"), grace=self.deck.timings.after_sigterm,
@@ -398,7 +398,7 @@ class Agent:
         if not self._with_session:
             self.session = None
             return
-        earlier = self.deck.conversation_of(self.name).session_id
+        earlier = self.deck.conversations.of(self.name).session_id
         session = await self._continue_session(earlier, exited) if earlier else None
         if session is None:
             session = Session(self, CONVERSATION)
@@ -426,13 +426,13 @@ class Agent:
         if self._broken_session is not None and self._broken_session[0] == session_id:
             self._why_new = self._broken_session[1]
             return None
-        conv = self.deck.conversation_of(self.name)
-        replay = self.deck.replay_into(self.name, matched=False) if not conv.messages and self.can_load_sessions else None
+        conv = self.deck.conversations.of(self.name)
+        replay = self.deck.conversations.replay_into(self.name, matched=False) if not conv.messages and self.can_load_sessions else None
         matched: Replay | None = None
         if replay is None and self.can_resume_sessions:
             method, step = "session/resume", Session.resume
         elif self.can_load_sessions:
-            matched = self.deck.replay_into(self.name, matched=True) if replay is None else None
+            matched = self.deck.conversations.replay_into(self.name, matched=True) if replay is None else None
             method, step = "session/load", functools.partial(Session.load, replay=replay or matched)
         else:
             self._why_new = f"The agent cannot resume sessions: {FORGETS}"
@@ -537,7 +537,7 @@ class Agent:
         if self._held is not None:
             self._held.release()
         self._held = await inuse.hold(self.name, session.id)
-        self.deck.session_opened(self)
+        self.deck.conversations.session_opened(self)
 
     @property
     def can_resume_sessions(self) -> bool:
@@ -652,7 +652,7 @@ class Agent:
             elif kind == "subagent_update":
                 session.adopt(update)
             elif kind == "usage_update" and session.origin != CONVERSATION:
-                self.deck.session_cost(session, update)  # an ask's cost is the agent's spending too
+                self.deck.conversations.session_cost(session, update)  # an ask's cost is the agent's spending too
             session.on_update(update)
             return
         if session_id in self._detached:

@@ -1,7 +1,8 @@
 """What an agent needs from the deck that runs it: the one way up from the agent layer.
 
-`deck.runtime.deck.Deck` is the host of every agent; an agent never reaches past these members
-(the chat layer above, its conversations and pending requests, comes through the methods here).
+`deck.runtime.deck.Deck` is the host of every agent; an agent never reaches past these members.
+The chat layer above, its conversations and pending requests, is reached straight through
+`conversations` and `asks`, typed here by what the agents use of them.
 """
 
 from __future__ import annotations
@@ -53,6 +54,41 @@ class ConversationLink(Protocol):
     def terminal_exited(self, terminal_id: str, status: dict[str, Any]) -> None: ...
 
 
+class Conversations(Protocol):
+    """The chat layer's conversations, as the agents use them (deck.chat.book.Conversations)."""
+
+    def of(self, agent: str) -> ConversationLink:
+        """The conversation of the agent named `agent`."""
+        ...
+
+    def session_opened(self, agent: Agent) -> None:
+        """The agent's new conversation session now serves its conversation."""
+        ...
+
+    def replay_into(self, agent: str, *, matched: bool) -> Replay:
+        """The sink of a `session/load` of the agent's conversation: the replay forms an empty
+        conversation, or (`matched`) only adds what the conversation does not hold; its
+        `finish()` ends it (and says, for `matched`, what was added)."""
+        ...
+
+    def session_cost(self, session: Session, update: dict[str, Any]) -> None:
+        """A `usage_update` of a session other than the conversation's: what its cost adds is the
+        agent's spending too (budgets and the history count it)."""
+        ...
+
+
+class Asks(Protocol):
+    """The chat layer's pending requests, as the agents use them (deck.chat.pending.PendingRequests)."""
+
+    async def ask_permission(self, asker: Session, params: dict[str, Any]) -> dict[str, Any]: ...
+
+    async def ask_question(self, asker: Session, params: dict[str, Any]) -> dict[str, Any]: ...
+
+    def cancel_from(self, asker: Session) -> None:
+        """Cancel the permission requests and questions `asker` still waits on."""
+        ...
+
+
 class Host(Protocol):
     """The deck, as its agents use it."""
 
@@ -72,26 +108,14 @@ class Host(Protocol):
 
     def emit(self, event: Event) -> None: ...
 
-    def conversation_of(self, agent: str) -> ConversationLink:
-        """The conversation of the agent named `agent`."""
+    @property
+    def conversations(self) -> Conversations:
+        """The agents' conversations (the chat layer's)."""
         ...
 
-    def session_opened(self, agent: Agent) -> None:
-        """The agent's new conversation session now serves its conversation."""
-        ...
-
-    def replay_into(self, agent: str, *, matched: bool) -> Replay:
-        """The sink of a `session/load` of the agent's conversation: the replay forms an empty
-        conversation, or (`matched`) only adds what the conversation does not hold; its
-        `finish()` ends it (and says, for `matched`, what was added)."""
-        ...
-
-    async def ask_permission(self, session: Session, params: dict[str, Any]) -> dict[str, Any]: ...
-
-    async def ask_question(self, session: Session, params: dict[str, Any]) -> dict[str, Any]: ...
-
-    def cancel_requests_from(self, session: Session) -> None:
-        """Cancel the permission requests and questions `session` still waits on."""
+    @property
+    def asks(self) -> Asks:
+        """What the agents ask the user (the chat layer's pending requests)."""
         ...
 
     def sandbox_hidden(self) -> list[Path]:
@@ -103,7 +127,3 @@ class Host(Protocol):
         as a message to the agent would be, by a budget reached say."""
         ...
 
-    def session_cost(self, session: Session, update: dict[str, Any]) -> None:
-        """A `usage_update` of a session other than the conversation's: what its cost adds is the
-        agent's spending too (budgets and the history count it)."""
-        ...

@@ -66,7 +66,7 @@ class AgentRequests:
                 env = {**os.environ, **self.agent.config.env} if view is None else dict(os.environ)
                 created = await found.create(params, self._command_dir, env, view)
                 if session.origin == CONVERSATION:
-                    self.agent.deck.conversation_of(self.agent.name).terminal_started(created["terminalId"])
+                    self.agent.deck.conversations.of(self.agent.name).terminal_started(created["terminalId"])
                 return created
             if method == "output":
                 return found.output(params)
@@ -95,7 +95,7 @@ class AgentRequests:
         return session
 
     async def _permission(self, params: dict[str, Any]) -> dict[str, Any]:
-        return await self.agent.deck.ask_permission(self._session_for(params), params)
+        return await self.agent.deck.asks.ask_permission(self._session_for(params), params)
 
     async def _question(self, params: dict[str, Any]) -> dict[str, Any]:
-        return await self.agent.deck.ask_question(self._session_for(params), params)
+        return await self.agent.deck.asks.ask_question(self._session_for(params), params)

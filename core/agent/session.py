@@ -258,7 +258,7 @@ class Session:
             self._tools[call_id] = (self._prompts, tool_part(update))
 
     def _cancel_requests(self) -> None:
-        self.agent.deck.cancel_requests_from(self)
+        self.agent.deck.asks.cancel_from(self)
 
     def _connection(self) -> Connection:
         if self._conn is None or self.closed:

@@ -232,6 +232,11 @@ class Conversations(Mapping[str, Conversation]):
         opens a plain `session/new`. The caller stopped the agent and tells the frontends."""
         self.of(agent).restore([], None, None)
 
+    def replay_into(self, agent: str, *, matched: bool) -> ReplaySink | MatchedReplay:
+        """The sink of a `session/load` of the agent's conversation (deck.agent.host.Conversations)."""
+        conv = self.of(agent)
+        return MatchedReplay(conv) if matched else ReplaySink(conv)
+
     def session_opened(self, agent: Agent) -> None:
         """The agent's new conversation session now serves its conversation."""
         session = agent.session

@@ -18,8 +18,9 @@ import pluggy
 from deck.agent import sandbox
 from deck.agent.agent import Agent
 from deck.agent.session import Session
-from deck.chat.book import MatchedReplay, ReplaySink
+from deck.chat.book import Conversations
 from deck.chat.conversation import Caps, Conversation
+from deck.chat.pending import PendingRequests
 from deck.chat.spending import Spending
 from deck.config import check as config_check
 from deck.config import files as config_files
@@ -162,37 +163,27 @@ class Deck:
     # -- what its agents ask of it (deck.agent.host.Host) --------------------------------------
 
     def conversation_of(self, agent: str) -> Conversation:
+        """The conversation of the agent named `agent` (for plugins)."""
         return self.chat.conversations.of(agent)
 
-    def session_opened(self, agent: Agent) -> None:
-        self.chat.conversations.session_opened(agent)
+    @property
+    def conversations(self) -> Conversations:
+        return self.chat.conversations
 
-    def replay_into(self, agent: str, *, matched: bool) -> ReplaySink | MatchedReplay:
-        conv = self.chat.conversations.of(agent)
-        return MatchedReplay(conv) if matched else ReplaySink(conv)
-
-    async def ask_permission(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
-        return await self.chat.pending.ask_permission(session, params)
-
-    async def ask_question(self, session: Session, params: dict[str, Any]) -> dict[str, Any]:
-        return await self.chat.pending.ask_question(session, params)
+    @property
+    def asks(self) -> PendingRequests:
+        return self.chat.pending
 
     def sandbox_hidden(self) -> list[Path]:
         """What a sandboxed agent never sees of deck's: its config file and folders, its state (history,
         logs, worktrees), its runtime folders (servers' sockets and tokens, ssh's) and private folders."""
         return [*sandbox.deck_folders(self.config_path), *self.private_folders]
 
-    def cancel_requests_from(self, session: Session) -> None:
-        self.chat.pending.cancel_from(session)
-
     def before_prompt(self, agent: Agent, text: str) -> None:
         self.hooks.before_prompt(agent, text)
 
     def before_session_prompt(self, session: Session, text: str) -> None:
         self.hooks.before_prompt(session.agent, text)
-
-    def session_cost(self, session: Session, update: dict[str, Any]) -> None:
-        self.chat.conversations.session_cost(session, update)
 
     def subscribe(self, listener: Any) -> None:
         """Call `listener(event)` for every event (frontends use this)."""
