@@ -18,7 +18,7 @@ import os
 import shlex
 import sys
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deck import hookimpl
@@ -45,6 +45,7 @@ from deck.events import (
     handles,
 )
 from deck.frontend import ALWAYS, ONCE, REJECT, Frontend, action_usage, choose_option, read_lines, stdout_failed
+from deck.frontends.line_text import StreamedText
 from deck.frontends.subagents import NESTED, Subagents
 from deck.frontends.words import money, state_word, word
 from deck.states import AgentState
@@ -58,7 +59,6 @@ PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_
 DECK = "deck"
 #: Width used when nothing asks for wrapping (a pipe without $COLUMNS).
 UNBOUNDED = 100_000
-FENCES = ("```", "~~~")
 #: The longest piece of a command's output line shown at once (a line that never ends is cut in such pieces).
 TERMINAL_LINE = 4096
 PLAN_MARKS = {"completed": "[x]", "in_progress": "[>]", "pending": "[ ]"}
@@ -141,21 +141,6 @@ class _EarlyAnswer:
     always: bool = False  # /allow always
 
 
-@dataclass
-class _Stream:
-    """A text or thought part being streamed: complete lines go out, the rest waits."""
-
-    message_id: str
-    index: int
-    kind: str
-    partial: list[str] = field(default_factory=list)
-    partial_len: int = 0
-    block: list[str] = field(default_factory=list)  # Markdown lines not yet rendered
-    in_fence: bool = False
-    lines_out: int = 0
-    blanks: int = 0  # blank lines held back: shown only when more words follow
-
-
 class LineFrontend(Frontend):
     name = "line"
     description = "plain scrolling lines for a terminal, a log or a pipe"
@@ -194,7 +179,7 @@ class LineFrontend(Frontend):
         self.current: str | None = None
         #: The permission requests and questions waiting, oldest first: id → (kind, payload).
         self._asks: dict[str, tuple[str, dict[str, Any]]] = {}
-        self._streams: dict[str, _Stream] = {}
+        self.text = StreamedText(self.emit, self._width, self.markdown)
         #: The agents' subagents: their lines show as `[agent › child]`.
         self.subagents = Subagents()
         self._between: dict[str, str] = {}  # id of a message between sessions → where its lines show
@@ -353,7 +338,7 @@ class LineFrontend(Frontend):
         """A subagent announced, renamed or at another state: one line each time."""
         if self.subagents.changed(e):
             label, state = self.subagents.label(e.agent, e.session), f": {e.state}" if e.state else ""
-            self._end_stream(label)
+            self.text.end(label)
             self.emit(label, f"subagent{state}", "dim")
 
     @handles(MessageUpdated)
@@ -380,9 +365,9 @@ class LineFrontend(Frontend):
             else:
                 self.emit(agent, _text_of(message), "yellow")
         elif message.get("done"):
-            self._end_stream(agent)
-            if message.get("session") is None and self._streams:
-                self._end_family(agent)  # the turn is over: its subagents' last words are shown too
+            self.text.end(agent)
+            if message.get("session") is None and self.text:
+                self.text.end_family(agent)  # the turn is over: its subagents' last words are shown too
             self._finished(agent, message)
 
     def _user_message(self, agent: str, message: dict[str, Any]) -> None:
@@ -413,13 +398,9 @@ class LineFrontend(Frontend):
         if e.session is not None or self._between:
             agent = self._between.get(e.message_id) or self.subagents.label(agent, e.session)
         if kind in ("text", "thought"):
-            stream = self._streams.get(agent)
-            if stream is None or (stream.message_id, stream.index) != (e.message_id, e.index):
-                self._end_stream(agent)
-                stream = self._streams[agent] = _Stream(e.message_id, e.index, kind)
-            self._feed(agent, stream, e.text or "")
+            self.text.delta(agent, e.message_id, e.index, kind, e.text or "")
             return
-        self._end_stream(agent)
+        self.text.end(agent)
         part = e.part or {}
         if kind == "tool":
             self._tool(agent, part)
@@ -460,7 +441,7 @@ class LineFrontend(Frontend):
     @handles(TerminalOutput)
     def _terminal_output(self, e: TerminalOutput) -> None:
         """A command's output, line by line, indented under its tool call."""
-        self._end_stream(e.agent)
+        self.text.end(e.agent)
         text = self._terminal_lines.pop(e.terminal_id, "") + str(e.text)
         *lines, rest = text.split("\n")
         if len(rest) > TERMINAL_LINE:  # a line that never ends is shown in pieces
@@ -535,7 +516,7 @@ class LineFrontend(Frontend):
         """A permission request that waits: its tool call, its options, how to answer."""
         agent, call = self.subagents.label(str(p["agent"]), p.get("session")), p.get("toolCall") or {}
         self._asks[p["id"]] = ("permission", p)
-        self._end_stream(agent)
+        self.text.end(agent)
         self._permission_options[p["id"]] = p["options"]
         line = [("permission? ", "bold yellow"), (str(call.get("title") or call.get("kind") or "a tool"), "")]
         summary = diff_summary(call.get("diffs") or [])
@@ -604,7 +585,7 @@ class LineFrontend(Frontend):
 
     @handles(ConversationReset)
     def _conversation_reset(self, e: ConversationReset) -> None:
-        self._end_stream(e.agent)
+        self.text.end(e.agent)
         if e.conversation_id is None:
             self.emit(e.agent, "new conversation", "dim")
         else:
@@ -629,87 +610,6 @@ class LineFrontend(Frontend):
     @handles(PluginError)
     def _plugin_error(self, e: PluginError) -> None:
         self.error(DECK, f"plugin {e.plugin} failed in {e.hook}: {e.error}")
-
-    # -- streamed text ---------------------------------------------------------------------------
-
-    def _feed(self, agent: str, stream: _Stream, text: str) -> None:
-        *complete, rest = text.split("\n")
-        for piece in complete:
-            stream.partial.append(piece)
-            line = "".join(stream.partial).removesuffix("\r")  # CR LF ends a line as LF does
-            stream.partial.clear()
-            stream.partial_len = 0
-            self._line(agent, stream, line)
-        if rest:
-            stream.partial.append(rest)
-            stream.partial_len += len(rest)
-            self._wrap_partial(agent, stream)
-
-    def _wrap_partial(self, agent: str, stream: _Stream) -> None:
-        """Text without newlines still flows: whole lines of the width left go out as they fill."""
-        width = self._width()
-        if width is None or (self.markdown and stream.kind == "text"):
-            return
-        room = max(20, width - len(agent) - 3)
-        if stream.partial_len <= room:
-            return
-        text = "".join(stream.partial)
-        while len(text) > room:
-            cut = text.rfind(" ", 0, room + 1)
-            cut = cut if cut > 0 else room
-            self._line(agent, stream, text[:cut])
-            text = text[cut:].lstrip(" ")
-        stream.partial[:] = [text] if text else []
-        stream.partial_len = len(text)
-
-    def _line(self, agent: str, stream: _Stream, line: str) -> None:
-        if self.markdown and stream.kind == "text":
-            stripped = line.lstrip()
-            if stripped.startswith(FENCES):
-                stream.in_fence = not stream.in_fence
-            if not stream.in_fence and not line.strip():
-                self._render_block(agent, stream)
-            else:
-                stream.block.append(line)
-            return
-        if not line.strip():
-            stream.blanks += stream.lines_out > 0  # none before a part's first words, none after its last
-            return
-        for _ in range(stream.blanks):
-            self.emit(agent, "")
-        stream.blanks = 0
-        if stream.kind == "thought":
-            shown = "thinking: " + line.strip() if stream.lines_out == 0 else "  " + line.rstrip()
-            self.emit(agent, shown, "dim italic")
-        else:
-            self.emit(agent, line.rstrip())
-        stream.lines_out += 1
-
-    def _render_block(self, agent: str, stream: _Stream) -> None:
-        """Render the Markdown lines gathered so far (one or more complete blocks)."""
-        if not "".join(stream.block).strip():
-            stream.block.clear()
-            return
-        if stream.lines_out:
-            self.emit(agent, "")
-        self.emit(agent, "\n".join(stream.block), markdown=True)
-        stream.block.clear()
-        stream.lines_out += 1
-
-    def _end_family(self, agent: str) -> None:
-        """End the streams of `agent`'s subagents and of its messages between sessions."""
-        for key in [k for k in self._streams if k.startswith((agent + NESTED, agent + " · "))]:
-            self._end_stream(key)
-
-    def _end_stream(self, agent: str) -> None:
-        stream = self._streams.pop(agent, None)
-        if stream is None:
-            return
-        if stream.partial:
-            self._line(agent, stream, "".join(stream.partial))
-        if stream.block:
-            stream.in_fence = False
-            self._render_block(agent, stream)
 
     # -- input -------------------------------------------------------------------------------
 
@@ -737,8 +637,7 @@ class LineFrontend(Frontend):
             return 0
         finally:
             self._drop_early(None, None)
-            for agent in list(self._streams):
-                self._end_stream(agent)
+            self.text.end_all()
             self.flush()
             self.client.unsubscribe(self.dispatch)
 

@@ -41,6 +41,7 @@ from .conversation import ConversationView
 from .dialogs import (
     ACTION_FORM_KEYS,
     ACTIONS_KEYS,
+    DIALOG_WIDTH,
     PERMISSION_KEYS,
     QUESTION_KEYS,
     ActionForm,
@@ -59,8 +60,8 @@ from .diff import DiffView
 from .history import HistoryDialog
 from .i18n import Strings
 from .model import Model
-from .paths import agent_folders, configured_agents
 from .views import ConfigView, LogsView, ResultView
+from .worktrees import WORKTREE_ACTIONS, Worktrees
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +69,9 @@ FPS = 30
 SPIN_EVERY = 0.12
 NOTICE_FOR = 6.0
 #: The widest a question's dialog (quit, merge, remove) is.
-DIALOG_WIDTH = 64
 #: The widest an action's parameters are asked in.
 ACTION_WIDTH = 72
 #: The worktree view's keys (F9), and what each asks for once confirmed.
-WORKTREE_ACTIONS = {"m": "merge", "x": "remove", "X": "force"}
 #: The agents panel's share of the screen's width, and its narrowest and widest.
 PANEL_SHARE, PANEL_MIN, PANEL_MAX = 0.22, 18, 40
 #: The hint bar's hints in the order shown, each with its rank: the highest ranks are left out first
@@ -182,8 +181,7 @@ class ConsoleApp(Handlers):
         self._done: asyncio.Future[int] | None = None
         self._attached = False
         #: The agents with `worktree = true`: their folder is known once their worktree is made.
-        self._worktree_agents: set[str] = set()
-        self._worktree_reads = 0  # the reads of the worktrees begun: only the last one's answer is taken
+        self.worktrees = Worktrees(self)
         #: The clients of the server this console is attached to, as it last said (0: not known yet),
         #: and how many `clients:changed` have come: a count asked for is older than one that came since.
         self.clients = 0
@@ -204,7 +202,7 @@ class ConsoleApp(Handlers):
         self.conversation.on_toggled = self.schedule
         self.logs_view = LogsView(s)
         self.config_view = ConfigView(s, self.choose_config, self.open_config)
-        self.diff_view = DiffView(s, self.worktree_key)
+        self.diff_view = DiffView(s, self.worktrees.key)
         #: What an action gave, in the conversation's place: text or a table, or a diff.
         self.result_view = ResultView(s)
         self.result_diff = DiffView(s, lambda key: None)
@@ -255,32 +253,7 @@ class ConsoleApp(Handlers):
         problems = [*(config.get("problems") or []), *(config.get("warnings") or [])]
         self.config_problem = config_problem(path, problems, self.strings)
         self.refresh()
-        self.load_worktrees()
-
-    def load_worktrees(self) -> None:
-        """Each agent's changed files as its worktree has them now (`worktree:*` events follow on),
-        and the folder each agent works in (`paths.agent_folders`)."""
-        self._worktree_reads += 1
-        read = self._worktree_reads
-
-        async def fetch() -> None:
-            try:
-                text = await self.client.call("ConfigService.Content")
-            except Exception:  # no folder is known then: paths stay as the agents write them
-                text = ""
-            try:
-                rows = await self.client.call("WorktreeService.List")
-            except Exception:  # the worktrees plugin is off, or a worktree cannot be read: nothing to show
-                rows = None
-            if read != self._worktree_reads:
-                return  # a later read, begun since, says more
-            self._worktree_agents = {name for name, table in configured_agents(text).items() if table.get("worktree")}
-            if rows is not None:
-                self.model.set_worktrees(rows)
-            here = None if self.client.attached else os.getcwd()  # a server's own folder is not known
-            self.model.set_folders(agent_folders(text, [r for r in rows or [] if isinstance(r, dict)], here))
-
-        self.spawn(fetch())
+        self.worktrees.load()
 
     async def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Show the deck as it is and follow its events, on `loop`."""
@@ -411,8 +384,8 @@ class ConsoleApp(Handlers):
     def _started(self, e: AgentStateChanged) -> None:
         """An agent with a worktree is ready: its worktree is made now, and its folder is known."""
         agent = self.model.agents.get(e.agent)
-        if agent is not None and e.state == "ready" and agent.state == "starting" and e.agent in self._worktree_agents:
-            self.load_worktrees()
+        if agent is not None and e.state == "ready" and agent.state == "starting" and e.agent in self.worktrees.agents:
+            self.worktrees.load()
 
     def _redefined(self, e: AgentStateChanged) -> None:
         """An agent takes the config's changes (it started again, or stopped): the sandbox it runs in,
@@ -639,7 +612,7 @@ class ConsoleApp(Handlers):
         if self.view == "logs":
             self.show_logs()
         elif self.view == "diff":
-            self.show_diff()
+            self.worktrees.show_diff()
         self._update_footer(self.model.agents[name])
         self.keep_focus()
         self.schedule()
@@ -754,7 +727,7 @@ class ConsoleApp(Handlers):
             self.show_config()
             self.main.original_widget = self.config_view
         elif view == "diff":
-            self.show_diff()
+            self.worktrees.show_diff()
             self.main.original_widget = self.diff_view
         elif view == "result":
             self.main.original_widget = self.result
@@ -804,68 +777,11 @@ class ConsoleApp(Handlers):
             if self.view == "config":  # once Open is done, the recent files have the file opened first
                 self.show_config()
 
-    # -- worktrees (F9) -------------------------------------------------------------------------
-
-    def show_diff(self) -> None:
-        """The selected agent's worktree as a diff (`WorktreeService.Diff`), shown when it comes."""
-        agent = self.model.agents.get(self.selected)
-        if agent is None:
-            return
-        name = agent.name
-        self.diff_view.loading(name, agent.title)
-
-        async def fetch() -> None:
-            try:
-                self.diff_view.show(name, await self.client.call("WorktreeService.Diff", {"agent": name}))
-            except ServiceError as exc:  # `missing`: no worktree is known of it (none listed, or removed)
-                self.diff_view.failed(name, agent.title, str(exc), missing=agent.changed_files is None)
-
-        self.spawn(fetch())
-
-    def worktree_key(self, key: str) -> None:
-        """m: merge the shown agent's work, x: remove its worktree, X: remove it with the work it
-        holds (offered once a remove was refused for that work); each once confirmed (Enter: no)."""
-        agent = self.model.agents.get(self.diff_view.agent)
-        what = WORKTREE_ACTIONS.get(key)
-        if agent is None or what is None:
-            return
-        s, name, title = self.strings, agent.name, agent.title
-
-        def answered(yes: bool) -> None:
-            self.close_dialog()
-            if yes:
-                self.spawn(self._worktree_call(what, name, title))
-
-        question, text = s(f"{what}_title", agent=title), s(f"{what}_text", agent=title)
-        dialog = ConfirmDialog(s, question, text, answered, f"{what}_yes")
-        self._show_dialog("worktree", dialog, DIALOG_WIDTH)
-
-    async def _worktree_call(self, what: str, name: str, title: str) -> None:
-        """Merge agent `name`'s work, remove its worktree, or `force` its removal; a remove refused
-        for the work the worktree holds (the refusal says to force it) offers the forced one."""
-        s = self.strings
-        method = "WorktreeService.Merge" if what == "merge" else "WorktreeService.Remove"
-        try:
-            result = await self.client.call(method, {"agent": name, **({"force": True} if what == "force" else {})})
-        except ServiceError as exc:
-            if what == "remove" and "force" in str(exc):
-                self.diff_view.offer_force(name)
-            raise
-        if what == "merge":
-            self.say(s("merged", agent=title, base=result["base"], commit=result["commit"][:12]))
-        else:
-            self.say(s("removed", agent=title))
-            agent = self.model.agents.get(name)
-            if agent is not None:  # its files are gone with it
-                agent.changed_files = None
-                self.model.changes.agents.add(name)
-        self.show_diff()
-
     # -- the plugins' actions (Ctrl-P) -----------------------------------------------------------
 
     def open_actions(self) -> None:
         """Ctrl-P: what the plugins offer to do, as data (`actions`): the console knows none of them."""
-        self._show_dialog("actions", ActionsMenu(self.strings, self.actions, self.pick_action, self.close_dialog))
+        self.show_dialog("actions", ActionsMenu(self.strings, self.actions, self.pick_action, self.close_dialog))
 
     def pick_action(self, action: dict[str, Any]) -> None:
         """An action picked: its parameters asked for (an agent's, at first the selected agent), or,
@@ -874,7 +790,7 @@ class ConsoleApp(Handlers):
             self.run_action(action, {})
             return
         form = ActionForm(self.strings, action, self.selected, lambda values: self.run_action(action, values), self.open_actions)
-        self._show_dialog("action", form, ACTION_WIDTH)
+        self.show_dialog("action", form, ACTION_WIDTH)
 
     def run_action(self, action: dict[str, Any], values: dict[str, str]) -> None:
         """Call the action's method with `values`; its result is shown as the action says it reads."""
@@ -898,7 +814,7 @@ class ConsoleApp(Handlers):
             agent = self.model.agents.get(self.selected)
             dialog = HistoryDialog(self.strings, self.client, self.spawn, agent.name if agent else "", typed, self.reopen,
                                    self.close_dialog, listed=(str(shows), result))  # fmt: skip
-            self._show_dialog("history", dialog)
+            self.show_dialog("history", dialog)
         else:
             if shows == "diff" and isinstance(result, str):
                 self.result_diff.titled(typed, result)
@@ -913,7 +829,7 @@ class ConsoleApp(Handlers):
 
     # -- dialogs -----------------------------------------------------------------------------
 
-    def _show_dialog(self, kind: str, dialog: urwid.Widget, width: int = 0) -> None:
+    def show_dialog(self, kind: str, dialog: urwid.Widget, width: int = 0) -> None:
         """`dialog` in the conversation's place: centred in it, `width` at most and as tall as its
         content (`width` 0: all of it); an ask's over its top, as small as it can be."""
         self.dialog_kind = kind
@@ -967,7 +883,7 @@ class ConsoleApp(Handlers):
             if self.dialog_kind == "ask" and self.shown_dialog is dialog:
                 self.schedule()
                 return
-        self._show_dialog("ask", dialog)
+        self.show_dialog("ask", dialog)
 
     def open_oldest_ask(self) -> None:
         """F4: the dialog of the ask waiting longest (request 1 of n); the status line says when none waits."""
@@ -1006,7 +922,7 @@ class ConsoleApp(Handlers):
             if yes:
                 self.finish(0)
 
-        self._show_dialog("quit", ConfirmDialog(self.strings, self.strings("quit_title"), text, answered), DIALOG_WIDTH)
+        self.show_dialog("quit", ConfirmDialog(self.strings, self.strings("quit_title"), text, answered), DIALOG_WIDTH)
 
     def ask_leave(self, busy: list[str]) -> None:
         """Attached to a server: detach (the default: the server and its agents go on), stop the
@@ -1023,7 +939,7 @@ class ConsoleApp(Handlers):
             elif choice == "shutdown":
                 self.spawn(self.client.call("DeckService.Shutdown"), lambda _stopped: self.finish(0))
 
-        self._show_dialog("quit", ChoiceDialog(s("leave_title"), text, choices, answered), DIALOG_WIDTH)
+        self.show_dialog("quit", ChoiceDialog(s("leave_title"), text, choices, answered), DIALOG_WIDTH)
 
     def open_settings(self) -> None:
         """Ctrl-O: the selected agent's settings (its config options: model, mode, thought level…; its
@@ -1048,7 +964,7 @@ class ConsoleApp(Handlers):
             if index:
                 self._setting_values(name, title, settings[int(index)][1])
 
-        self._show_dialog("settings", ChoiceDialog(s("settings_title", agent=title), s("settings_text"), choices, picked), DIALOG_WIDTH)
+        self.show_dialog("settings", ChoiceDialog(s("settings_title", agent=title), s("settings_text"), choices, picked), DIALOG_WIDTH)
 
     def _setting_values(self, name: str, title: str, setting: dict[str, Any]) -> None:
         values = setting["values"]
@@ -1068,7 +984,7 @@ class ConsoleApp(Handlers):
             self.spawn(call, lambda _done: self.say(self.strings("setting_set", agent=title, setting=setting["name"], value=str(values[int(index)][1]))))
 
         dialog = ChoiceDialog(one_line(f"{title} · {setting['name']}", 60), self.strings("settings_value"), choices, picked, default=current)
-        self._show_dialog("settings", dialog, DIALOG_WIDTH)
+        self.show_dialog("settings", dialog, DIALOG_WIDTH)
 
     def help_sections(self) -> list[tuple[str, list[tuple[str, str]]]]:
         """What the help (F1) lists: the keys of each table the handling reads, then what the agents
@@ -1087,14 +1003,14 @@ class ConsoleApp(Handlers):
 
     def show_help(self) -> None:
         """F1: every key, in the conversation's place; Esc closes it."""
-        self._show_dialog("help", HelpDialog(self.strings("help_title"), self.help_sections(), self.close_dialog))
+        self.show_dialog("help", HelpDialog(self.strings("help_title"), self.help_sections(), self.close_dialog))
 
     def open_history(self) -> None:
         """The selected agent's past conversations and a search over every agent's (`history.py`)."""
         agent = self.model.agents.get(self.selected)
         if agent is not None:
             dialog = HistoryDialog(self.strings, self.client, self.spawn, agent.name, agent.title, self.reopen, self.close_dialog)
-            self._show_dialog("history", dialog)
+            self.show_dialog("history", dialog)
 
     def reopen(self, conversation_id: str) -> None:
         """A stored conversation made its agent's current one again; the console shows that agent."""
@@ -1119,7 +1035,7 @@ class ConsoleApp(Handlers):
             if not future.done():
                 future.set_result(path)
 
-        self._show_dialog("picker", FilePicker(self.strings, start, done))
+        self.show_dialog("picker", FilePicker(self.strings, start, done))
         return future
 
 

@@ -32,6 +32,9 @@ def _box(body: urwid.Widget, title: str) -> urwid.Widget:
     return urwid.AttrMap(LineBox(body, title=title, title_align="left", title_attr="dialog title"), DIALOG)
 
 
+#: The width of a confirmation or a choice in the middle of the screen.
+DIALOG_WIDTH = 64
+
 class AskDialog(urwid.WidgetWrap):
     """What the dialogs of asks (permission requests, questions) share: a list of lines in a box,
     as tall as they are (`natural_rows`), so the dialog takes no more of the screen than it needs."""
