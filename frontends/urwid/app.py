@@ -35,6 +35,7 @@ from deck.events import (
 )
 from deck.tty import TerminalLog, alert, one_line
 
+from .actions import Actions
 from .agents import SANDBOX_MARK, AgentsPanel
 from .common import Binding, HintBar, LineBox, Text, keys_label, palette, run_binding
 from .conversation import ConversationView
@@ -44,8 +45,6 @@ from .dialogs import (
     DIALOG_WIDTH,
     PERMISSION_KEYS,
     QUESTION_KEYS,
-    ActionForm,
-    ActionsMenu,
     ChoiceDialog,
     ConfirmDialog,
     FilePicker,
@@ -70,7 +69,6 @@ SPIN_EVERY = 0.12
 NOTICE_FOR = 6.0
 #: The widest a question's dialog (quit, merge, remove) is.
 #: The widest an action's parameters are asked in.
-ACTION_WIDTH = 72
 #: The worktree view's keys (F9), and what each asks for once confirmed.
 #: The agents panel's share of the screen's width, and its narrowest and widest.
 PANEL_SHARE, PANEL_MIN, PANEL_MAX = 0.22, 18, 40
@@ -189,7 +187,7 @@ class ConsoleApp(Handlers):
         #: The user left the server it is attached to running (Ctrl-Q, detach).
         self.detached = False
         #: What the plugins offer to do (`DeckService.Actions()`, in the snapshot): the menu's (Ctrl-P).
-        self.actions: list[dict[str, Any]] = []
+        self.actions = Actions(self)
         self._build()
 
     # -- layout ----------------------------------------------------------------------------
@@ -247,7 +245,7 @@ class ConsoleApp(Handlers):
             self.model = Model()
             self._config_path = path
         self.model.load(snapshot)
-        self.actions = [a for a in snapshot.get("actions") or [] if isinstance(a, dict) and isinstance(a.get("name"), str)]
+        self.actions.load(snapshot.get("actions"))
         if self.selected not in self.model.agents:
             self.selected = next(iter(self.model.agents), "")
         problems = [*(config.get("problems") or []), *(config.get("warnings") or [])]
@@ -777,56 +775,6 @@ class ConsoleApp(Handlers):
             if self.view == "config":  # once Open is done, the recent files have the file opened first
                 self.show_config()
 
-    # -- the plugins' actions (Ctrl-P) -----------------------------------------------------------
-
-    def open_actions(self) -> None:
-        """Ctrl-P: what the plugins offer to do, as data (`actions`): the console knows none of them."""
-        self.show_dialog("actions", ActionsMenu(self.strings, self.actions, self.pick_action, self.close_dialog))
-
-    def pick_action(self, action: dict[str, Any]) -> None:
-        """An action picked: its parameters asked for (an agent's, at first the selected agent), or,
-        when it has none, run at once."""
-        if not action.get("params"):
-            self.run_action(action, {})
-            return
-        form = ActionForm(self.strings, action, self.selected, lambda values: self.run_action(action, values), self.open_actions)
-        self.show_dialog("action", form, ACTION_WIDTH)
-
-    def run_action(self, action: dict[str, Any], values: dict[str, str]) -> None:
-        """Call the action's method with `values`; its result is shown as the action says it reads."""
-        self.close_dialog()
-        typed = " ".join([f"/{action['name']}", *values.values()])  # what was run, as line mode types it
-        self.spawn(self.client.call(str(action["method"]), values), lambda result: self.show_result(action, typed, result))
-
-    def show_result(self, action: dict[str, Any], typed: str, result: Any) -> None:
-        """`result` as `shows` says it reads: a diff in the diff view, stored conversations or messages
-        in the history's list (Enter reopens one), a conversation made current by showing its agent,
-        text or a table in the result view; an empty one said in the status line."""
-        shows = action.get("shows")
-        if not result:
-            self.say(f"{typed}: {action.get('empty') or self.strings('result_none')}")
-        elif shows == "conversation":
-            agent = self.model.agents.get(str(result.get("agent"))) if isinstance(result, dict) else None
-            if agent is not None:
-                self.select(agent.name)
-                self.say(self.strings("history_reopened", agent=agent.title))
-        elif shows in ("conversations", "messages") and isinstance(result, list):
-            agent = self.model.agents.get(self.selected)
-            dialog = HistoryDialog(self.strings, self.client, self.spawn, agent.name if agent else "", typed, self.reopen,
-                                   self.close_dialog, listed=(str(shows), result))  # fmt: skip
-            self.show_dialog("history", dialog)
-        else:
-            if shows == "diff" and isinstance(result, str):
-                self.result_diff.titled(typed, result)
-                self.result = self.result_diff
-            elif shows == "table":
-                self.result_view.table(typed, result)
-                self.result = self.result_view
-            else:
-                self.result_view.text(typed, result)
-                self.result = self.result_view
-            self.show_view("result")
-
     # -- dialogs -----------------------------------------------------------------------------
 
     def show_dialog(self, kind: str, dialog: urwid.Widget, width: int = 0) -> None:
@@ -1084,7 +1032,7 @@ KEYS: list[Binding[ConsoleApp]] = [
     Binding(("f3",), "key_config", lambda app, key: app.toggle_view("config")),
     Binding(("f8",), "key_history", lambda app, key: app.open_history()),
     Binding(("f9",), "key_worktree", lambda app, key: app.toggle_view("diff")),
-    Binding(("ctrl p",), "key_plugin_actions", lambda app, key: app.open_actions()),
+    Binding(("ctrl p",), "key_plugin_actions", lambda app, key: app.actions.open()),
     Binding(("ctrl q", "f10"), "key_quit", lambda app, key: app.ask_quit()),
     Binding(("ctrl c", "meta ctrl c"), "key_ctrl_c", lambda app, key: app.say(app.strings("ctrl_c")), shown="Ctrl-C"),
 ]  # fmt: skip

@@ -192,7 +192,7 @@ def pick(app: ConsoleApp, name: str) -> None:
     """Ctrl-P, then the number of the action `name` in the menu."""
     press(app, "ctrl p")
     assert app.dialog_kind == "actions"
-    number = [action["name"] for action in app.actions].index(name) + 1
+    number = [action["name"] for action in app.actions.actions].index(name) + 1
     assert number < 10
     press(app, str(number))
 

@@ -83,6 +83,6 @@ def test_the_layers_with_annotations_counted_are_pyprojects_layers_and_hold():
     annotations.read(ROOT / ".importlinter-annotations")
     assert annotations["importlinter:contract:layers"]["layers"].split() == " ".join(layers).split()
     lint = Path(sys.executable).with_name("lint-imports")
-    done = subprocess.run([str(lint), "--config", ".importlinter-annotations"], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([str(lint), ".importlinter-annotations"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "3 kept, 0 broken" in done.stdout
