@@ -817,7 +817,8 @@ class ConsoleApp(Handlers):
         dialog = self.ask_dialogs.get(self.ask_id)
         if dialog is None:
             titles = {name: agent.title for name, agent in self.model.agents.items()}
-            payloads = [p for _, p in asks]
+            names = self.model.subagents  # a subagent's request is said to come from it
+            payloads = [{**p, "subagent": names.name(str(p["agent"]), p["session"])} if p.get("session") else p for _, p in asks]
             if asks[index][0] == "question":
                 dialog = QuestionDialog(self.strings, payloads, index, titles, self.answer_question, self.close_dialog,
                                         self._move_ask)  # fmt: skip

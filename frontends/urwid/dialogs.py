@@ -35,6 +35,15 @@ def _box(body: urwid.Widget, title: str) -> urwid.Widget:
 #: The width of a confirmation or a choice in the middle of the screen.
 DIALOG_WIDTH = 64
 
+
+def asker(titles: dict[str, str], request: dict[str, Any]) -> str:
+    """Who asks: the agent's title, and a subagent's name after it (`agent › child`, `subagent`
+    being the name the inbox gives it, else its session)."""
+    name = str(request.get("agent", ""))
+    agent = titles.get(name, name)
+    child = request.get("subagent") or request.get("session")
+    return f"{agent} › {child}" if child else agent
+
 class AskDialog(urwid.WidgetWrap):
     """What the dialogs of asks (permission requests, questions) share: a list of lines in a box,
     as tall as they are (`natural_rows`), so the dialog takes no more of the screen than it needs."""
@@ -120,7 +129,7 @@ class PermissionDialog(AskDialog):
         self.on_close = on_close
         self.on_move = on_move
         request = self.request
-        agent = titles.get(request.get("agent", ""), request.get("agent", ""))
+        agent = asker(titles, request)
         self.options = [o for o in request.get("options") or [] if "optionId" in o]
         self.always = next((o for o in self.options if o.get("kind") == "allow_always"), None)
         self.position = Text("")
@@ -217,7 +226,7 @@ class QuestionDialog(AskDialog):
         self.on_close = on_close
         self.on_move = on_move
         question = self.request
-        agent = titles.get(question.get("agent", ""), question.get("agent", ""))
+        agent = asker(titles, question)
         schema: dict[str, Any] = question["schema"] if isinstance(question.get("schema"), dict) else {}
         properties: dict[str, Any] = schema["properties"] if isinstance(schema.get("properties"), dict) else {}
         self.required = {str(name) for name in schema.get("required") or []}

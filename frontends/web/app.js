@@ -316,6 +316,12 @@
     return child ? asText(child.title) || asText(session) : agentTitle(agent);
   }
 
+  // Who asks: the agent, and the subagent after it when one asks ("agent › child").
+  function asker(request) {
+    const session = typeof request.session === "string" ? request.session : null;
+    return session ? `${agentTitle(request.agent)} › ${sessionName(request.agent, session)}` : agentTitle(request.agent);
+  }
+
   function depthOf(agent, session) {
     let depth = 0;
     const seen = new Set();
@@ -983,7 +989,7 @@
 
   function askPermission(p) {
     const tool = isObject(p.toolCall) ? p.toolCall : {};
-    $("ask-title").textContent = `${agentTitle(p.agent)} asks: ${asText(tool.title) || asText(tool.kind) || "permission"}`;
+    $("ask-title").textContent = `${asker(p)} asks: ${asText(tool.title) || asText(tool.kind) || "permission"}`;
     const body = $("ask-body");
     body.replaceChildren();
     const diffs = asObjects(tool.diffs);
@@ -1014,7 +1020,7 @@
   // description; Answer sends nothing until each required field is filled, and says which are not.
   // An optional field left empty is left out of the answer, as the console does.
   function askQuestion(q) {
-    $("ask-title").textContent = `${agentTitle(q.agent)} asks`;
+    $("ask-title").textContent = `${asker(q)} asks`;
     const body = $("ask-body");
     body.replaceChildren(el("p", "", asText(q.message)));
     const url = typeof q.url === "string" && /^https?:\/\//i.test(q.url);

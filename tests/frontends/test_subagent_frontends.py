@@ -115,3 +115,19 @@ def test_the_web_page_nests_children_and_folds_one_with_a_click(page, serve):  #
     page.wait_for_selector(".msg.child.folded")
     assert "The loader is in config.py" not in page.inner_text("#messages")
     assert page.inner_text(".msg.child.folded > .sub") == "▸ a › Explore"
+
+
+def test_the_web_pages_request_dialog_names_the_child_that_asks(page, serve):  # noqa: F811
+    opened(page, serve(TOML))
+    say(page, "perm")
+    page.wait_for_selector("#ask[open]")
+    assert page.inner_text("#ask-title") == "a › Editor asks: edit main.py"
+
+
+def test_the_consoles_request_dialogs_name_the_child_that_asks():
+    from deck.frontends.urwid.dialogs import asker
+
+    titles = {"a": "Alpha"}
+    assert asker(titles, {"agent": "a", "session": "c1", "subagent": "Editor"}) == "Alpha › Editor"
+    assert asker(titles, {"agent": "a", "session": "c1"}) == "Alpha › c1"
+    assert asker(titles, {"agent": "a"}) == "Alpha"
