@@ -84,7 +84,7 @@ class ConfigFile:
 
     def save(self) -> None:
         """Write the edited file at once, if deck reads it as a valid config; RegistryError otherwise."""
-        text = tomlkit.dumps(self.doc)
+        text = tomlkit.dumps(self.doc).rstrip("\n") + "\n"  # an entry added last leaves no blank line at the end
         errors = parse(text).errors
         if errors:
             raise RegistryError(f"not written: the edited config would be invalid: {errors[0].format(str(self.path))}")

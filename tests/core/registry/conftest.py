@@ -31,6 +31,7 @@ class Served:
     etag: bool = True
     status: int = 200
     stall: float = 0.0  # seconds to wait after the headers, before the body
+    length: bool = True  # a Content-Length header (else the body ends when the connection closes)
 
 
 @dataclass
@@ -59,7 +60,8 @@ class RegistryServer:
                 self.send_response(served.status)
                 if served.etag:
                     self.send_header("ETag", tag)
-                self.send_header("Content-Length", str(len(served.body)))
+                if served.length:
+                    self.send_header("Content-Length", str(len(served.body)))
                 self.end_headers()
                 if served.stall:
                     time.sleep(served.stall)
@@ -74,7 +76,7 @@ class RegistryServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
 
     def stop(self) -> None:
