@@ -45,7 +45,9 @@ def agents(
     check: bool = typer.Option(False, "--check", help="Check that each agent's command exists (exit 1 if not)."),
     handshake: bool = typer.Option(False, "--handshake", help="With --check: also start each agent for an ACP handshake."),
 ) -> None:
-    """List the configured agents and where each came from; log one out; add agents from the ACP registry.
+    """List the agents; add them from the registry.
+
+    Each configured agent is listed with where it came from (the ACP registry, a preset, by hand).
 
     `deck agents` lists them all, `deck agents NAME` only NAME; --check tests that each
     command exists, --handshake also starts each agent. `deck agents logout NAME` logs
@@ -64,8 +66,8 @@ def agents(
         raise typer.Exit(run(action, args, config, {"as_json": as_json, "as_name": as_name, "host": host, "cwd": cwd, "via": via}))
     if action == "logout" or args:
         if action != "logout" or len(args) > 1:
-            fail(f"unknown action {action!r}: `deck agents NAME` shows one agent, "
-                 f"`deck agents ACTION …` one of {', '.join(ACTIONS)}")  # fmt: skip
+            fail(f"unknown action {action!r}: `deck agents NAME` shows one agent, `deck agents logout NAME` "
+                 "logs one out, `deck agents search|add|update|remove` use the ACP registry")  # fmt: skip
         raise typer.Exit(_logout(config, args[0] if args else None))
     deck = make_deck(config)
     if action is not None:
