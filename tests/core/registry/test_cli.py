@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import FAKE_AGENT
 from tests.deck_process import DECK
 
-from .conftest import HERE, RegistryServer, binary_agent, sha256, tar_bytes, tar_special, zip_bytes
+from tests.registry_server import HERE, RegistryServer, agent_tar, binary_agent, sha256, tar_bytes, tar_special, zip_bytes
 
 GEMINI = {"id": "gemini", "name": "Gemini CLI", "version": "0.37.0", "description": "Google's official CLI for Gemini",
           "distribution": {"npx": {"package": "@google/gemini-cli@0.37.1", "args": ["--acp"]}}}  # fmt: skip
@@ -40,12 +38,6 @@ def config_file(tmp_path: Path, text: str = CONFIG) -> Path:
     path = tmp_path / "deck.toml"
     path.write_text(text)
     return path
-
-
-def agent_tar() -> bytes:
-    """An archive whose bin/agent runs the fake agent: a real ACP agent once unpacked."""
-    script = f"#!/bin/sh\nexec {sys.executable} {FAKE_AGENT}\n".encode()
-    return tar_bytes([("bin/agent", script), ("LICENSE", b"MIT")])
 
 
 def test_search_lists_the_registry_and_its_json_says_how_each_installs(registry: RegistryServer, tmp_path: Path) -> None:

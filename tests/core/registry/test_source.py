@@ -17,7 +17,7 @@ from deck.registry.catalog import RegistryError
 from deck.registry.download import download
 from deck.registry.source import load, registry_url
 
-from .conftest import RegistryServer, sha256
+from tests.registry_server import RegistryServer, sha256
 
 AGENT = {"id": "gemini", "name": "Gemini CLI", "version": "0.37.0", "distribution": {"npx": {"package": "@google/gemini-cli"}}}
 

@@ -11,7 +11,7 @@ import pytest
 from deck.registry.catalog import RegistryError
 from deck.registry.unpack import archive_kind, find_command, unpack
 
-from .conftest import tar_bytes, tar_special, zip_bytes
+from tests.registry_server import tar_bytes, tar_special, zip_bytes
 
 
 def unpacked(tmp_path: Path, data: bytes, kind: str, cmd: str = "bin/agent", **caps: int) -> Path:
