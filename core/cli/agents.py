@@ -40,6 +40,7 @@ def agents(
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
     as_name: Optional[str] = typer.Option(None, "--as", metavar="NAME", help="add: the agent's name in the config (default: its id)."),
     host: Optional[str] = typer.Option(None, "--host", metavar="HOST", help="add: run it on HOST through ssh (its binary installed there)."),
+    ssh: list[str] = typer.Option([], "--ssh", metavar="ARG", help="add: one more ssh argument for --host (repeatable)."),
     cwd: Optional[str] = typer.Option(None, "--cwd", metavar="DIR", help="add: its working folder (with --host: an absolute path there)."),
     via: Optional[str] = typer.Option(None, "--via", metavar="HOW", help="add: npx, uvx or binary (default: the first the registry gives, in that order)."),
     check: bool = typer.Option(False, "--check", help="Check that each agent's command exists (exit 1 if not)."),
@@ -63,7 +64,7 @@ def agents(
     if action in ACTIONS and action != "logout":
         from deck.cli.registry import run
 
-        raise typer.Exit(run(action, args, config, {"as_json": as_json, "as_name": as_name, "host": host, "cwd": cwd, "via": via}))
+        raise typer.Exit(run(action, args, config, {"as_json": as_json, "as_name": as_name, "host": host, "ssh": ssh, "cwd": cwd, "via": via}))
     if action == "logout" or args:
         if action != "logout" or len(args) > 1:
             fail(f"unknown action {action!r}: `deck agents NAME` shows one agent, `deck agents logout NAME` "

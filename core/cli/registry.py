@@ -13,7 +13,7 @@ from deck.cli.common import config_file, echo, echo_json, fail, run_async
 from deck.errors import ExitCode
 
 if TYPE_CHECKING:
-    from deck.registry.catalog import Binary, Entry, Package
+    from deck.registry.catalog import Catalog, Entry
     from deck.registry.edit import ConfigFile
     from deck.registry.install import Installed
     from deck.registry.source import Loaded
@@ -118,18 +118,21 @@ def add(ident: str, config: Optional[Path], options: dict[str, Any]) -> int:
         fail(f"{name!r} is one of `deck agents`' action words: give the agent another name with --as")
     if name in edited.agents():
         fail(f"the config already has an agent {name!r}: pick another name with --as, or `deck agents update {name}`")
-    host, cwd = options.get("host") or "", options.get("cwd") or ""
+    host, cwd, ssh = options.get("host") or "", options.get("cwd") or "", list(options.get("ssh") or [])
     if host and not cwd:
         fail(f"an agent on {host} needs --cwd, an absolute folder there (its sessions open in it)")
+    if ssh and not host:
+        fail("--ssh is for an agent on a host: add --host")
     entry = find(ident, _load(url).catalog)
-    installed, method = _install(entry, host, options.get("via"))
+    installed, method = _install(entry, host, options.get("via"), ssh)
     values: dict[str, Any] = {"title": entry.name, "description": entry.description[:200], "command": installed.command}
     values |= {"env": installed.env} if installed.env else {}
     values |= {"host": host} if host else {}
+    values |= {"ssh": ssh} if ssh else {}
     values |= {"cwd": cwd} if cwd else {}
     values["registry"] = f"{entry.id}@{entry.version}"
     edited.add(name, values, comment=f"From the ACP registry ({method}): `deck agents update {name}` moves it on")
-    _save_or_undo(edited, installed, host)
+    _save_or_undo(edited, installed, host, ssh)
     echo(f"added {name}: {entry.id} {entry.version} ({method}{f', on {host}' if host else ''}) to {edited.path}")
     _say_missing_launcher(installed.command, host)
     return ExitCode.OK
@@ -220,7 +223,7 @@ def update(name: Optional[str], config: Optional[Path]) -> int:
     return ExitCode.OK
 
 
-def _update_one(edited: ConfigFile, name: str, table: dict[str, Any], catalog: Any) -> None:
+def _update_one(edited: ConfigFile, name: str, table: dict[str, Any], catalog: Catalog) -> None:
     from deck.registry.catalog import find
     from deck.registry.origin import split_registry
 
@@ -230,12 +233,17 @@ def _update_one(edited: ConfigFile, name: str, table: dict[str, Any], catalog: A
         echo(f"{name} is up to date: {ident} {version}")
         return
     host, ssh = str(table.get("host", "")), [str(a) for a in table.get("ssh", [])]
-    command = [str(a) for a in table.get("command", [])]
-    via = command[0] if command and command[0] in ("npx", "uvx") and version else None
-    installed, method = _install(entry, host, via or ("binary" if version and _binary_folder(table) else None), ssh)
     old_folder = _binary_folder(table)
-    env = {**{str(k): str(v) for k, v in dict(table.get("env", {})).items()}, **installed.env}
-    edited.change(name, {"command": installed.command, "env": env or None, "registry": f"{entry.id}@{entry.version}"})
+    program = str((table.get("command") or [""])[0])
+    current = "binary" if old_folder else program if program in ("npx", "uvx") else None
+    # The way it was installed while the registry still offers it; a preset's (no version) the default way.
+    via = current if version and current in entry.methods() else None
+    installed, method = _install(entry, host, via, ssh)
+    old_env = {str(k): str(v) for k, v in dict(table.get("env", {})).items()}
+    values: dict[str, Any] = {"command": installed.command, "registry": f"{entry.id}@{entry.version}"}
+    if {**old_env, **installed.env} != old_env:  # the registry's variables set, the user's own kept
+        values["env"] = {**old_env, **installed.env}
+    edited.change(name, values)
     _save_or_undo(edited, installed, host, ssh)
     echo(f"updated {name}: {ident} {version or '(preset)'} → {entry.version} ({method})")
     if old_folder and not _users(edited.agents(), old_folder, host, skip=None):
