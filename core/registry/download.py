@@ -8,6 +8,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
 from deck.registry.catalog import RegistryError
@@ -39,7 +40,7 @@ async def download(
         raise RegistryError(f"{url}: its SHA-256 is {digest.hexdigest()}, the registry says {sha256}: not installed")
 
 
-async def _fetch(url: str, out: object, digest: hashlib._Hash, max_size: int, progress: Progress | None) -> None:
+async def _fetch(url: str, out: BinaryIO, digest: hashlib._Hash, max_size: int, progress: Progress | None) -> None:
     import aiohttp
 
     timeout = aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT, sock_read=READ_TIMEOUT)
@@ -57,7 +58,7 @@ async def _fetch(url: str, out: object, digest: hashlib._Hash, max_size: int, pr
                     if done > max_size:
                         raise RegistryError(f"{url} is more than the {max_size} bytes deck downloads")
                     digest.update(chunk)
-                    out.write(chunk)  # type: ignore[attr-defined]
+                    out.write(chunk)
                     if progress is not None:
                         progress(done, total)
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
@@ -65,7 +66,7 @@ async def _fetch(url: str, out: object, digest: hashlib._Hash, max_size: int, pr
         raise RegistryError(f"cannot download {url}: {reason.splitlines()[0][:200]}") from None
 
 
-def _copy_file(url: str, out: object, digest: hashlib._Hash, max_size: int) -> None:
+def _copy_file(url: str, out: BinaryIO, digest: hashlib._Hash, max_size: int) -> None:
     path = Path(unquote(urlsplit(url).path))
     try:
         with open(path, "rb") as src:
@@ -73,7 +74,7 @@ def _copy_file(url: str, out: object, digest: hashlib._Hash, max_size: int) -> N
                 raise RegistryError(f"{path} is more than the {max_size} bytes deck downloads")
             while chunk := src.read(CHUNK):
                 digest.update(chunk)
-                out.write(chunk)  # type: ignore[attr-defined]
+                out.write(chunk)
     except OSError as exc:
         raise RegistryError(f"cannot read {path}: {exc.strerror or exc}") from None
 

@@ -16,7 +16,7 @@ from tomlkit.items import Table
 from tomlkit.toml_document import TOMLDocument
 
 from deck.config.check import parse
-from deck.config.files import read_text, write_atomic
+from deck.config.files import Changed, digest, read_text, write_atomic
 from deck.errors import ExitCode
 from deck.registry.catalog import RegistryError
 
@@ -27,6 +27,7 @@ class ConfigFile:
 
     path: Path
     doc: TOMLDocument
+    base: str | None = None  # the digest of the text read: a file changed meanwhile is not overwritten
 
     @classmethod
     def open(cls, path: Path, new_text: str = "") -> ConfigFile:
@@ -38,7 +39,7 @@ class ConfigFile:
         except (OSError, UnicodeDecodeError) as exc:
             raise RegistryError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}", ExitCode.USAGE) from None
         try:
-            return cls(path, tomlkit.parse(text))
+            return cls(path, tomlkit.parse(text), digest(text) if text is not new_text else None)
         except Exception as exc:  # tomlkit's ParseError, or any surprise of a hand-edited file
             raise RegistryError(f"{path} is not valid TOML: {str(exc)[:200]}", ExitCode.USAGE) from None
 
@@ -89,7 +90,9 @@ class ConfigFile:
         if errors:
             raise RegistryError(f"not written: the edited config would be invalid: {errors[0].format(str(self.path))}")
         try:
-            write_atomic(self.path, text)
+            write_atomic(self.path, text, base=self.base)
+        except Changed:
+            raise RegistryError(f"not written: {self.path} changed meanwhile (another edit?): run the command again") from None
         except OSError as exc:
             raise RegistryError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 

@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,10 +186,7 @@ def _read_file(path: Path) -> bytes:
 
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        import stat
-
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise Unreadable("not a regular file")
         body = f.read(MAX_REGISTRY + 1)
     if len(body) > MAX_REGISTRY:

@@ -5,8 +5,11 @@ that run the fake agent, started for a real ACP handshake."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.deck_process import DECK
 
@@ -264,3 +267,48 @@ def test_the_listing_names_presets_and_never_calls_the_network(registry: Registr
     listed = json.loads(deck("--json", config=config).stdout)
     assert [r["origin"] for r in listed] == [{"kind": "preset", "preset": "claude-agent-acp", "id": "claude-acp"}, {"kind": "hand-written"}]
     assert registry.hits == []
+
+
+def test_a_download_shows_its_progress_on_a_terminal(registry: RegistryServer, tmp_path: Path) -> None:
+    import pexpect
+
+    archive = agent_tar()
+    registry.serve_registry([binary_agent("tiny", "1.0.0", registry.serve("/t.tar.gz", archive))])
+    config = config_file(tmp_path)
+    child = pexpect.spawn(DECK[0], [*DECK[1:], "agents", "add", "tiny", "--config", str(config)], encoding="utf-8", timeout=60)
+    child.expect(r"deck: downloading tiny 1\.0\.0: 100% of 0\.0 MiB")
+    child.expect("added tiny: ")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    quiet = deck("add", "tiny", "--as", "again", config=config)  # not a terminal: no progress
+    assert quiet.returncode == 0 and "downloading" not in quiet.stderr
+
+
+def test_the_configs_registry_url_is_used_and_a_missing_config_is_made_where_deck_looks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DECK_REGISTRY_URL", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    catalogue = tmp_path / "mirror.json"
+    catalogue.write_text(json.dumps({"version": "1", "agents": [GEMINI]}))
+    config = config_file(tmp_path, f'[registry]\nurl = "{catalogue.as_uri()}"\n')
+    added = deck("add", "gemini", config=config)
+    assert added.returncode == 0, added.stderr
+    assert "gemini@0.37.0" in config.read_text() and config.read_text().startswith("[registry]\n")
+    monkeypatch.setenv("DECK_REGISTRY_URL", catalogue.as_uri())
+    elsewhere = tmp_path / "elsewhere"  # no ./deck.toml there, and none in XDG's place yet
+    elsewhere.mkdir()
+    made = subprocess.run([*DECK, "agents", "add", "gemini"], capture_output=True, text=True, timeout=60, cwd=elsewhere)
+    xdg = Path(os.environ["XDG_CONFIG_HOME"]) / "deck" / "deck.toml"
+    assert made.returncode == 0 and made.stdout == f"added gemini: gemini 0.37.0 (npx) to {xdg}\n", made.stderr
+    text = xdg.read_text()
+    assert text.startswith("# deck's config") and "[agents.demo]" in text and text.rstrip().endswith('registry = "gemini@0.37.0"')
+
+
+def test_the_registrys_text_reaches_the_terminal_with_its_controls_made_visible(registry: RegistryServer) -> None:
+    hostile = {**GEMINI, "name": "Evil\x1b]0;pwned\x07", "description": "red \x1b[31mtext\u202e"}
+    registry.serve_registry([hostile])
+    listed = deck("search")
+    assert listed.returncode == 0 and "\x1b" not in listed.stdout and "\u202e" not in listed.stdout and "\x07" not in listed.stdout
+    assert "Evil" in listed.stdout
