@@ -205,6 +205,7 @@ def _progress(what: str) -> Any:
 
 def update(name: Optional[str], config: Optional[Path]) -> int:
     """Move NAME (else every entry of the registry) to the registry's current version."""
+    from deck.registry.catalog import RegistryError
     from deck.registry.origin import split_registry
 
     edited, url = _config(config)
@@ -218,9 +219,17 @@ def update(name: Optional[str], config: Optional[Path]) -> int:
         echo("no agent of the config comes from the ACP registry")
         return ExitCode.OK
     catalog = _load(url, refresh=True).catalog
-    for each in names:
-        _update_one(edited, each, agents[each], catalog)
-    return ExitCode.OK
+    if name is not None:
+        _update_one(edited, name, agents[name], catalog)
+        return ExitCode.OK
+    failed = False
+    for each in names:  # one that cannot be updated is said, and the others still are
+        try:
+            _update_one(edited, each, agents[each], catalog)
+        except RegistryError as exc:
+            echo(f"deck: {each}: {exc}", err=True)
+            failed = True
+    return ExitCode.ERROR if failed else ExitCode.OK
 
 
 def _update_one(edited: ConfigFile, name: str, table: dict[str, Any], catalog: Catalog) -> None:

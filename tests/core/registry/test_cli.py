@@ -312,3 +312,20 @@ def test_the_registrys_text_reaches_the_terminal_with_its_controls_made_visible(
     listed = deck("search")
     assert listed.returncode == 0 and "\x1b" not in listed.stdout and "\u202e" not in listed.stdout and "\x07" not in listed.stdout
     assert "Evil" in listed.stdout
+
+
+def test_update_moves_a_preset_to_the_registrys_pinned_command_and_goes_on_past_an_entry_it_cannot_update(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
+    registry.serve_registry([GEMINI])
+    preset = ('[agents.gem]\ntitle = "Mine"\ncommand = ["npx", "-y", "@google/gemini-cli", "--experimental-acp"]\n'
+              'registry = "gemini"\nenv = { KEY = "x" }   # my key\n\n'
+              '[agents.gone]\ncommand = ["npx", "-y", "gone@1"]\nregistry = "gone@1"\n')  # fmt: skip
+    config = config_file(tmp_path, preset)
+    moved = deck("update", "gem", config=config)
+    assert moved.returncode == 0 and moved.stdout == "updated gem: gemini (preset) → 0.37.0 (npx)\n", moved.stderr
+    text = config.read_text()
+    assert '[agents.gem]\ntitle = "Mine"\ncommand = ["npx", "-y", "@google/gemini-cli@0.37.1", "--acp"]\nregistry = "gemini@0.37.0"\nenv = { KEY = "x" }   # my key\n' in text
+    every = deck("update", config=config)
+    assert every.returncode == 1 and every.stdout == "gem is up to date: gemini 0.37.0\n"
+    assert every.stderr == "deck: gone: unknown registry agent 'gone'; `deck agents search` lists them\n"
