@@ -84,10 +84,15 @@ def search(words: list[str], config: Optional[Path], as_json: bool) -> int:
     loaded = _load(url)
     found = matching(words, loaded.catalog)
     if as_json:
-        echo_json({"registry": {"url": url, "how": loaded.how, "age": round(loaded.age)}, "agents": [_row(e) for e in found]})
+        echo_json(
+            {"registry": {"url": url, "how": loaded.how, "age": round(loaded.age)}, "agents": [_row(e) for e in found]}
+        )
         return ExitCode.OK
     for entry in found:
-        echo(f"{entry.id:<24} {entry.version:<12} {', '.join(entry.methods()):<16} {entry.name}: {entry.description[:100]}")
+        echo(
+            f"{entry.id:<24} {entry.version:<12} {', '.join(entry.methods()):<16} "
+            f"{entry.name}: {entry.description[:100]}"
+        )
     if not found:
         echo(f"no agent of the registry matches {' '.join(words)!r}", err=True)
     if loaded.how == "cached":
@@ -336,5 +341,3 @@ def entry_origins(configured_url: str, agents: dict[str, tuple[list[str], str]])
         catalog = copy.catalog if copy is not None else None
     presets = preset_commands()
     return {name: origin(command, registry, catalog, presets) for name, (command, registry) in agents.items()}
-
-

@@ -31,6 +31,11 @@ _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _PLATFORM = re.compile(r"^(darwin|linux|windows)-(aarch64|x86_64)$")
+#: Variables an entry may not set: they would change which program runs, or load code into it,
+#: beyond the package the user chose (the launcher found on another PATH, a library preloaded).
+_LOADER_ENV = re.compile(
+    r"^(PATH|LD_\w+|DYLD_\w+|NODE_OPTIONS|NODE_PATH|PYTHON\w*|BASH_ENV|ENV|UV_\w+|NPM_CONFIG_\w+)$", re.IGNORECASE
+)
 
 
 class RegistryError(DeckError):
@@ -145,16 +150,18 @@ def _entry(raw: Any) -> Entry:
     binaries = _binaries(distribution.get("binary"))
     if not packages and not binaries:
         raise BadEntry("no distribution deck knows (npx, uvx, binary)")
-    authors = raw.get("authors")
+    given = raw.get("authors")
+    authors: list[Any] = given if isinstance(given, list) else []
     return Entry(
-        id=ident, name=_text(raw, "name") or ident, version=version, description=_text(raw, "description"),
-        repository=_text(raw, "repository"), license=_text(raw, "license"),
-        authors=tuple(a[:MAX_TEXT] for a in authors[:MAX_ITEMS] if isinstance(a, str)) if isinstance(authors, list) else (),
+        id=ident, name=_shown(raw, "name") or ident, version=version, description=_shown(raw, "description"),
+        repository=_shown(raw, "repository"), license=_shown(raw, "license"),
+        authors=tuple(a[:MAX_TEXT] for a in authors[:MAX_ITEMS] if isinstance(a, str)),
         packages=packages, binaries=binaries,
     )  # fmt: skip
 
 
 def _text(raw: dict[str, Any], key: str, required: bool = False) -> str:
+    """A string of the entry; one longer than MAX_TEXT refuses the entry (a URL, a package, a command)."""
     value = raw.get(key)
     if value is None and not required:
         return ""
@@ -163,6 +170,12 @@ def _text(raw: dict[str, Any], key: str, required: bool = False) -> str:
     if len(value) > MAX_TEXT:
         raise BadEntry(f"{key} is longer than {MAX_TEXT} characters")
     return value
+
+
+def _shown(raw: dict[str, Any], key: str) -> str:
+    """A string only shown (a name, a description): a long one is cut, anything else than a string is ""."""
+    value = raw.get(key)
+    return value[:MAX_TEXT] if isinstance(value, str) else ""
 
 
 def _strings(raw: dict[str, Any], key: str) -> tuple[str, ...]:
@@ -181,6 +194,8 @@ def _env(raw: dict[str, Any]) -> dict[str, str]:
     for name, text in value.items():
         if not _ENV_NAME.match(name) or not isinstance(text, str) or len(text) > MAX_TEXT or "\0" in text:
             raise BadEntry(f"env {name[:64]!r} is not a variable name with a string")
+        if _LOADER_ENV.match(name):
+            raise BadEntry(f"env {name!r} would change which program runs or what it loads: refused")
     return dict(value)
 
 

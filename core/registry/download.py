@@ -77,5 +77,3 @@ def _copy_file(url: str, out: BinaryIO, digest: hashlib._Hash, max_size: int) ->
                 out.write(chunk)
     except OSError as exc:
         raise RegistryError(f"cannot read {path}: {exc.strerror or exc}") from None
-
-

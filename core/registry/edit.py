@@ -37,7 +37,9 @@ class ConfigFile:
         except FileNotFoundError:
             text = new_text
         except (OSError, UnicodeDecodeError) as exc:
-            raise RegistryError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}", ExitCode.USAGE) from None
+            raise RegistryError(
+                f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}", ExitCode.USAGE
+            ) from None
         try:
             return cls(path, tomlkit.parse(text), digest(text) if text is not new_text else None)
         except Exception as exc:  # tomlkit's ParseError, or any surprise of a hand-edited file
@@ -51,7 +53,9 @@ class ConfigFile:
     def add(self, name: str, values: dict[str, Any], comment: str = "") -> None:
         """Append `[agents.NAME]` with `values` (in their order) after the other agents."""
         if name in self.agents():
-            raise RegistryError(f"the config already has an agent {name!r}: pick another name with --as", ExitCode.USAGE)
+            raise RegistryError(
+                f"the config already has an agent {name!r}: pick another name with --as", ExitCode.USAGE
+            )
         table = tomlkit.table()
         if comment:
             table.add(tomlkit.comment(comment))
@@ -92,7 +96,9 @@ class ConfigFile:
         try:
             write_atomic(self.path, text, base=self.base)
         except Changed:
-            raise RegistryError(f"not written: {self.path} changed meanwhile (another edit?): run the command again") from None
+            raise RegistryError(
+                f"not written: {self.path} changed meanwhile (another edit?): run the command again"
+            ) from None
         except OSError as exc:
             raise RegistryError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 

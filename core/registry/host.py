@@ -47,7 +47,9 @@ rm -rf "$d" && rmdir "${{d%/*}}" 2>/dev/null; exit 0
 """
 
 
-def _run(host: str, ssh: list[str], script: str, *args: str, stdin: Path | None = None, timeout: float = SHORT_TIMEOUT) -> str:
+def _run(
+    host: str, ssh: list[str], script: str, *args: str, stdin: Path | None = None, timeout: float = SHORT_TIMEOUT
+) -> str:
     """Run the sh `script` on `host`; its stdout. RegistryError with ssh's or the script's last error line."""
     from deck.agent.remote import host_command
 

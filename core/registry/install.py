@@ -49,7 +49,9 @@ def choose(entry: Entry, platform: str, via: str | None = None) -> Package | Bin
         if method == "binary" and platform in entry.binaries:
             return entry.binaries[platform]
     if via is not None and via != "binary":
-        raise RegistryError(f"{entry.id} {entry.version} has no {via} distribution (it has {', '.join(entry.methods())})")
+        raise RegistryError(
+            f"{entry.id} {entry.version} has no {via} distribution (it has {', '.join(entry.methods())})"
+        )
     builds = ", ".join(entry.binaries) or "none"
     raise RegistryError(f"{entry.id} {entry.version} has no build for this platform, {platform} (builds: {builds})")
 
@@ -58,7 +60,9 @@ def package_command(package: Package) -> list[str]:
     """`npx -y PACKAGE@VERSION ARGS`, `uvx PACKAGE==VERSION ARGS`, or with the registry's `cmd`:
     `npx -y --package PACKAGE CMD ARGS`, `uvx --from PACKAGE CMD ARGS`."""
     if package.kind == "npx":
-        head = ["npx", "-y", "--package", package.package, package.cmd] if package.cmd else ["npx", "-y", package.package]
+        head = (
+            ["npx", "-y", "--package", package.package, package.cmd] if package.cmd else ["npx", "-y", package.package]
+        )
     else:
         head = ["uvx", "--from", package.package, package.cmd] if package.cmd else ["uvx", package.package]
     return [*head, *package.args]
@@ -68,7 +72,9 @@ def version_folder(entry: Entry, root: Path | None = None) -> Path:
     return (root or data_dir()) / entry.id / entry.version
 
 
-async def install_binary(entry: Entry, binary: Binary, progress: Progress | None = None, root: Path | None = None) -> Installed:
+async def install_binary(
+    entry: Entry, binary: Binary, progress: Progress | None = None, root: Path | None = None
+) -> Installed:
     """`binary` of `entry` downloaded, checked and unpacked into its version folder (kept if it is there)."""
     final = version_folder(entry, root)
     if not (final / binary.cmd).is_file():

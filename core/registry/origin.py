@@ -27,7 +27,9 @@ def preset_commands() -> dict[tuple[str, ...], str]:
     return found
 
 
-def origin(command: list[str], registry: str, catalog: Catalog | None, presets: dict[tuple[str, ...], str]) -> dict[str, Any]:
+def origin(
+    command: list[str], registry: str, catalog: Catalog | None, presets: dict[tuple[str, ...], str]
+) -> dict[str, Any]:
     """`{"kind": "registry"|"preset"|"hand-written", …}`: the registry's id, the version pinned, and
     `latest` when the cached `catalog` has another version; the preset's name."""
     ident, version = split_registry(registry)
@@ -53,5 +55,9 @@ def describe(row: dict[str, Any]) -> str:
     else:
         text = "hand-written"
     if "latest" in row:
-        text += f" ({row['latest']} available: deck agents update)" if row["kind"] == "registry" else f" (registry {row['id']} {row['latest']})"
+        text += (
+            f" ({row['latest']} available: deck agents update)"
+            if row["kind"] == "registry"
+            else f" (registry {row['id']} {row['latest']})"
+        )
     return text

@@ -33,7 +33,7 @@ _TARS = (".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar")
 
 
 def archive_kind(url: str) -> str:
-    """"zip", "tar" or "file" (a bare executable), from the archive URL's name."""
+    """ "zip", "tar" or "file" (a bare executable), from the archive URL's name."""
     name = url.split("?", 1)[0].split("#", 1)[0].lower()
     if name.endswith(".zip"):
         return "zip"
@@ -71,10 +71,14 @@ def _safe_name(name: str) -> str:
 def _inside_link(member: str, target: str) -> None:
     """A symbolic link at `member` pointing to `target` must stay inside the folder."""
     if target.startswith("/") or not target:
-        raise RegistryError(f"archive member {member[:200]!r} links to an absolute path {target[:200]!r}: not installed")
+        raise RegistryError(
+            f"archive member {member[:200]!r} links to an absolute path {target[:200]!r}: not installed"
+        )
     resolved = posixpath.normpath(posixpath.join(posixpath.dirname(member), target))
     if resolved == ".." or resolved.startswith("../"):
-        raise RegistryError(f"archive member {member[:200]!r} links out of its folder ({target[:200]!r}): not installed")
+        raise RegistryError(
+            f"archive member {member[:200]!r} links out of its folder ({target[:200]!r}): not installed"
+        )
 
 
 def _count(members: int, total: int, max_total: int) -> None:
@@ -150,7 +154,9 @@ def _extract_zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, 
         os.symlink(link, target)
         return 0
     if kind not in (0, stat.S_IFREG):
-        raise RegistryError(f"archive member {info.filename[:200]!r} is a device, a FIFO or a special file: not installed")
+        raise RegistryError(
+            f"archive member {info.filename[:200]!r} is a device, a FIFO or a special file: not installed"
+        )
     with zf.open(info) as src, open(target, "xb") as out:
         written = _copy_capped(src, out, room)
     if mode & 0o111:

@@ -42,11 +42,13 @@ def served(home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RegistryServ
     server.stop()
 
 
-async def test_an_npx_entry_of_the_registry_installs_from_npm_and_answers_initialize(served, peer_deck, workdir, tmp_path):
+async def test_an_npx_entry_of_the_registry_installs_from_npm_and_answers_initialize(
+    served, peer_deck, workdir, tmp_path
+):
     config = tmp_path / "deck.toml"
     config.write_text('[limits]\nhandshakeTimeout = "300s"   # the first run downloads the package\n')
-    added = subprocess.run([*DECK, "agents", "add", "claude-acp", "--as", "claude", "--cwd", str(workdir), "--config", str(config)],
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    add = [*DECK, "agents", "add", "claude-acp", "--as", "claude", "--cwd", str(workdir), "--config", str(config)]
+    added = subprocess.run(add, capture_output=True, text=True, timeout=120)
     assert added.returncode == 0, added.stderr
     text = config.read_text()
     assert f'command = ["npx", "-y", "@zed-industries/claude-agent-acp@{VERSION}"]' in text

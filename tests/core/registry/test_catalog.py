@@ -49,22 +49,68 @@ def test_caps_on_size_and_agents(monkeypatch: pytest.MonkeyPatch) -> None:
         (npx("ok", "pkg", args="--acp"), "args is not a list"),
         (npx("ok", "pkg", args=[1]), "holds something else"),
         (npx("ok", "pkg", env={"BAD NAME": "1"}), "not a variable name"),
-        ({"id": "ok", "version": "1", "distribution": {"binary": {"linux-x86_64": {"archive": "ftp://x", "cmd": "a"}}}},
-         "not an http, https or file URL"),
-        ({"id": "ok", "version": "1", "distribution": {"binary": {"linux-x86_64": {"archive": "https://x/a.zip", "cmd": "../../bin/sh"}}}},
-         "not a path inside the archive"),
-        ({"id": "ok", "version": "1", "distribution": {"binary": {"linux-x86_64": {"archive": "https://x/a.zip", "cmd": "/bin/sh"}}}},
-         "not a path inside the archive"),
-        ({"id": "ok", "version": "1", "distribution": {"binary": {"linux-x86_64": {"archive": "https://x/a", "cmd": "a", "sha256": "zz"}}}},
-         "not a SHA-256 digest"),
+        (npx("ok", "pkg", env={"LD_PRELOAD": "/tmp/x.so"}), "'LD_PRELOAD' would change which program runs"),
+        (npx("ok", "pkg", env={"PATH": "/tmp/evil"}), "'PATH' would change which program runs"),
+        (npx("ok", "pkg", env={"NODE_OPTIONS": "--require /tmp/x.js"}), "'NODE_OPTIONS' would change"),
+        (
+            {
+                "id": "ok",
+                "version": "1",
+                "distribution": {"binary": {"linux-x86_64": {"archive": "ftp://x", "cmd": "a"}}},
+            },
+            "not an http, https or file URL",
+        ),
+        (
+            {
+                "id": "ok",
+                "version": "1",
+                "distribution": {"binary": {"linux-x86_64": {"archive": "https://x/a.zip", "cmd": "../../bin/sh"}}},
+            },
+            "not a path inside the archive",
+        ),
+        (
+            {
+                "id": "ok",
+                "version": "1",
+                "distribution": {"binary": {"linux-x86_64": {"archive": "https://x/a.zip", "cmd": "/bin/sh"}}},
+            },
+            "not a path inside the archive",
+        ),
+        (
+            {
+                "id": "ok",
+                "version": "1",
+                "distribution": {"binary": {"linux-x86_64": {"archive": "https://x/a", "cmd": "a", "sha256": "zz"}}},
+            },
+            "not a SHA-256 digest",
+        ),
         ({"id": "ok", "version": "1", "distribution": {"pip": {}}}, "no distribution deck knows"),
         ({"id": "ok", "version": "1"}, 'no "distribution" object'),
-        ({"id": "ok", "version": "1", "description": "d" * 5000, "distribution": {"npx": {"package": "p"}}}, "longer than"),
+        (
+            {"id": "ok", "version": "1", "distribution": {"npx": {"package": "p" * 5000}}},
+            "longer than",
+        ),
         ("a string", "not an object"),
     ],
-    ids=["id-path", "id-slash", "version-path", "package-option", "package-space", "cmd-option", "args-string",
-         "args-number", "env-name", "archive-scheme", "cmd-dotdot", "cmd-absolute", "digest", "unknown-kind",
-         "no-distribution", "too-long", "not-object"],  # fmt: skip
+    ids=[
+        "id-path",
+        "id-slash",
+        "version-path",
+        "package-option",
+        "package-space",
+        "cmd-option",
+        "args-string",
+        "args-number",
+        "env-name", "env-preload", "env-path", "env-node-options",
+        "archive-scheme",
+        "cmd-dotdot",
+        "cmd-absolute",
+        "digest",
+        "unknown-kind",
+        "no-distribution",
+        "too-long",
+        "not-object",
+    ],  # fmt: skip
 )
 def test_a_hostile_entry_is_left_out_and_said_and_the_others_kept(entry: object, words: str) -> None:
     read = parse(catalog(entry, npx("good", "@scope/good")), "R")  # type: ignore[arg-type]
@@ -107,7 +153,10 @@ def test_no_build_for_this_platform_names_its_key() -> None:
         "darwin-aarch64": {"archive": "https://x/g.tar.bz2", "cmd": "./goose"},
         "linux-x86_64": {"archive": "https://x/g.tar.bz2", "cmd": "./goose"}}}}  # fmt: skip
     read = parse(catalog(entry), "R")
-    with pytest.raises(RegistryError, match=r"^goose 1.5 has no build for this platform, linux-aarch64 \(builds: darwin-aarch64, linux-x86_64\)$"):
+    with pytest.raises(
+        RegistryError,
+        match=r"^goose 1.5 has no build for this platform, linux-aarch64 \(builds: darwin-aarch64, linux-x86_64\)$",
+    ):
         choose(read.agents["goose"], "linux-aarch64")
     assert choose(read.agents["goose"], "linux-x86_64").cmd == "goose"  # type: ignore[union-attr]
 
@@ -119,3 +168,8 @@ def test_platform_keys_and_search() -> None:
     read = parse(catalog(npx("claude-acp", "c"), {**npx("gemini", "g"), "description": "Google's CLI"}), "R")
     assert [e.id for e in search(["google"], read)] == ["gemini"]
     assert [e.id for e in search([], read)] == ["claude-acp", "gemini"]
+
+
+def test_a_long_description_is_cut_not_refused() -> None:
+    read = parse(catalog({**npx("long", "p"), "description": "d" * 10_000, "name": 42}), "R")
+    assert read.problems == () and len(read.agents["long"].description) == 4096 and read.agents["long"].name == "long"

@@ -13,12 +13,22 @@ import pytest
 
 from tests.deck_process import DECK
 
-from tests.registry_server import HERE, RegistryServer, agent_tar, binary_agent, sha256, tar_bytes, tar_special, zip_bytes
+from tests.registry_server import (
+    HERE,
+    RegistryServer,
+    agent_tar,
+    binary_agent,
+    sha256,
+    tar_bytes,
+    tar_special,
+    zip_bytes,
+)
 
 GEMINI = {"id": "gemini", "name": "Gemini CLI", "version": "0.37.0", "description": "Google's official CLI for Gemini",
           "distribution": {"npx": {"package": "@google/gemini-cli@0.37.1", "args": ["--acp"]}}}  # fmt: skip
 FAST = {"id": "fast-agent", "name": "fast-agent", "version": "0.10.1", "description": "multi-provider agents",
-        "distribution": {"uvx": {"package": "fast-agent-acp==0.10.1", "args": ["-x"], "env": {"FAST_AGENT_MODEL": "codexplan"}}}}  # fmt: skip
+        "distribution": {"uvx": {"package": "fast-agent-acp==0.10.1", "args": ["-x"],
+                                 "env": {"FAST_AGENT_MODEL": "codexplan"}}}}  # fmt: skip
 CONFIG = """\
 # My agents. Keep this comment.
 language = "en"   # and this one
@@ -43,16 +53,25 @@ def config_file(tmp_path: Path, text: str = CONFIG) -> Path:
     return path
 
 
-def test_search_lists_the_registry_and_its_json_says_how_each_installs(registry: RegistryServer, tmp_path: Path) -> None:
+def test_search_lists_the_registry_and_its_json_says_how_each_installs(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
     registry.serve_registry([GEMINI, FAST])
     listed = deck("search")
     assert listed.returncode == 0, listed.stderr
-    assert [line.split()[:3] for line in listed.stdout.splitlines()] == [["gemini", "0.37.0", "npx"], ["fast-agent", "0.10.1", "uvx"]]
+    assert [line.split()[:3] for line in listed.stdout.splitlines()] == [
+        ["gemini", "0.37.0", "npx"],
+        ["fast-agent", "0.10.1", "uvx"],
+    ]
     found = json.loads(deck("search", "google", "--json").stdout)
     assert [a["id"] for a in found["agents"]] == ["gemini"] and found["agents"][0]["install"] == ["npx"]
     assert found["registry"]["how"] == "cached"  # the copy the first search fetched
     none = deck("search", "nothing-like-it")
-    assert none.returncode == 0 and none.stdout == "" and "no agent of the registry matches 'nothing-like-it'" in none.stderr
+    assert (
+        none.returncode == 0
+        and none.stdout == ""
+        and "no agent of the registry matches 'nothing-like-it'" in none.stderr
+    )
 
 
 def test_add_writes_a_pinned_entry_and_keeps_every_comment_and_entry(registry: RegistryServer, tmp_path: Path) -> None:
@@ -65,7 +84,9 @@ def test_add_writes_a_pinned_entry_and_keeps_every_comment_and_entry(registry: R
     assert added.returncode == 0, added.stderr
     text = config.read_text()
     assert text.startswith(CONFIG)  # everything before kept byte for byte
-    assert text[len(CONFIG):] == """
+    assert (
+        text[len(CONFIG) :]
+        == """
 [agents.gemini]
 # From the ACP registry (npx): `deck agents update gemini` moves it on
 title = "Gemini CLI"
@@ -81,11 +102,14 @@ command = ["uvx", "fast-agent-acp==0.10.1", "-x"]
 env = {FAST_AGENT_MODEL = "codexplan"}
 registry = "fast-agent@0.10.1"
 """
+    )
     valid = subprocess.run([*DECK, "config", "validate", str(config)], capture_output=True, text=True)
     assert valid.returncode == 0, valid.stdout + valid.stderr
 
 
-def test_add_from_a_cached_registry_costs_no_network_call_even_with_the_server_stopped(registry: RegistryServer, tmp_path: Path) -> None:
+def test_add_from_a_cached_registry_costs_no_network_call_even_with_the_server_stopped(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
     registry.serve_registry([GEMINI, FAST])
     config = config_file(tmp_path)
     assert deck("search", config=config).returncode == 0 and registry.registry_hits() == 1
@@ -94,10 +118,12 @@ def test_add_from_a_cached_registry_costs_no_network_call_even_with_the_server_s
     registry.stop()
     added = deck("add", "fast-agent", config=config)
     assert added.returncode == 0 and "registry" not in added.stderr, added.stderr  # no "cannot be reached"
-    assert '[agents.fast-agent]' in config.read_text()
+    assert "[agents.fast-agent]" in config.read_text()
 
 
-def test_offline_with_an_old_copy_says_its_age_and_without_one_fails_in_one_line(registry: RegistryServer, tmp_path: Path) -> None:
+def test_offline_with_an_old_copy_says_its_age_and_without_one_fails_in_one_line(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
     registry.serve_registry([GEMINI])
     config = config_file(tmp_path)
     assert deck("search", config=config).returncode == 0
@@ -107,26 +133,44 @@ def test_offline_with_an_old_copy_says_its_age_and_without_one_fails_in_one_line
     registry.stop()
     listed = deck("search", config=config)
     assert listed.returncode == 0 and listed.stdout.startswith("gemini")
-    assert "deck: the registry cannot be reached (" in listed.stderr and "using the copy cached 3 d ago" in listed.stderr
+    assert (
+        "deck: the registry cannot be reached (" in listed.stderr and "using the copy cached 3 d ago" in listed.stderr
+    )
     for folder in (tmp_path / "cache").rglob("*.json"):
         folder.unlink()
     failed = deck("add", "gemini", config=config)
     assert failed.returncode == 1
-    assert failed.stderr.startswith("deck: cannot reach the registry (") and failed.stderr.endswith("and there is no cached copy of it\n")
+    assert failed.stderr.startswith("deck: cannot reach the registry (") and failed.stderr.endswith(
+        "and there is no cached copy of it\n"
+    )
     assert failed.stderr.count("\n") == 1 and config.read_text() == CONFIG
 
 
-def test_each_error_is_one_line_with_its_exit_code_and_the_config_untouched(registry: RegistryServer, tmp_path: Path) -> None:
+def test_each_error_is_one_line_with_its_exit_code_and_the_config_untouched(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
     goose = binary_agent("goose", "1.5.0", registry.url("/goose.tar.bz2"), platform="windows-aarch64")
     registry.serve_registry([GEMINI, FAST, goose])
     config = config_file(tmp_path)
     cases = [
         (("add", "gemni"), 2, "deck: unknown registry agent 'gemni'; did you mean gemini?\n"),
-        (("add", "gemini", "--as", "mine"), 2, "deck: the config already has an agent 'mine': pick another name with --as, or `deck agents update mine`\n"),
-        (("add", "gemini", "--as", "search"), 2, "deck: 'search' is one of `deck agents`' action words: give the agent another name with --as\n"),
+        (
+            ("add", "gemini", "--as", "mine"),
+            2,
+            "deck: the config already has an agent 'mine': pick another name with --as, or `deck agents update mine`\n",
+        ),
+        (
+            ("add", "gemini", "--as", "search"),
+            2,
+            "deck: 'search' is one of `deck agents`' action words: give the agent another name with --as\n",
+        ),
         (("add", "goose"), 1, f"deck: goose 1.5.0 has no build for this platform, {HERE} (builds: windows-aarch64)\n"),
         (("add", "gemini", "--via", "uvx"), 1, "deck: gemini 0.37.0 has no uvx distribution (it has npx)\n"),
-        (("add", "gemini", "--host", "box"), 2, "deck: an agent on box needs --cwd, an absolute folder there (its sessions open in it)\n"),
+        (
+            ("add", "gemini", "--host", "box"),
+            2,
+            "deck: an agent on box needs --cwd, an absolute folder there (its sessions open in it)\n",
+        ),
         (("add",), 2, "deck: deck agents add takes one ID\n"),
         (("remove", "nope"), 2, f"deck: unknown agent 'nope' in {config} (agents: mine, other)\n"),
         (("update", "mine"), 2, "deck: mine is not from the ACP registry (no registry key): nothing to update\n"),
@@ -139,12 +183,18 @@ def test_each_error_is_one_line_with_its_exit_code_and_the_config_untouched(regi
     for meta in (tmp_path / "cache").rglob("*.json"):
         meta.unlink()
     broken = deck("add", "gemini", config=config)
-    assert broken.returncode == 1 and broken.stderr.startswith("deck: the registry at http://") and "is not valid JSON: " in broken.stderr
+    assert (
+        broken.returncode == 1
+        and broken.stderr.startswith("deck: the registry at http://")
+        and "is not valid JSON: " in broken.stderr
+    )
     assert broken.stderr.count("\n") == 1
     assert config.read_text() == CONFIG
 
 
-def test_a_binary_is_installed_for_this_platform_and_answers_initialize(registry: RegistryServer, tmp_path: Path) -> None:
+def test_a_binary_is_installed_for_this_platform_and_answers_initialize(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
     archive = agent_tar()
     entry = binary_agent("tiny", "1.0.0", registry.serve("/tiny-1.0.0.tar.gz", archive), digest=sha256(archive))
     registry.serve_registry([entry])
@@ -154,8 +204,15 @@ def test_a_binary_is_installed_for_this_platform_and_answers_initialize(registry
     folder = tmp_path / "data" / "deck" / "agents" / "tiny" / "1.0.0"
     assert added.stdout == f"added tiny: tiny 1.0.0 (binary {HERE}) to {config}\n"
     assert f'command = ["{folder}/bin/agent", "acp"]' in config.read_text()
-    assert sorted(p.name for p in (tmp_path / "data" / "deck" / "agents" / "tiny").iterdir()) == ["1.0.0"]  # no temp folder left
-    checked = subprocess.run([*DECK, "agents", "tiny", "--check", "--handshake", "--config", str(config)], capture_output=True, text=True, timeout=60)
+    assert sorted(p.name for p in (tmp_path / "data" / "deck" / "agents" / "tiny").iterdir()) == [
+        "1.0.0"
+    ]  # no temp folder left
+    checked = subprocess.run(
+        [*DECK, "agents", "tiny", "--check", "--handshake", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert checked.returncode == 0 and "handshake ok" in checked.stdout, checked.stdout + checked.stderr
 
 
@@ -183,15 +240,24 @@ def test_a_failed_install_leaves_nothing_behind(registry: RegistryServer, tmp_pa
     assert config.read_text() == CONFIG
 
 
-def test_update_moves_to_the_new_version_and_removes_the_old_binary_and_the_listing_says_so(registry: RegistryServer, tmp_path: Path) -> None:
+def test_update_moves_to_the_new_version_and_removes_the_old_binary_and_the_listing_says_so(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
     v1, v2 = agent_tar(), agent_tar() + b""
     registry.serve_registry([binary_agent("tiny", "1.0.0", registry.serve("/t1.tar.gz", v1)), GEMINI])
     config = config_file(tmp_path)
     assert deck("add", "tiny", config=config).returncode == 0
     assert deck("add", "gemini", config=config).returncode == 0
     current = deck("update", config=config)
-    assert current.returncode == 0 and current.stdout == "tiny is up to date: tiny 1.0.0\ngemini is up to date: gemini 0.37.0\n"
-    newer_gemini = {**GEMINI, "version": "0.38.0", "distribution": {"npx": {"package": "@google/gemini-cli@0.38.0", "args": ["--acp"]}}}
+    assert (
+        current.returncode == 0
+        and current.stdout == "tiny is up to date: tiny 1.0.0\ngemini is up to date: gemini 0.37.0\n"
+    )
+    newer_gemini = {
+        **GEMINI,
+        "version": "0.38.0",
+        "distribution": {"npx": {"package": "@google/gemini-cli@0.38.0", "args": ["--acp"]}},
+    }
     registry.serve_registry([binary_agent("tiny", "2.0.0", registry.serve("/t2.tar.gz", v2)), newer_gemini])
     assert deck("search", config=config).returncode == 0  # the cache is fresh: still the old copy
     refreshed = deck("update", "gemini", config=config)  # update always asks the registry
@@ -219,14 +285,19 @@ def test_update_moves_to_the_new_version_and_removes_the_old_binary_and_the_list
     assert config.read_text().startswith(CONFIG)
 
 
-def test_remove_keeps_a_binary_another_entry_uses_and_removes_it_with_the_last(registry: RegistryServer, tmp_path: Path) -> None:
+def test_remove_keeps_a_binary_another_entry_uses_and_removes_it_with_the_last(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
     registry.serve_registry([binary_agent("tiny", "1.0.0", registry.serve("/t1.tar.gz", agent_tar()))])
     config = config_file(tmp_path)
     assert deck("add", "tiny", config=config).returncode == 0
     assert deck("add", "tiny", "--as", "tiny2", config=config).returncode == 0
     folder = tmp_path / "data" / "deck" / "agents" / "tiny" / "1.0.0"
     first = deck("remove", "tiny", config=config)
-    assert first.returncode == 0 and first.stdout == f"removed tiny from {config}; its binary {folder} stays: another entry uses it\n"
+    assert (
+        first.returncode == 0
+        and first.stdout == f"removed tiny from {config}; its binary {folder} stays: another entry uses it\n"
+    )
     assert folder.is_dir()
     last = deck("remove", "tiny2", config=config)
     assert last.returncode == 0 and last.stdout == f"removed tiny2 from {config}, and its binary {folder}\n"
@@ -236,10 +307,13 @@ def test_remove_keeps_a_binary_another_entry_uses_and_removes_it_with_the_last(r
 
 def test_concurrent_installs_of_one_agent_do_not_corrupt_each_other(registry: RegistryServer, tmp_path: Path) -> None:
     archive = agent_tar()
-    registry.serve_registry([binary_agent("tiny", "1.0.0", registry.serve("/t.tar.gz", archive, stall=0.5), digest=sha256(archive))])
+    registry.serve_registry(
+        [binary_agent("tiny", "1.0.0", registry.serve("/t.tar.gz", archive, stall=0.5), digest=sha256(archive))]
+    )
     assert deck("search").returncode == 0  # the registry cached: the four then race for the archive only
     configs = [config_file(tmp_path / f"c{i}") if (tmp_path / f"c{i}").mkdir() is None else None for i in range(4)]
-    running = [subprocess.Popen([*DECK, "agents", "add", "tiny", "--config", str(c)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    add = [*DECK, "agents", "add", "tiny", "--config"]
+    running = [subprocess.Popen([*add, str(c)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for c in configs]  # fmt: skip
     results = [(p.wait(timeout=120), p.stderr.read()) for p in running]  # type: ignore[union-attr]
     assert [code for code, _ in results] == [0, 0, 0, 0], results
@@ -262,10 +336,14 @@ def test_deck_config_init_names_the_registry_ids_of_its_presets(tmp_path: Path) 
 
 def test_the_listing_names_presets_and_never_calls_the_network(registry: RegistryServer, tmp_path: Path) -> None:
     registry.serve_registry([GEMINI])
-    config = config_file(tmp_path, '[agents.claude]\ncommand = ["npx", "-y", "@zed-industries/claude-agent-acp"]\nregistry = "claude-acp"\n'
+    config = config_file(tmp_path, '[agents.claude]\ncommand = ["npx", "-y", "@zed-industries/claude-agent-acp"]\n'
+                                   'registry = "claude-acp"\n'
                                    '[agents.me]\ncommand = ["me"]\n')  # fmt: skip
     listed = json.loads(deck("--json", config=config).stdout)
-    assert [r["origin"] for r in listed] == [{"kind": "preset", "preset": "claude-agent-acp", "id": "claude-acp"}, {"kind": "hand-written"}]
+    assert [r["origin"] for r in listed] == [
+        {"kind": "preset", "preset": "claude-agent-acp", "id": "claude-acp"},
+        {"kind": "hand-written"},
+    ]
     assert registry.hits == []
 
 
@@ -275,7 +353,9 @@ def test_a_download_shows_its_progress_on_a_terminal(registry: RegistryServer, t
     archive = agent_tar()
     registry.serve_registry([binary_agent("tiny", "1.0.0", registry.serve("/t.tar.gz", archive))])
     config = config_file(tmp_path)
-    child = pexpect.spawn(DECK[0], [*DECK[1:], "agents", "add", "tiny", "--config", str(config)], encoding="utf-8", timeout=60)
+    child = pexpect.spawn(
+        DECK[0], [*DECK[1:], "agents", "add", "tiny", "--config", str(config)], encoding="utf-8", timeout=60
+    )
     child.expect(r"deck: downloading tiny 1\.0\.0: 100% of 0\.0 MiB")
     child.expect("added tiny: ")
     child.expect(pexpect.EOF)
@@ -303,14 +383,23 @@ def test_the_configs_registry_url_is_used_and_a_missing_config_is_made_where_dec
     xdg = Path(os.environ["XDG_CONFIG_HOME"]) / "deck" / "deck.toml"
     assert made.returncode == 0 and made.stdout == f"added gemini: gemini 0.37.0 (npx) to {xdg}\n", made.stderr
     text = xdg.read_text()
-    assert text.startswith("# deck's config") and "[agents.demo]" in text and text.rstrip().endswith('registry = "gemini@0.37.0"')
+    assert (
+        text.startswith("# deck's config")
+        and "[agents.demo]" in text
+        and text.rstrip().endswith('registry = "gemini@0.37.0"')
+    )
 
 
 def test_the_registrys_text_reaches_the_terminal_with_its_controls_made_visible(registry: RegistryServer) -> None:
     hostile = {**GEMINI, "name": "Evil\x1b]0;pwned\x07", "description": "red \x1b[31mtext\u202e"}
     registry.serve_registry([hostile])
     listed = deck("search")
-    assert listed.returncode == 0 and "\x1b" not in listed.stdout and "\u202e" not in listed.stdout and "\x07" not in listed.stdout
+    assert (
+        listed.returncode == 0
+        and "\x1b" not in listed.stdout
+        and "\u202e" not in listed.stdout
+        and "\x07" not in listed.stdout
+    )
     assert "Evil" in listed.stdout
 
 
@@ -325,7 +414,10 @@ def test_update_moves_a_preset_to_the_registrys_pinned_command_and_goes_on_past_
     moved = deck("update", "gem", config=config)
     assert moved.returncode == 0 and moved.stdout == "updated gem: gemini (preset) → 0.37.0 (npx)\n", moved.stderr
     text = config.read_text()
-    assert '[agents.gem]\ntitle = "Mine"\ncommand = ["npx", "-y", "@google/gemini-cli@0.37.1", "--acp"]\nregistry = "gemini@0.37.0"\nenv = { KEY = "x" }   # my key\n' in text
+    assert (
+        '[agents.gem]\ntitle = "Mine"\ncommand = ["npx", "-y", "@google/gemini-cli@0.37.1", "--acp"]\n'
+        'registry = "gemini@0.37.0"\nenv = { KEY = "x" }   # my key\n' in text
+    )
     every = deck("update", config=config)
     assert every.returncode == 1 and every.stdout == "gem is up to date: gemini 0.37.0\n"
     assert every.stderr == "deck: gone: unknown registry agent 'gone'; `deck agents search` lists them\n"

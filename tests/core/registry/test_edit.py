@@ -27,7 +27,9 @@ def test_add_change_remove_keep_everything_else(tmp_path: Path) -> None:
     edited.add("b", {"command": ["b", "--acp"], "env": {"X": "1"}, "registry": "b@1"})
     edited.save()
     text = path.read_text()
-    assert text.startswith(TEXT.split("[notify]")[0]) and text.endswith('[notify]\non = ["input"]   # after the agents\n')
+    assert text.startswith(TEXT.split("[notify]")[0]) and text.endswith(
+        '[notify]\non = ["input"]   # after the agents\n'
+    )
     assert '[agents.b]\ncommand = ["b", "--acp"]\nenv = {X = "1"}\nregistry = "b@1"\n' in text
     edited = ConfigFile.open(path)
     edited.change("a", {"command": ["a2"]})
@@ -54,7 +56,9 @@ def test_an_edit_that_makes_the_config_invalid_is_not_written(tmp_path: Path) ->
     path.write_text(TEXT)
     edited = ConfigFile.open(path)
     edited.add("remote", {"command": ["r"], "host": "box"})  # a host needs a cwd
-    with pytest.raises(RegistryError, match=r"^not written: the edited config would be invalid: .*deck\.toml:\d+:\d+: .*needs cwd"):
+    with pytest.raises(
+        RegistryError, match=r"^not written: the edited config would be invalid: .*deck\.toml:\d+:\d+: .*needs cwd"
+    ):
         edited.save()
     assert path.read_text() == TEXT
 

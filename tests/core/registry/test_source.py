@@ -19,7 +19,12 @@ from deck.registry.source import load, registry_url
 
 from tests.registry_server import RegistryServer, sha256
 
-AGENT = {"id": "gemini", "name": "Gemini CLI", "version": "0.37.0", "distribution": {"npx": {"package": "@google/gemini-cli"}}}
+AGENT = {
+    "id": "gemini",
+    "name": "Gemini CLI",
+    "version": "0.37.0",
+    "distribution": {"npx": {"package": "@google/gemini-cli"}},
+}
 
 
 def age_cache(url: str, seconds: float) -> None:
@@ -52,13 +57,19 @@ def test_without_network_the_cached_copy_is_used_and_its_age_said(registry: Regi
     registry.stop()
     offline = asyncio.run(load(url))
     assert offline.how == "offline" and list(offline.catalog.agents) == ["gemini"]
-    assert offline.note().startswith("the registry cannot be reached (") and offline.note().endswith("using the copy cached 2 h ago")
+    assert offline.note().startswith("the registry cannot be reached (") and offline.note().endswith(
+        "using the copy cached 2 h ago"
+    )
 
 
 def test_no_network_and_no_cache_is_one_error(registry: RegistryServer) -> None:
     url = registry.serve_registry([AGENT])
     registry.stop()
-    with pytest.raises(RegistryError, match=r"^cannot reach the registry \(http://127\.0\.0\.1:\d+/registry\.json: .*\) and there is no cached copy of it$"):
+    with pytest.raises(
+        RegistryError,
+        match=r"^cannot reach the registry \(http://127\.0\.0\.1:\d+/registry\.json: .*\) "
+        r"and there is no cached copy of it$",
+    ):
         asyncio.run(load(url))
 
 
@@ -74,7 +85,9 @@ def test_a_broken_registry_is_an_error_and_never_replaces_the_good_copy(registry
     assert list(source.cached(url).catalog.agents) == ["gemini"]  # type: ignore[union-attr]
 
 
-def test_an_http_error_falls_back_to_the_copy_and_a_huge_registry_is_refused(registry: RegistryServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_http_error_falls_back_to_the_copy_and_a_huge_registry_is_refused(
+    registry: RegistryServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = registry.serve_registry([AGENT])
     asyncio.run(load(url))
     registry.serve("/registry.json", b"down", status=503)
@@ -85,7 +98,9 @@ def test_an_http_error_falls_back_to_the_copy_and_a_huge_registry_is_refused(reg
         asyncio.run(load(big))
 
 
-def test_the_url_comes_from_the_environment_then_the_config_and_only_http_https_file(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_url_comes_from_the_environment_then_the_config_and_only_http_https_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.delenv("DECK_REGISTRY_URL", raising=False)
     assert registry_url() == source.DEFAULT_URL
     assert registry_url("file:///r.json") == "file:///r.json"
@@ -113,13 +128,17 @@ def test_a_file_registry_is_read_and_a_fifo_is_refused(tmp_path: Path) -> None:
 def test_a_download_is_checked_against_its_digest(registry: RegistryServer, tmp_path: Path) -> None:
     url = registry.serve("/a.tar.gz", b"archive bytes")
     seen: list[tuple[int, int | None]] = []
-    asyncio.run(download(url, tmp_path / "ok", sha256=sha256(b"archive bytes"), progress=lambda d, t: seen.append((d, t))))
+    asyncio.run(
+        download(url, tmp_path / "ok", sha256=sha256(b"archive bytes"), progress=lambda d, t: seen.append((d, t)))
+    )
     assert (tmp_path / "ok").read_bytes() == b"archive bytes" and seen[-1] == (13, 13)
     with pytest.raises(RegistryError, match=r"its SHA-256 is [0-9a-f]{64}, the registry says 0{64}: not installed"):
         asyncio.run(download(url, tmp_path / "bad", sha256="0" * 64))
 
 
-def test_a_download_past_the_cap_is_stopped_whether_or_not_it_says_its_length(registry: RegistryServer, tmp_path: Path) -> None:
+def test_a_download_past_the_cap_is_stopped_whether_or_not_it_says_its_length(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
     url = registry.serve("/big.zip", b"x" * 5000)
     with pytest.raises(RegistryError, match="is 5000 bytes, more than the 1000 deck downloads"):
         asyncio.run(download(url, tmp_path / "a", max_size=1000))
@@ -128,7 +147,9 @@ def test_a_download_past_the_cap_is_stopped_whether_or_not_it_says_its_length(re
         asyncio.run(download(url, tmp_path / "b", max_size=1000))
 
 
-def test_a_stalled_download_times_out_and_a_404_is_said(registry: RegistryServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stalled_download_times_out_and_a_404_is_said(
+    registry: RegistryServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("deck.registry.download.READ_TIMEOUT", 0.3)
     url = registry.serve("/slow.zip", b"x", stall=3)
     with pytest.raises(RegistryError, match=r"^cannot download http://.*/slow\.zip: timed out$"):

@@ -48,7 +48,8 @@ def test_a_bare_file_is_kept_under_its_command_name(tmp_path: Path) -> None:
 
 
 def test_archive_kinds_follow_the_registrys_names() -> None:
-    assert [archive_kind(u) for u in ("a.zip", "a.tar.gz", "a.tgz", "a.tar.bz2", "a.tbz2", "a.tar.xz?x=1", "agent")] == [
+    names = ("a.zip", "a.tar.gz", "a.tgz", "a.tar.bz2", "a.tbz2", "a.tar.xz?x=1", "agent")
+    assert [archive_kind(u) for u in names] == [
         "zip", "tar", "tar", "tar", "tar", "tar", "file"]  # fmt: skip
 
 
@@ -66,8 +67,18 @@ def test_archive_kinds_follow_the_registrys_names() -> None:
         ([tar_special("disk", tarfile.BLKTYPE)], r"'disk' is a device"),
         ([tar_special("pipe", tarfile.FIFOTYPE)], r"'pipe' is a FIFO"),
     ],
-    ids=["dotdot", "dotdot-inside", "absolute", "symlink-absolute", "symlink-out", "hardlink-out",
-         "hardlink-absolute", "char-device", "block-device", "fifo"],  # fmt: skip
+    ids=[
+        "dotdot",
+        "dotdot-inside",
+        "absolute",
+        "symlink-absolute",
+        "symlink-out",
+        "hardlink-out",
+        "hardlink-absolute",
+        "char-device",
+        "block-device",
+        "fifo",
+    ],  # fmt: skip
 )
 def test_a_hostile_tar_member_is_refused_and_nothing_is_written(tmp_path: Path, members: list, words: str) -> None:
     refused(tmp_path, tar_bytes([("bin/agent", b"ok"), *members]), "tar", words)
@@ -79,7 +90,9 @@ def test_a_path_through_a_link_to_outside_made_by_an_earlier_member_is_refused(t
 
 
 def test_a_link_inside_the_folder_is_kept(tmp_path: Path) -> None:
-    dest = unpacked(tmp_path, tar_bytes([("bin/real", b"#!/bin/sh\n"), tar_special("bin/agent", tarfile.SYMTYPE, "real")]), "tar")
+    dest = unpacked(
+        tmp_path, tar_bytes([("bin/real", b"#!/bin/sh\n"), tar_special("bin/agent", tarfile.SYMTYPE, "real")]), "tar"
+    )
     assert os.readlink(dest / "bin" / "agent") == "real" and find_command(dest, "bin/agent").exists()
 
 
@@ -114,7 +127,11 @@ def test_a_zip_member_written_through_an_earlier_link_is_refused(tmp_path: Path)
 
 def test_the_total_size_cap_holds_for_tar_zip_and_a_bare_file(tmp_path: Path) -> None:
     big = b"x" * 5000
-    for kind, data in (("tar", tar_bytes([("a", big), ("b", big)])), ("zip", zip_bytes([("a", big), ("b", big)])), ("file", big * 2)):
+    for kind, data in (
+        ("tar", tar_bytes([("a", big), ("b", big)])),
+        ("zip", zip_bytes([("a", big), ("b", big)])),
+        ("file", big * 2),
+    ):
         folder = tmp_path / kind
         folder.mkdir()
         refused(folder, data, kind, "more than 8000 bytes", max_total=8000)
