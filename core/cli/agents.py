@@ -61,6 +61,8 @@ def agents(
     from deck.cli.registry import ACTIONS
 
     args = list(rest or [])
+    if action != "add" and (as_name or host or cwd or via or ssh):
+        fail("--as, --host, --ssh, --cwd and --via are options of `deck agents add ID`")
     if action in ACTIONS and action != "logout":
         from deck.cli.registry import run
 

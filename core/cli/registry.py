@@ -68,8 +68,6 @@ def _load(url: str, refresh: bool = False) -> Loaded:
         raise SystemExit(loaded)
     if note := loaded.note():
         echo(f"deck: {note}", err=True)
-    for problem in loaded.catalog.problems[:3]:
-        echo(f"deck: registry: {problem}", err=True)
     return loaded
 
 
@@ -83,6 +81,8 @@ def search(words: list[str], config: Optional[Path], as_json: bool) -> int:
     _edited, url = _config(config)
     loaded = _load(url)
     found = matching(words, loaded.catalog)
+    for problem in loaded.catalog.problems[:5]:  # the entries left out, and why: the registry's to fix
+        echo(f"deck: registry: {problem}", err=True)
     if as_json:
         echo_json(
             {"registry": {"url": url, "how": loaded.how, "age": round(loaded.age)}, "agents": [_row(e) for e in found]}

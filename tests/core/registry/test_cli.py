@@ -421,3 +421,12 @@ def test_update_moves_a_preset_to_the_registrys_pinned_command_and_goes_on_past_
     every = deck("update", config=config)
     assert every.returncode == 1 and every.stdout == "gem is up to date: gemini 0.37.0\n"
     assert every.stderr == "deck: gone: unknown registry agent 'gone'; `deck agents search` lists them\n"
+
+
+def test_add_options_elsewhere_are_a_usage_error_and_search_says_the_entries_left_out(registry: RegistryServer) -> None:
+    registry.serve_registry([GEMINI, {"id": "Bad/Id", "version": "1", "distribution": {"npx": {"package": "x"}}}])
+    wrong = deck("search", "--as", "x")
+    assert (wrong.returncode, wrong.stderr) == (2, "deck: --as, --host, --ssh, --cwd and --via are options of `deck agents add ID`\n")
+    listed = deck("search")
+    assert listed.returncode == 0 and listed.stdout.startswith("gemini")
+    assert "deck: registry: agent 'Bad/Id' left out: id 'Bad/Id' is not an id" in listed.stderr
