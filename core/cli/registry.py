@@ -50,11 +50,14 @@ def _config(config: Optional[Path]) -> tuple[ConfigFile, str]:
     none, begun as `deck config init`'s) and the registry's URL it names."""
     from deck.config.files import xdg_config_file
     from deck.config.template import starter_config
+    from deck.registry.catalog import RegistryError
     from deck.registry.edit import ConfigFile
     from deck.registry.source import registry_url
 
     path, _source = config_file(config)
     edited = ConfigFile.open(path or xdg_config_file(), new_text=starter_config())
+    if (problem := edited.problem()) is not None:  # before any download: the edit could not be saved
+        raise RegistryError(f"the config has an error, fix it first: {problem}", ExitCode.USAGE)
     table = edited.doc.get("registry")
     url = table.get("url") if isinstance(table, dict) else None
     return edited, registry_url(url if isinstance(url, str) and url else None)
@@ -137,7 +140,7 @@ def add(ident: str, config: Optional[Path], options: dict[str, Any]) -> int:
     values |= {"cwd": cwd} if cwd else {}
     values["registry"] = f"{entry.id}@{entry.version}"
     edited.add(name, values, comment=f"From the ACP registry ({method}): `deck agents update {name}` moves it on")
-    _save_or_undo(edited, installed, host, ssh)
+    _save_or_undo(edited, name, installed, host, ssh)
     echo(f"added {name}: {entry.id} {entry.version} ({method}{f', on {host}' if host else ''}) to {edited.path}")
     _say_missing_launcher(installed.command, host)
     return ExitCode.OK
@@ -171,15 +174,15 @@ def _installed(result: Any) -> Installed:
     return result  # type: ignore[no-any-return]
 
 
-def _save_or_undo(edited: ConfigFile, installed: Installed, host: str, ssh: Optional[list[str]] = None) -> None:
-    """Save the config; if it cannot be, remove the binary just installed unless an entry uses it."""
+def _save_or_undo(edited: ConfigFile, name: str, installed: Installed, host: str, ssh: list[str]) -> None:
+    """Save the config; if it cannot be, remove the binary just installed unless another entry uses it."""
     from deck.registry.catalog import RegistryError
 
     try:
         edited.save()
     except RegistryError:
-        if installed.folder and not _users(edited.agents(), installed.folder, host, skip=None):
-            _remove_folder(installed.folder, host, ssh or [])
+        if installed.folder and not _users(edited.agents(), installed.folder, host, skip=name):
+            _remove_folder(installed.folder, host, ssh)
         raise
 
 
@@ -258,7 +261,7 @@ def _update_one(edited: ConfigFile, name: str, table: dict[str, Any], catalog: C
     if {**old_env, **installed.env} != old_env:  # the registry's variables set, the user's own kept
         values["env"] = {**old_env, **installed.env}
     edited.change(name, values)
-    _save_or_undo(edited, installed, host, ssh)
+    _save_or_undo(edited, name, installed, host, ssh)
     echo(f"updated {name}: {ident} {version or '(preset)'} → {entry.version} ({method})")
     if old_folder and not _users(edited.agents(), old_folder, host, skip=None):
         _remove_folder(old_folder, host, ssh)

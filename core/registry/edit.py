@@ -87,12 +87,19 @@ class ConfigFile:
             raise RegistryError(f"unknown agent {name!r} in {self.path} (agents: {known})", ExitCode.USAGE)
         return table
 
+    def problem(self) -> str | None:
+        """The first error deck finds in the config as it is now (`PATH:LINE:COL: MESSAGE`), or None."""
+        errors = parse(self.text()).errors
+        return errors[0].format(str(self.path)) if errors else None
+
+    def text(self) -> str:
+        return tomlkit.dumps(self.doc).rstrip("\n") + "\n"  # an entry added last leaves no blank line at the end
+
     def save(self) -> None:
         """Write the edited file at once, if deck reads it as a valid config; RegistryError otherwise."""
-        text = tomlkit.dumps(self.doc).rstrip("\n") + "\n"  # an entry added last leaves no blank line at the end
-        errors = parse(text).errors
-        if errors:
-            raise RegistryError(f"not written: the edited config would be invalid: {errors[0].format(str(self.path))}")
+        text = self.text()
+        if (problem := self.problem()) is not None:
+            raise RegistryError(f"not written: the edited config would be invalid: {problem}")
         try:
             write_atomic(self.path, text, base=self.base)
         except Changed:

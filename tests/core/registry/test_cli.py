@@ -426,7 +426,20 @@ def test_update_moves_a_preset_to_the_registrys_pinned_command_and_goes_on_past_
 def test_add_options_elsewhere_are_a_usage_error_and_search_says_the_entries_left_out(registry: RegistryServer) -> None:
     registry.serve_registry([GEMINI, {"id": "Bad/Id", "version": "1", "distribution": {"npx": {"package": "x"}}}])
     wrong = deck("search", "--as", "x")
-    assert (wrong.returncode, wrong.stderr) == (2, "deck: --as, --host, --ssh, --cwd and --via are options of `deck agents add ID`\n")
+    assert (wrong.returncode, wrong.stderr) == (
+        2,
+        "deck: --as, --host, --ssh, --cwd and --via are options of `deck agents add ID`\n",
+    )
     listed = deck("search")
     assert listed.returncode == 0 and listed.stdout.startswith("gemini")
     assert "deck: registry: agent 'Bad/Id' left out: id 'Bad/Id' is not an id" in listed.stderr
+
+
+def test_a_config_with_an_error_is_said_before_anything_is_downloaded(registry: RegistryServer, tmp_path: Path) -> None:
+    registry.serve_registry([binary_agent("tiny", "1.0.0", registry.serve("/t.tar.gz", agent_tar()))])
+    config = config_file(tmp_path, CONFIG + 'permissions = "bogus"\n')
+    added = deck("add", "tiny", config=config)
+    assert added.returncode == 2 and added.stderr.startswith(
+        f"deck: the config has an error, fix it first: {config}:10:"
+    )
+    assert [path for path, _ in registry.hits] == [] and not (tmp_path / "data").exists()

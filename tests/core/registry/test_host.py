@@ -99,3 +99,27 @@ def test_an_unreachable_host_is_one_line(registry: RegistryServer, tmp_path: Pat
         added.returncode == 1 and added.stderr.startswith("deck: on nohost.invalid: ") and added.stderr.count("\n") == 1
     )
     assert config.read_text() == ""
+
+
+def test_an_entry_that_cannot_be_saved_takes_its_binary_off_the_host_again(
+    registry: RegistryServer, box: SSHServer, tmp_path: Path
+) -> None:
+    registry.serve_registry([binary_agent("tiny", "1.0.0", registry.serve("/tiny.tar.gz", agent_tar()))])
+    host_data = tmp_path / "host-data"
+    config = tmp_path / "deck.toml"
+    config.write_text("")
+    ssh = ["-F", str(box.config), "-o", "ControlPath=none", "-o", f"SetEnv=XDG_DATA_HOME={host_data}"]
+    added = deck(
+        "add",
+        "tiny",
+        "--host",
+        "testbox",
+        "--cwd",
+        "relative/dir",
+        *[f"--ssh={a}" for a in ssh],
+        "--config",
+        str(config),
+    )
+    assert added.returncode == 1 and "not written: the edited config would be invalid" in added.stderr, added.stderr
+    assert "is not an absolute path on testbox" in added.stderr and config.read_text() == ""
+    assert not (host_data / "deck" / "agents" / "tiny").exists()
