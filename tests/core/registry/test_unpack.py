@@ -112,10 +112,11 @@ def test_a_command_that_is_a_link_out_of_the_folder_is_not_found(tmp_path: Path)
         ([("C:/escaped", b"x")], "absolute path"),
         ([("link", b"/etc/passwd", 0o120777)], "links to an absolute path"),
         ([("link", b"../../escaped", 0o120777)], "links out of its folder"),
+        ([("link", b"x" * 5000, 0o120777)], "is a link of 5000 bytes"),
         ([("fifo", b"", 0o010644)], "a device, a FIFO or a special file"),
         ([("dev", b"", 0o020644)], "a device, a FIFO or a special file"),
     ],
-    ids=["dotdot", "absolute", "drive", "symlink-absolute", "symlink-out", "fifo", "device"],
+    ids=["dotdot", "absolute", "drive", "symlink-absolute", "symlink-out", "symlink-huge", "fifo", "device"],
 )
 def test_a_hostile_zip_member_is_refused(tmp_path: Path, members: list, words: str) -> None:
     refused(tmp_path, zip_bytes([("bin/agent", b"ok"), *members]), "zip", words)
