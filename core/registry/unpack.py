@@ -150,7 +150,8 @@ def _extract_zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, 
     target.parent.mkdir(parents=True, exist_ok=True)
     if kind == stat.S_IFLNK:
         if info.file_size > 4096:  # a link's target is its content: never a large one
-            raise RegistryError(f"archive member {info.filename[:200]!r} is a link of {info.file_size} bytes: not installed")
+            size = info.file_size
+            raise RegistryError(f"archive member {info.filename[:200]!r} is a link of {size} bytes: not installed")
         link = zf.read(info)[:4096].decode("utf-8", "replace")
         _inside_link(name, link)
         os.symlink(link, target)
