@@ -29,6 +29,7 @@ class Served:
     etag: bool = True
     status: int = 200
     stall: float = 0.0  # seconds to wait after the headers, before the body
+    together: threading.Barrier | None = None  # requests held until this many have come (a race made sure)
     length: bool = True  # a Content-Length header (else the body ends when the connection closes)
 
 
@@ -63,6 +64,11 @@ class RegistryServer:
                 self.end_headers()
                 if served.stall:
                     time.sleep(served.stall)
+                if served.together is not None:
+                    try:
+                        served.together.wait(timeout=60)
+                    except threading.BrokenBarrierError:
+                        pass
                 try:
                     self.wfile.write(served.body)
                 except OSError:

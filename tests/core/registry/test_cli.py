@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -307,21 +308,24 @@ def test_remove_keeps_a_binary_another_entry_uses_and_removes_it_with_the_last(
 
 def test_concurrent_installs_of_one_agent_do_not_corrupt_each_other(registry: RegistryServer, tmp_path: Path) -> None:
     archive = agent_tar()
-    registry.serve_registry(
-        [binary_agent("tiny", "1.0.0", registry.serve("/t.tar.gz", archive, stall=0.5), digest=sha256(archive))]
-    )
+    # The archive is sent to none of the four until all four asked for it: they race for sure.
+    url = registry.serve("/t.tar.gz", archive, together=threading.Barrier(4))
+    registry.serve_registry([binary_agent("tiny", "1.0.0", url, digest=sha256(archive))])
     assert deck("search").returncode == 0  # the registry cached: the four then race for the archive only
-    configs = [config_file(tmp_path / f"c{i}") if (tmp_path / f"c{i}").mkdir() is None else None for i in range(4)]
+    configs = []
+    for i in range(4):
+        (tmp_path / f"c{i}").mkdir()
+        configs.append(config_file(tmp_path / f"c{i}"))
     add = [*DECK, "agents", "add", "tiny", "--config"]
-    running = [subprocess.Popen([*add, str(c)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for c in configs]  # fmt: skip
+    running = [subprocess.Popen([*add, str(c)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in configs]
     results = [(p.wait(timeout=120), p.stderr.read()) for p in running]  # type: ignore[union-attr]
     assert [code for code, _ in results] == [0, 0, 0, 0], results
-    assert sum(1 for path, _ in registry.hits if path == "/t.tar.gz") >= 2  # they did overlap
+    assert sum(1 for path, _ in registry.hits if path == "/t.tar.gz") == 4
     agents = tmp_path / "data" / "deck" / "agents" / "tiny"
     assert sorted(p.name for p in agents.iterdir()) == ["1.0.0"]  # no temp folder of the losers left
     assert sorted(p.name for p in (agents / "1.0.0").iterdir()) == ["LICENSE", "bin"]
-    assert (agents / "1.0.0" / "bin" / "agent").read_bytes().startswith(b"#!/bin/sh")
+    assert (agents / "1.0.0" / "bin" / "agent").read_bytes() == tarfile_member(archive, "bin/agent")
+    assert all(f"{agents}/1.0.0/bin/agent" in c.read_text() for c in configs)
 
 
 def test_deck_config_init_names_the_registry_ids_of_its_presets(tmp_path: Path) -> None:
@@ -443,3 +447,11 @@ def test_a_config_with_an_error_is_said_before_anything_is_downloaded(registry: 
         f"deck: the config has an error, fix it first: {config}:10:"
     )
     assert [path for path, _ in registry.hits] == [] and not (tmp_path / "data").exists()
+
+
+def tarfile_member(archive: bytes, name: str) -> bytes:
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        return tar.extractfile(name).read()  # type: ignore[union-attr]
