@@ -131,10 +131,13 @@ async def _get(url: str, etag: str | None) -> tuple[int, bytes, str | None]:
                     raise RegistryError(f"{url} answered HTTP {response.status}")
                 if (response.content_length or 0) > MAX_REGISTRY:
                     raise RegistryError(f"{url} is larger than {MAX_REGISTRY >> 20} MiB")
-                body = await response.content.read(MAX_REGISTRY + 1)
-                if len(body) > MAX_REGISTRY:
-                    raise RegistryError(f"{url} is larger than {MAX_REGISTRY >> 20} MiB")
-                return 200, body, response.headers.get("ETag")
+                chunks, size = [], 0
+                async for chunk in response.content.iter_chunked(1 << 16):
+                    size += len(chunk)
+                    if size > MAX_REGISTRY:  # a server that does not say its length, or lies about it
+                        raise RegistryError(f"{url} is larger than {MAX_REGISTRY >> 20} MiB")
+                    chunks.append(chunk)
+                return 200, b"".join(chunks), response.headers.get("ETag")
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         raise RegistryError(f"{url}: {_reason(exc)}") from None
 

@@ -96,6 +96,15 @@ def test_an_http_error_falls_back_to_the_copy_and_a_huge_registry_is_refused(
     big = registry.serve("/big.json", b" " * 2000)
     with pytest.raises(RegistryError, match="larger than"):
         asyncio.run(load(big))
+    quiet = registry.serve("/quiet.json", b" " * 200_000, length=False)  # no Content-Length: counted as read
+    with pytest.raises(RegistryError, match="larger than"):
+        asyncio.run(load(quiet))
+
+
+def test_a_registry_larger_than_one_read_is_read_whole(registry: RegistryServer) -> None:
+    agents = [{**AGENT, "id": f"agent-{i}", "description": "x" * 2000} for i in range(1500)]  # some 3 MB
+    url = registry.serve("/registry.json", json.dumps({"agents": agents}).encode(), length=False)
+    assert len(asyncio.run(load(url)).catalog.agents) == 1500
 
 
 def test_the_url_comes_from_the_environment_then_the_config_and_only_http_https_file(
