@@ -86,6 +86,8 @@ async def install_binary(
         finally:
             shutil.rmtree(work, ignore_errors=True)
             _remove_if_empty(final.parent)
+    if not (final / binary.cmd).is_file():  # a folder of that version left there by something else
+        raise RegistryError(f"{final} is there without {binary.cmd}: remove that folder, then add the agent again")
     command = find_command(final, binary.cmd)
     return Installed([str(command), *binary.args], dict(binary.env), str(final))
 

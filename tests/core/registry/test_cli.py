@@ -455,3 +455,16 @@ def tarfile_member(archive: bytes, name: str) -> bytes:
 
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         return tar.extractfile(name).read()  # type: ignore[union-attr]
+
+
+def test_a_version_folder_already_there_is_reused_and_a_broken_one_is_named(registry: RegistryServer, tmp_path: Path) -> None:
+    registry.serve_registry([binary_agent("tiny", "1.0.0", registry.serve("/t.tar.gz", agent_tar()))])
+    config = config_file(tmp_path)
+    assert deck("add", "tiny", config=config).returncode == 0
+    assert deck("add", "tiny", "--as", "twice", config=config).returncode == 0
+    assert [path for path, _ in registry.hits].count("/t.tar.gz") == 1  # the second found it in place
+    folder = tmp_path / "data" / "deck" / "agents" / "tiny" / "1.0.0"
+    (folder / "bin" / "agent").unlink()
+    broken = deck("add", "tiny", "--as", "third", config=config)
+    assert broken.returncode == 1
+    assert broken.stderr == f"deck: {folder} is there without bin/agent: remove that folder, then add the agent again\n"
