@@ -151,12 +151,11 @@ def _install(entry: Entry, host: str, via: Optional[str], ssh: Optional[list[str
     from deck.registry.catalog import Package, platform_key
     from deck.registry.install import Installed, choose, install_binary, package_command
 
-    if host:
+    platform = platform_key()
+    if host and (via == "binary" or (via is None and not entry.packages)):  # npx and uvx need not ask the host
         from deck.registry.host import host_platform
 
         platform = host_platform(host, ssh or [])
-    else:
-        platform = platform_key()
     dist = choose(entry, platform, via)
     if isinstance(dist, Package):
         return Installed(package_command(dist), dict(dist.env)), dist.kind

@@ -317,7 +317,9 @@ def test_concurrent_installs_of_one_agent_do_not_corrupt_each_other(registry: Re
         (tmp_path / f"c{i}").mkdir()
         configs.append(config_file(tmp_path / f"c{i}"))
     add = [*DECK, "agents", "add", "tiny", "--config"]
-    running = [subprocess.Popen([*add, str(c)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in configs]
+    running = [
+        subprocess.Popen([*add, str(c)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in configs
+    ]
     results = [(p.wait(timeout=120), p.stderr.read()) for p in running]  # type: ignore[union-attr]
     assert [code for code, _ in results] == [0, 0, 0, 0], results
     assert sum(1 for path, _ in registry.hits if path == "/t.tar.gz") == 4
@@ -457,7 +459,9 @@ def tarfile_member(archive: bytes, name: str) -> bytes:
         return tar.extractfile(name).read()  # type: ignore[union-attr]
 
 
-def test_a_version_folder_already_there_is_reused_and_a_broken_one_is_named(registry: RegistryServer, tmp_path: Path) -> None:
+def test_a_version_folder_already_there_is_reused_and_a_broken_one_is_named(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
     registry.serve_registry([binary_agent("tiny", "1.0.0", registry.serve("/t.tar.gz", agent_tar()))])
     config = config_file(tmp_path)
     assert deck("add", "tiny", config=config).returncode == 0

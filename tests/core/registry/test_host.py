@@ -123,3 +123,20 @@ def test_an_entry_that_cannot_be_saved_takes_its_binary_off_the_host_again(
     assert added.returncode == 1 and "not written: the edited config would be invalid" in added.stderr, added.stderr
     assert "is not an absolute path on testbox" in added.stderr and config.read_text() == ""
     assert not (host_data / "deck" / "agents" / "tiny").exists()
+
+
+def test_an_npx_agent_on_a_host_needs_nothing_installed_there(registry: RegistryServer, tmp_path: Path) -> None:
+    gemini = {"id": "gemini", "name": "Gemini CLI", "version": "0.37.0",
+              "distribution": {"npx": {"package": "@google/gemini-cli@0.37.1", "args": ["--acp"]}}}  # fmt: skip
+    registry.serve_registry([gemini])
+    config = tmp_path / "deck.toml"
+    config.write_text("")
+    added = deck("add", "gemini", "--host", "nohost.invalid", "--cwd", "/srv/app", "--config", str(config))
+    assert (
+        added.returncode == 0 and added.stdout == f"added gemini: gemini 0.37.0 (npx, on nohost.invalid) to {config}\n"
+    )
+    text = config.read_text()
+    assert (
+        'command = ["npx", "-y", "@google/gemini-cli@0.37.1", "--acp"]\nhost = "nohost.invalid"\ncwd = "/srv/app"\n'
+        in text
+    )
