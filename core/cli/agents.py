@@ -38,11 +38,19 @@ def agents(
     rest: Optional[list[str]] = typer.Argument(None, hidden=True),
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
-    as_name: Optional[str] = typer.Option(None, "--as", metavar="NAME", help="add: the agent's name in the config (default: its id)."),
-    host: Optional[str] = typer.Option(None, "--host", metavar="HOST", help="add: run it on HOST through ssh (its binary installed there)."),
+    as_name: Optional[str] = typer.Option(
+        None, "--as", metavar="NAME", help="add: the agent's name in the config (default: its id)."
+    ),
+    host: Optional[str] = typer.Option(
+        None, "--host", metavar="HOST", help="add: run it on HOST through ssh (its binary installed there)."
+    ),
     ssh: list[str] = typer.Option([], "--ssh", metavar="ARG", help="add: one more ssh argument for --host (repeatable)."),
-    cwd: Optional[str] = typer.Option(None, "--cwd", metavar="DIR", help="add: its working folder (with --host: an absolute path there)."),
-    via: Optional[str] = typer.Option(None, "--via", metavar="HOW", help="add: npx, uvx or binary (default: the first the registry gives, in that order)."),
+    cwd: Optional[str] = typer.Option(
+        None, "--cwd", metavar="DIR", help="add: its working folder (with --host: an absolute path there)."
+    ),
+    via: Optional[str] = typer.Option(
+        None, "--via", metavar="HOW", help="add: npx, uvx or binary (default: the first the registry gives)."
+    ),
     check: bool = typer.Option(False, "--check", help="Check that each agent's command exists (exit 1 if not)."),
     handshake: bool = typer.Option(False, "--handshake", help="With --check: also start each agent for an ACP handshake."),
 ) -> None:
@@ -66,7 +74,8 @@ def agents(
     if action in ACTIONS and action != "logout":
         from deck.cli.registry import run
 
-        raise typer.Exit(run(action, args, config, {"as_json": as_json, "as_name": as_name, "host": host, "ssh": ssh, "cwd": cwd, "via": via}))
+        options = {"as_json": as_json, "as_name": as_name, "host": host, "ssh": ssh, "cwd": cwd, "via": via}
+        raise typer.Exit(run(action, args, config, options))
     if action == "logout" or args:
         if action != "logout" or len(args) > 1:
             fail(f"unknown action {action!r}: `deck agents NAME` shows one agent, `deck agents logout NAME` "
@@ -84,8 +93,8 @@ def agents(
     shown = [a for a in deck.agents.values() if action is None or a.name == action]
     origins = entry_origins(deck.config.registry.url, {a.name: (a.config.command, a.config.registry) for a in shown})
     rows: list[dict[str, Any]] = [
-        {"name": a.name, "title": a.title, "icon": a.icon, "description": a.config.description, "command": a.config.command,
-         "origin": origins[a.name]}
+        {"name": a.name, "title": a.title, "icon": a.icon, "description": a.config.description,
+         "command": a.config.command, "origin": origins[a.name]}
         for a in shown
     ]  # fmt: skip
     if as_json:
@@ -94,7 +103,8 @@ def agents(
     from deck.registry.origin import describe
 
     for row in rows:
-        echo(f"{row['icon']} {row['name']:<16} {row['title']:<24} {' '.join(row['command'])}  [{describe(row['origin'])}]")
+        command = " ".join(row["command"])
+        echo(f"{row['icon']} {row['name']:<16} {row['title']:<24} {command}  [{describe(row['origin'])}]")
 
 
 def _logout(config: Optional[Path], name: Optional[str]) -> int:
