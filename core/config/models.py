@@ -29,6 +29,10 @@ from pydantic import (
 DEFAULT_NAME = "deck.toml"
 
 
+#: An agent's `registry` key: the ACP registry's id, and the version pinned (`deck.registry.catalog`'s rules).
+REGISTRY_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}(@[A-Za-z0-9][A-Za-z0-9.+_-]{0,63})?")
+
+
 #: `[limits] messageSize`: the text (and tool calls) one message keeps from its start.
 MESSAGE_MAX = 8 << 20
 
@@ -285,6 +289,13 @@ class AgentConfig(_Model):
     @classmethod
     def _absolute_directories(cls, folders: list[str]) -> list[str]:
         return absolute_paths(folders)
+
+    @field_validator("registry")
+    @classmethod
+    def _registry_id(cls, value: str) -> str:
+        if value and not REGISTRY_ID.fullmatch(value):  # it names folders deck installs into and removes
+            raise ValueError(f"registry {value!r} is not ID or ID@VERSION (as `deck agents add` writes it)")
+        return value
 
     @model_validator(mode="after")
     def _remote(self) -> AgentConfig:

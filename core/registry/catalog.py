@@ -38,6 +38,16 @@ _LOADER_ENV = re.compile(
 )
 
 
+def valid_id(ident: str) -> bool:
+    """Whether `ident` is a registry id, which names a folder (`…/agents/ID/`)."""
+    return _ID.match(ident) is not None
+
+
+def valid_version(version: str) -> bool:
+    """Whether `version` is one deck accepts, which names a folder (`…/agents/ID/VERSION/`)."""
+    return _VERSION.match(version) is not None
+
+
 class RegistryError(DeckError):
     """A registry or an install that failed: one line, and the `ExitCode` the command exits with."""
 

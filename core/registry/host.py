@@ -18,7 +18,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from deck.registry.catalog import Binary, Entry, RegistryError, platform_key
+from deck.registry.catalog import Binary, Entry, RegistryError, platform_key, valid_id, valid_version
 from deck.registry.download import Progress
 from deck.registry.install import Installed, fetch_tree
 
@@ -98,5 +98,7 @@ async def install_on_host(
 
 
 def remove_on_host(host: str, ssh: list[str], ident: str, version: str) -> None:
-    """Remove the version folder of `ident` on `host`."""
+    """Remove the version folder of `ident` on `host` (an id and a version that name folders, never `..`)."""
+    if not (valid_id(ident) and valid_version(version)):
+        raise RegistryError(f"{ident!r} {version!r} is not a registry id and version: nothing removed on {host}")
     _run(host, ssh, REMOVE, ident, version)

@@ -85,3 +85,12 @@ def test_a_file_that_is_not_toml_and_a_name_taken_or_unknown_are_one_line(tmp_pa
         edited.add("a", {"command": ["x"]})
     with pytest.raises(RegistryError, match=r"unknown agent 'zz' in .* \(agents: a\)"):
         edited.remove("zz")
+
+
+def test_a_registry_key_that_could_name_a_folder_out_is_a_config_error() -> None:
+    from deck.config.check import parse
+
+    for bad in ("../..@x", "tiny@..", "Tiny", "tiny@1/2", "tiny@"):
+        errors = parse(f'[agents.a]\ncommand = ["a"]\nregistry = "{bad}"\n').errors
+        assert len(errors) == 1 and "is not ID or ID@VERSION" in errors[0].message and errors[0].line == 3, (bad, errors)
+    assert parse('[agents.a]\ncommand = ["a"]\nregistry = "claude-acp@0.85.1"\n').problems == []
