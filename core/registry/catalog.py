@@ -27,25 +27,25 @@ MAX_TEXT = 4096
 MAX_ITEMS = 64
 
 #: An id and a version name folders (`…/agents/ID/VERSION/`): no `/`, no leading dot.
-_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_PLATFORM = re.compile(r"^(darwin|linux|windows)-(aarch64|x86_64)$")
+_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_PLATFORM = re.compile(r"(darwin|linux|windows)-(aarch64|x86_64)")
 #: Variables an entry may not set: they would change which program runs, or load code into it,
 #: beyond the package the user chose (the launcher found on another PATH, a library preloaded).
 _LOADER_ENV = re.compile(
-    r"^(PATH|LD_\w+|DYLD_\w+|NODE_OPTIONS|NODE_PATH|PYTHON\w*|BASH_ENV|ENV|UV_\w+|NPM_CONFIG_\w+)$", re.IGNORECASE
+    r"(PATH|LD_\w+|DYLD_\w+|NODE_OPTIONS|NODE_PATH|PYTHON\w*|BASH_ENV|ENV|UV_\w+|NPM_CONFIG_\w+)", re.IGNORECASE
 )
 
 
 def valid_id(ident: str) -> bool:
     """Whether `ident` is a registry id, which names a folder (`…/agents/ID/`)."""
-    return _ID.match(ident) is not None
+    return _ID.fullmatch(ident) is not None
 
 
 def valid_version(version: str) -> bool:
     """Whether `version` is one deck accepts, which names a folder (`…/agents/ID/VERSION/`)."""
-    return _VERSION.match(version) is not None
+    return _VERSION.fullmatch(version) is not None
 
 
 class RegistryError(DeckError):
@@ -148,10 +148,10 @@ def _entry(raw: Any) -> Entry:
     if not isinstance(raw, dict):
         raise BadEntry("not an object")
     ident = _text(raw, "id", required=True)
-    if not _ID.match(ident):
+    if not _ID.fullmatch(ident):
         raise BadEntry(f"id {ident[:64]!r} is not an id (a-z, 0-9, '.', '_', '-')")
     version = _text(raw, "version", required=True)
-    if not _VERSION.match(version):
+    if not _VERSION.fullmatch(version):
         raise BadEntry(f"version {version[:64]!r} is not a version")
     distribution = raw.get("distribution")
     if not isinstance(distribution, dict):
@@ -202,9 +202,9 @@ def _env(raw: dict[str, Any]) -> dict[str, str]:
     if not isinstance(value, dict) or len(value) > MAX_ITEMS:
         raise BadEntry(f"env is not an object of at most {MAX_ITEMS} strings")
     for name, text in value.items():
-        if not _ENV_NAME.match(name) or not isinstance(text, str) or len(text) > MAX_TEXT or "\0" in text:
+        if not _ENV_NAME.fullmatch(name) or not isinstance(text, str) or len(text) > MAX_TEXT or "\0" in text:
             raise BadEntry(f"env {name[:64]!r} is not a variable name with a string")
-        if _LOADER_ENV.match(name):
+        if _LOADER_ENV.fullmatch(name):
             raise BadEntry(f"env {name!r} would change which program runs or what it loads: refused")
     return dict(value)
 
@@ -238,7 +238,7 @@ def _binaries(raw: Any) -> dict[str, Binary]:
         raise BadEntry("distribution.binary is not an object of platforms")
     binaries = {}
     for key, target in raw.items():
-        if not _PLATFORM.match(key):
+        if not _PLATFORM.fullmatch(key):
             continue  # a platform deck does not know (a future one): not an error
         if not isinstance(target, dict):
             raise BadEntry(f"distribution.binary.{key} is not an object")

@@ -176,3 +176,8 @@ def test_platform_keys_and_search() -> None:
 def test_a_long_description_is_cut_not_refused() -> None:
     read = parse(catalog({**npx("long", "p"), "description": "d" * 10_000, "name": 42}), "R")
     assert read.problems == () and len(read.agents["long"].description) == 4096 and read.agents["long"].name == "long"
+
+
+def test_an_id_or_version_ending_in_a_newline_is_refused() -> None:
+    read = parse(catalog(npx("tiny\n", "p"), npx("ok", "p", version="1\n"), npx("good", "p")), "R")
+    assert list(read.agents) == ["good"] and len(read.problems) == 2
