@@ -68,6 +68,11 @@ def _safe_name(name: str) -> str:
     return "/".join(parts)
 
 
+def _is_top(name: str) -> bool:
+    """Whether `name` is the archive's top folder itself (`.`, `./`)."""
+    return name.strip("/") in (".", "") and not name.startswith("/")
+
+
 def _inside_link(member: str, target: str) -> None:
     """A symbolic link at `member` pointing to `target` must stay inside the folder."""
     if target.startswith("/") or not target:
@@ -102,6 +107,8 @@ def _checked_tar(tar: tarfile.TarFile, max_total: int) -> list[tarfile.TarInfo]:
     """Every member of `tar`, each checked, before anything is written."""
     members, total = [], 0
     for member in tar:
+        if member.isdir() and _is_top(member.name):
+            continue  # `./`, as `tar -C folder -c .` writes first: the folder itself
         name = _safe_name(member.name)
         if member.issym():
             _inside_link(name, member.linkname)
@@ -139,6 +146,8 @@ def _unzip(archive: Path, dest: Path, max_total: int) -> None:
 
 def _extract_zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, room: int) -> int:
     """Write one member of a zip (a folder, a file, a link inside); the bytes written."""
+    if info.is_dir() and _is_top(info.filename):
+        return 0
     name = _safe_name(info.filename)
     mode = info.external_attr >> 16
     kind = stat.S_IFMT(mode)

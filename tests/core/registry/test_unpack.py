@@ -167,3 +167,13 @@ def test_a_broken_archive_is_one_clear_error(tmp_path: Path) -> None:
 def test_every_tar_compression_the_registry_names_unpacks(tmp_path: Path, mode: str, name: str) -> None:
     dest = unpacked(tmp_path, tar_bytes([("bin/agent", b"#!/bin/sh\n")], mode=mode), archive_kind(name))
     assert (dest / "bin" / "agent").read_bytes() == b"#!/bin/sh\n"
+
+
+def test_an_archive_made_from_inside_its_folder_unpacks(tmp_path: Path) -> None:
+    top = tarfile.TarInfo("./")
+    top.type = tarfile.DIRTYPE
+    data = tar_bytes([top, ("./bin/agent", b"#!/bin/sh\n")])  # `tar -C folder -czf a.tgz .`
+    assert (unpacked(tmp_path, data, "tar") / "bin" / "agent").read_bytes() == b"#!/bin/sh\n"
+    (tmp_path / "z").mkdir()
+    dest = unpacked(tmp_path / "z", zip_bytes([("./", b"", 0o040755), ("./bin/agent", b"#!/bin/sh\n")]), "zip")
+    assert (dest / "bin" / "agent").read_bytes() == b"#!/bin/sh\n"
