@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
@@ -69,8 +70,11 @@ async def _fetch(url: str, out: BinaryIO, digest: hashlib._Hash, max_size: int, 
 def _copy_file(url: str, out: BinaryIO, digest: hashlib._Hash, max_size: int) -> None:
     path = Path(unquote(urlsplit(url).path))
     try:
-        with open(path, "rb") as src:
-            if os.fstat(src.fileno()).st_size > max_size:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as src:
+            info = os.fstat(src.fileno())
+            if not stat.S_ISREG(info.st_mode):  # a FIFO would wait forever, a device never end
+                raise RegistryError(f"{path} is not a regular file")
+            if info.st_size > max_size:
                 raise RegistryError(f"{path} is more than the {max_size} bytes deck downloads")
             while chunk := src.read(CHUNK):
                 digest.update(chunk)

@@ -165,3 +165,17 @@ def test_a_stalled_download_times_out_and_a_404_is_said(
         asyncio.run(download(url, tmp_path / "a"))
     with pytest.raises(RegistryError, match="answered HTTP 404"):
         asyncio.run(download(registry.url("/missing.zip"), tmp_path / "b"))
+
+
+def test_a_file_archive_is_copied_checked_and_capped(tmp_path: Path) -> None:
+    source_file = tmp_path / "agent.tar.gz"
+    source_file.write_bytes(b"y" * 3000)
+    asyncio.run(download(source_file.as_uri(), tmp_path / "a", sha256=sha256(b"y" * 3000)))
+    assert (tmp_path / "a").read_bytes() == b"y" * 3000
+    with pytest.raises(RegistryError, match="more than the 1000 bytes"):
+        asyncio.run(download(source_file.as_uri(), tmp_path / "b", max_size=1000))
+    with pytest.raises(RegistryError, match="cannot read"):
+        asyncio.run(download((tmp_path / "missing").as_uri(), tmp_path / "c"))
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(RegistryError, match="is not a regular file"):
+        asyncio.run(download((tmp_path / "fifo").as_uri(), tmp_path / "d"))
