@@ -52,8 +52,12 @@ def _run(
 ) -> str:
     """Run the sh `script` on `host`; its stdout. RegistryError with ssh's or the script's last error line."""
     from deck.agent.remote import host_command
+    from deck.proc.supervisor import SpawnError
 
-    command = host_command(host, ssh, script, *args)
+    try:
+        command = host_command(host, ssh, script, *args)
+    except SpawnError as exc:  # the folder of ssh's shared connections is not safe to use
+        raise RegistryError(str(exc)) from None
     try:
         with open(stdin, "rb") if stdin else open("/dev/null", "rb") as source:
             done = subprocess.run(command, stdin=source, capture_output=True, timeout=timeout)
