@@ -40,6 +40,8 @@ def run(action: str, args: list[str], config: Optional[Path], options: dict[str,
         return remove(args[0], config)
     except RegistryError as exc:
         fail(str(exc), exc.exit_code)
+    except OSError as exc:  # a folder deck cannot make or write (the data or cache folder)
+        fail(f"{exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}", ExitCode.ERROR)
 
 
 # -- the registry and the config file ---------------------------------------------------------

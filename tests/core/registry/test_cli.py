@@ -472,3 +472,18 @@ def test_a_version_folder_already_there_is_reused_and_a_broken_one_is_named(
     broken = deck("add", "tiny", "--as", "third", config=config)
     assert broken.returncode == 1
     assert broken.stderr == f"deck: {folder} is there without bin/agent: remove that folder, then add the agent again\n"
+
+
+def test_a_data_folder_deck_cannot_make_is_one_line(
+    registry: RegistryServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry.serve_registry([binary_agent("tiny", "1.0.0", registry.serve("/t.tar.gz", agent_tar()))])
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_DATA_HOME", str(blocker))
+    config = config_file(tmp_path)
+    added = deck("add", "tiny", config=config)
+    assert (
+        added.returncode == 1 and added.stderr.startswith("deck: Not a directory: ") and added.stderr.count("\n") == 1
+    )
+    assert config.read_text() == CONFIG

@@ -92,5 +92,8 @@ def test_a_registry_key_that_could_name_a_folder_out_is_a_config_error() -> None
 
     for bad in ("../..@x", "tiny@..", "Tiny", "tiny@1/2", "tiny@"):
         errors = parse(f'[agents.a]\ncommand = ["a"]\nregistry = "{bad}"\n').errors
-        assert len(errors) == 1 and "is not ID or ID@VERSION" in errors[0].message and errors[0].line == 3, (bad, errors)
+        assert len(errors) == 1 and "is not ID or ID@VERSION" in errors[0].message and errors[0].line == 3, (
+            bad,
+            errors,
+        )
     assert parse('[agents.a]\ncommand = ["a"]\nregistry = "claude-acp@0.85.1"\n').problems == []

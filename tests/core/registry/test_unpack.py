@@ -163,7 +163,9 @@ def test_a_broken_archive_is_one_clear_error(tmp_path: Path) -> None:
         refused(tmp_path / kind, data, kind, "the archive cannot be unpacked")
 
 
-@pytest.mark.parametrize(("mode", "name"), [("w:gz", "a.tgz"), ("w:bz2", "a.tar.bz2"), ("w:xz", "a.tar.xz"), ("w", "a.tar")])
+@pytest.mark.parametrize(
+    ("mode", "name"), [("w:gz", "a.tgz"), ("w:bz2", "a.tar.bz2"), ("w:xz", "a.tar.xz"), ("w", "a.tar")]
+)
 def test_every_tar_compression_the_registry_names_unpacks(tmp_path: Path, mode: str, name: str) -> None:
     dest = unpacked(tmp_path, tar_bytes([("bin/agent", b"#!/bin/sh\n")], mode=mode), archive_kind(name))
     assert (dest / "bin" / "agent").read_bytes() == b"#!/bin/sh\n"
