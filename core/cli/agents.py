@@ -21,35 +21,66 @@ from deck.errors import ExitCode
 
 
 class AgentsCommand(Command):
-    """`deck agents [OPTIONS] [NAME | logout NAME]`: its two arguments read as one choice in the usage line."""
+    """`deck agents [OPTIONS] [NAME | ACTION ARGS]`: its two arguments read as one choice in the usage line."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         first = next(p for p in self.params if p.param_type_name == "argument")
-        first.get_usage_pieces = lambda ctx: ["[NAME | logout NAME]"]  # type: ignore[method-assign]
+        first.get_usage_pieces = lambda ctx: [  # type: ignore[method-assign]
+            "[NAME | logout NAME | search [WORDS] | add ID | update [NAME] | remove NAME]"
+        ]
 
 
 def agents(
     action: Optional[str] = typer.Argument(
         None, metavar="NAME", help="Only this agent. `deck agents logout NAME`: log agent NAME out (ACP logout)."
     ),
-    name: Optional[str] = typer.Argument(None, hidden=True),
+    rest: Optional[list[str]] = typer.Argument(None, hidden=True),
     config: Optional[Path] = ConfigOption,
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
+    as_name: Optional[str] = typer.Option(
+        None, "--as", metavar="NAME", help="add: the agent's name in the config (default: its id)."
+    ),
+    host: Optional[str] = typer.Option(
+        None, "--host", metavar="HOST", help="add: run it on HOST through ssh (its binary installed there)."
+    ),
+    ssh: list[str] = typer.Option([], "--ssh", metavar="ARG", help="add: one more ssh argument for --host (repeatable)."),
+    cwd: Optional[str] = typer.Option(
+        None, "--cwd", metavar="DIR", help="add: its working folder (with --host: an absolute path there)."
+    ),
+    via: Optional[str] = typer.Option(
+        None, "--via", metavar="HOW", help="add: npx, uvx or binary (default: the first the registry gives)."
+    ),
     check: bool = typer.Option(False, "--check", help="Check that each agent's command exists (exit 1 if not)."),
     handshake: bool = typer.Option(False, "--handshake", help="With --check: also start each agent for an ACP handshake."),
 ) -> None:
-    """List the configured agents, or log one out.
+    """List the agents; add them from the registry.
+
+    Each configured agent is listed with where it came from (the ACP registry, a preset, by hand).
 
     `deck agents` lists them all, `deck agents NAME` only NAME; --check tests that each
     command exists, --handshake also starts each agent. `deck agents logout NAME` logs
     agent NAME out (ACP logout). An agent the config does not have is an error (exit 2).
+    From the ACP registry: `search [WORDS]` lists its agents, `add ID [--as NAME]` writes one
+    into the config with a pinned command, `update [NAME]` moves it to the registry's version,
+    `remove NAME` takes it out (and the binary deck downloaded for it). These words are
+    actions, never agent names.
     """
-    if action == "logout" or name is not None:
-        if action != "logout":
-            fail(f"unknown action {action!r}: `deck agents NAME` shows one agent, "
-                 "`deck agents logout NAME` logs one out")  # fmt: skip
-        raise typer.Exit(_logout(config, name))
+    from deck.cli.registry import ACTIONS
+
+    args = list(rest or [])
+    if action != "add" and (as_name or host or cwd or via or ssh):
+        fail("--as, --host, --ssh, --cwd and --via are options of `deck agents add ID`")
+    if action in ACTIONS and action != "logout":
+        from deck.cli.registry import run
+
+        options = {"as_json": as_json, "as_name": as_name, "host": host, "ssh": ssh, "cwd": cwd, "via": via}
+        raise typer.Exit(run(action, args, config, options))
+    if action == "logout" or args:
+        if action != "logout" or len(args) > 1:
+            fail(f"unknown action {action!r}: `deck agents NAME` shows one agent, `deck agents logout NAME` "
+                 "logs one out, `deck agents search|add|update|remove` use the ACP registry")  # fmt: skip
+        raise typer.Exit(_logout(config, args[0] if args else None))
     deck = make_deck(config)
     if action is not None:
         check_agent(action, deck.agents)
@@ -57,16 +88,23 @@ def agents(
         from deck.cli.check import run_check
 
         raise typer.Exit(run_check(deck, handshake, as_json, only=action))
-    rows = [
-        {"name": a.name, "title": a.title, "icon": a.icon, "description": a.config.description, "command": a.config.command}
-        for a in deck.agents.values()
-        if action is None or a.name == action
-    ]
+    from deck.cli.registry import entry_origins
+
+    shown = [a for a in deck.agents.values() if action is None or a.name == action]
+    origins = entry_origins(deck.config.registry.url, {a.name: (a.config.command, a.config.registry) for a in shown})
+    rows: list[dict[str, Any]] = [
+        {"name": a.name, "title": a.title, "icon": a.icon, "description": a.config.description,
+         "command": a.config.command, "origin": origins[a.name]}
+        for a in shown
+    ]  # fmt: skip
     if as_json:
         echo_json(rows)
         return
+    from deck.registry.origin import describe
+
     for row in rows:
-        echo(f"{row['icon']} {row['name']:<16} {row['title']:<24} {' '.join(row['command'])}")
+        command = " ".join(row["command"])
+        echo(f"{row['icon']} {row['name']:<16} {row['title']:<24} {command}  [{describe(row['origin'])}]")
 
 
 def _logout(config: Optional[Path], name: Optional[str]) -> int:

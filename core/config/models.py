@@ -29,6 +29,10 @@ from pydantic import (
 DEFAULT_NAME = "deck.toml"
 
 
+#: An agent's `registry` key: the ACP registry's id, and the version pinned (`deck.registry.catalog`'s rules).
+REGISTRY_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}(@[A-Za-z0-9][A-Za-z0-9.+_-]{0,63})?")
+
+
 #: `[limits] messageSize`: the text (and tool calls) one message keeps from its start.
 MESSAGE_MAX = 8 << 20
 
@@ -276,11 +280,22 @@ class AgentConfig(_Model):
         description="More folders the agent may read and write through fs/*, besides its cwd (absolute, or ~/…); "
         "given to the agent's sessions where it takes them (ACP additionalDirectories).",
     )
+    registry: str = Field(
+        "", description='Its id in the ACP registry, with the version pinned by `deck agents add`: "gemini@0.37.1" '
+        '(or the id alone: a preset of an agent the registry has). Written by `deck agents add|update`.'
+    )
 
     @field_validator("additional_directories")
     @classmethod
     def _absolute_directories(cls, folders: list[str]) -> list[str]:
         return absolute_paths(folders)
+
+    @field_validator("registry")
+    @classmethod
+    def _registry_id(cls, value: str) -> str:
+        if value and not REGISTRY_ID.fullmatch(value):  # it names folders deck installs into and removes
+            raise ValueError(f"registry {value!r} is not ID or ID@VERSION (as `deck agents add` writes it)")
+        return value
 
     @model_validator(mode="after")
     def _remote(self) -> AgentConfig:
@@ -305,6 +320,14 @@ class AgentConfig(_Model):
         return [str(Path(os.path.expanduser(folder)).resolve()) for folder in self.additional_directories]
 
 
+# The `[registry]` table: where `deck agents search|add|update` read the ACP registry.
+class RegistrySource(_Model):
+    url: str = Field(
+        "", description="The ACP registry's URL (http, https or file); default: the registry's CDN. "
+        "$DECK_REGISTRY_URL wins over it."
+    )
+
+
 class DeckConfig(_Model):
     language: Literal["en", "fr"] = Field("en", description="en | fr")
     theme: Literal["dark", "light"] = Field("dark", description="dark | light: the colours of the console and of highlighted code")
@@ -313,6 +336,7 @@ class DeckConfig(_Model):
     plugins: Plugins = Field(default_factory=Plugins)  # type: ignore[arg-type]
     sandbox: SandboxDefaults = Field(default_factory=SandboxDefaults)  # type: ignore[arg-type]
     agents: dict[str, AgentConfig] = Field(default_factory=dict, description="Agents, in the order shown.")
+    registry: RegistrySource = Field(default_factory=RegistrySource)  # type: ignore[arg-type]
 
 
 #: deck's tables a plugin may add keys to, with a section of the same name.

@@ -35,10 +35,14 @@ HEADER = """\
 # total = "20 USD"
 # period = "day"            # day | server
 
+# [registry]                # where `deck agents search|add|update` read the ACP registry
+# url = "https://cdn.agentclientprotocol.com/registry/v1/latest/registry.json"
+
 """
 
 PRESETS_HEADER = """
 # -- Real agents: to use one, remove the "# " before its lines (not the "##" notes) ----------
+# -- or add one from the ACP registry, its version pinned: `deck agents add ID` (its registry id)
 """
 
 

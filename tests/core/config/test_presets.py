@@ -17,6 +17,10 @@ EXPECTED = {
     "opencode": ("opencode", ["npx", "-y", "opencode-ai", "acp"]),
 }
 
+#: Each preset's id in the ACP registry (agentclientprotocol/registry).
+REGISTRY_IDS = {"claude-agent-acp": "claude-acp", "codex-acp": "codex-acp", "gemini": "gemini",
+                "fast-agent": "fast-agent", "goose": "goose", "opencode": "opencode"}  # fmt: skip
+
 
 def test_the_six_presets_are_there():
     assert sorted(p.stem for p in PRESETS.glob("*.toml")) == sorted(EXPECTED)
@@ -31,6 +35,7 @@ def test_preset_is_a_valid_config(preset):
     assert agent_name == name
     assert agent.command[: len(command)] == command
     assert agent.permissions == "ask"  # a preset never auto-approves tools
+    assert agent.registry == REGISTRY_IDS[preset]  # the agent's id in the ACP registry, for `deck agents`
 
 
 def test_presets_combine_into_one_config():

@@ -1,0 +1,99 @@
+"""The config file edited in place: comments, order and other entries kept; an edit that would make
+the config invalid, or a file changed meanwhile, is never written; a file that is not TOML is one error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from deck.registry.catalog import RegistryError
+from deck.registry.edit import ConfigFile
+
+TEXT = """\
+# top
+[agents.a]   # first
+command = ["a"]
+env = { KEEP = "1" }   # mine
+
+[notify]
+on = ["input"]   # after the agents
+"""
+
+
+def test_add_change_remove_keep_everything_else(tmp_path: Path) -> None:
+    path = tmp_path / "deck.toml"
+    path.write_text(TEXT)
+    edited = ConfigFile.open(path)
+    edited.add("b", {"command": ["b", "--acp"], "env": {"X": "1"}, "registry": "b@1"})
+    edited.save()
+    text = path.read_text()
+    assert text.startswith(TEXT.split("[notify]")[0]) and text.endswith(
+        '[notify]\non = ["input"]   # after the agents\n'
+    )
+    assert '[agents.b]\ncommand = ["b", "--acp"]\nenv = {X = "1"}\nregistry = "b@1"\n' in text
+    edited = ConfigFile.open(path)
+    edited.change("a", {"command": ["a2"]})
+    edited.save()
+    assert '[agents.a]   # first\ncommand = ["a2"]\nenv = { KEEP = "1" }   # mine\n' in path.read_text()
+    edited = ConfigFile.open(path)
+    edited.remove("b")
+    edited.save()
+    assert path.read_text() == TEXT.replace('command = ["a"]', 'command = ["a2"]')
+
+
+def test_an_agent_added_to_a_config_without_agents_and_one_with_dotted_keys(tmp_path: Path) -> None:
+    for text in ('language = "en"\n', 'agents.x.command = ["x"]\n', ""):
+        path = tmp_path / "deck.toml"
+        path.write_text(text)
+        edited = ConfigFile.open(path)
+        edited.add("n", {"command": ["n"]})
+        edited.save()
+        assert path.read_text().startswith(text) and '[agents.n]\ncommand = ["n"]\n' in path.read_text()
+
+
+def test_an_edit_that_makes_the_config_invalid_is_not_written(tmp_path: Path) -> None:
+    path = tmp_path / "deck.toml"
+    path.write_text(TEXT)
+    edited = ConfigFile.open(path)
+    edited.add("remote", {"command": ["r"], "host": "box"})  # a host needs a cwd
+    with pytest.raises(
+        RegistryError, match=r"^not written: the edited config would be invalid: .*deck\.toml:\d+:\d+: .*needs cwd"
+    ):
+        edited.save()
+    assert path.read_text() == TEXT
+
+
+def test_a_file_changed_meanwhile_is_not_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "deck.toml"
+    path.write_text(TEXT)
+    edited = ConfigFile.open(path)
+    edited.add("b", {"command": ["b"]})
+    path.write_text(TEXT + "\n# someone else's edit\n")
+    with pytest.raises(RegistryError, match="changed meanwhile"):
+        edited.save()
+    assert path.read_text().endswith("# someone else's edit\n")
+
+
+def test_a_file_that_is_not_toml_and_a_name_taken_or_unknown_are_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "deck.toml"
+    path.write_text("[agents.a\ncommand = 1\n")
+    with pytest.raises(RegistryError, match="is not valid TOML"):
+        ConfigFile.open(path)
+    path.write_text(TEXT)
+    edited = ConfigFile.open(path)
+    with pytest.raises(RegistryError, match="already has an agent 'a'"):
+        edited.add("a", {"command": ["x"]})
+    with pytest.raises(RegistryError, match=r"unknown agent 'zz' in .* \(agents: a\)"):
+        edited.remove("zz")
+
+
+def test_a_registry_key_that_could_name_a_folder_out_is_a_config_error() -> None:
+    from deck.config.check import parse
+
+    for bad in ("../..@x", "tiny@..", "Tiny", "tiny@1/2", "tiny@"):
+        errors = parse(f'[agents.a]\ncommand = ["a"]\nregistry = "{bad}"\n').errors
+        assert len(errors) == 1 and "is not ID or ID@VERSION" in errors[0].message and errors[0].line == 3, (
+            bad,
+            errors,
+        )
+    assert parse('[agents.a]\ncommand = ["a"]\nregistry = "claude-acp@0.85.1"\n').problems == []
