@@ -32,6 +32,13 @@ def deck_register_events() -> list[type[Event]]:
 
 
 @hookimpl
+def deck_config_sections() -> dict[str, Any]:
+    from .land import LandSettings
+
+    return {"land": LandSettings}
+
+
+@hookimpl
 def deck_register_services(deck: Deck) -> dict[str, object]:
     from .service import Worktrees
 
@@ -48,6 +55,11 @@ ACTIONS = [
     {"name": "merge", "help": "merge its worktree's work into its base branch",
      "method": "WorktreeService.Merge", "shows": "text",
      "params": [{"name": "agent", "help": "the agent whose worktree it is", "agent": True, "required": True}]},
+    {"name": "land", "help": "land the worktrees' work on their base branches one after another, each checked "
+     "([land] check) before its base moves; conflicting or failing ones skipped",
+     "method": "WorktreeService.Land", "shows": "table", "empty": "nothing to land: no worktree has work ahead",
+     "params": [{"name": "agents", "help": "the agents, in order (else every one with work ahead)", "metavar": "AGENT…",
+                 "rest": True}]},
 ]  # fmt: skip
 
 

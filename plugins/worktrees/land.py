@@ -1,0 +1,463 @@
+"""`deck land`: one merge train for many worktrees, each agent's work merged onto its base branch
+in turn, each onto the tip the ones before it left.
+
+A step (`Train.land_one`) never leaves the base branch half-merged, whatever stops it (Ctrl-C,
+kill -9, a crash): the merge is computed without a checkout (`tree.merge_tree`), committed as an
+object on no branch, checked, if a check is set, in a scratch worktree on a detached HEAD
+(`SCRATCH`, in the repository's folder of worktrees), and only then does the base branch move,
+by one `git update-ref` compare-and-swap from the tip the merge was made on. Until that moment
+nothing the user sees has changed; after it the step is done. A step that conflicts or fails its
+check is skipped, its worktree untouched, and the train goes on.
+
+The main checkout's files follow the base branch only when it is checked out there and clean (a
+dirty one refuses the whole train before anything is done); a checkout on another branch is left
+as it is. Between the branch's move and its files' (`git read-tree -m -u`), a journal
+(`JOURNAL`) says what was moving: the next `deck land` finishes it if it was cut there, and
+deletes a scratch worktree left behind. One `deck land` at a time per repository: a lock file
+beside the worktrees' locks, which the kernel lets go of however its holder ends.
+
+What the agent wrote never runs: git runs as everywhere in this plugin (no hook), and every
+filter the user's config defines is switched off where a merge result is checked out (its
+`.gitattributes` are the agent's, and could name one). The check is the user's own command: it
+runs on the merge result, its output streamed as `land:progress` events and its last lines kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from deck import AgentState, CommandLine, Duration, lock_file, start_process
+from deck.errors import ServiceError
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import tree
+from .events import LandProgress, WorktreeChanged
+from .git import GitError, clean_env
+from .tree import Conflict, Place
+
+if TYPE_CHECKING:
+    from deck import Deck
+
+    from .service import Worktrees
+
+log = logging.getLogger(__name__)
+
+#: The scratch worktree's folder and the journal's file, in the repository's folder of worktrees:
+#: a name no agent can have (`worktree_name_problem` refuses a leading dot).
+SCRATCH = ".land"
+JOURNAL = ".land.json"
+#: The check's last lines kept for a failure's report, and the most of one line kept.
+CHECK_LINES = 20
+LINE_CHARS = 500
+#: The most of a check's output streamed in events; the rest still goes to its last lines.
+STREAMED = 1024 * 1024
+#: How often a step is tried again when the base branch moved under it (another merge meanwhile).
+ATTEMPTS = 3
+#: A step's outcomes.
+LANDED, CONFLICT, FAILED, NOTHING, BUSY, ERROR = "landed", "conflict", "failed", "nothing", "busy", "error"
+
+
+class LandSettings(BaseModel):
+    """The `[land]` section of the config file: what `deck land` checks a merge with."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+    check: CommandLine = Field(
+        [], description='The command a merge must pass to land, run on the merge result (a list, or one string split '
+        'like a shell: "pytest -q"); none by default.'
+    )  # fmt: skip
+    timeout: Duration = Field(600.0, description='How long the check may run before it counts as failed ("10m").')
+
+
+def land_settings(deck: Deck) -> LandSettings:
+    found = deck.config_service.section("land")
+    return found if isinstance(found, LandSettings) else LandSettings.model_validate({})
+
+
+@dataclass
+class Outcome:
+    """What became of one agent's work in a train."""
+
+    agent: str
+    result: str
+    summary: str
+    base: str = ""
+    commit: str = ""
+    files: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    check: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"agent": self.agent, "result": self.result, "base": self.base, "summary": self.summary}
+        if self.commit:
+            found["commit"] = self.commit
+        if self.result == LANDED:
+            found["files"] = self.files
+        if self.conflicts:
+            found["conflicts"] = self.conflicts
+        if self.check:
+            found["check"] = self.check
+        return found
+
+
+class Moved(Exception):
+    """The base branch moved between a step's merge and its compare-and-swap: the step is made again."""
+
+
+@dataclass(frozen=True)
+class Merge:
+    """One agent's work merged, not landed yet: onto `tip`, as `merged`; `commit` holds its work."""
+
+    place: Place
+    base: str
+    tip: str
+    commit: str
+    merged: str
+    work: tree.Pending
+
+
+class Train:
+    """One `deck land`: the agents' work landed in order on their base branches."""
+
+    def __init__(self, worktrees: Worktrees, check: Sequence[str], timeout: float, squash: bool) -> None:
+        self.worktrees = worktrees
+        self.deck = worktrees.deck
+        self.check = list(check)
+        self.timeout = timeout
+        self.squash = squash
+        #: Per repository (`Place.key`): whether the main checkout's files follow its base branch.
+        self._follows: dict[tuple[str, str], bool] = {}
+        #: Per repository: the scratch worktree made for the checks, and its place.
+        self._scratch: dict[str, tuple[Place, str]] = {}
+
+    # -- the train ------------------------------------------------------------------------------
+
+    async def run(self, names: Sequence[str] | None) -> list[Outcome]:
+        """Land `names` in that order (None: every worktree with work not in its base, in the config's
+        order); a refusal of the whole train (a dirty main checkout) before anything is done."""
+        places = await self._chosen(names)
+        async with self._locked({p.key: p for p, _ in places}.values()):
+            for place, base in places:
+                await self._ready(place, base)
+            outcomes = []
+            try:
+                for place, base in places:
+                    outcomes.append(await self._step(place, base))
+            finally:
+                await asyncio.shield(self._drop_scratch())
+        return outcomes
+
+    async def _chosen(self, names: Sequence[str] | None) -> list[tuple[Place, str]]:
+        worktrees = self.worktrees
+        if names is None:
+            found = []
+            for place in await worktrees.places():
+                with contextlib.suppress(ServiceError):  # one that cannot be looked at is not picked
+                    status = await worktrees.status(place.agent, place)
+                    if status.ahead or status.dirty:
+                        found.append((place, status.base))
+            return found
+        if len(set(names)) != len(names):
+            raise ServiceError("an agent is named twice: each lands once")
+        chosen = []
+        for name in names:
+            place = await worktrees.made(name)
+            chosen.append((place, await worktrees.base(place)))
+        return chosen
+
+    @contextlib.asynccontextmanager
+    async def _locked(self, places: Any) -> AsyncIterator[None]:
+        """One `deck land` at a time per repository, whatever deck runs it: a lock file each."""
+        held = []
+        try:
+            for place in places:
+                path = Path(place.lock).parent / ".land.lock"
+                try:
+                    fd = lock_file(path, shared=False)
+                except OSError as exc:
+                    raise ServiceError(f"cannot lock {path}: {exc.strerror or exc}") from exc
+                if fd is None:
+                    raise ServiceError(f"another `deck land` is landing work on {place.shown_repo}: wait for it to end")
+                held.append(fd)
+                await self._recover(place)
+            yield
+        finally:
+            for fd in held:
+                os.close(fd)
+
+    async def _ready(self, place: Place, base: str) -> None:
+        """Whether the main checkout's files follow `base`: on it and clean, yes; on another branch,
+        no (only the branch moves); on it with uncommitted changes, the train is refused."""
+        if (place.key, base) in self._follows:
+            return
+        if await tree.current_branch(place) != base:
+            self._follows[(place.key, base)] = False
+            return
+        try:
+            await tree.main_checkout_ready(place, base)
+        except ServiceError as exc:
+            raise ServiceError(f"nothing landed: {exc}", exc.data) from None
+        self._follows[(place.key, base)] = True
+
+    async def _step(self, place: Place, base: str) -> Outcome:
+        agent = place.agent
+        live = self.deck.agents.get(agent)
+        if live is not None and live.state is AgentState.BUSY:
+            return self._done(Outcome(agent, BUSY, f"{agent} is busy: land it once its turn is over", base))
+        try:
+            for _ in range(ATTEMPTS):
+                with contextlib.suppress(Moved):
+                    return await self._land_one(place, base)
+            return self._done(Outcome(agent, ERROR, f"{base} kept moving under the merge: try again", base))
+        except ServiceError as exc:
+            return self._done(Outcome(agent, ERROR, str(exc), base))
+
+    async def _land_one(self, place: Place, base: str) -> Outcome:
+        """One agent's work: merged onto `base`'s tip, checked, landed by a compare-and-swap."""
+        agent = place.agent
+        self._progress(agent, "merge", "started", f"merging {agent}'s work onto {base}")
+        try:
+            merge = await self._merge(place, base)
+        except Conflict as exc:
+            summary = f"skipped: its work conflicts with {base} in {', '.join(exc.conflicts[:10])}" + (
+                ", …" if len(exc.conflicts) > 10 else ""
+            )
+            return self._done(Outcome(agent, CONFLICT, summary, base, conflicts=exc.conflicts))
+        if merge is None:
+            return self._done(Outcome(agent, NOTHING, f"nothing to land: all of its work is in {base} already", base))
+        self._progress(agent, "merge", "merged", f"merged onto {base} as {merge.merged[:12]}")
+        if self.check:
+            failed = await self._checked(merge)
+            if failed is not None:
+                return self._done(failed)
+        files = await self._move(merge)
+        count = f"{len(files)} file{'' if len(files) == 1 else 's'}"
+        return self._done(Outcome(agent, LANDED, f"landed on {base} as {merge.merged[:12]} ({count})", base,
+                                  merge.merged, files))  # fmt: skip
+
+    async def _merge(self, place: Place, base: str) -> Merge | None:
+        """The agent's work (its pending work in a commit of its own) merged onto `base`'s tip; None
+        when `base` holds it all already; a Conflict naming the files."""
+        about = await self.worktrees.service.about(place.agent)
+        who = await tree.identity(place)
+        git = place.machine.git
+        async with self.worktrees.lock(place), tree.pending(place, base) as work:
+            subject = tree.work_subject(place, about)
+            commit = await tree.commit_pending(work, subject, who)
+            tip = (await git("rev-parse", f"refs/heads/{base}", cwd=place.repo)).out.strip()
+            if await tree.contains(place, tip, commit):
+                return None
+            merged_tree = await tree.merge_tree(place, tip, commit)
+            text = tree.merge_message(place, self.squash, subject, None, about)
+            merged = await tree.commit_merge(place, merged_tree, tip, commit, self.squash, text, who)
+        return Merge(place, base, tip, commit, merged, work)
+
+    async def _move(self, merge: Merge) -> list[str]:
+        """Land `merge`: the base branch moved by a compare-and-swap (Moved when it moved meanwhile),
+        the main checkout's files after it if they follow it, the agent's worktree onto the merge."""
+        place, base = merge.place, merge.base
+        git = place.machine.git
+        async with self.worktrees.lock(place):
+            follows = self._follows[(place.key, base)]
+            if follows:
+                await self._still_clean(place, base)
+                await self._journal(place, {"base": base, "from": merge.tip, "to": merge.merged})
+            moved = await git("update-ref", "-m", f"deck land: {place.agent}", f"refs/heads/{base}", merge.merged,
+                              merge.tip, cwd=place.repo, check=False)  # fmt: skip
+            if moved.code != 0:
+                if follows:
+                    await self._journal(place, None)
+                raise Moved
+            if follows:
+                await self._follow_files(place, merge.tip, merge.merged)
+                await self._journal(place, None)
+            files = await git("diff", "--name-only", "-z", merge.tip, merge.merged, cwd=place.repo)
+            await self._advance(merge)
+        found = await self.worktrees.status(place.agent, place)
+        self.deck.emit(WorktreeChanged(place.agent, len(found.files), found.ahead, found.dirty))
+        return [f for f in files.out.split("\0") if f]
+
+    async def _still_clean(self, place: Place, base: str) -> None:
+        """The main checkout is still on `base` and clean (the user may have worked there meanwhile)."""
+        try:
+            await tree.main_checkout_ready(place, base)
+        except ServiceError as exc:
+            raise ServiceError(f"not landed, {base} unchanged: {exc}", exc.data) from None
+
+    async def _follow_files(self, place: Place, tip: str, merged: str) -> None:
+        """The main checkout's index and files from `tip` to `merged` (the branch is there already)."""
+        options = await tree.no_filters(place)
+        await place.machine.git("read-tree", "-m", "-u", tip, merged, cwd=place.repo, options=options)
+
+    async def _advance(self, merge: Merge) -> None:
+        """The agent's worktree goes on from the merge, unless it moved meanwhile (then it is left)."""
+        place = merge.place
+        try:
+            await tree.adopt(merge.work, merge.commit)
+        except GitError as exc:
+            log.info("land: %s's worktree moved meanwhile, left where it is: %s", place.agent, exc)
+            return
+        head = await merge.work.checkout.git("rev-parse", "HEAD", check=False)
+        if head.out.strip() == merge.commit:
+            await tree.follow(place, merge.work.checkout, merge.base, merge.merged)
+
+    # -- the check ------------------------------------------------------------------------------
+
+    async def _checked(self, merge: Merge) -> Outcome | None:
+        """Run the check on `merge` in the scratch worktree: None when it passes, else the outcome."""
+        agent, base = merge.place.agent, merge.base
+        shown = " ".join(self.check)
+        self._progress(agent, "check", "started", f"checking {agent}'s merge: {shown}")
+        try:
+            folder = await self._scratch_at(merge.place, merge.merged)
+        except ServiceError as exc:
+            return Outcome(agent, ERROR, f"skipped: no scratch worktree for the check: {exc}", base)
+        code, lines = await self._run_check(merge.place, agent, folder)
+        if code == 0:
+            self._progress(agent, "check", "passed", f"{agent}'s merge passed the check")
+            return None
+        how = f"timed out after {self.timeout:g}s" if code is None else f"failed (exit code {code})"
+        last = next((line for line in reversed(lines) if line.strip()), "")
+        return Outcome(agent, FAILED, f"skipped: the check {how}" + (f": {last}" if last else ""), base, check=lines)
+
+    async def _scratch_at(self, place: Place, merged: str) -> str:
+        """The scratch worktree of `place`'s repository, on a detached HEAD at `merged`, with no file
+        but its own (made at the train's first check)."""
+        machine, options = place.machine, await tree.no_filters(place)
+        made = self._scratch.get(place.key)
+        if made is None:
+            path = str(place.folder / SCRATCH)
+            await drop_scratch(place, path)
+            await machine.git("worktree", "add", "-q", "--detach", "-f", path, merged, cwd=place.repo, options=options)
+            self._scratch[place.key] = (place, path)
+            return path
+        path = made[1]
+        await machine.git("checkout", "-q", "--detach", "-f", merged, cwd=path, options=options)
+        await machine.git("clean", "-q", "-ffdx", cwd=path)
+        return path
+
+    async def _run_check(self, place: Place, agent: str, folder: str) -> tuple[int | None, list[str]]:
+        """The check's exit code (None: timed out) and its last lines; its output streamed meanwhile."""
+        argv, cwd = place.machine.command(self.check, folder, self.timeout)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        try:
+            process = await start_process(*argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
+                                          stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                                          start_new_session=True)  # fmt: skip
+        except OSError as exc:
+            return 127, [f"cannot run {self.check[0]}: {exc.strerror or exc}"]
+        tail = Tail()
+        try:
+            async with asyncio.timeout(self.timeout):
+                await self._stream(process, agent, tail)
+                code: int | None = await process.wait()
+        except TimeoutError:
+            code = None
+        finally:
+            await end(process)
+        return code, tail.lines()
+
+    async def _stream(self, process: asyncio.subprocess.Process, agent: str, tail: Tail) -> None:
+        assert process.stdout is not None
+        streamed = 0
+        while chunk := await process.stdout.read(1 << 16):
+            text = tail.add(chunk)
+            if streamed < STREAMED and text:
+                self._progress(agent, "check", "output", text[: STREAMED - streamed], notice=False)
+                streamed += len(text)
+
+    async def _drop_scratch(self) -> None:
+        for place, path in self._scratch.values():
+            try:
+                await drop_scratch(place, path)
+            except ServiceError as exc:
+                log.warning("land: cannot delete the scratch worktree %s: %s", place.machine.at(path), exc)
+        self._scratch.clear()
+
+    # -- what is left of a train cut short ------------------------------------------------------
+
+    async def _journal(self, place: Place, entry: dict[str, str] | None) -> None:
+        path = str(place.folder / JOURNAL)
+        if entry is None:
+            await place.machine.delete(path)
+        else:
+            await place.machine.write(path, json.dumps({**entry, "repo": place.repo}).encode())
+
+    async def _recover(self, place: Place) -> None:
+        """Finish what a train cut short left in `place`'s repository: the main checkout's files
+        behind its branch (the journal's move), a scratch worktree."""
+        path = str(place.folder / JOURNAL)
+        entry = tree.parse_meta(await place.machine.read(path))
+        if all(isinstance(entry.get(k), str) for k in ("base", "from", "to")) and entry.get("repo") == place.repo:
+            await self._finish_move(place, entry["base"], entry["from"], entry["to"])
+        await place.machine.delete(path)
+        await drop_scratch(place, str(place.folder / SCRATCH))
+
+    async def _finish_move(self, place: Place, base: str, old: str, new: str) -> None:
+        """The main checkout's files brought to `new` when its branch `base` is there and its index and
+        files are still those of `old` (cut between the two); anything else is left as it is."""
+        git = place.machine.git
+        head = await git("rev-parse", "-q", "--verify", "HEAD", cwd=place.repo, check=False)
+        if await tree.current_branch(place) != base or head.out.strip() != new:
+            return
+        behind = await git("diff-index", "--quiet", old, cwd=place.repo, check=False)
+        if behind.code == 0:
+            await self._follow_files(place, old, new)
+            log.info("land: %s's files brought to %s after a train cut short", place.shown_repo, new[:12])
+
+    # -- telling --------------------------------------------------------------------------------
+
+    def _progress(self, agent: str, step: str, result: str, text: str, *, notice: bool = True) -> None:
+        self.deck.emit(LandProgress(agent, step, result, text))
+        if notice:
+            self.deck.notice("worktrees", f"land: {text}", agent=agent)
+
+    def _done(self, outcome: Outcome) -> Outcome:
+        self.deck.emit(LandProgress(outcome.agent, "done", outcome.result, outcome.summary))
+        level = "info" if outcome.result in (LANDED, NOTHING) else "warning"
+        self.deck.notice("worktrees", f"land: {outcome.agent}: {outcome.summary}", agent=outcome.agent, level=level)
+        return outcome
+
+
+class Tail:
+    """The last CHECK_LINES lines of a stream, each LINE_CHARS at most; memory bounded whatever comes."""
+
+    def __init__(self) -> None:
+        self._lines: collections.deque[str] = collections.deque(maxlen=CHECK_LINES)
+        self._partial = ""
+
+    def add(self, chunk: bytes) -> str:
+        """Take `chunk`; its text (decoded, controls left to whoever shows it)."""
+        text = chunk.decode("utf-8", "replace")
+        *complete, rest = (self._partial + text).split("\n")
+        self._lines.extend(line[:LINE_CHARS] for line in complete[-CHECK_LINES:])
+        self._partial = rest[-LINE_CHARS:]
+        return text
+
+    def lines(self) -> list[str]:
+        return [*self._lines, *([self._partial] if self._partial else [])][-CHECK_LINES:]
+
+
+async def end(process: asyncio.subprocess.Process) -> None:
+    """End the check's process group (it may have left children) and wait for it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # it, or what it left running
+    with contextlib.suppress(ProcessLookupError):
+        await asyncio.shield(process.wait())
+
+
+async def drop_scratch(place: Place, path: str) -> None:
+    """Delete a scratch worktree (its folder, then git's record of it)."""
+    if (await place.machine.look(path)).exists:
+        await place.machine.delete(path)
+        await place.machine.git("worktree", "prune", cwd=place.repo)
