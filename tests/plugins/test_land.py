@@ -238,9 +238,10 @@ async def test_a_hostile_branch_never_runs_its_hooks_or_filters(make_deck, repo,
     await turn(deck, rec, "a", "write .gitattributes * filter=run")
     worktree = Path(deck.agents["a"].cwd)
     (worktree / "probe.txt").write_text("probe\n")
-    subprocess.run(["git", "hook", "run", "pre-commit"], cwd=worktree, check=True)  # the probe: git itself runs them
-    git(worktree, "check-attr", "filter", "probe.txt")
-    assert mark.read_text() == "pre-commit\n"
+    subprocess.run(["git", "hook", "run", "pre-commit"], cwd=worktree, check=True)  # the probes: git itself runs
+    assert git(worktree, "check-attr", "filter", "probe.txt") == "probe.txt: filter: run\n"  # the hooks, and the filter
+    subprocess.run(["git", "hash-object", "--path=probe.txt", "probe.txt"], cwd=worktree, check=True, capture_output=True)
+    assert mark.read_text() == "pre-commit\nclean\n"
     mark.unlink()
     landed = await deck.call("WorktreeService.Land", {})
     assert results(landed) == [("a", "landed")], landed
@@ -277,3 +278,14 @@ async def test_land_is_an_action_every_frontend_offers(make_deck, repo):
     action = next(a for a in await deck.call("DeckService.Actions", {}) if a["name"] == "land")
     assert (action["method"], action["shows"], action["source"]) == ("WorktreeService.Land", "table", "worktrees")
     assert action["params"][0]["name"] == "agents" and action["params"][0]["rest"]
+
+
+async def test_without_the_worktrees_plugin_the_tool_says_so(make_deck, repo):
+    asker = agent_block("asker", cwd=str(repo))
+    deck, rec = make_deck(asker, disabled=("worktrees",))
+    await deck.call("ChatService.Send", {"agent": "asker", "text": "changed-files"})
+    await rec.wait(lambda r: any(m["message"]["done"] and m["message"]["role"] == "agent"
+                                 for m in r.named("message:updated", "asker")))  # fmt: skip
+    messages = deck.chat.conversation("asker").snapshot()["messages"]
+    text = "".join(p.get("text", "") for p in messages[-1]["parts"] if p["type"] == "text")
+    assert text == "tool error: no worktrees here: the worktrees plugin is off"
