@@ -41,7 +41,7 @@ from deck.errors import ServiceError
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import tree
-from .events import LandProgress, WorktreeChanged
+from .events import LandProgress
 from .git import GitError, clean_env
 from .tree import Conflict, Place
 
@@ -139,6 +139,9 @@ class Train:
         self._follows: dict[tuple[str, str], bool] = {}
         #: Per repository: the scratch worktree made for the checks, and its place.
         self._scratch: dict[str, tuple[Place, str]] = {}
+        #: Per repository, as looked at once per train: who commits (`tree.identity`), the filters to switch off.
+        self._who: dict[str, dict[str, str]] = {}
+        self._filters: dict[str, tuple[str, ...]] = {}
 
     # -- the train ------------------------------------------------------------------------------
 
@@ -249,7 +252,9 @@ class Train:
         """The agent's work (its pending work in a commit of its own) merged onto `base`'s tip; None
         when `base` holds it all already; a Conflict naming the files."""
         about = await self.worktrees.service.about(place.agent)
-        who = await tree.identity(place)
+        if place.key not in self._who:
+            self._who[place.key] = await tree.identity(place)
+        who = self._who[place.key]
         git = place.machine.git
         async with self.worktrees.lock(place), tree.pending(place, base) as work:
             subject = tree.work_subject(place, about)
@@ -283,8 +288,8 @@ class Train:
                 await self._journal(place, None)
             files = await git("diff", "--name-only", "-z", merge.tip, merge.merged, cwd=place.repo)
             await self._advance(merge)
-        found = await self.worktrees.status(place.agent, place)
-        self.deck.emit(WorktreeChanged(place.agent, len(found.files), found.ahead, found.dirty))
+        # Told meanwhile, as after a turn: the train goes on without waiting for another look at it.
+        self.deck.spawn(self.worktrees.refresh(place.agent), f"worktrees: {place.agent} after its landing")
         return [f for f in files.out.split("\0") if f]
 
     async def _still_clean(self, place: Place, base: str) -> None:
@@ -296,7 +301,7 @@ class Train:
 
     async def _follow_files(self, place: Place, tip: str, merged: str) -> None:
         """The main checkout's index and files from `tip` to `merged` (the branch is there already)."""
-        options = await tree.no_filters(place)
+        options = await self._no_filters(place)
         await place.machine.git("read-tree", "-m", "-u", tip, merged, cwd=place.repo, options=options)
 
     async def _advance(self, merge: Merge) -> None:
@@ -310,6 +315,11 @@ class Train:
         head = await merge.work.checkout.git("rev-parse", "HEAD", check=False)
         if head.out.strip() == merge.commit:
             await tree.follow(place, merge.work.checkout, merge.base, merge.merged)
+
+    async def _no_filters(self, place: Place) -> tuple[str, ...]:
+        if place.key not in self._filters:
+            self._filters[place.key] = await tree.no_filters(place)
+        return self._filters[place.key]
 
     # -- the check ------------------------------------------------------------------------------
 
@@ -333,7 +343,7 @@ class Train:
     async def _scratch_at(self, place: Place, merged: str) -> str:
         """The scratch worktree of `place`'s repository, on a detached HEAD at `merged`, with no file
         but its own (made at the train's first check)."""
-        machine, options = place.machine, await tree.no_filters(place)
+        machine, options = place.machine, await self._no_filters(place)
         made = self._scratch.get(place.key)
         if made is None:
             path = str(place.folder / SCRATCH)

@@ -131,7 +131,7 @@ class Worktrees:
             return
         agent = deck.agents.get(event.agent)
         if agent is not None and agent.config.worktree and agent.workdir is not None:
-            deck.spawn(self._after_turn(agent.name), f"worktrees: {agent.name} after its turn")
+            deck.spawn(self.refresh(agent.name), f"worktrees: {agent.name} after its turn")
 
     @hookimpl
     def deck_shutdown(self, deck: Deck) -> None:
@@ -140,7 +140,9 @@ class Worktrees:
             for name in list(self._running):
                 self._release(name)
 
-    async def _after_turn(self, name: str) -> None:
+    async def refresh(self, name: str) -> None:
+        """Look at agent `name`'s worktree again (after its turn, after a landing): `worktree:changed`,
+        the overlaps told first."""
         try:
             found = await self.status(name)
         except ServiceError as exc:
