@@ -43,6 +43,17 @@ def land_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
 
 
+def gone(pid: int) -> bool:
+    """Whether process `pid` has ended (within moments: whoever reaps it may take one)."""
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def state(repo: Path, worktree: Path) -> tuple[str, ...]:
     """What a skipped agent or a refused train must leave as it was."""
     return (git(repo, "rev-parse", "main"), git(repo, "status", "--porcelain"), git(worktree, "rev-parse", "HEAD"),
@@ -117,11 +128,7 @@ async def test_a_check_past_its_time_limit_fails_and_is_ended(make_deck, repo, t
     landed = await deck.call("WorktreeService.Land", {})
     assert results(landed) == [("a", "failed")] and landed[0]["summary"] == "skipped: the check timed out after 1s"
     assert time.monotonic() - started < 20
-    pid = int(mark.read_text())
-    with pytest.raises(ProcessLookupError):
-        for _ in range(100):  # ended with its process group, at once
-            os.kill(pid, 0)
-            time.sleep(0.05)
+    assert gone(int(mark.read_text()))  # ended with its process group, at once
 
 
 async def test_a_dirty_main_checkout_refuses_the_train_and_nothing_changes(make_deck, repo):
@@ -206,6 +213,30 @@ async def test_a_kill_mid_train_leaves_the_base_at_a_good_tip_and_the_next_land_
     assert results(json.loads(again.stdout)) == [("b", "landed")]
     assert "/.land\n" not in git(repo, "worktree", "list", "--porcelain")
     assert (repo / "b.txt").read_text() == "from b" and git(repo, "status", "--porcelain") == ""
+
+
+async def test_ctrl_c_mid_check_ends_the_check_and_leaves_the_base_at_a_good_tip(make_deck, repo, tmp_path):
+    mark = tmp_path / "checking"
+    slow = [sys.executable, "-c", f"import os, time; os.path.exists('b.txt') and (open({str(mark)!r}, 'w').write("
+            "str(os.getpid())), time.sleep(60))"]  # fmt: skip
+    deck, rec = make_deck(land_config(slow) + worktree_agent("a", repo) + worktree_agent("b", repo))
+    await turn(deck, rec, "a", "write a.txt from a")
+    await turn(deck, rec, "b", "write b.txt from b")
+    b = Path(deck.agents["b"].cwd)
+    before = state(repo, b)[2:]
+    await deck.shutdown()
+    train = subprocess.Popen([*DECK, "land", "--config", str(tmp_path / "deck.toml")], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    for _ in range(600):  # a landed, b's check runs
+        if mark.exists() and mark.read_text():
+            break
+        time.sleep(0.05)
+    train.send_signal(signal.SIGINT)
+    assert train.wait(timeout=30) != 0
+    assert gone(int(mark.read_text()))  # the check was ended with the train
+    assert (repo / "a.txt").exists() and not (repo / "b.txt").exists() and git(repo, "status", "--porcelain") == ""
+    assert "/.land\n" not in git(repo, "worktree", "list", "--porcelain")  # its scratch worktree deleted on the way out
+    assert state(repo, b)[2:] == before
 
 
 async def test_a_train_cut_between_the_branch_and_the_files_is_finished_by_the_next(make_deck, repo):
