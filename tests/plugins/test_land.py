@@ -320,3 +320,26 @@ async def test_without_the_worktrees_plugin_the_tool_says_so(make_deck, repo):
     messages = deck.chat.conversation("asker").snapshot()["messages"]
     text = "".join(p.get("text", "") for p in messages[-1]["parts"] if p["type"] == "text")
     assert text == "tool error: no worktrees here: the worktrees plugin is off"
+
+
+def test_line_mode_lands_with_slash_land_and_shows_the_train_as_it_goes(repo, tmp_path):
+    from tests.frontends.test_line import LineDeck
+
+    config = tmp_path / "deck.toml"
+    config.write_text(land_config(CHECK) + worktree_agent("a", repo) + worktree_agent("b", repo))
+    deck = LineDeck(config, XDG_STATE_HOME=os.environ["XDG_STATE_HOME"])
+    try:
+        deck.send("@a write bad.txt broken")
+        deck.expect(r"\[a\] done")
+        deck.send("@b write good.txt fine")
+        deck.expect(r"\[b\] done")
+        deck.send("/land a b")
+        deck.expect(r"\[a\] land: merging a's work onto main")  # the plugin's notices, as the train goes
+        deck.expect(r"\[a\] land: a: skipped: the check failed \(exit code 1\): bad.txt is there")
+        deck.expect(r"\[b\] land: b: landed on main as [0-9a-f]{12} \(1 file\)")
+        deck.expect(r"\[deck\] agent: a · result: failed · base: main · summary: skipped: the check failed .*")  # the table
+        assert deck.close() == 0
+    finally:
+        if deck.proc.poll() is None:
+            deck.proc.kill()
+    assert (repo / "good.txt").read_text() == "fine" and not (repo / "bad.txt").exists()
