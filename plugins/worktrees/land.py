@@ -142,6 +142,8 @@ class Train:
         #: Per repository, as looked at once per train: who commits (`tree.identity`), the filters to switch off.
         self._who: dict[str, dict[str, str]] = {}
         self._filters: dict[str, tuple[str, ...]] = {}
+        #: The landed agents' worktrees being brought to their merges (`_advance`).
+        self._advancing: list[asyncio.Task[None]] = []
 
     # -- the train ------------------------------------------------------------------------------
 
@@ -157,8 +159,13 @@ class Train:
                 for place, base in places:
                     outcomes.append(await self._step(place, base))
             finally:
-                await asyncio.shield(self._drop_scratch())
+                await asyncio.shield(self._finish())
         return outcomes
+
+    async def _finish(self) -> None:
+        """The landed agents' worktrees brought to their merges, the scratch worktrees deleted."""
+        await asyncio.gather(*self._advancing, return_exceptions=True)
+        await self._drop_scratch()
 
     async def _chosen(self, names: Sequence[str] | None) -> list[tuple[Place, str]]:
         worktrees = self.worktrees
@@ -287,9 +294,9 @@ class Train:
                 await self._follow_files(place, merge.tip, merge.merged)
                 await self._journal(place, None)
             files = await git("diff", "--name-only", "-z", merge.tip, merge.merged, cwd=place.repo)
-            await self._advance(merge)
-        # Told meanwhile, as after a turn: the train goes on without waiting for another look at it.
-        self.deck.spawn(self.worktrees.refresh(place.agent), f"worktrees: {place.agent} after its landing")
+        # Its worktree follows while the train goes on (git locks each worktree's index and HEAD apart
+        # from the main checkout's); the train waits for them all at its end.
+        self._advancing.append(self.deck.spawn(self._advance(merge), f"land: {place.agent}'s worktree to its merge"))
         return [f for f in files.out.split("\0") if f]
 
     async def _still_clean(self, place: Place, base: str) -> None:
@@ -305,16 +312,19 @@ class Train:
         await place.machine.git("read-tree", "-m", "-u", tip, merged, cwd=place.repo, options=options)
 
     async def _advance(self, merge: Merge) -> None:
-        """The agent's worktree goes on from the merge, unless it moved meanwhile (then it is left)."""
+        """The agent's worktree goes on from the merge, unless it moved meanwhile (then it is left,
+        and the user told); then it is looked at again, as after a turn."""
         place = merge.place
         try:
             await tree.adopt(merge.work, merge.commit)
-        except GitError as exc:
-            log.info("land: %s's worktree moved meanwhile, left where it is: %s", place.agent, exc)
-            return
-        head = await merge.work.checkout.git("rev-parse", "HEAD", check=False)
-        if head.out.strip() == merge.commit:
+            head = await merge.work.checkout.git("rev-parse", "HEAD", check=False)
+            if head.out.strip() != merge.commit:
+                raise GitError(f"its HEAD moved meanwhile to {head.out.strip()[:12] or '?'}")
             await tree.follow(place, merge.work.checkout, merge.base, merge.merged)
+        except ServiceError as exc:
+            said = f"land: {place.agent} landed, but its worktree stays where it was: {exc}"
+            self.deck.notice("worktrees", said, agent=place.agent, level="warning")
+        await self.worktrees.refresh(place.agent)
 
     async def _no_filters(self, place: Place) -> tuple[str, ...]:
         if place.key not in self._filters:
