@@ -41,7 +41,7 @@ from deck.errors import ServiceError
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import tree
-from .events import LandProgress
+from .events import LandProgress, WorktreeChanged
 from .git import GitError, clean_env
 from .tree import Conflict, Place
 
@@ -142,6 +142,8 @@ class Train:
         #: Per repository, as looked at once per train: who commits (`tree.identity`), the filters to switch off.
         self._who: dict[str, dict[str, str]] = {}
         self._filters: dict[str, tuple[str, ...]] = {}
+        #: Whether the train is of every worktree (none named): those with nothing to land are passed over.
+        self._every = False
         #: The landed agents' worktrees being brought to their merges (`_advance`).
         self._advancing: list[asyncio.Task[None]] = []
 
@@ -150,6 +152,7 @@ class Train:
     async def run(self, names: Sequence[str] | None) -> list[Outcome]:
         """Land `names` in that order (None: every worktree with work not in its base, in the config's
         order); a refusal of the whole train (a dirty main checkout) before anything is done."""
+        self._every = names is None
         places = await self._chosen(names)
         async with self._locked({p.key: p for p, _ in places}.values()):
             for place, base in places:
@@ -157,7 +160,8 @@ class Train:
             outcomes = []
             try:
                 for place, base in places:
-                    outcomes.append(await self._step(place, base))
+                    if (outcome := await self._step(place, base)) is not None:
+                        outcomes.append(self._done(outcome))
             finally:
                 await asyncio.shield(self._finish())
         return outcomes
@@ -168,14 +172,14 @@ class Train:
         await self._drop_scratch()
 
     async def _chosen(self, names: Sequence[str] | None) -> list[tuple[Place, str]]:
+        """The worktrees named, with their base branches; by default every worktree whose base is
+        known (those without work are passed over as the train reaches them: one look at each)."""
         worktrees = self.worktrees
         if names is None:
             found = []
             for place in await worktrees.places():
                 with contextlib.suppress(ServiceError):  # one that cannot be looked at is not picked
-                    status = await worktrees.status(place.agent, place)
-                    if status.ahead or status.dirty:
-                        found.append((place, status.base))
+                    found.append((place, await worktrees.base(place)))
             return found
         if len(set(names)) != len(names):
             raise ServiceError("an agent is named twice: each lands once")
@@ -219,41 +223,54 @@ class Train:
             raise ServiceError(f"nothing landed: {exc}", exc.data) from None
         self._follows[(place.key, base)] = True
 
-    async def _step(self, place: Place, base: str) -> Outcome:
+    async def _step(self, place: Place, base: str) -> Outcome | None:
+        """One agent's outcome; None for one not named that has nothing to land (or cannot be looked at)."""
         agent = place.agent
         live = self.deck.agents.get(agent)
         if live is not None and live.state is AgentState.BUSY:
-            return self._done(Outcome(agent, BUSY, f"{agent} is busy: land it once its turn is over", base))
+            if self._every and not await self._has_work(place):
+                return None
+            return Outcome(agent, BUSY, f"{agent} is busy: land it once its turn is over", base)
         try:
             for _ in range(ATTEMPTS):
                 with contextlib.suppress(Moved):
                     return await self._land_one(place, base)
-            return self._done(Outcome(agent, ERROR, f"{base} kept moving under the merge: try again", base))
+            return Outcome(agent, ERROR, f"{base} kept moving under the merge: try again", base)
         except ServiceError as exc:
-            return self._done(Outcome(agent, ERROR, str(exc), base))
+            return Outcome(agent, ERROR, str(exc), base)
 
-    async def _land_one(self, place: Place, base: str) -> Outcome:
+    async def _has_work(self, place: Place) -> bool:
+        try:
+            found = await self.worktrees.status(place.agent, place)
+        except ServiceError:
+            return False
+        return bool(found.ahead or found.dirty)
+
+    async def _land_one(self, place: Place, base: str) -> Outcome | None:
         """One agent's work: merged onto `base`'s tip, checked, landed by a compare-and-swap."""
         agent = place.agent
-        self._progress(agent, "merge", "started", f"merging {agent}'s work onto {base}")
         try:
             merge = await self._merge(place, base)
         except Conflict as exc:
             summary = f"skipped: its work conflicts with {base} in {', '.join(exc.conflicts[:10])}" + (
                 ", …" if len(exc.conflicts) > 10 else ""
             )
-            return self._done(Outcome(agent, CONFLICT, summary, base, conflicts=exc.conflicts))
+            return Outcome(agent, CONFLICT, summary, base, conflicts=exc.conflicts)
+        except ServiceError:
+            if self._every:
+                log.info("land: %s's worktree cannot be looked at, passed over", agent, exc_info=True)
+                return None
+            raise
         if merge is None:
-            return self._done(Outcome(agent, NOTHING, f"nothing to land: all of its work is in {base} already", base))
+            return None if self._every else Outcome(agent, NOTHING, f"nothing to land: all of its work is in {base} already", base)
         self._progress(agent, "merge", "merged", f"merged onto {base} as {merge.merged[:12]}")
         if self.check:
             failed = await self._checked(merge)
             if failed is not None:
-                return self._done(failed)
+                return failed
         files = await self._move(merge)
         count = f"{len(files)} file{'' if len(files) == 1 else 's'}"
-        return self._done(Outcome(agent, LANDED, f"landed on {base} as {merge.merged[:12]} ({count})", base,
-                                  merge.merged, files))  # fmt: skip
+        return Outcome(agent, LANDED, f"landed on {base} as {merge.merged[:12]} ({count})", base, merge.merged, files)
 
     async def _merge(self, place: Place, base: str) -> Merge | None:
         """The agent's work (its pending work in a commit of its own) merged onto `base`'s tip; None
@@ -269,6 +286,7 @@ class Train:
             tip = (await git("rev-parse", f"refs/heads/{base}", cwd=place.repo)).out.strip()
             if await tree.contains(place, tip, commit):
                 return None
+            self._progress(place.agent, "merge", "started", f"merging {place.agent}'s work onto {base}")
             merged_tree = await tree.merge_tree(place, tip, commit)
             text = tree.merge_message(place, self.squash, subject, None, about)
             merged = await tree.commit_merge(place, merged_tree, tip, commit, self.squash, text, who)
@@ -312,8 +330,8 @@ class Train:
         await place.machine.git("read-tree", "-m", "-u", tip, merged, cwd=place.repo, options=options)
 
     async def _advance(self, merge: Merge) -> None:
-        """The agent's worktree goes on from the merge, unless it moved meanwhile (then it is left,
-        and the user told); then it is looked at again, as after a turn."""
+        """The agent's worktree goes on from the merge, unless it moved meanwhile (then it is left, the
+        user told, and it is looked at again); `worktree:changed` says where it is."""
         place = merge.place
         try:
             await tree.adopt(merge.work, merge.commit)
@@ -324,7 +342,12 @@ class Train:
         except ServiceError as exc:
             said = f"land: {place.agent} landed, but its worktree stays where it was: {exc}"
             self.deck.notice("worktrees", said, agent=place.agent, level="warning")
-        await self.worktrees.refresh(place.agent)
+            await self.worktrees.refresh(place.agent)
+            return
+        # As deck left it: all of its work in its base, nothing pending (its next turn looks again).
+        self.worktrees.changed[place.agent] = (place.key, frozenset())
+        await self.worktrees.check_overlaps()
+        self.deck.emit(WorktreeChanged(place.agent, 0, 0, False))
 
     async def _no_filters(self, place: Place) -> tuple[str, ...]:
         if place.key not in self._filters:

@@ -83,6 +83,9 @@ async def test_disjoint_work_lands_in_order_each_onto_the_tip_the_one_before_lef
     assert "land: merging c's work onto main" in said and any(t.startswith("land: b: landed on main as") for t in said)
     again = await deck.call("WorktreeService.Land", {})
     assert again == []  # by default: only worktrees with work ahead, and none has any
+    (named,) = await deck.call("WorktreeService.Land", {"agents": ["a"]})
+    assert (named["result"], named["summary"]) == ("nothing", "nothing to land: all of its work is in main already")
+    assert rec.named("worktree:changed", "c")[-1] == {"agent": "c", "changedFiles": 0, "ahead": 0, "dirty": False}
 
 
 async def test_a_conflict_is_skipped_with_its_files_and_the_train_goes_on(make_deck, repo):
