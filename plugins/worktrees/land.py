@@ -301,6 +301,7 @@ class Train:
             follows = self._follows[(place.key, base)]
             if follows:
                 await self._still_clean(place, base)
+                await self._would_follow(place, base, merge)
                 await self._journal(place, {"base": base, "from": merge.tip, "to": merge.merged})
             moved = await git("update-ref", "-m", f"deck land: {place.agent}", f"refs/heads/{base}", merge.merged,
                               merge.tip, cwd=place.repo, check=False)  # fmt: skip
@@ -323,6 +324,16 @@ class Train:
             await tree.main_checkout_ready(place, base)
         except ServiceError as exc:
             raise ServiceError(f"not landed, {base} unchanged: {exc}", exc.data) from None
+
+    async def _would_follow(self, place: Place, base: str, merge: Merge) -> None:
+        """The main checkout's files can follow the merge (no untracked file of the user's in the way):
+        tried without changing anything, before the branch moves."""
+        options = await self._no_filters(place)
+        trial = await place.machine.git("read-tree", "-m", "-u", "-n", merge.tip, merge.merged, cwd=place.repo,
+                                        options=options, check=False)  # fmt: skip
+        if trial.code != 0:
+            said = " ".join(trial.err.split()) or f"git read-tree exited {trial.code}"
+            raise ServiceError(f"not landed, {base} unchanged: the main checkout {place.shown_repo} cannot take it: {said}")
 
     async def _follow_files(self, place: Place, tip: str, merged: str) -> None:
         """The main checkout's index and files from `tip` to `merged` (the branch is there already)."""

@@ -147,6 +147,19 @@ async def test_a_dirty_main_checkout_refuses_the_train_and_nothing_changes(make_
     assert rec.named("land:progress") == []
 
 
+async def test_an_untracked_file_of_the_user_s_in_the_way_stops_that_agent_only(make_deck, repo):
+    deck, rec = make_deck(worktree_agent("a", repo) + worktree_agent("b", repo))
+    await turn(deck, rec, "a", "write notes.txt from a")
+    await turn(deck, rec, "b", "write b.txt from b")
+    (repo / "notes.txt").write_text("the user's own, untracked\n")
+    landed = await deck.call("WorktreeService.Land", {})
+    assert results(landed) == [("a", "error"), ("b", "landed")]
+    assert "not landed, main unchanged" in landed[0]["summary"] and "would be overwritten" in landed[0]["summary"]
+    assert (repo / "notes.txt").read_text() == "the user's own, untracked\n" and (repo / "b.txt").exists()
+    assert "notes.txt" not in git(repo, "ls-tree", "-r", "--name-only", "main")
+    assert git(repo, "status", "--porcelain") == "?? notes.txt\n"
+
+
 async def test_a_main_checkout_on_another_branch_keeps_its_files_and_the_base_moves(make_deck, repo):
     deck, rec = make_deck(worktree_agent("a", repo))
     await turn(deck, rec, "a", "write a.txt from a")
