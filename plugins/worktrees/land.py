@@ -61,6 +61,9 @@ CHECK_LINES = 20
 LINE_CHARS = 500
 #: The most of a check's output streamed in events; the rest still goes to its last lines.
 STREAMED = 1024 * 1024
+#: The most files a result names (landed, or conflicting), by name; `fileCount` / `conflictCount` say
+#: how many there are when there are more.
+MAX_NAMED = 200
 #: How often a step is tried again when the base branch moved under it (another merge meanwhile).
 ATTEMPTS = 3
 #: A step's outcomes.
@@ -102,9 +105,13 @@ class Outcome:
         if self.commit:
             found["commit"] = self.commit
         if self.result == LANDED:
-            found["files"] = self.files
+            found["files"] = self.files[:MAX_NAMED]
+            if len(self.files) > MAX_NAMED:
+                found["fileCount"] = len(self.files)
         if self.conflicts:
-            found["conflicts"] = self.conflicts
+            found["conflicts"] = self.conflicts[:MAX_NAMED]
+            if len(self.conflicts) > MAX_NAMED:
+                found["conflictCount"] = len(self.conflicts)
         if self.check:
             found["check"] = self.check
         return found

@@ -103,6 +103,17 @@ async def test_a_conflict_is_skipped_with_its_files_and_the_train_goes_on(make_d
     assert git(repo, "status", "--porcelain") == ""
 
 
+async def test_a_result_names_200_files_at_most_and_says_how_many(make_deck, repo):
+    deck, rec = make_deck(worktree_agent("a", repo))
+    await turn(deck, rec, "a", "write first.txt 1")
+    worktree = Path(deck.agents["a"].cwd)
+    for i in range(250):
+        (worktree / f"many{i:03}.txt").write_text(str(i))
+    (landed,) = await deck.call("WorktreeService.Land", {"agents": ["a"]})
+    assert landed["result"] == "landed" and landed["fileCount"] == 251 and len(landed["files"]) == 200
+    assert landed["summary"].endswith("(251 files)")
+
+
 async def test_a_failing_check_is_skipped_with_its_last_lines_and_never_reaches_the_base(make_deck, repo):
     deck, rec = make_deck(land_config(CHECK) + worktree_agent("a", repo) + worktree_agent("b", repo))
     await turn(deck, rec, "a", "write bad.txt broken")
