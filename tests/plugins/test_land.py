@@ -19,6 +19,7 @@ import pytest
 from deck import ServiceError
 
 from tests.conftest import agent_block
+from tests.core.remote.test_server import runtime  # noqa: F401  (a fixture: the servers' folder of the test's own)
 from tests.deck_process import DECK
 from tests.plugins.test_worktrees import git, repo, turn, worktree_agent  # noqa: F401  (repo: a fixture)
 
@@ -370,3 +371,29 @@ def test_line_mode_lands_with_slash_land_and_shows_the_train_as_it_goes(repo, tm
         if deck.proc.poll() is None:
             deck.proc.kill()
     assert (repo / "good.txt").read_text() == "fine" and not (repo / "bad.txt").exists()
+
+
+def test_through_a_running_server_its_clients_see_the_train_and_the_command_its_progress(repo, tmp_path, runtime):
+    """With a `deck serve` of the config running, `deck land` is the server's call: its progress comes
+    back over the socket to the command (stderr), and every attached client sees `land:progress`."""
+    from tests.core.remote.test_server import Raw, Server
+
+    config = tmp_path / "deck.toml"
+    config.write_text(land_config(CHECK) + worktree_agent("a", repo))
+    server = Server(config)
+    client: Raw | None = None
+    try:
+        assert server.ready, server.stderr
+        client = Raw(server.path)
+        client.call("ChatService.Send", {"agent": "a", "text": "write served.txt hello"})
+        client.event("worktree:changed", agent="a", timeout=20)
+        done = land_cli(config)
+        assert done.returncode == 0, done.stderr
+        assert "deck: a: merging a's work onto main" in done.stderr and "all good" in done.stderr
+        assert done.stdout.startswith("a                landed on main as")
+        client.event("land:progress", agent="a", step="done", result="landed", timeout=20)
+        assert (repo / "served.txt").read_text() == "hello"
+    finally:
+        if client is not None:
+            client.close()
+        server.kill_everything()
