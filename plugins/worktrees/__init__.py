@@ -4,7 +4,7 @@ each other, nor over the main checkout, until their work is merged.
 An agent with `worktree = true` runs in a worktree of the repository its cwd is in, on branch
 `deck/AGENT` (`tree.py`: where it is, making, diffing, merging and removing it; `git.py`: git
 run safely; `running.py`: the lock that keeps a worktree an agent runs in from being removed,
-whatever deck runs it; `land.py`: `deck land`, the merge train of many worktrees). `WorktreeService`
+whatever deck runs it; `land.py`: `deck land`, the merge train of many worktrees; `check.py`: its check in a scratch worktree). `WorktreeService`
 and the `worktree:changed` / `worktree:overlap` events come from `service.py`; `deck worktrees`,
 `deck diff`, `deck merge`, `deck land` and `deck worktree remove` (`cli.py`) call that service on
 a deck of the config in use that starts no agent.

@@ -1,10 +1,10 @@
 """`deck land`: one merge train for many worktrees, each agent's work merged onto its base branch
 in turn, each onto the tip the ones before it left.
 
-A step (`Train.land_one`) never leaves the base branch half-merged, whatever stops it (Ctrl-C,
+A step (`Train._land_one`) never leaves the base branch half-merged, whatever stops it (Ctrl-C,
 kill -9, a crash): the merge is computed without a checkout (`tree.merge_tree`), committed as an
 object on no branch, checked, if a check is set, in a scratch worktree on a detached HEAD
-(`SCRATCH`, in the repository's folder of worktrees), and only then does the base branch move,
+(`check.py`), and only then does the base branch move,
 by one `git update-ref` compare-and-swap from the tip the merge was made on. Until that moment
 nothing the user sees has changed; after it the step is done. A step that conflicts or fails its
 check is skipped, its worktree untouched, and the train goes on.
@@ -25,24 +25,24 @@ runs on the merge result, its output streamed as `land:progress` events and its 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
+import functools
 import json
 import logging
 import os
-import signal
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deck import AgentState, CommandLine, Duration, lock_file, start_process
+from deck import AgentState, CommandLine, Duration, lock_file
 from deck.errors import ServiceError
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import tree
+from .check import Scratch, drop_scratch, run_check
 from .events import LandProgress, WorktreeChanged
-from .git import GitError, clean_env
+from .git import GitError
 from .tree import Conflict, Place
 
 if TYPE_CHECKING:
@@ -52,15 +52,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The scratch worktree's folder and the journal's file, in the repository's folder of worktrees:
-#: a name no agent can have (`worktree_name_problem` refuses a leading dot).
-SCRATCH = ".land"
+#: The journal's file, in the repository's folder of worktrees: a name no agent can have
+#: (`worktree_name_problem` refuses a leading dot).
 JOURNAL = ".land.json"
-#: The check's last lines kept for a failure's report, and the most of one line kept.
-CHECK_LINES = 20
-LINE_CHARS = 500
-#: The most of a check's output streamed in events; the rest still goes to its last lines.
-STREAMED = 1024 * 1024
 #: The most files a result names (landed, or conflicting), by name; `fileCount` / `conflictCount` say
 #: how many there are when there are more.
 MAX_NAMED = 200
@@ -144,8 +138,8 @@ class Train:
         self.squash = squash
         #: Per repository (`Place.key`): whether the main checkout's files follow its base branch.
         self._follows: dict[tuple[str, str], bool] = {}
-        #: Per repository: the scratch worktree made for the checks, and its place.
-        self._scratch: dict[str, tuple[Place, str]] = {}
+        #: The scratch worktrees the checks run in, one per repository.
+        self._scratch = Scratch()
         #: Per repository, as looked at once per train: who commits (`tree.identity`), the filters to switch off.
         self._who: dict[str, dict[str, str]] = {}
         self._filters: dict[str, tuple[str, ...]] = {}
@@ -176,7 +170,7 @@ class Train:
     async def _finish(self) -> None:
         """The landed agents' worktrees brought to their merges, the scratch worktrees deleted."""
         await asyncio.gather(*self._advancing, return_exceptions=True)
-        await self._drop_scratch()
+        await self._scratch.drop()
 
     async def _chosen(self, names: Sequence[str] | None) -> list[tuple[Place, str]]:
         """The worktrees named, with their base branches; by default every worktree whose base is
@@ -380,70 +374,17 @@ class Train:
         shown = " ".join(self.check)
         self._progress(agent, "check", "started", f"checking {agent}'s merge: {shown}")
         try:
-            folder = await self._scratch_at(merge.place, merge.merged)
+            folder = await self._scratch.at(merge.place, merge.merged, await self._no_filters(merge.place))
         except ServiceError as exc:
             return Outcome(agent, ERROR, f"skipped: no scratch worktree for the check: {exc}", base)
-        code, lines = await self._run_check(merge.place, agent, folder)
+        streamed = functools.partial(self._progress, agent, "check", "output", notice=False)
+        code, lines = await run_check(self.check, merge.place, folder, self.timeout, streamed)
         if code == 0:
             self._progress(agent, "check", "passed", f"{agent}'s merge passed the check")
             return None
         how = f"timed out after {self.timeout:g}s" if code is None else f"failed (exit code {code})"
         last = next((line for line in reversed(lines) if line.strip()), "")
         return Outcome(agent, FAILED, f"skipped: the check {how}" + (f": {last}" if last else ""), base, check=lines)
-
-    async def _scratch_at(self, place: Place, merged: str) -> str:
-        """The scratch worktree of `place`'s repository, on a detached HEAD at `merged`, with no file
-        but its own (made at the train's first check)."""
-        machine, options = place.machine, await self._no_filters(place)
-        made = self._scratch.get(place.key)
-        if made is None:
-            path = str(place.folder / SCRATCH)
-            await drop_scratch(place, path)
-            await machine.git("worktree", "add", "-q", "--detach", "-f", path, merged, cwd=place.repo, options=options)
-            self._scratch[place.key] = (place, path)
-            return path
-        path = made[1]
-        await machine.git("checkout", "-q", "--detach", "-f", merged, cwd=path, options=options)
-        await machine.git("clean", "-q", "-ffdx", cwd=path)
-        return path
-
-    async def _run_check(self, place: Place, agent: str, folder: str) -> tuple[int | None, list[str]]:
-        """The check's exit code (None: timed out) and its last lines; its output streamed meanwhile."""
-        argv, cwd = place.machine.command(self.check, folder, self.timeout)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-        try:
-            process = await start_process(*argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
-                                          stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                                          start_new_session=True)  # fmt: skip
-        except OSError as exc:
-            return 127, [f"cannot run {self.check[0]}: {exc.strerror or exc}"]
-        tail = Tail()
-        try:
-            async with asyncio.timeout(self.timeout):
-                await self._stream(process, agent, tail)
-                code: int | None = await process.wait()
-        except TimeoutError:
-            code = None
-        finally:
-            await end(process)
-        return code, tail.lines()
-
-    async def _stream(self, process: asyncio.subprocess.Process, agent: str, tail: Tail) -> None:
-        assert process.stdout is not None
-        streamed = 0
-        while chunk := await process.stdout.read(1 << 16):
-            text = tail.add(chunk)
-            if streamed < STREAMED and text:
-                self._progress(agent, "check", "output", text[: STREAMED - streamed], notice=False)
-                streamed += len(text)
-
-    async def _drop_scratch(self) -> None:
-        for place, path in self._scratch.values():
-            try:
-                await drop_scratch(place, path)
-            except ServiceError as exc:
-                log.warning("land: cannot delete the scratch worktree %s: %s", place.machine.at(path), exc)
-        self._scratch.clear()
 
     # -- what is left of a train cut short ------------------------------------------------------
 
@@ -462,7 +403,7 @@ class Train:
         if all(isinstance(entry.get(k), str) for k in ("base", "from", "to")) and entry.get("repo") == place.repo:
             await self._finish_move(place, entry["base"], entry["from"], entry["to"])
         await place.machine.delete(path)
-        await drop_scratch(place, str(place.folder / SCRATCH))
+        await drop_scratch(place)
 
     async def _finish_move(self, place: Place, base: str, old: str, new: str) -> None:
         """The main checkout's files brought to `new` when its branch `base` is there and its index and
@@ -488,37 +429,3 @@ class Train:
         level = "info" if outcome.result in (LANDED, NOTHING) else "warning"
         self.deck.notice("worktrees", f"land: {outcome.agent}: {outcome.summary}", agent=outcome.agent, level=level)
         return outcome
-
-
-class Tail:
-    """The last CHECK_LINES lines of a stream, each LINE_CHARS at most; memory bounded whatever comes."""
-
-    def __init__(self) -> None:
-        self._lines: collections.deque[str] = collections.deque(maxlen=CHECK_LINES)
-        self._partial = ""
-
-    def add(self, chunk: bytes) -> str:
-        """Take `chunk`; its text (decoded, controls left to whoever shows it)."""
-        text = chunk.decode("utf-8", "replace")
-        *complete, rest = (self._partial + text).split("\n")
-        self._lines.extend(line[:LINE_CHARS] for line in complete[-CHECK_LINES:])
-        self._partial = rest[-LINE_CHARS:]
-        return text
-
-    def lines(self) -> list[str]:
-        return [*self._lines, *([self._partial] if self._partial else [])][-CHECK_LINES:]
-
-
-async def end(process: asyncio.subprocess.Process) -> None:
-    """End the check's process group (it may have left children) and wait for it."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)  # it, or what it left running
-    with contextlib.suppress(ProcessLookupError):
-        await asyncio.shield(process.wait())
-
-
-async def drop_scratch(place: Place, path: str) -> None:
-    """Delete a scratch worktree (its folder, then git's record of it)."""
-    if (await place.machine.look(path)).exists:
-        await place.machine.delete(path)
-        await place.machine.git("worktree", "prune", cwd=place.repo)
