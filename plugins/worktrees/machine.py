@@ -101,8 +101,8 @@ printf '%s\\0' "$d"
 [ -f "$1" ] && cp -p -- "$1" "$d/index" && printf c
 :
 """
-#: In folder $1, the command $3… run for $2 seconds at most (where `timeout` is there), its
-#: stderr with its stdout; exit 125 when the folder is not there.
+#: In folder $1, the command $3… run for $2 seconds at most (where `timeout` is there: what ends it
+#: if deck is gone), its stderr with its stdout; exit 125 when the folder is not there.
 RUN_SCRIPT = """\
 cd -- "$1" 2>/dev/null || exit 125
 t=$2; shift 2
@@ -244,8 +244,10 @@ class Machine:
 
     def command(self, argv: Sequence[str], cwd: str, timeout: float) -> tuple[list[str], str]:
         """The local command line that runs `argv` in folder `cwd` of this machine, and the folder it
-        is run from here; `timeout`: its time limit where the host enforces it too."""
-        return list(argv), cwd
+        is run from here. Under `timeout` (coreutils), where there is one, past `timeout` and
+        BACKSTOP more seconds: what ends it if deck, which ends it at `timeout`, was killed first."""
+        found = shutil.which("timeout")
+        return ([found, "-k", "5", backstop(timeout)] if found else []) + list(argv), cwd
 
     async def delete(self, path: str) -> None:
         """Delete `path` (a file, or a folder and all in it, off the event loop; nothing when it is not
@@ -266,6 +268,14 @@ class Machine:
 
 
 LOCAL = Machine()
+
+#: Seconds a command run with a time limit (`Machine.command`) may outlive it before `timeout` ends it.
+BACKSTOP = 5
+
+
+def backstop(timeout: float) -> str:
+    """`timeout`'s argument: the limit and BACKSTOP more seconds, whole."""
+    return str(int(timeout + 0.999) + BACKSTOP)
 
 
 class Remote(Machine):
@@ -394,7 +404,7 @@ class Remote(Machine):
                 await asyncio.shield(self.sh(DELETE_SCRIPT, folder))
 
     def command(self, argv: Sequence[str], cwd: str, timeout: float) -> tuple[list[str], str]:
-        return host_command(self.host, self.ssh, RUN_SCRIPT, cwd, str(max(1, int(timeout))), *argv), os.getcwd()
+        return host_command(self.host, self.ssh, RUN_SCRIPT, cwd, backstop(timeout), *argv), os.getcwd()
 
     async def delete(self, path: str) -> None:
         found = await self.sh(DELETE_SCRIPT, path, check=False)
