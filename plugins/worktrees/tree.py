@@ -524,7 +524,8 @@ async def merge(place: Place, base: str, squash: bool, message: str | None, abou
         text = merge_message(place, squash, message or subject, message, about)
         merged = await commit_merge(place, merged_tree, target, commit, squash, text, who)
         files = await git("diff", "--name-only", "-z", target, merged, cwd=place.repo)
-        await git("merge", "--ff-only", "-q", merged, cwd=place.repo)  # the main checkout's files and its branch
+        # The main checkout's files and its branch; the merge's `.gitattributes` name no filter that runs.
+        await git("merge", "--ff-only", "-q", merged, cwd=place.repo, options=work.checkout.options)
         await adopt(work, commit)
     await follow(place, work.checkout, base, merged)
     return {"agent": place.agent, "base": base, "commit": merged, "squash": squash,
