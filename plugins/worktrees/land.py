@@ -4,14 +4,17 @@ in turn, each onto the tip the ones before it left.
 A step (`Train._land_one`) never leaves the base branch half-merged, whatever stops it (Ctrl-C,
 kill -9, a crash): the merge is computed without a checkout (`tree.merge_tree`), committed as an
 object on no branch, checked, if a check is set, in a scratch worktree on a detached HEAD
-(`check.py`), and only then does the base branch move,
-by one `git update-ref` compare-and-swap from the tip the merge was made on. Until that moment
-nothing the user sees has changed; after it the step is done. A step that conflicts or fails its
-check is skipped, its worktree untouched, and the train goes on.
+(`check.py`), and only then does the base branch move, by one `git update-ref` compare-and-swap
+from the tip the merge was made on. Until that moment nothing the user sees has changed; after it
+the step is done, and the agent's worktree follows its merge while the train goes on. A step that
+conflicts or fails its check is skipped, its worktree untouched, and the train goes on. Without
+names, every worktree is looked at once, as the train reaches it: those with nothing to land are
+passed over without a word.
 
 The main checkout's files follow the base branch only when it is checked out there and clean (a
 dirty one refuses the whole train before anything is done); a checkout on another branch is left
-as it is. Between the branch's move and its files' (`git read-tree -m -u`), a journal
+as it is; that they can follow (no untracked file of the user's in the way) is tried before the
+branch moves. Between the branch's move and its files' (`git read-tree -m -u`), a journal
 (`JOURNAL`) says what was moving: the next `deck land` finishes it if it was cut there, and
 deletes a scratch worktree left behind. One `deck land` at a time per repository: a lock file
 beside the worktrees' locks, which the kernel lets go of however its holder ends.
