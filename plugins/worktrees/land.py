@@ -218,6 +218,10 @@ class Train:
         no (only the branch moves); on it with uncommitted changes, the train is refused."""
         if (place.key, base) in self._follows:
             return
+        elsewhere = await checked_out_elsewhere(place, base)
+        if elsewhere is not None:
+            raise ServiceError(f"nothing landed: {base} is checked out in {place.machine.at(elsewhere)}, whose files "
+                               f"would not follow it: check out another branch there first")  # fmt: skip
         if await tree.current_branch(place) != base:
             self._follows[(place.key, base)] = False
             return
@@ -432,3 +436,14 @@ class Train:
         level = "info" if outcome.result in (LANDED, NOTHING) else "warning"
         self.deck.notice("worktrees", f"land: {outcome.agent}: {outcome.summary}", agent=outcome.agent, level=level)
         return outcome
+
+
+async def checked_out_elsewhere(place: Place, base: str) -> str | None:
+    """A worktree of the repository but its main checkout that has branch `base` checked out (the
+    user's own: the agents' are on `deck/…`), or None."""
+    listed = await place.machine.git("worktree", "list", "--porcelain", "-z", cwd=place.repo)
+    for record in listed.out.split("\0\0")[1:]:  # the main checkout's first
+        fields = dict(field.split(" ", 1) for field in record.split("\0") if " " in field)
+        if fields.get("branch") == f"refs/heads/{base}":
+            return fields.get("worktree", "?")
+    return None

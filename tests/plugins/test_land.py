@@ -174,6 +174,17 @@ async def test_an_untracked_file_of_the_user_s_in_the_way_stops_that_agent_only(
     assert git(repo, "status", "--porcelain") == "?? notes.txt\n"
 
 
+async def test_a_base_branch_checked_out_in_another_worktree_refuses_the_train(make_deck, repo, tmp_path):
+    deck, rec = make_deck(worktree_agent("a", repo))
+    await turn(deck, rec, "a", "write a.txt from a")
+    git(repo, "checkout", "-q", "-b", "elsewhere")
+    git(repo, "worktree", "add", "-q", str(tmp_path / "user's main"), "main")
+    before = git(repo, "rev-parse", "main")
+    with pytest.raises(ServiceError, match=r"nothing landed: main is checked out in .*user's main, whose files would not"):
+        await deck.call("WorktreeService.Land", {})
+    assert git(repo, "rev-parse", "main") == before
+
+
 async def test_a_main_checkout_on_another_branch_keeps_its_files_and_the_base_moves(make_deck, repo):
     deck, rec = make_deck(worktree_agent("a", repo))
     await turn(deck, rec, "a", "write a.txt from a")
