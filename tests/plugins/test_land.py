@@ -185,6 +185,21 @@ async def test_a_base_branch_checked_out_in_another_worktree_refuses_the_train(m
     assert git(repo, "rev-parse", "main") == before
 
 
+async def test_one_train_at_a_time_per_repository(make_deck, repo):
+    from deck import lock_file
+
+    deck, rec = make_deck(worktree_agent("a", repo))
+    await turn(deck, rec, "a", "write a.txt from a")
+    held = lock_file(Path(deck.agents["a"].cwd).parent / ".land.lock", shared=False)  # another deck's train
+    assert held is not None
+    try:
+        with pytest.raises(ServiceError, match=r"another `deck land` is landing work on .*: wait for it to end"):
+            await deck.call("WorktreeService.Land", {})
+    finally:
+        os.close(held)
+    assert results(await deck.call("WorktreeService.Land", {})) == [("a", "landed")]
+
+
 async def test_a_main_checkout_on_another_branch_keeps_its_files_and_the_base_moves(make_deck, repo):
     deck, rec = make_deck(worktree_agent("a", repo))
     await turn(deck, rec, "a", "write a.txt from a")
