@@ -1,4 +1,5 @@
-"""The `deck` MCP server (stdio) an agent starts from its `session/new`: `ask_agent` and `list_agents`.
+"""The `deck` MCP server (stdio) an agent starts from its `session/new`: `ask_agent`, `list_agents` and
+`changed_files`.
 
 Run as `python -m deck.plugins.announcements_mcp` with the socket, agent name, token and
 origin of the announcements bridge in its environment. It holds no state: each tool call
@@ -43,7 +44,8 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR =
 
 INSTRUCTIONS = (
     "Other coding agents run beside you in deck. list_agents names them; ask_agent puts a question "
-    "to one and returns its final answer once it has finished working."
+    "to one and returns its final answer once it has finished working; changed_files lists the files "
+    "the others change in their worktrees, so check it before you edit a file."
 )
 TOOLS: list[dict[str, Any]] = [
     {
@@ -66,6 +68,17 @@ TOOLS: list[dict[str, Any]] = [
         "name": "list_agents",
         "title": "List the agents",
         "description": "The agents deck runs, as JSON: name, title, description, state; `you` marks yourself.",
+        "inputSchema": {"type": "object", "properties": {}},
+    },
+    {
+        "name": "changed_files",
+        "title": "Files the other agents change",
+        "description": (
+            "The files the other agents change in their worktrees (worktree = true), as JSON: per agent its "
+            "base branch, how many files it changes and the first of them, each with whether the change is "
+            "committed and whether it holds uncommitted changes. Check it before you edit a file: one another "
+            "agent changes too will conflict when the work is landed."
+        ),
         "inputSchema": {"type": "object", "properties": {}},
     },
 ]
@@ -163,8 +176,8 @@ def request(method: str, params: dict[str, Any], env: Mapping[str, str] = os.env
 
 def tool_request(name: str, arguments: dict[str, Any]) -> tuple[str, dict[str, Any]] | str:
     """The deck request for a call of tool `name` (a known one), or the reason its arguments are wrong."""
-    if name == "list_agents":
-        return "list_agents", {}
+    if name in ("list_agents", "changed_files"):
+        return name, {}
     wrong = [
         f"`{key}` is missing" if key not in arguments else f"`{key}` must be a string, not {_json_type(arguments[key])}"
         for key in ("agent", "question")
@@ -186,7 +199,7 @@ def tool_result(method: str, answer: dict[str, Any]) -> dict[str, Any]:
     if "error" in answer:
         return text_result(str(answer["error"]), error=True)
     result = answer.get("result", "")
-    if method == "list_agents":
+    if method in ("list_agents", "changed_files"):
         return text_result(json.dumps(result, ensure_ascii=False))
     return text_result(str(result))
 

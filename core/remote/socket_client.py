@@ -309,32 +309,41 @@ def server_of(config: str | os.PathLike[str]) -> str | None:
     return next((known.name for known in running() if os.path.realpath(known.config) == real), None)
 
 
-async def call_server(name: str, method: str, params: Any = None) -> Any:
+async def call_server(name: str, method: str, params: Any = None, *, listener: Listener | None = None) -> Any:
     """One service call through the running deck server `name`: its result, or its ServiceError;
-    a ServiceError too when the server cannot be reached."""
+    a ServiceError too when the server cannot be reached. `listener` gets the deck's events while
+    the call runs (a long one's progress)."""
     client = SocketClient(name)
     try:
         await client.connect()
     except ServerError as exc:
         raise ServiceError(str(exc)) from None
     try:
+        if listener is not None:
+            client.subscribe(listener)
         return await client.call(method, params)
     finally:
         await client.close()
 
 
-async def call_deck(config: Path | None, source: str, method: str, params: Any = None, *, started: bool = False) -> Any:
+async def call_deck(
+    config: Path | None, source: str, method: str, params: Any = None, *, started: bool = False,
+    listener: Listener | None = None,
+) -> Any:  # fmt: skip
     """One service call for the config file `config` (None: the built-in config): through its
     running deck server when there is one, so that its refusals hold (a busy agent, a running
     one), else through a deck of that config made for the call and shut down after it. `started`:
     that deck runs its plugins' startup first, as a server did (its agents' conversations are back
-    from the history), without following the config file; it starts no agent either."""
+    from the history), without following the config file; it starts no agent either. `listener`
+    gets the deck's events while the call runs (a long one's progress)."""
     from deck.runtime.deck import Deck
 
     server = server_of(config) if config is not None else None
     if server is not None:
-        return await call_server(server, method, params)
+        return await call_server(server, method, params, listener=listener)
     deck = Deck(config, source)
+    if listener is not None:
+        deck.subscribe(listener)
     try:
         if started:
             await deck.startup(watch=False)

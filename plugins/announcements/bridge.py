@@ -40,6 +40,7 @@ from typing import Any
 
 import psutil
 from deck import TooDeep, decode_line
+from deck.errors import ServiceError, UnknownMethod
 
 from .asks import AskError, Asks, Notes
 
@@ -99,7 +100,7 @@ class Pool:
 
 
 class Bridge:
-    """The deck's side: a Unix server answering `ask_agent` and `list_agents` for its agents."""
+    """The deck's side: a Unix server answering `ask_agent`, `list_agents` and `changed_files` for its agents."""
 
     def __init__(self, asks: Asks) -> None:
         self.asks = asks
@@ -280,6 +281,8 @@ class Bridge:
         try:
             if method == "list_agents":
                 return {"result": self.asks.list_agents(agent)}
+            if method == "changed_files":
+                return {"result": await changed_files(self.asks.deck, agent)}
             if method == "ask_agent":
                 target, question = params.get("agent"), params.get("question")
                 if not isinstance(target, str) or not isinstance(question, str):
@@ -339,6 +342,17 @@ async def read_request(reader: asyncio.StreamReader, pool: Pool) -> bytes:
         return bytes(line)
     finally:
         pool.buffered -= len(line)
+
+
+async def changed_files(deck: Any, agent: str) -> Any:
+    """The files the other agents' worktrees change (`WorktreeService.ChangedFiles`, the worktrees
+    plugin's: called by its wire name, as any client would, so that neither plugin imports the other)."""
+    try:
+        return await deck.call("WorktreeService.ChangedFiles", {"agent": agent})
+    except UnknownMethod:
+        raise AskError("no worktrees here: the worktrees plugin is off") from None
+    except ServiceError as exc:
+        raise AskError(f"the worktrees cannot be looked at: {exc}") from None
 
 
 def _warn(line: str) -> None:

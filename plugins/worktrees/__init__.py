@@ -4,9 +4,11 @@ each other, nor over the main checkout, until their work is merged.
 An agent with `worktree = true` runs in a worktree of the repository its cwd is in, on branch
 `deck/AGENT` (`tree.py`: where it is, making, diffing, merging and removing it; `git.py`: git
 run safely; `running.py`: the lock that keeps a worktree an agent runs in from being removed,
-whatever deck runs it). `WorktreeService` and the `worktree:changed` / `worktree:overlap` events
-come from `service.py`; `deck worktrees`, `deck diff`, `deck merge` and `deck worktree remove`
-(`cli.py`) call that service on a deck of the config in use that starts no agent.
+whatever deck runs it; `land.py`: `deck land`, the merge train of many worktrees, and `check.py`
+its check in a scratch worktree). `WorktreeService` and the `worktree:changed`, `worktree:overlap`
+and `land:progress` events come from `service.py`; `deck worktrees`, `deck diff`, `deck merge`,
+`deck land` and `deck worktree remove` (`cli.py`) call that service on a deck of the config in
+use that starts no agent.
 
 Work is never deleted silently: an agent removed from the config keeps its worktree, listed and
 merged like the others; removing one is refused while it holds work not in its base branch.
@@ -32,6 +34,13 @@ def deck_register_events() -> list[type[Event]]:
 
 
 @hookimpl
+def deck_config_sections() -> dict[str, Any]:
+    from .land import LandSettings
+
+    return {"land": LandSettings}
+
+
+@hookimpl
 def deck_register_services(deck: Deck) -> dict[str, object]:
     from .service import Worktrees
 
@@ -48,6 +57,11 @@ ACTIONS = [
     {"name": "merge", "help": "merge its worktree's work into its base branch",
      "method": "WorktreeService.Merge", "shows": "text",
      "params": [{"name": "agent", "help": "the agent whose worktree it is", "agent": True, "required": True}]},
+    {"name": "land", "help": "land the worktrees' work on their base branches one after another, each checked "
+     "([land] check) before its base moves; conflicting or failing ones skipped",
+     "method": "WorktreeService.Land", "shows": "table", "empty": "nothing to land: no worktree has work ahead",
+     "params": [{"name": "agents", "help": "the agents, in order (else every one with work ahead)", "metavar": "AGENT…",
+                 "rest": True}]},
 ]  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""`deck worktrees`, `deck diff`, `deck merge`, `deck worktree remove`: the worktrees of the config in
+"""`deck worktrees`, `deck diff`, `deck merge`, `deck land`, `deck worktree remove`: the worktrees of the config in
 use (or `--config PATH`), whether a deck runs it or not.
 
 Each command calls the `WorktreeService` of the deck server running that config (`deck serve`),
@@ -37,6 +37,7 @@ def register(app: typer.Typer) -> None:
     app.command("worktrees", cls=Command)(worktrees)
     app.command("diff", cls=Command)(diff)
     app.command("merge", cls=Command)(merge)
+    app.command("land", cls=Command)(land)
     worktree_app.command("remove", cls=Command)(remove)
     app.add_typer(worktree_app, name="worktree")
 
@@ -117,6 +118,57 @@ def merge(
                          f"({count(len(result['files']), 'file')} changed)"))  # fmt: skip
 
 
+#: `deck land`'s exit code when some agents' work was skipped (a conflict, a failed check, busy).
+SKIPPED = 3
+
+
+def land(
+    agents: Optional[list[str]] = typer.Argument(None, metavar="AGENT…", help="The agents, in order (else every one with work ahead)."),
+    check: Optional[str] = typer.Option(None, "--check", metavar="CMD", help="The command a merge must pass (else [land] check; \"\" for none)."),
+    squash: bool = typer.Option(False, "--squash", help="One commit per agent on the base branch instead of a merge commit."),
+    as_json: bool = typer.Option(False, "--json", help="JSON output: one result per agent."),
+    config: Optional[Path] = ConfigOption,
+) -> None:
+    """Land the agents' work on their base branches, one after another.
+
+    Each agent's work is merged onto the tip the ones before it left and, with a check
+    ([land] check or --check), checked on the merge result in a scratch worktree; only then
+    does the base branch move. One that conflicts or fails its check is skipped, its worktree
+    untouched, and the others go on. Progress goes to stderr. Exit code 0: all landed; 3:
+    some skipped; 1: refused, nothing landed (a dirty main checkout).
+    """  # fmt: skip
+    params = {"agents": agents or None, "check": check, "squash": squash}
+    results = call(config, "WorktreeService.Land", params, refused=lambda: _unknown_of(config, agents or []),
+                   started=True, listener=_progress)  # fmt: skip
+    if as_json:
+        typer.echo(json_printable(json.dumps(results, indent=2, ensure_ascii=False)))
+    elif not results:
+        typer.echo("nothing to land: no worktree has work ahead of its base branch")
+    for row in [] if as_json else results:
+        typer.echo(printable(f"{row['agent']:<16} {row['summary']}"))
+        for line in row.get("check") or []:
+            typer.echo(printable(f"{'':<16}   | {line}"))
+    if any(row["result"] not in ("landed", "nothing") for row in results):
+        raise typer.Exit(SKIPPED)
+
+
+def _progress(event: Any) -> None:
+    """A train's progress as it goes, on stderr: each step in words, the check's output as it comes."""
+    if getattr(event, "name", "") != "land:progress":
+        return
+    found = event.payload()
+    text = str(found.get("text") or "")
+    if found.get("result") == "output":
+        typer.echo(printable(text), err=True, nl=False)
+    elif found.get("step") != "done":
+        typer.echo(printable(f"deck: {found.get('agent')}: {text}"), err=True)
+
+
+def _unknown_of(config: Optional[Path], agents: list[str]) -> None:
+    for agent in agents:
+        _unknown(config, agent)
+
+
 def remove(
     agent: str = AgentArgument,
     force: bool = typer.Option(False, "--force", help="Even with uncommitted or unmerged work: it is lost."),
@@ -152,7 +204,7 @@ def count(n: int, word: str) -> str:
 
 def call(
     config: Optional[Path], method: str, params: dict[str, Any], refused: Callable[[], str | None] | None = None,
-    started: bool = False,
+    started: bool = False, listener: Callable[[Any], None] | None = None,
 ) -> Any:
     """`method` of the deck server running the config in use, else of a deck of it that runs no
     agent (`started`: its plugins started, see `call_deck`); a refusal exits 1, saying what
@@ -164,7 +216,7 @@ def call(
         _fail(f"config file not found: {path}", ExitCode.USAGE)
     # A running server's agents may be at work in their worktrees: then it says what may be done.
     try:
-        return asyncio.run(call_deck(path, source, method, params, started=started))
+        return asyncio.run(call_deck(path, source, method, params, started=started, listener=listener))
     except UsageError as exc:
         for line in exc.lines():
             typer.echo(printable(f"deck: {line}"), err=True)

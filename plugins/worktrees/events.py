@@ -34,4 +34,18 @@ class WorktreeOverlap(Event):
     count: int
 
 
-EVENTS = (WorktreeChanged, WorktreeOverlap)
+@dataclass(frozen=True, slots=True)
+class LandProgress(Event):
+    """`deck land` as it goes: agent `agent`'s landing at `step` (`merge`, `check`, `done`) with
+    `result` (`started`, `merged`, `passed`, `output`, and at `done` the outcome: `landed`,
+    `conflict`, `failed`, `nothing`, `busy`, `error`); `text` says it in words, or is the check's
+    output as it comes (`output`)."""
+
+    name: ClassVar[str] = "land:progress"
+    agent: str
+    step: str
+    result: str
+    text: str = ""
+
+
+EVENTS = (WorktreeChanged, WorktreeOverlap, LandProgress)

@@ -101,6 +101,15 @@ printf '%s\\0' "$d"
 [ -f "$1" ] && cp -p -- "$1" "$d/index" && printf c
 :
 """
+#: In folder $1, the command $3… run for $2 seconds at most (where `timeout` is there: what ends it
+#: if deck is gone), its stderr with its stdout; exit 125 when the folder is not there.
+RUN_SCRIPT = """\
+cd -- "$1" 2>/dev/null || exit 125
+t=$2; shift 2
+for v in $(env | sed -n 's/^\\(GIT_[A-Za-z0-9_]*\\)=.*/\\1/p'); do unset "$v"; done
+if command -v timeout >/dev/null 2>&1; then exec timeout -k 5 "$t" "$@" 2>&1; fi
+exec "$@" 2>&1
+"""
 #: $1 and all in it deleted, a symlink in it deleted and never followed; $1 itself no symlink.
 DELETE_SCRIPT = '[ -L "$1" ] && exit 3; exec rm -rf -- "$1"'
 
@@ -233,6 +242,13 @@ class Machine:
             else:
                 yield copy, True
 
+    def command(self, argv: Sequence[str], cwd: str, timeout: float) -> tuple[list[str], str]:
+        """The local command line that runs `argv` in folder `cwd` of this machine, and the folder it
+        is run from here. Under `timeout` (coreutils), where there is one, past `timeout` and
+        BACKSTOP more seconds: what ends it if deck, which ends it at `timeout`, was killed first."""
+        found = shutil.which("timeout")
+        return ([found, "-k", "5", backstop(timeout)] if found else []) + list(argv), cwd
+
     async def delete(self, path: str) -> None:
         """Delete `path` (a file, or a folder and all in it, off the event loop; nothing when it is not
         there); a symlink in it is deleted, never followed (`shutil.rmtree` works through
@@ -252,6 +268,14 @@ class Machine:
 
 
 LOCAL = Machine()
+
+#: Seconds a command run with a time limit (`Machine.command`) may outlive it before `timeout` ends it.
+BACKSTOP = 5
+
+
+def backstop(timeout: float) -> str:
+    """`timeout`'s argument: the limit and BACKSTOP more seconds, whole."""
+    return str(int(timeout + 0.999) + BACKSTOP)
 
 
 class Remote(Machine):
@@ -378,6 +402,9 @@ class Remote(Machine):
         finally:
             with contextlib.suppress(GitError):
                 await asyncio.shield(self.sh(DELETE_SCRIPT, folder))
+
+    def command(self, argv: Sequence[str], cwd: str, timeout: float) -> tuple[list[str], str]:
+        return host_command(self.host, self.ssh, RUN_SCRIPT, cwd, backstop(timeout), *argv), os.getcwd()
 
     async def delete(self, path: str) -> None:
         found = await self.sh(DELETE_SCRIPT, path, check=False)

@@ -11,9 +11,11 @@ event loop: two worktrees of 200,000 files each make one event, not 200,000.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import heapq
 import logging
 import os
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from deck import AgentState, hookimpl, listens, rpc_method
@@ -23,6 +25,7 @@ from deck.events import AgentStateChanged, TurnChanged
 from . import running, tree
 from .events import WorktreeChanged, WorktreeOverlap
 from .git import GitMissing
+from .land import Train, land_settings
 from .machine import LOCAL, Machine, Remote, Unreachable
 from .tree import Place, Status
 
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: The most files one `worktree:overlap` names (the first by name); `count` says how many there are.
 OVERLAP_FILES = 50
+#: The most files `ChangedFiles` names per worktree (by name); `count` says how many there are.
+CHANGED_FILES = 500
 #: The states of an agent that runs no more: its worktree's lock file is let go.
 ENDED = (AgentState.STOPPED.value, AgentState.ERROR.value)
 
@@ -126,7 +131,7 @@ class Worktrees:
             return
         agent = deck.agents.get(event.agent)
         if agent is not None and agent.config.worktree and agent.workdir is not None:
-            deck.spawn(self._after_turn(agent.name), f"worktrees: {agent.name} after its turn")
+            deck.spawn(self.refresh(agent.name), f"worktrees: {agent.name} after its turn")
 
     @hookimpl
     def deck_shutdown(self, deck: Deck) -> None:
@@ -135,7 +140,9 @@ class Worktrees:
             for name in list(self._running):
                 self._release(name)
 
-    async def _after_turn(self, name: str) -> None:
+    async def refresh(self, name: str) -> None:
+        """Look at agent `name`'s worktree again (after its turn, after a landing): `worktree:changed`,
+        the overlaps told first."""
         try:
             found = await self.status(name)
         except ServiceError as exc:
@@ -332,7 +339,7 @@ class WorktreeService:
         if live is not None and live.state is AgentState.BUSY:
             raise ServiceError(f"{agent} is busy: merge once its turn is over")
         place = await worktrees.made(agent)
-        about = await self._about(agent)
+        about = await self.about(agent)
         async with worktrees.lock(place):
             result = await tree.merge(place, await worktrees.base(place), squash, message, about)
         found = await worktrees.status(agent, place)
@@ -342,7 +349,7 @@ class WorktreeService:
         summary = f"merged into {result['base']} as {str(result['commit'])[:12]} ({files} file{'' if files == 1 else 's'})"
         return {**result, "summary": summary}
 
-    async def _about(self, agent: str) -> str:
+    async def about(self, agent: str) -> str:
         """What the agent's work is, for its commits: its conversation's title, else its first user
         line, on one line of 72 printable characters at most ("" when there is neither)."""
         try:
@@ -356,6 +363,44 @@ class WorktreeService:
         first_line = next(iter(str(text).strip().splitlines()), "")
         line = " ".join("".join(c for c in first_line if c.isprintable() or c.isspace()).split())
         return line if len(line) <= 72 else line[:71].rstrip() + "…"
+
+    @rpc_method("WorktreeService.Land")
+    async def land(
+        self, agents: builtins.list[str] | str | None = None, check: builtins.list[str] | str | None = None,
+        squash: bool = False,
+    ) -> builtins.list[dict[str, Any]]:
+        """Land the work of `agents` (names, or one string of names; by default every worktree with work
+        not in its base) on their base branches, in order (`land.py`): a result per agent. `check`:
+        the command a merge must pass (else `[land] check`; "" or [] for none)."""
+        names = agents.split() if isinstance(agents, str) else agents
+        if names is not None and not all(isinstance(n, str) for n in names):
+            raise ServiceError("agents must be names")
+        settings = land_settings(self.worktrees.deck)
+        command = settings.check if check is None else shlex.split(check) if isinstance(check, str) else check
+        if not all(isinstance(arg, str) and "\0" not in arg for arg in command):
+            raise ServiceError("the check must be a command line: strings without NUL characters")
+        outcomes = await Train(self.worktrees, command, settings.timeout, squash).run(names or None)
+        await self.worktrees.check_overlaps()
+        return [o.to_dict() for o in outcomes]
+
+    @rpc_method("WorktreeService.ChangedFiles")
+    async def changed_files(self, agent: str | None = None) -> builtins.list[dict[str, Any]]:
+        """What the worktrees change, but `agent`'s own: per worktree its agent, base branch, how
+        many files it changes against its base and the first CHANGED_FILES of them by name, each with
+        whether it is `committed` and whether it holds `uncommitted` changes (the agents' MCP tool
+        `changed_files`, so that an agent sees before it edits a file that another one changes it)."""
+        rows = []
+        for place in await self.worktrees.places():
+            if place.agent == agent:
+                continue
+            try:
+                async with self.worktrees.lock(place):
+                    rows.append(await tree.changes(place, await self.worktrees.base(place), CHANGED_FILES))
+            except GitMissing:
+                raise
+            except ServiceError as exc:
+                rows.append({"agent": place.agent, "error": str(exc)})
+        return rows
 
     @rpc_method("WorktreeService.Remove")
     async def remove(self, agent: str, force: bool = False) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -255,6 +256,8 @@ class Checkout:
     gitdir: str
     path: str
     machine: Machine = LOCAL
+    #: More options for every git command there (`no_filters`).
+    options: tuple[str, ...] = ()
 
     async def git(
         self, *args: str, index: str | None = None, env: dict[str, str] | None = None, check: bool = True,
@@ -263,7 +266,7 @@ class Checkout:
         """`git ARGS` in the worktree, its repository and files given both ways (`--git-dir` and
         `--work-tree`, `GIT_DIR` and `GIT_WORK_TREE`), with `index` for its index if given."""
         where = {"GIT_DIR": self.gitdir, "GIT_WORK_TREE": self.path, **({"GIT_INDEX_FILE": index} if index else {})}
-        options = (*IN_WORKTREE, f"--git-dir={self.gitdir}", f"--work-tree={self.path}")
+        options = (*IN_WORKTREE, *self.options, f"--git-dir={self.gitdir}", f"--work-tree={self.path}")
         return await self.machine.git(*args, cwd=self.path, env={**where, **(env or {})}, check=check, options=options,
                                       into=into, limit=limit, data=data)  # fmt: skip
 
@@ -287,6 +290,27 @@ async def checkout_of(place: Place, look: Look | None = None) -> Checkout:
                 raise ServiceError(f"the repository of {place.shown} is inside it: deck does not use it")
             return Checkout(entry.path, place.path, machine)
     raise ServiceError(f"{place.shown} is not a worktree of {place.shown_repo} (`git worktree list` there does not have it)")
+
+
+async def no_filters(place: Place) -> tuple[str, ...]:
+    """git options that switch off every filter the user's config defines (`filter.NAME.*`): a
+    worktree's `.gitattributes` are the agent's, and could name one for git to run (its clean command
+    as git stages the work, its smudge command as a merge of it is checked out)."""
+    found = await place.machine.git("config", "-z", "--get-regexp", r"^filter\.", cwd=place.repo, check=False)
+    names = set()
+    for entry in found.out.split("\0"):
+        key = entry.partition("\n")[0]
+        name = key[len("filter.") : key.rfind(".")]
+        if key.startswith("filter.") and name:
+            if "=" in name:
+                raise ServiceError(f"filter {name!r} of the git config cannot be switched off for a checkout (its name holds =)")
+            names.add(name)
+    options: list[str] = []
+    for name in sorted(names):
+        for key in ("clean", "smudge", "process"):
+            options += ["-c", f"filter.{name}.{key}="]
+        options += ["-c", f"filter.{name}.required=false"]
+    return tuple(options)
 
 
 def inside(path: str, folder: str) -> bool:
@@ -339,7 +363,7 @@ async def pending(place: Place, base: str) -> AsyncIterator[Pending]:
     look = await place.look()
     if not look.git:
         raise place.lost_error() if look.folder else ServiceError(f"{place.agent} has no worktree at {place.shown}")
-    checkout = await checkout_of(place, look)
+    checkout = dataclasses.replace(await checkout_of(place, look), options=await no_filters(place))
     # The worktree's index is its repository's `index` (`git rev-parse --git-path index`). Its copy
     # keeps its time: git trusts an entry's recorded stat only when the index was written after that
     # second; a copy dated now would hide a same-size edit made in the second the index was written
@@ -401,6 +425,21 @@ async def status_of(work: Pending, place: Place, base: str) -> Status:
     return Status(place, base, int(ahead.out.strip() or 0), files, work.dirty)
 
 
+async def changes(place: Place, base: str, limit: int) -> dict[str, Any]:
+    """The files the worktree changes against its merge-base, `limit` of them at most by name, each
+    with whether its commits change it (`committed`) and whether it holds uncommitted changes to it
+    (`uncommitted`); and how many there are in all."""
+    async with pending(place, base) as work:
+        committed = await work.checkout.git("diff", "--no-renames", "--name-only", "-z", work.merge_base, work.head)
+        uncommitted = await work.checkout.git("diff", "--cached", "--no-renames", "--name-only", "-z", work.head,
+                                              index=work.index)  # fmt: skip
+    done, pending_ = set(names(committed.out)), set(names(uncommitted.out))
+    every = sorted(done | pending_)
+    files = [{"path": f, "committed": f in done, "uncommitted": f in pending_} for f in every[:limit]]
+    return {"agent": place.agent, "base": base, "count": len(every), "files": files,
+            **({"host": place.host} if place.host else {})}  # fmt: skip
+
+
 async def diff(place: Place, base: str) -> tuple[str, Status]:
     """The unified diff of the worktree (commits, uncommitted and untracked files) against its
     merge-base, and its status, from the same look at it."""
@@ -451,50 +490,110 @@ def porcelain_files(out: str) -> list[str]:
     return files
 
 
+class Conflict(ServiceError):
+    """A merge that conflicts: `conflicts`, the files, as git names them (sorted)."""
+
+    def __init__(self, message: str, conflicts: list[str]) -> None:
+        super().__init__(message, {"conflicts": conflicts})
+        self.conflicts = conflicts
+
+
 async def merge(place: Place, base: str, squash: bool, message: str | None, about: str = "") -> dict[str, Any]:
     """Commit the worktree's pending work, merge it into `base` in the main checkout, move the worktree there.
 
     The commits say what the work is: `message`, else `about` (the agent's conversation title,
     or its first user line), else only whose it is."""
-    subject = message or (f"{place.agent}: {about}" if about else f"{place.agent}'s work")
+    subject = message or work_subject(place, about)
     await main_checkout_ready(place, base)
     who = await identity(place)
     git = place.machine.git
     async with pending(place, base) as work:
-        commit = work.head
-        if work.dirty:
-            made = await work.checkout.git("commit-tree", work.tree, "-p", work.head, "-m", subject, env=who)
-            commit = made.out.strip()
+        commit = await commit_pending(work, subject, who)
         target = (await git("rev-parse", f"refs/heads/{base}", cwd=place.repo)).out.strip()
-        if (await git("merge-base", "--is-ancestor", commit, target, cwd=place.repo, check=False)).code == 0:
+        if await contains(place, target, commit):
             raise ServiceError(f"nothing to merge: all of {place.agent}'s work is in {base} already")
-        trial = await git("merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", target, commit,
-                          cwd=place.repo, check=False)  # fmt: skip
-        lines = [field for field in trial.out.split("\0") if field]  # the tree, then the files as named
-        if trial.code == 1:
-            conflicts = sorted(set(lines[1:]))
-            raise ServiceError(
-                f"{place.agent}'s work conflicts with {base} in: {', '.join(conflicts)}; nothing was changed. To go on: "
+        try:
+            merged_tree = await merge_tree(place, target, commit)
+        except Conflict as exc:
+            raise Conflict(
+                f"{place.agent}'s work conflicts with {base} in: {', '.join(exc.conflicts)}; nothing was changed. To go on: "
                 f"ask {place.agent} to merge {base} into its branch and resolve them (or run `git merge {base}` in "
                 f"{place.shown} yourself), then `deck merge {place.agent}` again; `deck diff {place.agent}` shows its work",
-                {"conflicts": conflicts},
-            )
-        if trial.code != 0 or not lines:
-            raise GitError(f"git merge-tree failed in {place.shown_repo}: {trial.err.strip() or trial.code} (it needs git 2.38+)")
-        text = (message or subject) if squash else message or f"Merge {place.branch}" + (f": {about}" if about else "")
-        parents = ["-p", target] if squash else ["-p", target, "-p", commit]
-        merged = (await git("commit-tree", lines[0], *parents, "-m", text, cwd=place.repo, env=who)).out.strip()
+                exc.conflicts,
+            ) from None
+        text = merge_message(place, squash, message or subject, message, about)
+        merged = await commit_merge(place, merged_tree, target, commit, squash, text, who)
         files = await git("diff", "--name-only", "-z", target, merged, cwd=place.repo)
-        await git("merge", "--ff-only", "-q", merged, cwd=place.repo)  # the main checkout's files and its branch
-        if commit != work.head:  # the pending work is that commit now, its files untouched
-            await work.checkout.git("update-ref", "-m", "deck: pending work", "HEAD", commit, work.head)
-            await work.checkout.git("reset", "-q")
-    try:
-        await work.checkout.git("reset", "-q", "--keep", merged)  # the worktree goes on from the merge
-    except GitError as exc:
-        raise ServiceError(f"merged into {base} as {merged[:12]}, but {place.shown} stays where it was: {exc}") from exc
+        # The main checkout's files and its branch; the merge's `.gitattributes` name no filter that runs.
+        await git("merge", "--ff-only", "-q", merged, cwd=place.repo, options=work.checkout.options)
+        await adopt(work, commit)
+    await follow(place, work.checkout, base, merged)
     return {"agent": place.agent, "base": base, "commit": merged, "squash": squash,
             "files": [f for f in files.out.split("\0") if f]}  # fmt: skip
+
+
+def work_subject(place: Place, about: str) -> str:
+    """The subject of the commit of an agent's pending work: what it is (`about`), else whose."""
+    return f"{place.agent}: {about}" if about else f"{place.agent}'s work"
+
+
+def merge_message(place: Place, squash: bool, subject: str, message: str | None, about: str) -> str:
+    """A merge's commit message: the one given; squashed, the work's subject; else `Merge deck/AGENT: ABOUT`."""
+    if squash:
+        return message or subject
+    return message or f"Merge {place.branch}" + (f": {about}" if about else "")
+
+
+async def commit_pending(work: Pending, subject: str, who: dict[str, str]) -> str:
+    """The commit holding all of the worktree's work: its HEAD, or, with work pending, a new commit
+    on it (made, not yet on any branch: the worktree is untouched until `adopt`)."""
+    if not work.dirty:
+        return work.head
+    return (await work.checkout.git("commit-tree", work.tree, "-p", work.head, "-m", subject, env=who)).out.strip()
+
+
+async def contains(place: Place, target: str, commit: str) -> bool:
+    """Whether commit `target` holds `commit` already (nothing of it left to merge)."""
+    found = await place.machine.git("merge-base", "--is-ancestor", commit, target, cwd=place.repo, check=False)
+    return found.code == 0
+
+
+async def merge_tree(place: Place, target: str, commit: str) -> str:
+    """The tree of `commit` merged into `target`, computed without a checkout (`git merge-tree
+    --write-tree`, git 2.38+); a Conflict naming the files when it conflicts."""
+    trial = await place.machine.git("merge-tree", "--write-tree", "--name-only", "--no-messages", "-z", target, commit,
+                                    cwd=place.repo, check=False)  # fmt: skip
+    lines = [field for field in trial.out.split("\0") if field]  # the tree, then the files as named
+    if trial.code == 1:
+        conflicts = sorted(set(lines[1:]))
+        raise Conflict(f"conflicts in: {', '.join(conflicts)}", conflicts)
+    if trial.code != 0 or not lines:
+        raise GitError(f"git merge-tree failed in {place.shown_repo}: {trial.err.strip() or trial.code} (it needs git 2.38+)")
+    return lines[0]
+
+
+async def commit_merge(
+    place: Place, merged_tree: str, target: str, commit: str, squash: bool, text: str, who: dict[str, str]
+) -> str:
+    """The commit of `merged_tree` on `target`: a merge commit with `commit` as second parent, or squashed one parent."""
+    parents = ["-p", target] if squash else ["-p", target, "-p", commit]
+    return (await place.machine.git("commit-tree", merged_tree, *parents, "-m", text, cwd=place.repo, env=who)).out.strip()
+
+
+async def adopt(work: Pending, commit: str) -> None:
+    """The worktree's pending work is `commit` now (its HEAD moved there only if it is still where it
+    was, its index read again), its files untouched."""
+    if commit != work.head:
+        await work.checkout.git("update-ref", "-m", "deck: pending work", "HEAD", commit, work.head)
+        await work.checkout.git("reset", "-q")
+
+
+async def follow(place: Place, checkout: Checkout, base: str, merged: str) -> None:
+    """The worktree goes on from the merge `merged` (what it holds since is kept)."""
+    try:
+        await checkout.git("reset", "-q", "--keep", merged)
+    except GitError as exc:
+        raise ServiceError(f"merged into {base} as {merged[:12]}, but {place.shown} stays where it was: {exc}") from exc
 
 
 async def remove(place: Place, base: str | None, force: bool) -> dict[str, Any]:

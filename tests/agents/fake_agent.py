@@ -47,8 +47,8 @@ later, then "deaf: answered" on stderr; never without S), `cancel-late` (like sl
 after the cancelled response: one at once, one 1 s later with the messageId),
 `slow-question` (an elicitation while chunks stream), `mode ID` (a current_mode_update alone),
 `mode-option ID` (a config_option_update alone, with the `mode` option set to ID),
-`ask AGENT QUESTION` / `list-agents` (start the session's `deck` MCP server from
-session/new `mcpServers`, call its tool ask_agent / list_agents over stdio, report
+`ask AGENT QUESTION` / `list-agents` / `changed-files` (start the session's `deck` MCP server from
+session/new `mcpServers`, call its tool ask_agent / list_agents / changed_files over stdio, report
 the call as a tool call and chunk "answer: RESULT" or "tool error: TEXT"; a cancel
 meanwhile sends MCP notifications/cancelled), `recall` (the session's earlier prompts, under
 --sessions), `multi N` (the last N of MULTI's
@@ -383,9 +383,9 @@ def turn(rid, sid: str, text: str) -> None:
         chunk(sid, json.dumps(answer.get("result")))
         if sid in cancelled:
             result["stopReason"] = "cancelled"
-    elif word in ("ask", "list-agents"):
+    elif word in ("ask", "list-agents", "changed-files"):
         target, _, question = rest.partition(" ")
-        tool, arguments = ("ask_agent", {"agent": target, "question": question}) if word == "ask" else ("list_agents", {})
+        tool, arguments = ("ask_agent", {"agent": target, "question": question}) if word == "ask" else (word.replace("-", "_"), {})
         tid = f"mcp-{next(ids)}"
         update(sid, {"sessionUpdate": "tool_call", "toolCallId": tid, "title": f"deck__{tool}", "kind": "other",
                      "status": "in_progress", "rawInput": arguments})

@@ -303,7 +303,7 @@ async def test_mcp_server_answers_unknown_methods_with_an_error(make_deck):
         assert (await call(2, "no/such/method", {}))["error"]["code"] == -32601
         tools = (await call(3, "tools/list"))["result"]["tools"]
         assert {t["name"]: sorted(t["inputSchema"]["properties"]) for t in tools} == {
-            "ask_agent": ["agent", "question"], "list_agents": [],
+            "ask_agent": ["agent", "question"], "list_agents": [], "changed_files": [],
         }  # fmt: skip
         reply = await call(4, "tools/call", {"name": "ask_agent", "arguments": {"agent": "b", "question": "multi 1"}})
         assert reply["result"]["content"][0]["text"] == CONCLUSION

@@ -73,7 +73,7 @@ async def test_the_official_client_initializes_lists_and_calls_the_tools(make_de
         assert init.server_info.name == "deck" and init.capabilities.tools is not None
         assert "ask_agent" in (init.instructions or "")
         tools = {t.name: t for t in (await session.list_tools()).tools}
-        assert sorted(tools) == ["ask_agent", "list_agents"]
+        assert sorted(tools) == ["ask_agent", "changed_files", "list_agents"]
         assert tools["ask_agent"].title == "Ask another agent"
         assert tools["ask_agent"].input_schema["required"] == ["agent", "question"]
         assert {k: v["type"] for k, v in tools["ask_agent"].input_schema["properties"].items()} == {
@@ -84,6 +84,8 @@ async def test_the_official_client_initializes_lists_and_calls_the_tools(make_de
         listed = await session.call_tool("list_agents", {})
         assert not listed.is_error
         assert [(a["name"], a["title"]) for a in json.loads(listed.content[0].text)] == [("a", "Agent A"), ("b", "b")]
+        changed = await session.call_tool("changed_files", {})
+        assert not changed.is_error and json.loads(changed.content[0].text) == []  # no agent has a worktree
         asked = await session.call_tool("ask_agent", {"agent": "b", "question": "multi 1"})
         assert not asked.is_error and asked.content[0].text == CONCLUSION
         # deck's refusal is the tool's error, word for word; so are wrong arguments (the model can fix them).

@@ -267,3 +267,17 @@ def link_files(source: Path, folder: Path, names: list[str]) -> None:
     (folder / "gen").mkdir()
     for name in names:
         os.link(source, folder / name)
+
+
+async def test_deck_merge_of_a_branch_naming_a_filter_runs_it_no_more(make_deck, repo, tmp_path):
+    """The agent's `.gitattributes` name a filter the user's git config defines: neither staging its
+    work nor merging it into the main checkout runs it."""
+    mark = tmp_path / "RAN"
+    git(repo, "config", "filter.run.smudge", f"sh -c 'echo smudge >> {mark}; cat'")
+    git(repo, "config", "filter.run.clean", f"sh -c 'echo clean >> {mark}; cat'")
+    deck, rec = make_deck(worktree_agent("a", repo))
+    await turn(deck, rec, "a", "write .gitattributes * filter=run")
+    await turn(deck, rec, "a", "write notes.txt from a")
+    merged = await deck.call("WorktreeService.Merge", {"agent": "a"})
+    assert sorted(merged["files"]) == [".gitattributes", "notes.txt"] and (repo / "notes.txt").exists()
+    assert not mark.exists()

@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -253,5 +254,35 @@ async def test_the_commands_take_few_round_trips_to_the_host(make_deck, sshd, re
         assert done.returncode == 0, done.stderr
         return len(calls.read_text().splitlines())
 
-    assert counted("diff", "far") <= 16  # 41 when each step was a call of its own
-    assert counted("worktrees") <= 15
+    assert counted("diff", "far") <= 17  # 41 when each step was a call of its own (one: the filters to switch off)
+    assert counted("worktrees") <= 16
+
+
+async def test_a_worktree_on_the_host_lands_there_checked_in_a_scratch_worktree_there(
+    make_deck, sshd, repo, tmp_path, monkeypatch
+):
+    host_state = tmp_path / "host-state"
+    runtime = tempfile.mkdtemp(prefix="rt-", dir="/tmp")  # ssh's shared connections of this test's own (a short path)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
+    check = [sys.executable, "-c", "import os, sys; print(os.getcwd()); sys.exit(os.path.exists('src/bad.txt'))"]
+    land = f"[land]\ncheck = {json.dumps(check)}\n\n"
+    deck, rec = make_deck(land + remote_worktree_agent(sshd, repo / "src", host_state))
+    await turn(deck, rec, "far", "write bad.txt broken")
+    (failed,) = await deck.call("WorktreeService.Land", {})
+    assert failed["result"] == "failed" and failed["check"][0].endswith("/.land"), failed
+    assert failed["check"][0].startswith(str(host_state / "deck" / "worktrees"))  # run on the host, in its scratch worktree
+    assert not (repo / "src" / "bad.txt").exists()
+    await deck.call("AgentService.Stop", {"name": "far"})
+    folder = next((host_state / "deck" / "worktrees").glob("it's a * repo-*"))
+    (folder / "far" / "src" / "bad.txt").unlink()
+    (folder / "far" / "src" / "good.txt").write_text("fine")
+    (landed,) = await deck.call("WorktreeService.Land", {"agents": ["far"]})
+    assert landed["result"] == "landed" and landed["files"] == ["src/good.txt"], landed
+    assert (repo / "src" / "good.txt").read_text() == "fine" and git(repo, "status", "--porcelain") == ""
+    assert git(repo, "rev-parse", "main").strip() == landed["commit"]
+    assert not (folder / ".land").exists() and "/.land\n" not in git(repo, "worktree", "list", "--porcelain")
+    assert not list(tmp_path.rglob("PWNED"))
+    await deck.shutdown()
+    subprocess.run(["ssh", "-F", str(sshd.config), "-o", f"ControlPath={runtime}/deck-ssh/ssh-%C", "-O", "exit", "testbox"],
+                   capture_output=True, timeout=10)  # fmt: skip
+    shutil.rmtree(runtime, ignore_errors=True)

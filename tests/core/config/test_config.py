@@ -27,6 +27,7 @@ from deck.plugins.budget import AgentBudget, BudgetSettings
 from deck.plugins.history import HistorySettings
 from deck.plugins.idle_stop import IdleStopLimits
 from deck.plugins.notify import NotifySettings
+from deck.plugins.worktrees.land import LandSettings
 from pydantic import BaseModel, ConfigDict, Field
 from typer.testing import CliRunner
 
@@ -47,7 +48,7 @@ def config_example(path: Path) -> str:
 #: The sections deck's built-in plugins add to the config (and to its schema): idle_stop's keys of [limits] too.
 BUILT_IN_SECTIONS = {
     "history": HistorySettings, "limits": IdleStopLimits, "notify": NotifySettings, "budget": BudgetSettings,
-    "agents": AgentBudget,
+    "agents": AgentBudget, "land": LandSettings,
 }  # fmt: skip
 
 
