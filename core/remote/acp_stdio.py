@@ -48,7 +48,8 @@ class AcpStdio(Frontend):
         reading = await _read(loop, self.input_fd, proxy, ended)
         try:
             await ended
-            if ended.result() == "eof":  # the client sent all it had: what it asked is answered first
+            if ended.result() == "eof":  # the client sent all it had: what it asked is answered first,
+                await self.client.end_of_input(drain=False)  # and nobody is left to answer for it (a deck of its own)
                 await proxy.drain()
         finally:
             self.client.unsubscribe(proxy.on_event)

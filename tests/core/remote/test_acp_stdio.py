@@ -239,3 +239,55 @@ def test_through_a_server_the_client_is_one_more_client_and_a_permission_is_answ
                      and x["params"]["update"]["content"]["text"] == "from the console")  # fmt: skip
     assert client.close() == 0
     assert server.popen.poll() is None  # the server goes on
+
+
+def test_a_client_gone_with_a_permission_waiting_ends_deck_acp(tmp_path, acp) -> None:
+    client = acp("a", "--config", config(tmp_path, agent_block("a")))
+    session = client.open_session()
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "perm"}]})
+    client.asked("session/request_permission")
+    assert client.close() == 0  # end of stdin: nobody is left to answer, the turn ends, deck acp with it
+    assert client.response(prompt)["result"] == {"stopReason": "cancelled"}
+
+
+def test_a_client_that_does_not_read_never_holds_the_server_up(serve, clients, tmp_path) -> None:
+    import subprocess
+
+    from tests.deck_process import DECK, Lines
+
+    server = serve(agent_block("a"), name="slowreader")
+    watcher = clients(server.path)
+    watcher.call("DeckService.Snapshot")
+    args = list(server.popen.args)
+    proc = subprocess.Popen([*DECK, "acp", "a", "--config", args[args.index("--config") + 1]],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        requests = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE},
+            {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}},
+        ]
+        proc.stdin.write(b"".join(json.dumps(r).encode() + b"\n" for r in requests))
+        proc.stdin.flush()
+        lines = [json.loads(proc.stdout.readline()) for _ in range(2)]
+        session = lines[1]["result"]["sessionId"]
+        prompt = {"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+                  "params": {"sessionId": session, "prompt": [{"type": "text", "text": "big 1000000"}]}}  # fmt: skip
+        for i in range(3):  # 3 MB of answer for a client that reads none of it
+            proc.stdin.write(json.dumps({**prompt, "id": 3 + i}).encode() + b"\n")
+            proc.stdin.flush()
+            watcher.wait_line(lambda e: e.get("event") == "turn:changed" and e.get("busy") is False, timeout=30, count=i + 1)
+        assert watcher.call("AgentService.List")[0]["state"] in ("ready", "busy")  # the server answers at once
+        assert proc.poll() is None  # deck acp holds the output, and waits for its client
+        reader = Lines()
+        import threading
+
+        threading.Thread(target=reader.feed, args=(proc.stdout,), daemon=True).start()
+        for i in range(3):
+            assert reader.response(3 + i, timeout=30)["result"] == {"stopReason": "end_turn"}
+        told = "".join(x["params"]["update"]["content"]["text"] for x in reader.lines if x.get("method") == "session/update"
+                       and x["params"]["update"]["sessionUpdate"] == "agent_message_chunk")  # fmt: skip
+        assert told == "x" * 3_000_000  # every answer whole, held until the client read
+    finally:
+        proc.kill()
+        proc.wait(10)
