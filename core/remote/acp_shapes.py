@@ -7,7 +7,6 @@ an odd shape of deck's (an older server's, a plugin's part): what it cannot say 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,8 @@ PROMPT_BLOCKS = ("text", "resource_link", "resource")
 #: What a tool part's `kind` may be in ACP; anything else is sent as `other`.
 TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"})
 TOOL_STATUSES = frozenset({"pending", "in_progress", "completed", "failed"})
+PRIORITIES = frozenset({"high", "medium", "low"})
+PLAN_STATUSES = frozenset({"pending", "in_progress", "completed"})
 
 
 def prompt_text(blocks: Any) -> str:
@@ -111,8 +112,13 @@ def _json_or_text(raw: str) -> Any:
 
 
 def plan(part: dict[str, Any]) -> dict[str, Any]:
+    """A plan part as ACP's `plan`: a priority or status ACP does not have reads as medium, pending."""
     entries = [
-        {"content": str(e.get("content", "")), "priority": e.get("priority") or "medium", "status": e.get("status") or "pending"}
+        {
+            "content": str(e.get("content", "")),
+            "priority": e.get("priority") if e.get("priority") in PRIORITIES else "medium",
+            "status": e.get("status") if e.get("status") in PLAN_STATUSES else "pending",
+        }
         for e in part.get("entries") or []
         if isinstance(e, dict)
     ]
@@ -216,7 +222,3 @@ def tool_of_permission(tool: dict[str, Any]) -> dict[str, Any]:
     update = tool_call(tool, first=False)
     del update["sessionUpdate"]
     return update
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))

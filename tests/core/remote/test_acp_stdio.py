@@ -291,3 +291,10 @@ def test_a_client_that_does_not_read_never_holds_the_server_up(serve, clients, t
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_an_unknown_agent_is_a_usage_error_on_stderr_and_nothing_on_stdout(tmp_path, acp) -> None:
+    client = acp("nobody", "--config", config(tmp_path, agent_block("a")))
+    assert client.popen.wait(30) == 2
+    client.wait_end()
+    assert client.raw == [] and b"unknown agent 'nobody' (agents: a)" in client.stderr
