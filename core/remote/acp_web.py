@@ -31,7 +31,7 @@ async def serve_acp(server: WebServer, request: web.Request, connection: PortCon
         return web.Response(status=503, text=f"{exc}\n")
     if agent not in known:
         return web.Response(status=400, text=f"name one of the deck's agents: /acp?agent=NAME ({', '.join(known)})\n")
-    ws = web.WebSocketResponse(max_msg_size=MAX_LINE_BYTES, heartbeat=30.0, compress=False)
+    ws = web.WebSocketResponse(protocols=("acp",), max_msg_size=MAX_LINE_BYTES, heartbeat=30.0, compress=False)
     await ws.prepare(request)
     if connection is not None:
         connection.upgraded()

@@ -298,3 +298,17 @@ def test_an_unknown_agent_is_a_usage_error_on_stderr_and_nothing_on_stdout(tmp_p
     assert client.popen.wait(30) == 2
     client.wait_end()
     assert client.raw == [] and b"unknown agent 'nobody' (agents: a)" in client.stderr
+
+
+def test_attach_names_the_server_and_takes_no_config(serve, acp, tmp_path) -> None:
+    server = serve(agent_block("a"), name="named")
+    client = acp("a", "--attach", server.name)
+    session = client.open_session()
+    assert client.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "hi there"}]}) == {"stopReason": "end_turn"}
+    assert client.text(session) == "You said: hi there"
+    both = acp("a", "--attach", server.name, "--config", config(tmp_path, agent_block("a")))
+    assert both.popen.wait(30) == 2 and both.raw == []
+    gone = acp("a", "--attach", "nobody")
+    assert gone.popen.wait(30) == 1
+    gone.wait_end()
+    assert gone.raw == [] and b"nobody" in gone.stderr
