@@ -11,14 +11,39 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 from deck.errors import ServiceError
+from deck.events import now_iso
 from deck.remote.acp_proxy import MAX_LINE_BYTES, AcpProxy
+from deck.remote.peer import Peer
+from deck.tty import one_line
 
 if TYPE_CHECKING:
+    from deck.remote.server import ServerFrontend
     from deck.remote.web import PortConnection, WebServer
+
+
+class AcpClient(Peer):
+    """An ACP client on `/acp`, as the server lists its clients (`DeckService.Clients`, `clients:changed`):
+    its events come from the deck in this process, not as the wire's lines, which it is never sent."""
+
+    def __init__(self, server: ServerFrontend, request: web.Request, agent: str) -> None:
+        super().__init__(server, server.next_id())
+        self.address = request.remote or "?"
+        self.since = now_iso()
+        client = one_line(request.headers.get("User-Agent", ""), 120)
+        self.command = f"acp {agent} {self.address}" + (f" ({client})" if client else "")
+
+    def send(self, data: bytes) -> bool:
+        return not self.closed  # the wire's lines are not for an ACP client
+
+    def who(self) -> str:
+        return f"acp {self.address}"
+
+    def info(self) -> dict[str, Any]:
+        return {**super().info(), "web": True, "acp": True}
 
 
 async def serve_acp(server: WebServer, request: web.Request, connection: PortConnection | None) -> web.StreamResponse:
@@ -49,6 +74,8 @@ async def serve_acp(server: WebServer, request: web.Request, connection: PortCon
         task.add_done_callback(server.tasks.discard)
 
     proxy = AcpProxy(client, agent, write, backlog=transport.get_write_buffer_size, on_close=closed, cwd=os.getcwd())
+    listed = AcpClient(server.frontend, request, agent)
+    server.frontend.attach(listed)
     client.subscribe(proxy.on_event)
     try:
         async for message in ws:
@@ -57,6 +84,8 @@ async def serve_acp(server: WebServer, request: web.Request, connection: PortCon
             elif message.type == WSMsgType.BINARY:
                 proxy.handle_line(message.data)
     finally:
+        listed.closed = True
+        server.frontend.detach(listed)
         client.unsubscribe(proxy.on_event)
         proxy.flush_now()
         proxy.close()

@@ -120,6 +120,8 @@ async def test_a_session_over_the_websocket_streams_its_answer_and_sees_what_the
         assert unknown["error"]["code"] == -32601
         listed = await client.request("session/list")
         assert [s["sessionId"] for s in listed["result"]["sessions"]] == [session]
+        acp_clients = [c for c in watcher.call("DeckService.Clients") if c.get("acp")]
+        assert len(acp_clients) == 1 and acp_clients[0]["command"].startswith("acp a 127.0.0.1")  # one more client
     finally:
         watcher.close()
         await client.close()
