@@ -508,10 +508,11 @@ class AcpProxy(Handlers):
         made = await _call(self.client, "ChatService.NewConversation", {"agent": self.agent, "stored": True})
         session = made.get("conversationId") or f"deck-{uuid.uuid4()}"
         self.sessions.add(session)
-        result = await self._started(session)
-        self.current = session  # from now on: what the agent says while it starts is in the answer
+        settings = await self._start_agent()
+        self.current = session  # from now on: what the agent said while it started is in the answer
         self._tools.clear()
-        return result
+        self._opened(session)
+        return {"sessionId": session, **settings}
 
     async def _open(self, params: dict[str, Any], *, replay: bool) -> dict[str, Any]:
         """session/load (the conversation told again first) or session/resume: a stored conversation
@@ -522,25 +523,24 @@ class AcpProxy(Handlers):
             raise AcpError(RESOURCE_NOT_FOUND, "deck's history is off: no stored session to open")
         if session != self.current:
             await self._make_current(session, opening=True)
-        result = await self._started(session, announce=False)
+        settings = await self._start_agent()
         if replay:
             conversation = await _call(self.client, "ChatService.Conversation", {"agent": self.agent})
             for update in shapes.replay(conversation.get("messages") or []):
                 self.notify(update)
-        self._loop.call_soon(self._announce, session)
-        return result
+        self._opened(session)
+        return settings
 
-    async def _started(self, session: str, announce: bool = True) -> dict[str, Any]:
-        """The agent started on the session's conversation; what the answer says of its settings."""
+    async def _start_agent(self) -> dict[str, Any]:
+        """The agent started on its current conversation: what a session's answer says of its settings."""
         await _call(self.client, "AgentService.Start", {"name": self.agent})
         conversation = await _call(self.client, "ChatService.Conversation", {"agent": self.agent})
-        if announce:
-            self._loop.call_soon(self._announce, session)  # after the answer: the session exists for the client then
-        return {"sessionId": session, **shapes.settings(conversation)} if announce else shapes.settings(conversation)
+        return shapes.settings(conversation)
 
-    def _announce(self, session: str) -> None:
-        """What a client learns once its session is open: the agent's commands, and what it waits on."""
-        self._spawn(self._announced(session), "announce")
+    def _opened(self, session: str) -> None:
+        """Once the answer opening `session` is out (the session exists for the client then): the agent's
+        commands, and what the agent waits on, told."""
+        self._loop.call_soon(lambda: self._spawn(self._announced(session), "announce"))
 
     async def _announced(self, session: str) -> None:
         if session != self.current:
@@ -558,7 +558,7 @@ class AcpProxy(Handlers):
         if not self.history:
             raise AcpError(RESOURCE_NOT_FOUND, "deck's history is off: it lists no sessions")
         cursor = params.get("cursor")
-        start = int(cursor) if isinstance(cursor, str) and cursor.isdigit() else 0
+        start = int(cursor) if isinstance(cursor, str) and cursor.isdigit() and len(cursor) < 9 else 0
         cwd = params.get("cwd") if isinstance(params.get("cwd"), str) else self.cwd
         rows = await _call(self.client, "ChatService.History", {"agent": self.agent, "limit": start + PAGE + 1})
         page = [shapes.session_info(row, str(cwd)) for row in rows[start : start + PAGE]]

@@ -276,7 +276,7 @@ def test_a_client_that_does_not_read_never_holds_the_server_up(serve, clients, t
         for i in range(3):  # 3 MB of answer for a client that reads none of it
             proc.stdin.write(json.dumps({**prompt, "id": 3 + i}).encode() + b"\n")
             proc.stdin.flush()
-            watcher.wait_line(lambda e: e.get("event") == "turn:changed" and e.get("busy") is False, timeout=30, count=i + 1)
+            watcher.wait_line(lambda e: e.get("event") == "turn:changed" and e.get("busy") is False, timeout=60, count=i + 1)
         assert watcher.call("AgentService.List")[0]["state"] in ("ready", "busy")  # the server answers at once
         assert proc.poll() is None  # deck acp holds the output, and waits for its client
         reader = Lines()
@@ -284,7 +284,7 @@ def test_a_client_that_does_not_read_never_holds_the_server_up(serve, clients, t
 
         threading.Thread(target=reader.feed, args=(proc.stdout,), daemon=True).start()
         for i in range(3):
-            assert reader.response(3 + i, timeout=30)["result"] == {"stopReason": "end_turn"}
+            assert reader.response(3 + i, timeout=60)["result"] == {"stopReason": "end_turn"}
         told = "".join(x["params"]["update"]["content"]["text"] for x in reader.lines if x.get("method") == "session/update"
                        and x["params"]["update"]["sessionUpdate"] == "agent_message_chunk")  # fmt: skip
         assert told == "x" * 3_000_000  # every answer whole, held until the client read
