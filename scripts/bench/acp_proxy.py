@@ -1,7 +1,8 @@
 """`deck acp`'s benchmarks (run.py's `acp`), side by side with what it proxies:
 
 - the 200,000-chunk answer of the producer through `deck acp` to an ACP client (a bare client of JSON
-  lines, `client` below: it reads every line, as an editor would) ÷ the same answer through `deck send`;
+  lines, `client` below: it reads every line, as an editor would) ÷ the same answer through `deck send`,
+  each with a deck of its own, then both through a running `deck serve` of the config;
 - `deck acp demo`'s start to its first answer under acpx (`acpx exec`) ÷ acpx talking to the demo agent
   directly: what the proxy adds to a client's start.
 
@@ -15,12 +16,13 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from run import DECK, PRODUCER, PY, _run_measured, config, deck_env  # noqa: E402
+from run import DECK, PRODUCER, PY, _run_measured, _stop, config, served  # noqa: E402
 
 
 def client(cfg: str, agent: str, text: str) -> None:
@@ -74,6 +76,15 @@ def bench_acp(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, li
         pair = [("deck send", send), ("deck acp", proxied)]
         for label, command in pair if n % 2 == 0 else pair[::-1]:
             runs[label].append(_run_measured(command, cwd)[0])
+    server, env = served(cfg)
+    try:  # the same through a running `deck serve` of the config: both go through it
+        runs["served deck send"], runs["served deck acp"] = [], []
+        for n in range(rounds):
+            pair = [("served deck send", send), ("served deck acp", proxied)]
+            for label, command in pair if n % 2 == 0 else pair[::-1]:
+                runs[label].append(_timed(command, cwd, env))
+    finally:
+        _stop(server)
     acpx = acpx_path()
     if acpx is not None:
         runs["acpx→deck acp s"], runs["acpx→agent s"] = [], []
@@ -83,6 +94,12 @@ def bench_acp(rounds: int, count: int = 200_000, size: int = 32) -> dict[str, li
             for label, agent in pair if n % 2 == 0 else pair[::-1]:
                 runs[label].append(_run_measured([acpx, "--approve-all", "--agent", agent, "exec", "echo hi"], cwd)[0])
     return runs
+
+
+def _timed(command: list[str], cwd: Path, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd, env=env, check=True)
+    return time.perf_counter() - started
 
 
 def main() -> None:
@@ -95,6 +112,7 @@ def main() -> None:
     for key, value in medians.items():
         print(f"{key:<18} {value:8.3f} s  ({len(runs[key])} runs)")
     print(f"deck acp ÷ deck send        {medians['deck acp'] / medians['deck send']:.3f}  (target ≤ 1.3)")
+    print(f"through a server: deck acp ÷ deck send  {medians['served deck acp'] / medians['served deck send']:.3f}")
     if "acpx→agent s" in medians:
         print(f"acpx→deck acp ÷ acpx→agent  {medians['acpx→deck acp s'] / medians['acpx→agent s']:.3f}")
 

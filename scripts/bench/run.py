@@ -781,7 +781,7 @@ RATIOS = {
     "ssh": [("second start ms", "first start ms")],
     "permissions": [("on cpu s", "off cpu s")],
     "sandbox": [("sandboxed start ms", "start ms"), ("sandboxed stream s", "stream s")],
-    "acp": [("acpx→deck acp s", "acpx→agent s")],
+    "acp": [("served deck acp", "served deck send"), ("acpx→deck acp s", "acpx→agent s")],
 }
 SLOW = {"idle", "stop"}
 
