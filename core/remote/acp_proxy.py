@@ -157,6 +157,8 @@ class AcpProxy(Handlers):
         self._text_key: tuple[str, int, str] = ("", -1, "")
         self._text_kind = ""
         self._flushing = False
+        #: `initialize`'s outcome, once the client sent it.
+        self._initialized: asyncio.Future[None] | None = None
 
     # -- the client's lines in ---------------------------------------------------------------------
 
@@ -223,8 +225,15 @@ class AcpProxy(Handlers):
             "session/set_mode": self._set_mode,
         }
         for method, handler in requests.items():
-            self.conn.on_request(method, handler)
+            self.conn.on_request(method, handler if method == "initialize" else functools.partial(self._after_initialize, handler))
         self.conn.on_notification("session/cancel", self._cancel)
+
+    async def _after_initialize(self, handler: Callable[[dict[str, Any]], Any], params: dict[str, Any]) -> Any:
+        """A request served once `initialize` is answered (one sent before its answer waits for it)."""
+        if self._initialized is None:
+            raise AcpError(INVALID_REQUEST, "initialize first: deck answers nothing else before it")
+        await asyncio.shield(self._initialized)
+        return await handler(params)
 
     # -- output ------------------------------------------------------------------------------------
 
@@ -467,6 +476,20 @@ class AcpProxy(Handlers):
     async def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(params.get("protocolVersion"), int):
             raise AcpError(INVALID_PARAMS, "initialize needs an integer protocolVersion")
+        earlier = self._initialized
+        if earlier is not None and not (earlier.done() and earlier.exception() is not None):
+            raise AcpError(INVALID_REQUEST, "initialize was sent already")
+        self._initialized = self._loop.create_future()
+        try:
+            result = await self._handshake(params)
+        except BaseException as exc:
+            self._initialized.set_exception(AcpError(INTERNAL_ERROR, f"initialize failed: {exc}"))
+            self._initialized.exception()  # retrieved: a request that waited on it says so itself
+            raise
+        self._initialized.set_result(None)
+        return result
+
+    async def _handshake(self, params: dict[str, Any]) -> dict[str, Any]:
         caps = params.get("clientCapabilities")
         self.client_caps = caps if isinstance(caps, dict) else {}
         agents = await _call(self.client, "AgentService.List")

@@ -39,7 +39,7 @@ class AcpStdio(Frontend):
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[str] = loop.create_future()
-        output, _ = await loop.connect_write_pipe(lambda: _Output(ended), os.fdopen(self.output_fd, "wb", 0))
+        output = await _write_end(loop, self.output_fd, ended)
         proxy = AcpProxy(
             self.client, self.agent, output.write, backlog=output.get_write_buffer_size,
             on_close=lambda why: _end(ended), cwd=os.getcwd(),
@@ -59,6 +59,48 @@ class AcpStdio(Frontend):
                 reading.close()
             await _closed(output)
         return 0
+
+
+async def _write_end(loop: asyncio.AbstractEventLoop, fd: int, ended: asyncio.Future[str]) -> asyncio.WriteTransport:
+    """stdout as a transport that never blocks the loop: a pipe's or a socket's, else (a file) plain writes."""
+    pipe = os.fdopen(fd, "wb", 0)
+    try:
+        transport, _ = await loop.connect_write_pipe(lambda: _Output(ended), pipe)
+        return transport  # type: ignore[return-value]
+    except ValueError:  # a regular file: written at once, it never holds the loop long
+        return _FileOutput(pipe, _Output(ended))
+
+
+class _FileOutput(asyncio.WriteTransport):
+    """A regular file as stdout: each write goes out whole, at once."""
+
+    def __init__(self, file: Any, protocol: _Output) -> None:
+        super().__init__()
+        self.file = file
+        self.protocol = protocol
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        try:
+            self.file.write(data)
+        except OSError:
+            self.close()
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self.protocol
+
+    def is_closing(self) -> bool:
+        return self.file.closed  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        if not self.file.closed:
+            self.file.close()
+            self.protocol.connection_lost(None)
+
+    def abort(self) -> None:
+        self.close()
 
 
 class _Output(asyncio.Protocol):

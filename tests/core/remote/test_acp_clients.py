@@ -21,6 +21,9 @@ from tests.peers.conftest import PEERS_DIR
 
 pytestmark = [pytest.mark.timeout(120)]
 
+#: acpx is installed beside the peers (scripts/install-acp-clients.sh): `-m "not peers"` leaves it out with them.
+PEERS = pytest.mark.peers
+
 ACPX = PEERS_DIR / "acpx" / "node_modules" / ".bin" / "acpx"
 
 
@@ -121,6 +124,7 @@ def acpx(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@PEERS
 def test_acpx_runs_deck_acp_as_its_agent_command(tmp_path: Path) -> None:
     done = acpx(tmp_path, "--approve-all", "exec", "stream 3")
     assert done.returncode == 0, done.stderr

@@ -183,7 +183,9 @@ def test_a_question_goes_to_a_client_that_takes_forms(tmp_path, acp) -> None:
 
 def test_hostile_input_gets_its_error_and_deck_goes_on(tmp_path, acp) -> None:
     client = acp("a", "--config", config(tmp_path, agent_block("a")))
+    assert client.error("session/new", {"cwd": "/tmp", "mcpServers": []})["code"] == -32600  # initialize first
     session = client.open_session()
+    assert client.error("initialize", INITIALIZE)["code"] == -32600  # once
     client.send_raw(b"{not json\n")
     assert client.wait_line(lambda x: x.get("error", {}).get("code") == -32700)["id"] is None
     client.send_raw(b"[1, 2]\n" + b'"a string"\n')
@@ -310,3 +312,22 @@ def test_attach_names_the_server_and_takes_no_config(serve, acp, tmp_path) -> No
     assert gone.popen.wait(30) == 1
     gone.wait_end()
     assert gone.raw == [] and b"nobody" in gone.stderr
+
+
+def test_files_as_stdin_and_stdout_are_read_and_written_too(tmp_path) -> None:
+    import subprocess
+
+    from tests.deck_process import DECK
+
+    requests = tmp_path / "in.jsonl"
+    requests.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/list", "params": {}},  # waits for initialize's answer
+    )))  # fmt: skip
+    out = tmp_path / "out.jsonl"
+    with requests.open("rb") as stdin, out.open("wb") as stdout:
+        done = subprocess.run([*DECK, "acp", "a", "--config", config(tmp_path, agent_block("a"))], stdin=stdin,
+                              stdout=stdout, stderr=subprocess.PIPE, timeout=60, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answers = {m["id"]: m for m in map(json.loads, out.read_text().splitlines())}
+    assert answers[1]["result"]["protocolVersion"] == 1 and answers[2]["result"] == {"sessions": []}
