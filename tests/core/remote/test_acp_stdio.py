@@ -331,3 +331,20 @@ def test_files_as_stdin_and_stdout_are_read_and_written_too(tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     answers = {m["id"]: m for m in map(json.loads, out.read_text().splitlines())}
     assert answers[1]["result"]["protocolVersion"] == 1 and answers[2]["result"] == {"sessions": []}
+
+
+def test_a_prompt_queued_behind_another_clients_turn_is_unqueued_by_cancel(serve, clients, acp) -> None:
+    server = serve(agent_block("a"), name="queued")
+    watcher = clients(server.path)
+    client = acp("a", "--attach", server.name)
+    session = client.open_session()
+    watcher.call("ChatService.Send", {"agent": "a", "text": "slow"})  # another client's turn, in the same conversation
+    watcher.wait_line(lambda e: e.get("event") == "message:delta" and e.get("agent") == "a")
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "mine"}]})
+    watcher.wait_line(lambda e: e.get("event") == "turn:changed" and e.get("queued") == 1)  # it waits its turn
+    client.notify("session/cancel", {"sessionId": session})
+    assert client.response(prompt)["result"] == {"stopReason": "cancelled"}
+    assert watcher.call("ChatService.Queue", {"agent": "a"}) == []
+    assert watcher.call("ChatService.Conversation", {"agent": "a"})["busy"] is True  # the other turn goes on
+    assert "tick" in client.text(session)  # seen by the ACP client as it streams
+    watcher.call("ChatService.Cancel", {"agent": "a"})
