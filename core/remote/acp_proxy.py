@@ -122,6 +122,7 @@ class AcpProxy(Handlers):
         *,
         backlog: Callable[[], int] = lambda: 0,
         on_close: Callable[[str], None] = lambda why: None,
+        on_backlog: Callable[[bool], None] = lambda full: None,
         cwd: str = "/",
     ) -> None:
         self.client = client
@@ -129,6 +130,9 @@ class AcpProxy(Handlers):
         self._write = write
         self._backlog = backlog
         self._on_close = on_close
+        #: Told True while the client's transport is full (its input may stop being read), then False.
+        self._on_backlog = on_backlog
+        self._backed_up = False
         self.cwd = cwd
         self.closed = ""
         self.conn = Connection(self._line_out, on_bad_line=self._bad_line, spawn=self._spawn)
@@ -261,7 +265,13 @@ class AcpProxy(Handlers):
                 return
             self._flushing = True
             self._loop.call_later(RETRY_SECONDS, self._flush)
+            if not self._backed_up:
+                self._backed_up = True
+                self._on_backlog(True)
             return
+        if self._backed_up:
+            self._backed_up = False
+            self._on_backlog(False)
         if self._text:
             self._seal_text()
         if self._out:

@@ -40,12 +40,23 @@ class AcpStdio(Frontend):
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[str] = loop.create_future()
         output = await _write_end(loop, self.output_fd, ended)
+        reading: list[asyncio.ReadTransport] = []  # stdin's, once it is read
+
+        def backlog(full: bool) -> None:  # a client that does not read its answers is not read either
+            for transport in reading:
+                if full:
+                    transport.pause_reading()
+                else:
+                    transport.resume_reading()
+
         proxy = AcpProxy(
             self.client, self.agent, output.write, backlog=output.get_write_buffer_size,
-            on_close=lambda why: _end(ended), cwd=os.getcwd(),
+            on_close=lambda why: _end(ended), on_backlog=backlog, cwd=os.getcwd(),
         )  # fmt: skip
         self.client.subscribe(proxy.on_event)
-        reading = await _read(loop, self.input_fd, proxy, ended)
+        transport = await _read(loop, self.input_fd, proxy, ended)
+        if transport is not None:
+            reading.append(transport)
         try:
             await ended
             if ended.result() == "eof":  # the client sent all it had: what it asked is answered first,
@@ -55,8 +66,8 @@ class AcpStdio(Frontend):
             self.client.unsubscribe(proxy.on_event)
             proxy.flush_now()
             proxy.close()
-            if reading is not None:
-                reading.close()
+            for transport in reading:
+                transport.close()
             await _closed(output)
         return 0
 
@@ -135,7 +146,7 @@ class _Input(asyncio.Protocol):
         _end(self.ended)
 
 
-async def _read(loop: asyncio.AbstractEventLoop, fd: int, proxy: AcpProxy, ended: asyncio.Future[str]) -> asyncio.BaseTransport | None:
+async def _read(loop: asyncio.AbstractEventLoop, fd: int, proxy: AcpProxy, ended: asyncio.Future[str]) -> asyncio.ReadTransport | None:
     """Read stdin into `proxy`: on the event loop where it is a pipe or a socket, else (a file) by a thread."""
     pipe = os.fdopen(fd, "rb", 0)
     try:

@@ -348,3 +348,43 @@ def test_a_prompt_queued_behind_another_clients_turn_is_unqueued_by_cancel(serve
     assert watcher.call("ChatService.Conversation", {"agent": "a"})["busy"] is True  # the other turn goes on
     assert "tick" in client.text(session)  # seen by the ACP client as it streams
     watcher.call("ChatService.Cancel", {"agent": "a"})
+
+
+def test_a_flood_from_a_client_that_does_not_read_is_read_no_faster_than_it_reads(tmp_path) -> None:
+    """300,000 requests written while none of their answers is read: deck acp stops reading its stdin
+    once its answers wait (its memory stays flat), then answers every one once the client reads."""
+    import subprocess
+    import threading
+    import time
+
+    import psutil
+
+    from tests.deck_process import DECK, Lines
+
+    proc = subprocess.Popen([*DECK, "acp", "a", "--config", config(tmp_path, agent_block("a"))],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp_path)  # fmt: skip
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INITIALIZE}).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 0
+        before = psutil.Process(proc.pid).memory_info().rss
+        flood = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"no/such"}\n' % i for i in range(1, 300_001))
+        writer = threading.Thread(target=proc.stdin.write, args=(flood,), daemon=True)
+        writer.start()
+        peak = before
+        for _ in range(30):  # 3 s of flood, nothing read
+            peak = max(peak, psutil.Process(proc.pid).memory_info().rss)
+            time.sleep(0.1)
+        assert writer.is_alive()  # deck acp stopped reading: the client's own write waits
+        assert peak - before < 12 * 1024 * 1024, f"grew {(peak - before) >> 20} MB"  # (35 MB, read regardless)
+        reader = Lines()
+        threading.Thread(target=reader.feed, args=(proc.stdout,), daemon=True).start()
+        writer.join(60)
+        proc.stdin.close()
+        reader.wait_for(lambda lines: len(lines) >= 300_000, timeout=90)
+        assert {x["id"] for x in reader.lines} == set(range(1, 300_001))
+        assert all(x["error"]["code"] == -32601 for x in reader.lines)
+    finally:
+        proc.kill()
+        proc.wait(10)
