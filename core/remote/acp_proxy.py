@@ -23,7 +23,8 @@ params -32602, and at most MAX_REQUESTS requests are served at once (one more is
 for a cost that does not grow with what waits). Writes never wait: each turn of the event loop's
 output goes in one write, a streamed answer's chunks joined into one update per part; while the
 client does not read (its transport holds HIGH_WATER bytes), output is held and chunks go on being
-joined, and past MAX_HELD the connection is closed with a log line.
+joined (`on_backlog` tells the transport's owner, which may stop reading the client meanwhile), and
+past MAX_HELD the connection is closed with a log line.
 """
 
 from __future__ import annotations
