@@ -22,9 +22,7 @@ The client is untrusted: each line is decoded within bounds (`MAX_LINE_BYTES`, t
 params -32602, and at most MAX_REQUESTS requests are served at once (one more is refused at once,
 for a cost that does not grow with what waits). Writes never wait: each turn of the event loop's
 output goes in one write, a streamed answer's chunks joined into one update per part; while the
-client does not read (its transport holds HIGH_WATER bytes), output is held and chunks go on being
-joined (`on_backlog` tells the transport's owner, which may stop reading the client meanwhile), and
-past MAX_HELD the connection is closed with a log line.
+client does not read, output is held and chunks go on being joined (`acp_output.py`).
 """
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ import logging
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring
 from typing import Any
 
 from deck import _version
@@ -68,6 +65,7 @@ from deck.events import (
     handles,
 )
 from deck.remote import acp_shapes as shapes
+from deck.remote.acp_output import Output
 
 log = logging.getLogger(__name__)
 
@@ -75,21 +73,10 @@ log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 16 * 1024 * 1024
 #: Requests of the client's served at once; one more is refused at once (a flood waits nowhere).
 MAX_REQUESTS = 64
-#: Bytes the client's transport may hold before deck holds its output (and joins its chunks).
-HIGH_WATER = 1024 * 1024
-#: Bytes held for a client that does not read before its connection is closed.
-MAX_HELD = 256 * 1024 * 1024
-#: How often output held for a client that does not read is tried again, in seconds.
-RETRY_SECONDS = 0.02
-#: Streamed chunks of one part kept apart before they are joined (a second of a fast stream).
-JOIN_EVERY = 4096
 #: A page of `session/list`.
 PAGE = 100
 #: The prompts' outcomes, user ids and similar remembered for turns the client may still ask about.
 REMEMBERED = 256
-#: The head of a streamed text update (sessionId, the update's kind), then the text and the tail.
-_CHUNK = '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":%s,"update":{"sessionUpdate":"%s","content":{"type":"text","text":%s}}}}\n'
-_str = encode_basestring
 
 
 @dataclass
@@ -128,15 +115,14 @@ class AcpProxy(Handlers):
     ) -> None:
         self.client = client
         self.agent = agent
-        self._write = write
-        self._backlog = backlog
         self._on_close = on_close
-        #: Told True while the client's transport is full (its input may stop being read), then False.
-        self._on_backlog = on_backlog
-        self._backed_up = False
         self.cwd = cwd
         self.closed = ""
-        self.conn = Connection(self._line_out, on_bad_line=self._bad_line, spawn=self._spawn)
+        self.out = Output(
+            write, backlog=backlog, on_backlog=on_backlog,
+            on_overflow=lambda: self.close("the ACP client stopped reading: closed with its output held"),
+        )  # fmt: skip
+        self.conn = Connection(self.out.line, on_bad_line=self._bad_line, spawn=self._spawn)
         self.framer = LineFramer(self.handle_line, self._too_long, MAX_LINE_BYTES)
         self._loop = asyncio.get_running_loop()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -154,14 +140,6 @@ class AcpProxy(Handlers):
         self._asked: dict[str, asyncio.Future[Any]] = {}  # deck's request id → the client's answer
         self._user_ids: dict[str, None] = {}
         self._tools: set[str] = set()  # tool ids announced in the current session
-        # Output: lines of this turn of the loop, and the streamed text of one part being joined.
-        self._out: list[bytes] = []
-        self._held = 0
-        self._text: list[str] = []
-        self._blocks: list[str] = []
-        self._text_key: tuple[str, int, str] = ("", -1, "")
-        self._text_kind = ""
-        self._flushing = False
         #: `initialize`'s outcome, once the client sent it.
         self._initialized: asyncio.Future[None] | None = None
 
@@ -208,7 +186,7 @@ class AcpProxy(Handlers):
         self._error(None, INVALID_REQUEST, why)
 
     def _error(self, request_id: Any, code: int, message: str) -> None:
-        self._line_out(encode_line({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}))
+        self.out.line(encode_line({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}))
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = self._loop.create_task(coro, name=f"deck acp {name}")
@@ -242,56 +220,6 @@ class AcpProxy(Handlers):
 
     # -- output ------------------------------------------------------------------------------------
 
-    def _line_out(self, data: bytes) -> None:
-        """A line for the client (a response, a request, an update), after what was announced before it."""
-        if self._text:
-            self._seal_text()
-        self._out.append(data)
-        self._held += len(data)
-        self._schedule()
-
-    def _schedule(self) -> None:
-        if not self._flushing:
-            self._flushing = True
-            self._loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        """What this turn of the loop said, in one write; held while the client's transport is full."""
-        self._flushing = False
-        if self.closed:
-            return
-        if self._backlog() > HIGH_WATER:
-            if self._held + sum(map(len, self._blocks)) > MAX_HELD:
-                self.close("the ACP client stopped reading: closed with its output held")
-                return
-            self._flushing = True
-            self._loop.call_later(RETRY_SECONDS, self._flush)
-            if not self._backed_up:
-                self._backed_up = True
-                self._on_backlog(True)
-            return
-        if self._backed_up:
-            self._backed_up = False
-            self._on_backlog(False)
-        if self._text:
-            self._seal_text()
-        if self._out:
-            data = b"".join(self._out)
-            self._out.clear()
-            self._held = 0
-            self._write(data)
-
-    def _seal_text(self) -> None:
-        """The text streamed into one part since the last update, as one update."""
-        if self.current is not None:
-            text = "".join([*self._blocks, *self._text]) if self._blocks else "".join(self._text)
-            line = _CHUNK % (_str(self.current), self._text_kind, _str(text))
-            data = line.encode(errors="backslashreplace")
-            self._out.append(data)
-            self._held += len(data)
-        self._text.clear()
-        self._blocks.clear()
-
     def notify(self, update: dict[str, Any]) -> None:
         """A `session/update` of the current session."""
         if self.current is not None and not self.closed:
@@ -304,13 +232,8 @@ class AcpProxy(Handlers):
         a comparison and a list append."""
         if type(event) is MessageDelta:
             text = event.text
-            if text is not None and self._text_key == (event.message_id, event.index, event.kind):
-                self._text.append(text)
-                if len(self._text) >= JOIN_EVERY:
-                    self._blocks.append("".join(self._text))
-                    self._text.clear()
-                if not self._flushing:
-                    self._schedule()
+            if text is not None and self.out.key == (event.message_id, event.index, event.kind):
+                self.out.more(text)
                 return
             if event.agent == self.agent and self.current is not None and getattr(event, "session", None) is None:
                 self._delta(event)
@@ -320,17 +243,13 @@ class AcpProxy(Handlers):
 
     def _delta(self, event: MessageDelta) -> None:
         """A chunk that starts another part's text, or a part replaced (a tool call, a plan)."""
-        if self._text:
-            self._seal_text()
-        self._text_key = ("", -1, "")
-        if event.text is not None:
+        self.out.end_stream()
+        if event.text is not None and self.current is not None:
             role = "user" if event.message_id in self._user_ids else "agent"
             kind = "user_message_chunk" if role == "user" and event.kind == "text" else shapes.AGENT_CHUNKS.get(event.kind)
             if kind is None or (role == "user" and event.kind != "text"):
                 return
-            self._text_key, self._text_kind = (event.message_id, event.index, event.kind), kind
-            self._text.append(event.text)
-            self._schedule()
+            self.out.stream((event.message_id, event.index, event.kind), self.current, kind, event.text)
         elif event.part is not None:
             update = shapes.part_update(event.part, "agent", self._tools)
             if update is not None:
@@ -412,9 +331,7 @@ class AcpProxy(Handlers):
     def _reset(self, event: ConversationReset) -> None:
         """The agent's conversation was replaced: by this client (its session is current), or by another
         (the client's session is no longer the agent's current one: its updates stop until it prompts)."""
-        if self._text:
-            self._seal_text()
-        self._text_key = ("", -1, "")
+        self.out.end_stream()
         self.current = event.conversation_id if event.conversation_id in self.sessions else None
         self._tools.clear()
 
@@ -717,6 +634,7 @@ class AcpProxy(Handlers):
         if self.closed:
             return
         self.closed = why or "closed"
+        self.out.closed = True
         if why:
             log.warning("deck acp: %s", why)
         self.conn.close(self.closed)
@@ -726,13 +644,7 @@ class AcpProxy(Handlers):
 
     def flush_now(self) -> None:
         """Write what waits, whatever the client's transport holds (the end of the connection)."""
-        if not self.closed:
-            if self._text:
-                self._seal_text()
-            if self._out:
-                data = b"".join(self._out)
-                self._out.clear()
-                self._write(data)
+        self.out.flush_now()
 
     async def drain(self) -> None:
         """Wait until every request in progress is answered."""
