@@ -73,6 +73,8 @@ log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 16 * 1024 * 1024
 #: Requests of the client's served at once; one more is refused at once (a flood waits nowhere).
 MAX_REQUESTS = 64
+#: How long a cancel waits for the prompt it cancels to be sent, when it comes first.
+SEND_SECONDS = 10.0
 #: A page of `session/list`.
 PAGE = 100
 #: The prompts' outcomes, user ids and similar remembered for turns the client may still ask about.
@@ -87,6 +89,7 @@ class Turn:
     done: asyncio.Future[dict[str, Any]]
     user_id: str | None = None
     reply_id: str | None = None
+    sent: asyncio.Event = field(default_factory=asyncio.Event)  # Send answered (or failed)
 
 
 @dataclass
@@ -538,7 +541,10 @@ class AcpProxy(Handlers):
         turn = Turn(session, self._loop.create_future())
         self._turns.append(turn)
         try:
-            turn.user_id = await self._send(text)
+            try:
+                turn.user_id = await self._send(text)
+            finally:
+                turn.sent.set()
             earlier = self._replies.outcomes.pop(turn.user_id, None)
             if earlier is not None:
                 return earlier if "error" not in earlier else _failed(earlier)
@@ -589,6 +595,10 @@ class AcpProxy(Handlers):
     async def _cancel_turn(self, turn: Turn) -> None:
         """The client cancels its prompt: still queued behind another's turn, it is taken out of the
         queue; running, the agent's turn is cancelled (ChatService.Cancel)."""
+        if not turn.sent.is_set():  # the prompt is on its way: what to cancel is known once it is there
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SEND_SECONDS):
+                    await turn.sent.wait()
         if turn.done.done():
             return
         if turn.reply_id is None and turn.user_id is not None:

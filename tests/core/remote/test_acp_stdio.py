@@ -153,6 +153,12 @@ def test_cancel_ends_the_prompt_as_cancelled(tmp_path, acp) -> None:
     assert "tick" in client.text(session)
     again = client.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "after"}]})
     assert again == {"stopReason": "end_turn"}
+    # Closing a session cancels its prompt, as ACP asks.
+    seen = len(client.lines)
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "slow"}]})
+    client.wait_for(lambda lines: any(x.get("method") == "session/update" for x in lines[seen:]))
+    assert client.call("session/close", {"sessionId": session}) == {}
+    assert client.response(prompt)["result"] == {"stopReason": "cancelled"}
 
 
 def test_a_permission_goes_to_the_client_and_its_answer_to_the_agent(tmp_path, acp) -> None:
