@@ -432,7 +432,7 @@ class AcpProxy(Handlers):
         return {
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": self._capabilities(),
-            "agentInfo": {"name": "deck", "title": f"{found.get('title') or self.agent} (deck)", "version": _version.__version__},
+            "agentInfo": {"name": "deck", "title": _title(found, self.agent), "version": _version.__version__},
             "authMethods": [],
         }
 
@@ -660,6 +660,12 @@ class AcpProxy(Handlers):
         """Wait until every request in progress is answered."""
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _title(agent: dict[str, Any], name: str) -> str:
+    """What a client shows for deck's agent: its title and its name, and deck's (`Claude Code (deck: claude)`)."""
+    title = str(agent.get("title") or name)
+    return f"{title} (deck)" if title == name else f"{title} (deck: {name})"
 
 
 def _remember(store: dict[str, Any], key: str, value: Any = None) -> None:

@@ -47,7 +47,7 @@ def test_initialize_names_deck_and_the_agent_and_offers_what_the_history_serves(
     result = client.call("initialize", INITIALIZE)
     checked("InitializeResponse", result)
     assert result["protocolVersion"] == 1 and result["authMethods"] == []
-    assert result["agentInfo"]["name"] == "deck" and result["agentInfo"]["title"] == "Agent A (deck)"
+    assert result["agentInfo"]["name"] == "deck" and result["agentInfo"]["title"] == "Agent A (deck: a)"
     caps = result["agentCapabilities"]
     assert caps["loadSession"] is True
     assert caps["sessionCapabilities"] == {"close": {}, "list": {}, "resume": {}}
