@@ -394,3 +394,20 @@ def test_a_flood_from_a_client_that_does_not_read_is_read_no_faster_than_it_read
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_a_question_answered_from_deck_answer_is_withdrawn_from_the_client(serve, acp) -> None:
+    server = serve(agent_block("a"), name="asked")
+    client = acp("a", "--attach", server.name)
+    client.call("initialize", {**INITIALIZE, "clientCapabilities": {"elicitation": {"form": {}}}})
+    session = client.call("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "question"}]})
+    asked = client.asked("elicitation/create")
+    inbox = json.loads(cli("inbox", "--attach", server.name, "--json").stdout)
+    assert [row["kind"] for row in inbox] == ["question"]
+    done = cli("answer", inbox[0]["id"], "--attach", server.name, "--json", '{"name": "Grace"}')
+    assert done.returncode == 0, done.stderr
+    withdrawn = client.wait_line(lambda x: x.get("method") == "$/cancel_request")
+    assert withdrawn["params"] == {"requestId": asked["id"]}
+    assert client.response(prompt)["result"] == {"stopReason": "end_turn"}
+    assert json.loads(client.text(session)) == {"action": "accept", "content": {"name": "Grace"}}
