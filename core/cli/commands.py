@@ -6,7 +6,7 @@ import sys
 
 import typer
 from deck._version import __version__
-from deck.cli import agents, config, fork, inbox, run, server, usage
+from deck.cli import acp, agents, config, fork, inbox, run, server, usage
 from deck.cli.common import Command, Group, echo, report_plugin_failure
 
 app = typer.Typer(
@@ -52,9 +52,10 @@ agents.register(app)  # deck agents, deck plugins
 inbox.register(app, Command)  # deck inbox, deck answer
 fork.register(app, Command)  # deck fork
 usage.register(app, Command)
+acp.register(app, Command)  # deck acp
 
 BUILTIN_COMMANDS = frozenset(
-    {"run", "send", "agents", "plugins", "config", "serve", "attach", "stop", "ls", "inbox", "answer", "usage"}
+    {"run", "send", "agents", "plugins", "config", "serve", "attach", "stop", "ls", "inbox", "answer", "usage", "acp"}
 )
 
 

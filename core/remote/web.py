@@ -419,6 +419,7 @@ class WebServer:
         _remove_opener(self.frontend.listening.directory, self.frontend.listening.name)  # a dead server's
         app = web.Application(middlewares=[self._guard], client_max_size=64 * 1024)
         app.router.add_get("/ws", self._websocket)
+        app.router.add_get("/acp", self._acp)  # ACP over a WebSocket: deck.remote.acp_web
         for path in self.files:
             app.router.add_get(path, self._file)
         self._runner = web.AppRunner(
@@ -555,6 +556,22 @@ class WebServer:
         self.frontend.attach(client)
         await client.serve()
         return ws
+
+
+    async def _acp(self, request: web.Request) -> web.StreamResponse:
+        """`/acp?agent=NAME`: an ACP client, one JSON-RPC message per text frame, behind the same checks as `/ws`."""
+        from deck.remote.acp_web import serve_acp
+
+        if self.closing:
+            return web.Response(status=503, text="the deck server is stopping\n")
+        refused = self.refusal(request)
+        if refused is not None:
+            status, text = refused
+            log.warning("refused an ACP client at %s: %s", request.remote or "?", text.removeprefix("refused: "))
+            return web.Response(status=status, text=text + "\n")
+        offered = [p.strip() for p in request.headers.get(hdrs.SEC_WEBSOCKET_PROTOCOL, "").split(",")]
+        connection = self.connections.get(request.transport) if request.transport is not None else None
+        return await serve_acp(self, _without_token_protocols(request, offered), connection)
 
 
 def _tokens(request: web.Request) -> list[str]:

@@ -146,8 +146,9 @@ class HistoryProvider(Protocol):
         """`stored` (from `get`) is `agent`'s current conversation again: its new messages go there."""
         ...
 
-    def start_conversation(self, agent: str, session_id: str) -> str:
-        """A new stored conversation for the agent's own session `session_id`, made `agent`'s current one; its id."""
+    def start_conversation(self, agent: str, session_id: str | None) -> str:
+        """A new stored conversation for the agent's own session `session_id` (None: the session its next
+        start opens), made `agent`'s current one; its id."""
         ...
 
     async def spending(self) -> list[dict[str, Any]]:
@@ -245,16 +246,21 @@ class ChatService:
         return await self.settings.set_config_option(agent, configId, value)
 
     @rpc("ChatService.NewConversation")
-    async def new_conversation(self, agent: str, apart: bool = False) -> dict[str, Any]:
+    async def new_conversation(self, agent: str, apart: bool = False, stored: bool = False) -> dict[str, Any]:
         """A fresh conversation for `agent`; the old one stays in the history. A running agent is
         restarted, so that a new session (`session/new`) serves the new conversation. The next start
-        of deck comes back to it, unless it is kept `apart` (a one-shot's, as `deck send` makes)."""
+        of deck comes back to it, unless it is kept `apart` (a one-shot's, as `deck send` makes).
+        `stored`: the history keeps it at once, empty, and its id is `conversationId` (`deck acp`
+        names its sessions so; null while the history is off); else it is stored with its first message."""
         running = await self._leave_conversation(agent)
         self.conversations.reset(agent)
-        self.deck.emit(ConversationReset(agent, apart=apart or None))  # the history starts a new stored one at the next message
+        history = self.history if stored and not apart else None
+        conversation_id = history.start_conversation(agent, None) if history is not None else None
+        # Without `stored`, the history starts a new stored one at the next message.
+        self.deck.emit(ConversationReset(agent, conversation_id, apart=apart or None))
         if running:
             await self.deck.agent(agent).start()
-        return {"agent": agent}
+        return {"agent": agent, "conversationId": conversation_id} if stored else {"agent": agent}
 
     @rpc("ChatService.Fork")
     async def fork(self, agent: str) -> dict[str, Any]:

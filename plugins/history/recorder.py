@@ -382,7 +382,7 @@ class HistoryRecorder:
             agent_title = title if title != user_title else None
             self._stored[cid] = _Stored(session_id, user_title, agent_title, titled_by=first.get("id"))
 
-    def start_conversation(self, agent: str, session_id: str) -> str:
+    def start_conversation(self, agent: str, session_id: str | None) -> str:
         """A new stored conversation for the agent's own session `session_id` (one it kept, opened
         in deck), made the agent's current one: its replayed messages go there."""
         stored = _Stored(session_id)

@@ -51,7 +51,7 @@ class StoredConversations:
         self.recorder.continue_conversation(agent, stored)
         self.recorder.writer.touch(stored["id"])
 
-    def start_conversation(self, agent: str, session_id: str) -> str:
+    def start_conversation(self, agent: str, session_id: str | None) -> str:
         return self.recorder.start_conversation(agent, session_id)
 
     async def spending(self) -> list[dict[str, Any]]:

@@ -41,6 +41,9 @@ Benchmarks and targets:
                 unsandboxed, + ≤ 50 ms (their difference beside it); and the throughput's stream sandboxed ÷ not
     permissions 10,000 permission requests an agent makes at once, until all wait in the inbox and are
                 cancelled, with notify on (a command to run) ÷ with `-p no:notify` ≤ 1.5 (deck's CPU beside)
+    acp         the throughput's 200,000-chunk answer through `deck acp` to a bare ACP client ÷ through
+                `deck send` ≤ 1.3 (scripts/bench/acp_proxy.py); and acpx's `exec` through `deck acp demo` to
+                its first answer beside acpx talking to the demo agent directly
     ssh         the throughput's prompt from an agent over ssh to 127.0.0.1 (a real sshd of the benchmark's
                 own, scripts/bench/ssh.py) ÷ the same agent run directly; and the start of a second agent on
                 that host, its connection already open, beside the first's
@@ -771,6 +774,7 @@ BENCHES = {
     "ssh": (lambda rounds: __import__("ssh").bench_ssh(rounds), ("over ssh", "direct", 1.5)),
     "permissions": (bench_permissions, ("notify on s", "notify off s", 1.5)),
     "sandbox": (bench_sandbox, ("difference ms", None, 50.0)),
+    "acp": (lambda rounds: __import__("acp_proxy").bench_acp(rounds), ("deck acp", "deck send", 1.3)),
 }
 #: Ratios printed for information: (measure, peer it is compared with).
 RATIOS = {
@@ -790,6 +794,7 @@ RATIOS = {
     "ssh": [("second start ms", "first start ms")],
     "permissions": [("on cpu s", "off cpu s")],
     "sandbox": [("sandboxed start ms", "start ms"), ("sandboxed stream s", "stream s")],
+    "acp": [("served deck acp", "served deck send"), ("acpx→deck acp s", "acpx→agent s")],
 }
 SLOW = {"idle", "stop"}
 

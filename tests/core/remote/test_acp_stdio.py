@@ -1,0 +1,413 @@
+"""`deck acp AGENT`: deck as an ACP agent on stdin/stdout, with a deck of its own or through the config's
+running server; a bare client of JSON lines drives it (the SDK and acpx are in test_acp_clients.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.acp_client import INITIALIZE, AcpProcess
+from tests.conftest import agent_block
+from tests.core.remote.test_server import cli, clients, runtime, serve  # noqa: F401  (fixtures)
+from tests.peers.schema import AcpSchema
+
+pytestmark = [pytest.mark.timeout(90)]
+
+SCHEMA = AcpSchema()
+
+
+def checked(name: str, value: object) -> None:
+    """`value` is valid as the ACP schema's `name`."""
+    assert SCHEMA.errors(SCHEMA.definition(name), value) == [], value
+
+
+@pytest.fixture
+def acp(tmp_path: Path):
+    made: list[AcpProcess] = []
+
+    def start(*args: str, **kwargs: object) -> AcpProcess:
+        process = AcpProcess(*args, cwd=tmp_path, **kwargs)  # type: ignore[arg-type]
+        made.append(process)
+        return process
+
+    yield start
+    for process in made:
+        process.kill()
+
+
+def config(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "deck.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_initialize_names_deck_and_the_agent_and_offers_what_the_history_serves(tmp_path, acp) -> None:
+    client = acp("a", "--config", config(tmp_path, agent_block("a", title="Agent A")))
+    result = client.call("initialize", INITIALIZE)
+    checked("InitializeResponse", result)
+    assert result["protocolVersion"] == 1 and result["authMethods"] == []
+    assert result["agentInfo"]["name"] == "deck" and result["agentInfo"]["title"] == "Agent A (deck: a)"
+    caps = result["agentCapabilities"]
+    assert caps["loadSession"] is True
+    assert caps["sessionCapabilities"] == {"close": {}, "list": {}, "resume": {}}
+    assert client.close() == 0
+
+
+def test_without_history_no_session_can_be_loaded_or_listed(tmp_path, acp) -> None:
+    text = "[history]\nenabled = false\n" + agent_block("a")
+    client = acp("a", "--config", config(tmp_path, text))
+    caps = client.call("initialize", INITIALIZE)["agentCapabilities"]
+    assert caps["loadSession"] is False and caps["sessionCapabilities"] == {"close": {}}
+    session = client.call("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
+    assert session.startswith("deck-")
+    assert client.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "hello"}]}) == {"stopReason": "end_turn"}
+    assert client.error("session/list")["code"] == -32002
+
+
+def test_a_prompt_streams_every_kind_of_update_and_ends_with_its_stop_reason(tmp_path, acp) -> None:
+    client = acp("a", "--config", config(tmp_path, agent_block("a", "--modes")))
+    client.call("initialize", INITIALIZE)
+    opened = client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+    checked("NewSessionResponse", opened)
+    session = opened["sessionId"]
+    assert [o["id"] for o in opened["configOptions"]] == ["model"]  # the agent's session, started for it
+
+    def prompt(text: str) -> dict:
+        return client.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]})
+
+    assert prompt("stream 50") == {"stopReason": "end_turn"}
+    assert client.text(session) == "".join(f"c{i} " for i in range(50))
+    for text in ("thought", "tools", "plan", "usage", "session"):
+        assert prompt(text)["stopReason"] == "end_turn"
+    assert client.text(session, "agent_thought_chunk") == "thinking more thinking"
+    tools = client.updates(session, "tool_call") + client.updates(session, "tool_call_update")
+    assert tools[0]["sessionUpdate"] == "tool_call" and tools[0]["toolCallId"] == "ta" and tools[0]["kind"] == "read"
+    assert tools[-1]["status"] == "completed" and {"type": "diff", "path": "/w/new.txt", "oldText": None, "newText": "new"} in tools[-1]["content"]
+    assert client.updates(session, "plan")[-1]["entries"] == [{"content": "one", "priority": "high", "status": "completed"}]
+    assert client.updates(session, "usage_update")[-1] == {"sessionUpdate": "usage_update", "used": 1000, "size": 200000}
+    assert client.updates(session, "session_info_update")[-1]["title"] == "A title"
+    assert client.updates(session, "config_option_update")[-1]["configOptions"][0]["currentValue"] == "m2"
+    assert client.updates(session, "available_commands_update")[-1]["availableCommands"][0]["name"] == "web"
+    for line in client.lines:  # stdout carries JSON-RPC only, each update valid ACP
+        assert line["jsonrpc"] == "2.0", line
+        if line.get("method") == "session/update":
+            checked("SessionNotification", line["params"])
+    assert prompt("stop max_tokens") == {"stopReason": "max_tokens"}
+    assert client.close() == 0
+
+
+def test_set_config_option_and_mode_go_to_the_agent(tmp_path, acp) -> None:
+    client = acp("a", "--config", config(tmp_path, agent_block("a", "--modes")))
+    session = client.open_session()
+    options = client.call("session/set_config_option", {"sessionId": session, "configId": "model", "value": "m1"})
+    assert next(o for o in options["configOptions"] if o["id"] == "model")["currentValue"] == "m1"
+    assert client.call("session/set_mode", {"sessionId": session, "modeId": "b"}) == {}
+    bad = client.error("session/set_config_option", {"sessionId": session, "configId": "model", "value": 3})
+    assert bad["code"] == -32602
+
+
+def test_sessions_are_deck_conversations_listed_loaded_resumed_and_closed(tmp_path, acp) -> None:
+    toml = config(tmp_path, agent_block("a"))
+    first = acp("a", "--config", toml)
+    one = first.open_session()
+    first.call("session/prompt", {"sessionId": one, "prompt": [{"type": "text", "text": "hello one"}]})
+    two = first.call("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
+    first.call("session/prompt", {"sessionId": two, "prompt": [{"type": "text", "text": "hello two"}]})
+    # A prompt to the first session makes its conversation the agent's current one again.
+    first.call("session/prompt", {"sessionId": one, "prompt": [{"type": "text", "text": "hello again"}]})
+    listed = first.call("session/list", {})
+    checked("ListSessionsResponse", listed)
+    assert [(s["sessionId"], s["title"]) for s in listed["sessions"]] == [(one, "hello one"), (two, "hello two")]
+    assert first.call("session/close", {"sessionId": two}) == {}
+    assert first.error("session/prompt", {"sessionId": two, "prompt": [{"type": "text", "text": "x"}]})["code"] == -32002
+    assert first.close() == 0
+    history = {row["id"]: row["messages"] for row in json.loads(cli("history", "a", "--json", "--config", toml).stdout)}
+    assert history[two] == 2 and history[one] >= 4  # deck's own history (and its note: the agent restarted)
+
+    second = acp("a", "--config", toml)
+    second.call("initialize", INITIALIZE)
+    loaded = second.call("session/load", {"sessionId": one, "cwd": "/tmp", "mcpServers": []})
+    checked("LoadSessionResponse", loaded)
+    told = [(u["sessionUpdate"], u["content"]["text"]) for u in second.updates(one)]
+    assert told == [
+        ("user_message_chunk", "hello one"), ("agent_message_chunk", "You said: hello one"),
+        ("user_message_chunk", "hello again"), ("agent_message_chunk", "You said: hello again"),
+    ]  # fmt: skip
+    second.call("session/prompt", {"sessionId": one, "prompt": [{"type": "text", "text": "hello three"}]})
+    assert second.call("session/resume", {"sessionId": two, "cwd": "/tmp"}) == {}
+    assert second.updates(two) == []  # resumed: nothing told again
+    assert second.error("session/load", {"sessionId": "no-such-session", "cwd": "/tmp"})["code"] == -32002
+    assert second.close() == 0
+    later = {row["id"]: row["messages"] for row in json.loads(cli("history", "a", "--json", "--config", toml).stdout)}
+    assert later[one] >= history[one] + 2
+
+
+def test_cancel_ends_the_prompt_as_cancelled(tmp_path, acp) -> None:
+    client = acp("a", "--config", config(tmp_path, agent_block("a")))
+    session = client.open_session()
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "slow"}]})
+    client.wait_line(lambda x: x.get("method") == "session/update")
+    client.notify("session/cancel", {"sessionId": session})
+    assert client.response(prompt)["result"] == {"stopReason": "cancelled"}
+    assert "tick" in client.text(session)
+    again = client.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "after"}]})
+    assert again == {"stopReason": "end_turn"}
+    # Closing a session cancels its prompt, as ACP asks.
+    seen = len(client.lines)
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "slow"}]})
+    client.wait_for(lambda lines: any(x.get("method") == "session/update" for x in lines[seen:]))
+    assert client.call("session/close", {"sessionId": session}) == {}
+    assert client.response(prompt)["result"] == {"stopReason": "cancelled"}
+
+
+def test_a_permission_goes_to_the_client_and_its_answer_to_the_agent(tmp_path, acp) -> None:
+    client = acp("a", "--config", config(tmp_path, agent_block("a")))
+    session = client.open_session()
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "perm"}]})
+    asked = client.asked("session/request_permission")
+    checked("RequestPermissionRequest", asked["params"])
+    assert asked["params"]["sessionId"] == session and asked["params"]["toolCall"]["title"] == "Edit file"
+    assert [o["optionId"] for o in asked["params"]["options"]] == ["yes", "no"]
+    client.answer(asked["id"], {"outcome": {"outcome": "selected", "optionId": "yes"}})
+    assert client.response(prompt)["result"] == {"stopReason": "end_turn"}
+    assert client.text(session).endswith("permission: yes")
+
+
+def test_a_question_goes_to_a_client_that_takes_forms(tmp_path, acp) -> None:
+    client = acp("a", "--config", config(tmp_path, agent_block("a")))
+    client.call("initialize", {**INITIALIZE, "clientCapabilities": {"elicitation": {"form": {}}}})
+    session = client.call("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "question"}]})
+    asked = client.asked("elicitation/create")
+    assert asked["params"]["mode"] == "form" and asked["params"]["message"] == "Your name?"
+    assert asked["params"]["requestedSchema"]["properties"] == {"name": {"type": "string"}}
+    client.answer(asked["id"], {"action": "accept", "content": {"name": "Ada"}})
+    assert client.response(prompt)["result"] == {"stopReason": "end_turn"}
+    assert json.loads(client.text(session)) == {"action": "accept", "content": {"name": "Ada"}}
+
+
+def test_hostile_input_gets_its_error_and_deck_goes_on(tmp_path, acp) -> None:
+    client = acp("a", "--config", config(tmp_path, agent_block("a")))
+    assert client.error("session/new", {"cwd": "/tmp", "mcpServers": []})["code"] == -32600  # initialize first
+    session = client.open_session()
+    assert client.error("initialize", INITIALIZE)["code"] == -32600  # once
+    client.send_raw(b"{not json\n")
+    assert client.wait_line(lambda x: x.get("error", {}).get("code") == -32700)["id"] is None
+    client.send_raw(b"[1, 2]\n" + b'"a string"\n')
+    assert client.wait_line(lambda x: "batches" in x.get("error", {}).get("message", ""))["id"] is None
+    client.wait_line(lambda x: "JSON object" in x.get("error", {}).get("message", ""))
+    client.send_raw(b"[" * 100_000 + b"]" * 100_000 + b"\n")  # nested past any real message
+    client.wait_line(lambda x: x.get("error", {}).get("code") == -32700, count=2)
+    client.send_raw(b'{"jsonrpc":"2.0","id":"big","method":"x","params":"' + b"y" * (17 << 20) + b'"}\n')  # past the line cap
+    client.wait_line(lambda x: "bytes skipped" in x.get("error", {}).get("message", ""))
+    assert client.error("no/such_method")["code"] == -32601
+    assert client.error("initialize", {"protocolVersion": "one"})["code"] == -32602
+    assert client.error("session/prompt", {"sessionId": 7, "prompt": []})["code"] == -32602
+    assert client.error("session/prompt", {"sessionId": session, "prompt": [{"type": "image", "data": "", "mimeType": "image/png"}]})["code"] == -32602
+    assert client.error("session/prompt", {"sessionId": "nobody", "prompt": [{"type": "text", "text": "x"}]})["code"] == -32002
+    assert client.error("session/new", {"cwd": "relative"})["code"] == -32602
+    # A flood: 3,000 requests in one write, each answered once (at most MAX_REQUESTS served at a time).
+    flood = b"".join(json.dumps({"jsonrpc": "2.0", "id": f"f{i}", "method": "session/list", "params": {}}).encode() + b"\n" for i in range(3000))
+    client.send_raw(flood)
+    answers = client.wait_for(lambda lines: (found := [x for x in lines if str(x.get("id", "")).startswith("f")]) and len(found) >= 3000 and found, 60)
+    assert sorted(x["id"] for x in answers) == sorted(f"f{i}" for i in range(3000))
+    assert any("too many requests" in x.get("error", {}).get("message", "") for x in answers)
+    prompt = client.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "still here"}]})
+    assert prompt == {"stopReason": "end_turn"}
+    assert client.close() == 0
+
+
+def test_through_a_server_the_client_is_one_more_client_and_a_permission_is_answered_from_deck_answer(serve, clients, acp) -> None:
+    server = serve(agent_block("a"), name="acp")
+    watcher = clients(server.path)
+    watcher.call("DeckService.Snapshot")
+    args = list(server.popen.args)
+    client = acp("a", "--config", args[args.index("--config") + 1])  # the config the server runs: the client goes through it
+    session = client.open_session()
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "perm"}]})
+    # The attached client sees the ACP client's prompt live, as its own.
+    watcher.wait_line(lambda e: e.get("event") == "message:updated" and e["message"]["role"] == "user"
+                      and e["message"]["parts"][0]["text"] == "perm")  # fmt: skip
+    asked = client.asked("session/request_permission")
+    inbox = json.loads(cli("inbox", "--attach", server.name, "--json").stdout)
+    assert [row["kind"] for row in inbox] == ["permission"]  # in deck's inbox at once
+    done = cli("answer", inbox[0]["id"], "yes", "--attach", server.name)
+    assert done.returncode == 0, done.stderr
+    withdrawn = client.wait_line(lambda x: x.get("method") == "$/cancel_request")
+    assert withdrawn["params"] == {"requestId": asked["id"]}  # the client is told another answered
+    client.answer(asked["id"], {"outcome": {"outcome": "selected", "optionId": "no"}})  # too late: ignored
+    assert client.response(prompt)["result"] == {"stopReason": "end_turn"}
+    assert client.text(session).endswith("permission: yes")
+    clients_now = watcher.call("DeckService.Clients")
+    assert any("acp" in c["command"] for c in clients_now)
+    # Another client's prompt in the same conversation reaches the ACP client as the user's message.
+    watcher.call("ChatService.Send", {"agent": "a", "text": "from the console"})
+    client.wait_line(lambda x: x.get("method") == "session/update" and x["params"]["update"]["sessionUpdate"] == "user_message_chunk"
+                     and x["params"]["update"]["content"]["text"] == "from the console")  # fmt: skip
+    assert client.close() == 0
+    assert server.popen.poll() is None  # the server goes on
+
+
+def test_a_client_gone_with_a_permission_waiting_ends_deck_acp(tmp_path, acp) -> None:
+    client = acp("a", "--config", config(tmp_path, agent_block("a")))
+    session = client.open_session()
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "perm"}]})
+    client.asked("session/request_permission")
+    assert client.close() == 0  # end of stdin: nobody is left to answer, the turn ends, deck acp with it
+    assert client.response(prompt)["result"] == {"stopReason": "cancelled"}
+
+
+def test_a_client_that_does_not_read_never_holds_the_server_up(serve, clients, tmp_path) -> None:
+    import subprocess
+    import threading
+
+    from tests.deck_process import DECK, Lines
+
+    server = serve(agent_block("a"), name="slowreader")
+    watcher = clients(server.path)
+    watcher.call("DeckService.Snapshot")
+    args = list(server.popen.args)
+    proc = subprocess.Popen([*DECK, "acp", "a", "--config", args[args.index("--config") + 1]],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        requests = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE},
+            {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}},
+        ]
+        proc.stdin.write(b"".join(json.dumps(r).encode() + b"\n" for r in requests))
+        proc.stdin.flush()
+        lines = [json.loads(proc.stdout.readline()) for _ in range(2)]
+        session = lines[1]["result"]["sessionId"]
+        prompt = {"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+                  "params": {"sessionId": session, "prompt": [{"type": "text", "text": "stream 200000"}]}}  # fmt: skip
+        proc.stdin.write(json.dumps(prompt).encode() + b"\n")  # 1.3 MB of answer for a client that reads none of it
+        proc.stdin.flush()
+        watcher.wait_line(lambda e: e.get("event") == "turn:changed" and e.get("busy") is False, timeout=90)
+        assert watcher.call("AgentService.List")[0]["state"] in ("ready", "busy")  # the server answers at once
+        assert proc.poll() is None  # deck acp holds the output, and waits for its client
+        reader = Lines()
+        threading.Thread(target=reader.feed, args=(proc.stdout,), daemon=True).start()
+        assert reader.response(3, timeout=60)["result"] == {"stopReason": "end_turn"}
+        updates = [x["params"]["update"] for x in reader.lines if x.get("method") == "session/update"]
+        told = "".join(u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk")
+        assert told == "".join(f"c{i} " for i in range(200_000))  # the whole answer, held until the client read
+        assert len(updates) < 20_000  # its chunks joined while they waited: far fewer updates than chunks
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_an_unknown_agent_is_a_usage_error_on_stderr_and_nothing_on_stdout(tmp_path, acp) -> None:
+    client = acp("nobody", "--config", config(tmp_path, agent_block("a")))
+    assert client.popen.wait(30) == 2
+    client.wait_end()
+    assert client.raw == [] and b"unknown agent 'nobody' (agents: a)" in client.stderr
+
+
+def test_attach_names_the_server_and_takes_no_config(serve, acp, tmp_path) -> None:
+    server = serve(agent_block("a"), name="named")
+    client = acp("a", "--attach", server.name)
+    session = client.open_session()
+    assert client.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "hi there"}]}) == {"stopReason": "end_turn"}
+    assert client.text(session) == "You said: hi there"
+    both = acp("a", "--attach", server.name, "--config", config(tmp_path, agent_block("a")))
+    assert both.popen.wait(30) == 2 and both.raw == []
+    gone = acp("a", "--attach", "nobody")
+    assert gone.popen.wait(30) == 1
+    gone.wait_end()
+    assert gone.raw == [] and b"nobody" in gone.stderr
+
+
+def test_files_as_stdin_and_stdout_are_read_and_written_too(tmp_path) -> None:
+    import subprocess
+
+    from tests.deck_process import DECK
+
+    requests = tmp_path / "in.jsonl"
+    requests.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/list", "params": {}},  # waits for initialize's answer
+    )))  # fmt: skip
+    out = tmp_path / "out.jsonl"
+    with requests.open("rb") as stdin, out.open("wb") as stdout:
+        done = subprocess.run([*DECK, "acp", "a", "--config", config(tmp_path, agent_block("a"))], stdin=stdin,
+                              stdout=stdout, stderr=subprocess.PIPE, timeout=60, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answers = {m["id"]: m for m in map(json.loads, out.read_text().splitlines())}
+    assert answers[1]["result"]["protocolVersion"] == 1 and answers[2]["result"] == {"sessions": []}
+
+
+def test_a_prompt_queued_behind_another_clients_turn_is_unqueued_by_cancel(serve, clients, acp) -> None:
+    server = serve(agent_block("a"), name="queued")
+    watcher = clients(server.path)
+    client = acp("a", "--attach", server.name)
+    session = client.open_session()
+    watcher.call("ChatService.Send", {"agent": "a", "text": "slow"})  # another client's turn, in the same conversation
+    watcher.wait_line(lambda e: e.get("event") == "message:delta" and e.get("agent") == "a")
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "mine"}]})
+    watcher.wait_line(lambda e: e.get("event") == "turn:changed" and e.get("queued") == 1)  # it waits its turn
+    client.notify("session/cancel", {"sessionId": session})
+    assert client.response(prompt)["result"] == {"stopReason": "cancelled"}
+    assert watcher.call("ChatService.Queue", {"agent": "a"}) == []
+    assert watcher.call("ChatService.Conversation", {"agent": "a"})["busy"] is True  # the other turn goes on
+    assert "tick" in client.text(session)  # seen by the ACP client as it streams
+    watcher.call("ChatService.Cancel", {"agent": "a"})
+
+
+def test_a_flood_from_a_client_that_does_not_read_is_read_no_faster_than_it_reads(tmp_path) -> None:
+    """300,000 requests written while none of their answers is read: deck acp stops reading its stdin
+    once its answers wait (its memory stays flat), then answers every one once the client reads."""
+    import subprocess
+    import threading
+    import time
+
+    import psutil
+
+    from tests.deck_process import DECK, Lines
+
+    proc = subprocess.Popen([*DECK, "acp", "a", "--config", config(tmp_path, agent_block("a"))],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp_path)  # fmt: skip
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": INITIALIZE}).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 0
+        before = psutil.Process(proc.pid).memory_info().rss
+        flood = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"no/such"}\n' % i for i in range(1, 300_001))
+        writer = threading.Thread(target=proc.stdin.write, args=(flood,), daemon=True)
+        writer.start()
+        peak = before
+        for _ in range(30):  # 3 s of flood, nothing read
+            peak = max(peak, psutil.Process(proc.pid).memory_info().rss)
+            time.sleep(0.1)
+        assert writer.is_alive()  # deck acp stopped reading: the client's own write waits
+        assert peak - before < 12 * 1024 * 1024, f"grew {(peak - before) >> 20} MB"  # (35 MB, read regardless)
+        reader = Lines()
+        threading.Thread(target=reader.feed, args=(proc.stdout,), daemon=True).start()
+        writer.join(60)
+        proc.stdin.close()
+        reader.wait_for(lambda lines: len(lines) >= 300_000, timeout=90)
+        assert {x["id"] for x in reader.lines} == set(range(1, 300_001))
+        assert all(x["error"]["code"] == -32601 for x in reader.lines)
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_question_answered_from_deck_answer_is_withdrawn_from_the_client(serve, acp) -> None:
+    server = serve(agent_block("a"), name="asked")
+    client = acp("a", "--attach", server.name)
+    client.call("initialize", {**INITIALIZE, "clientCapabilities": {"elicitation": {"form": {}}}})
+    session = client.call("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "question"}]})
+    asked = client.asked("elicitation/create")
+    inbox = json.loads(cli("inbox", "--attach", server.name, "--json").stdout)
+    assert [row["kind"] for row in inbox] == ["question"]
+    done = cli("answer", inbox[0]["id"], "--attach", server.name, "--json", '{"name": "Grace"}')
+    assert done.returncode == 0, done.stderr
+    withdrawn = client.wait_line(lambda x: x.get("method") == "$/cancel_request")
+    assert withdrawn["params"] == {"requestId": asked["id"]}
+    assert client.response(prompt)["result"] == {"stopReason": "end_turn"}
+    assert json.loads(client.text(session)) == {"action": "accept", "content": {"name": "Grace"}}
