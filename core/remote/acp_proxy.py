@@ -60,6 +60,7 @@ from deck.events import (
     PermissionResolved,
     QuestionRequested,
     QuestionResolved,
+    SubagentChanged,
     UsageChanged,
     from_wire,
     handles,
@@ -73,6 +74,8 @@ log = logging.getLogger(__name__)
 MAX_LINE_BYTES = 16 * 1024 * 1024
 #: Requests of the client's served at once; one more is refused at once (a flood waits nowhere).
 MAX_REQUESTS = 64
+#: Messages between sessions whose chunks are known (the oldest forgotten first).
+MAX_BETWEEN = 1_000
 #: How long a cancel waits for the prompt it cancels to be sent, when it comes first.
 SEND_SECONDS = 10.0
 #: A page of `session/list`.
@@ -132,6 +135,12 @@ class AcpProxy(Handlers):
         self._register()
         # Sessions: the client's, and the one whose conversation is the agent's current one.
         self.client_caps: dict[str, Any] = {}
+        #: The subagent sessions told to the client (it declared `subagents`): their updates are its too.
+        self._children: set[str] = set()
+        #: Messages between sessions (their ids → sender and recipient), and the agent's own session in
+        #: deck (the parent of its first children), said as the client's session when a message names it.
+        self._between: dict[str, tuple[str, str]] = {}
+        self._agent_session = ""
         self.history = False
         self.sessions: set[str] = set()
         self.current: str | None = None
@@ -238,11 +247,79 @@ class AcpProxy(Handlers):
             if text is not None and self.out.key == (event.message_id, event.index, event.kind):
                 self.out.more(text)
                 return
-            if event.agent == self.agent and self.current is not None and getattr(event, "session", None) is None:
-                self._delta(event)
+            if event.agent == self.agent and self.current is not None:
+                if event.message_id in self._between:
+                    self._between_delta(event)
+                elif event.session is None:
+                    self._delta(event)
+                elif event.session in self._children:  # a subagent's, to a client that takes them
+                    self._child_delta(event)
             return
-        if getattr(event, "agent", None) == self.agent and getattr(event, "session", None) is None:
-            self.dispatch(event)
+        if getattr(event, "agent", None) != self.agent:
+            return
+        if type(event) is SubagentChanged:
+            self._subagent(event)
+        elif getattr(event, "session", None) is None or type(event) in (PermissionRequested, QuestionRequested):
+            self.dispatch(event)  # a subagent's request is the user's to answer as the agent's are
+
+    # -- subagents: child sessions, to a client that declares `subagents` ---------------------------
+
+    def _subagent(self, event: SubagentChanged) -> None:
+        """A child announced or changed: told as a `subagent_update` on the session that announced it
+        (the client's session, or another child's), where the client takes subagents."""
+        if self.current is None or not isinstance(self.client_caps.get("subagents"), dict):
+            return
+        on = event.parent if event.parent in self._children else self.current
+        if on == self.current:
+            self._agent_session = event.parent
+        self._children.add(event.session)
+        update: dict[str, Any] = {"sessionUpdate": "subagent_update", "sessionId": event.session, "title": event.title,
+                                  "state": {"state": event.state} if event.state else None,
+                                  "capabilities": {"cancel": {}} if event.cancel else {}}  # fmt: skip
+        self.out.end_stream()
+        self.conn.notify("session/update", {"sessionId": on, "update": update})
+
+    def _between_message(self, message: dict[str, Any]) -> None:
+        """A message between sessions made or replaced whole: a `session_message` upsert to a client
+        that takes subagents (its chunks follow as `session_message_chunk`s)."""
+        text = "".join(p.get("text", "") for p in message.get("parts") or [] if isinstance(p, dict) and p.get("type") == "text")
+        if not text or self.current is None or not isinstance(self.client_caps.get("subagents"), dict):
+            return
+        update: dict[str, Any] = {"sessionUpdate": "session_message", "messageId": message["id"],
+                                  "content": [{"type": "text", "text": text}], **self._parties(str(message["id"]))}  # fmt: skip
+        self.out.end_stream()
+        self.conn.notify("session/update", {"sessionId": self.current, "update": update})
+
+    def _parties(self, message_id: str) -> dict[str, str]:
+        """`senderSessionId` and `recipientSessionId` of a message between sessions, as the client knows
+        them: the agent's own session in deck is the client's session."""
+        sender, recipient = self._between[message_id]
+        named = (("senderSessionId", sender), ("recipientSessionId", recipient))
+        return {key: str(self.current) if value == self._agent_session else value for key, value in named if value}
+
+    def _between_delta(self, event: MessageDelta) -> None:
+        """A chunk of a message between sessions: a `session_message_chunk` to a client that takes
+        subagents, on the session it is of; nothing to the others (it is not the agent's answer)."""
+        if event.text is None or not isinstance(self.client_caps.get("subagents"), dict):
+            return
+        on = event.session if event.session in self._children else self.current
+        update: dict[str, Any] = {"sessionUpdate": "session_message_chunk", "messageId": event.message_id,
+                                  "content": {"type": "text", "text": event.text}, **self._parties(event.message_id)}  # fmt: skip
+        self.out.end_stream()
+        self.conn.notify("session/update", {"sessionId": on, "update": update})
+
+    def _child_delta(self, event: MessageDelta) -> None:
+        """A chunk or a part of a subagent's message, as an update of its own session."""
+        assert event.session is not None
+        self.out.end_stream()
+        if event.text is not None:
+            kind = shapes.AGENT_CHUNKS.get(event.kind)
+            if kind is not None:
+                self.out.stream((event.message_id, event.index, event.kind), event.session, kind, event.text)
+        elif event.part is not None:
+            update = shapes.part_update(event.part, "agent", self._tools)
+            if update is not None:
+                self.conn.notify("session/update", {"sessionId": event.session, "update": update})
 
     def _delta(self, event: MessageDelta) -> None:
         """A chunk that starts another part's text, or a part replaced (a tool call, a plan)."""
@@ -261,6 +338,14 @@ class AcpProxy(Handlers):
     @handles(MessageUpdated)
     def _message(self, event: MessageUpdated) -> None:
         message = event.message
+        if message.get("sender") or message.get("recipient"):  # between sessions: never the agent's own words
+            if len(self._between) >= MAX_BETWEEN:
+                self._between.pop(next(iter(self._between)))
+            self._between[str(message["id"])] = (str(message.get("sender") or ""), str(message.get("recipient") or ""))
+            self._between_message(message)
+            return
+        if message.get("session"):  # a subagent's: its chunks are told as they stream, to a client that takes them
+            return
         role = message.get("role")
         if role == "user":
             self._user_message(message)
@@ -342,7 +427,8 @@ class AcpProxy(Handlers):
     def _permission(self, event: PermissionRequested) -> None:
         if self.current is None or event.id in self._asked:
             return
-        params = {"sessionId": self.current, "toolCall": shapes.tool_of_permission(event.tool_call), "options": event.options}
+        asker = event.session if event.session in self._children else self.current  # a subagent's own, if told
+        params = {"sessionId": asker, "toolCall": shapes.tool_of_permission(event.tool_call), "options": event.options}
         self._ask(event.id, "session/request_permission", params, self._permission_answered)
 
     @handles(QuestionRequested)
@@ -351,7 +437,8 @@ class AcpProxy(Handlers):
         mode = "url" if event.url else "form"
         if self.current is None or event.id in self._asked or not (isinstance(modes, dict) and isinstance(modes.get(mode), dict)):
             return  # a client that does not take this kind of question: it waits in deck's inbox
-        self._ask(event.id, "elicitation/create", shapes.question(event.payload(), self.current), self._question_answered)
+        asker = event.session if event.session in self._children else self.current  # a subagent's own, if told
+        self._ask(event.id, "elicitation/create", shapes.question(event.payload(), asker), self._question_answered)
 
     def _ask(self, pending_id: str, method: str, params: dict[str, Any], answered: Callable[[str, Any], None]) -> None:
         """Ask the client what deck's request `pending_id` asks; its answer goes to deck, unless another
@@ -585,8 +672,14 @@ class AcpProxy(Handlers):
 
     def _cancel(self, params: dict[str, Any]) -> None:
         session = params.get("sessionId")
-        if isinstance(session, str):
+        if isinstance(session, str) and session in self._children:  # a subagent's work alone, where it offers it
+            self._spawn(self._cancel_child(session), "cancel")
+        elif isinstance(session, str):
             self._spawn(self._cancel_turns(session), "cancel")
+
+    async def _cancel_child(self, session: str) -> None:
+        with contextlib.suppress(ServiceError):  # a child that offers no cancel: refused, and logged by deck
+            await self.client.call("ChatService.Cancel", {"agent": self.agent, "session": session})
 
     async def _cancel_turns(self, session: str) -> None:
         for turn in [t for t in self._turns if t.session == session]:

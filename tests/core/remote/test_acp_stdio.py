@@ -411,3 +411,42 @@ def test_a_question_answered_from_deck_answer_is_withdrawn_from_the_client(serve
     assert withdrawn["params"] == {"requestId": asked["id"]}
     assert client.response(prompt)["result"] == {"stopReason": "end_turn"}
     assert json.loads(client.text(session)) == {"action": "accept", "content": {"name": "Grace"}}
+
+
+SUBAGENTS = [__import__("sys").executable, str(Path(__file__).resolve().parents[2] / "agents" / "subagent_agent.py")]
+
+
+def test_a_subagents_work_reaches_a_client_that_takes_subagents_as_a_child_session(tmp_path, acp) -> None:
+    from tests.conftest import agent_table
+
+    client = acp("a", "--config", config(tmp_path, agent_table("a", SUBAGENTS)))
+    client.call("initialize", {**INITIALIZE, "clientCapabilities": {**INITIALIZE["clientCapabilities"], "subagents": {}}})
+    session = client.call("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
+    assert client.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "delegate"}]}) == {
+        "stopReason": "end_turn"
+    }
+    announced = [u for u in client.updates(session, "subagent_update")]
+    assert announced[0]["sessionId"] == "c1" and announced[0]["title"] == "Explore"
+    assert announced[0]["capabilities"] == {"cancel": {}} and announced[-1]["state"] == {"state": "idle"}
+    assert client.text("c1") == "The loader is in config.py" and client.text("c1", "agent_thought_chunk") == "reading files"
+    assert "loader" not in client.text(session)  # never flattened into the parent's answer
+    assert client.text(session) == "delegated"
+    between = client.updates(session, "session_message_chunk")
+    assert "".join(u["content"]["text"] for u in between) == "Found: config.py"
+    assert (between[0]["senderSessionId"], between[0]["recipientSessionId"]) == ("c1", session)
+    (told,) = client.updates(session, "session_message")
+    assert told["content"] == [{"type": "text", "text": "Look for the loader"}]
+    assert (told["senderSessionId"], told["recipientSessionId"]) == (session, "c1")
+
+
+def test_a_client_that_takes_no_subagents_gets_the_parents_answer_alone_and_a_childs_request(tmp_path, acp) -> None:
+    from tests.conftest import agent_table
+
+    client = acp("a", "--config", config(tmp_path, agent_table("a", SUBAGENTS)))
+    session = client.open_session()
+    prompt = client.request("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "perm"}]})
+    asked = client.asked("session/request_permission")  # a child's request is still the user's to answer
+    assert asked["params"]["sessionId"] == session and asked["params"]["toolCall"]["title"] == "edit main.py"
+    client.answer(asked["id"], {"outcome": {"outcome": "selected", "optionId": "ok"}})
+    assert client.response(prompt)["result"] == {"stopReason": "end_turn"}
+    assert client.updates(session, "subagent_update") == [] and "optionId" in client.text(session)
