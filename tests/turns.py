@@ -18,6 +18,7 @@ def reply_to(deck: Deck, user: Message, rec: Recorder) -> Message | None:
         u["message"]["id"]
         for u in rec.named("message:updated", user.agent)
         if u["message"]["role"] == "agent" and not u["message"]["done"]
+        and not u["message"].get("session") and not u["message"].get("sender")  # a subagent's is no reply
     ]
     n = prompted.index(user)
     return conv.by_id[opened[n]] if len(opened) > n else None

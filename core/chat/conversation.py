@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deck.acp.updates import as_string, block_text, choice, dicts, tool_id, tool_part
-from deck.chat.children import CHILD_UPDATES, ID_MAX, Children
+from deck.chat.children import CHILD_UPDATES, ID_MAX, Child, Children
 from deck.chat.spending import DIGITS, TOKENS, Bill, Money, money, tokens_of
 from deck.config.models import CONVERSATION_MAX, MESSAGE_MAX
 from deck.events import (
@@ -391,8 +391,8 @@ class Conversation:
         return self.current
 
     def finish(self, message: Message, stop_reason: str | None, error: str | None = None) -> None:
-        if message.session is None and self.children:
-            self._finish_children()
+        if (self.children or self._between) and message.session is None and message.sender is message.recipient is None:
+            self._finish_children()  # the agent's own answer: what its subagents streamed ends with it
         if message.cut is not None:
             self._seal(message)
         message.done = True
@@ -617,14 +617,23 @@ class Conversation:
         if child is None:
             return
         if child.state == "idle":
-            child.current = None  # its work is over: its next words start a message of their own
+            self._finish_child(child)  # its work is over: its next words start a message of their own
         self.emit(SubagentChanged(self.agent, child.parent, child.id, child.title, child.state,
                                   child.cancel, child.description))  # fmt: skip
 
+    def _finish_child(self, child: Child) -> None:
+        message, child.current = child.current, None
+        if message is not None and not message.done:
+            self.finish(message, child.stop_reason)
+
     def _finish_children(self) -> None:
-        """The agent's turn ended: its children's next words start messages of their own."""
+        """The agent's turn ended: what its children and the messages between sessions were streaming
+        is finished (their next words start messages of their own)."""
         for child in self.children.by_id.values():
-            child.current = None
+            self._finish_child(child)
+        for message in self._between.values():
+            if not message.done:
+                self.finish(message, None)
 
     def _between_message(self, update: dict[str, Any]) -> Message | None:
         """The message between sessions an update names by `messageId` (made when new), its sender
@@ -640,6 +649,7 @@ class Conversation:
             if len(self._between) >= MAX_BETWEEN:
                 self._between.pop(next(iter(self._between)))  # the oldest takes no more chunks
             message = self._between[key] = self._new("agent")
+            message.done = False  # streamed: finished with the agent's turn
         for attr, field in (("sender", "senderSessionId"), ("recipient", "recipientSessionId")):
             value = as_string(update.get(field))[:ID_MAX]
             if value:
@@ -692,7 +702,9 @@ class Conversation:
 
     def _target(self) -> Message:
         if self.current is None:  # updates outside any turn still land somewhere visible
-            self.current = self.add(self._new("agent"))
+            message = self._new("agent")
+            message.done = self._session is None  # a subagent's streams until its work or the turn ends
+            self.current = self.add(message)
         return self.current
 
     def _chunk(self, update: dict[str, Any], kind: str = "text", message: Message | None = None) -> None:

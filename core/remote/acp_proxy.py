@@ -140,6 +140,7 @@ class AcpProxy(Handlers):
         #: Messages between sessions (their ids → sender and recipient), and the agent's own session in
         #: deck (the parent of its first children), said as the client's session when a message names it.
         self._between: dict[str, tuple[str, str]] = {}
+        self._between_told: dict[str, int] = {}  # how much the client was told of each (upserts and chunks)
         self._agent_session = ""
         self.history = False
         self.sessions: set[str] = set()
@@ -283,8 +284,10 @@ class AcpProxy(Handlers):
         """A message between sessions made or replaced whole: a `session_message` upsert to a client
         that takes subagents (its chunks follow as `session_message_chunk`s)."""
         text = "".join(p.get("text", "") for p in message.get("parts") or [] if isinstance(p, dict) and p.get("type") == "text")
-        if not text or self.current is None or not isinstance(self.client_caps.get("subagents"), dict):
-            return
+        mid = str(message["id"])
+        if not text or len(text) == self._between_told.get(mid) or self.current is None or not isinstance(self.client_caps.get("subagents"), dict):
+            return  # nothing new: its chunks told it already, or it is unchanged
+        self._between_told[mid] = len(text)
         update: dict[str, Any] = {"sessionUpdate": "session_message", "messageId": message["id"],
                                   "content": [{"type": "text", "text": text}], **self._parties(str(message["id"]))}  # fmt: skip
         self.out.end_stream()
@@ -303,6 +306,7 @@ class AcpProxy(Handlers):
         if event.text is None or not isinstance(self.client_caps.get("subagents"), dict):
             return
         on = event.session if event.session in self._children else self.current
+        self._between_told[event.message_id] = self._between_told.get(event.message_id, 0) + len(event.text)
         update: dict[str, Any] = {"sessionUpdate": "session_message_chunk", "messageId": event.message_id,
                                   "content": {"type": "text", "text": event.text}, **self._parties(event.message_id)}  # fmt: skip
         self.out.end_stream()
@@ -339,9 +343,11 @@ class AcpProxy(Handlers):
     def _message(self, event: MessageUpdated) -> None:
         message = event.message
         if message.get("sender") or message.get("recipient"):  # between sessions: never the agent's own words
-            if len(self._between) >= MAX_BETWEEN:
+            mid = str(message["id"])
+            if mid not in self._between and len(self._between) >= MAX_BETWEEN:
+                self._between_told.pop(next(iter(self._between)), None)
                 self._between.pop(next(iter(self._between)))
-            self._between[str(message["id"])] = (str(message.get("sender") or ""), str(message.get("recipient") or ""))
+            self._between[mid] = (str(message.get("sender") or ""), str(message.get("recipient") or ""))
             self._between_message(message)
             return
         if message.get("session"):  # a subagent's: its chunks are told as they stream, to a client that takes them

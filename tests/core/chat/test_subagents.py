@@ -60,6 +60,12 @@ async def test_a_childs_work_is_a_child_conversation_nested_in_its_parents(make_
     deltas = [d for d in rec.named("message:delta", "a") if d["messageId"] in child_ids]
     assert deltas and all(d["session"] == "c1" for d in deltas)
     assert all("session" not in d for d in rec.named("message:delta", "a") if d["messageId"] == reply.id)
+    # A child's message streams as the agent's do: opened not done, finished with its text when its work ends.
+    told = [u["message"] for u in rec.named("message:updated", "a") if u["message"]["id"] == work.id]
+    assert (told[0]["done"], told[-1]["done"]) == (False, True) and told[-1]["stopReason"] == "end_turn"
+    assert [p["text"] for p in told[-1]["parts"] if p["type"] == "text"] == ["The loader is in config.py"]
+    found = next(m for m in conv.messages if m.sender == "c1")
+    assert [u["message"]["done"] for u in rec.named("message:updated", "a") if u["message"]["id"] == found.id][-1]
 
 
 @pytest.mark.anyio
