@@ -33,6 +33,8 @@ import functools
 import json
 import logging
 import os
+import shlex
+import shutil
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,6 +160,7 @@ class Train:
         order); a refusal of the whole train (a dirty main checkout) before anything is done."""
         self._every = names is None
         places = await self._chosen(names)
+        self._check_exists([place for place, _ in places])
         async with self._locked({p.key: p for p, _ in places}.values()):
             for place, base in places:
                 await self._ready(place, base)
@@ -169,6 +172,15 @@ class Train:
             finally:
                 await asyncio.shield(self._finish())
         return outcomes
+
+    def _check_exists(self, places: Sequence[Place]) -> None:
+        """A check command that is not there refuses the train at once, rather than fail for each agent
+        (looked for here when an agent lands on this machine; a host's is found out as it runs)."""
+        program = self.check[0] if self.check else None
+        if program is None or os.sep in program or not any(not place.host for place in places):
+            return  # a path is the checkout's own (a script of the repository's), run where the merge is
+        if shutil.which(program) is None:
+            raise ServiceError(f"the check command {program!r} is not found (check [land] check, or --check)")
 
     async def _finish(self) -> None:
         """The landed agents' worktrees brought to their merges, the scratch worktrees deleted."""
@@ -271,7 +283,8 @@ class Train:
             raise
         if merge is None:
             return None if self._every else Outcome(agent, NOTHING, f"nothing to land: all of its work is in {base} already", base)
-        self._progress(agent, "merge", "merged", f"merged onto {base} as {merge.merged[:12]}")
+        pending = f", landed once the check passes" if self.check else ""
+        self._progress(agent, "merge", "merged", f"merge made on {base}'s tip as {merge.merged[:12]}{pending}")
         if self.check:
             failed = await self._checked(merge)
             if failed is not None:
@@ -378,7 +391,7 @@ class Train:
     async def _checked(self, merge: Merge) -> Outcome | None:
         """Run the check on `merge` in the scratch worktree: None when it passes, else the outcome."""
         agent, base = merge.place.agent, merge.base
-        shown = " ".join(self.check)
+        shown = shlex.join(self.check)
         self._progress(agent, "check", "started", f"checking {agent}'s merge: {shown}")
         try:
             folder = await self._scratch.at(merge.place, merge.merged, await self._no_filters(merge.place))

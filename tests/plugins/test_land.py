@@ -237,6 +237,10 @@ async def test_the_command_prints_json_and_its_exit_code_says_how_it_went(make_d
     assert len(git(repo, "log", "-1", "--format=%P").split()) == 1  # squashed: one parent
     unknown = land_cli(config, "nobody")
     assert unknown.returncode == 2 and unknown.stderr == "deck: unknown agent 'nobody' (agents: a, b, c)\n"
+    head = git(repo, "rev-parse", "main")
+    missing = land_cli(config, "b", "--check", "no-such-check-command")  # refused once, not failed per agent
+    assert missing.returncode == 1 and "the check command 'no-such-check-command' is not found" in missing.stderr
+    assert git(repo, "rev-parse", "main") == head
 
 
 async def test_a_kill_mid_train_leaves_the_base_at_a_good_tip_and_the_next_land_cleans_up(make_deck, repo, tmp_path):
