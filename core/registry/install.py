@@ -48,7 +48,7 @@ def choose(entry: Entry, platform: str, via: str | None = None) -> Package | Bin
             return entry.packages[method]
         if method == "binary" and platform in entry.binaries:
             return entry.binaries[platform]
-    if via is not None and via != "binary":
+    if via is not None and (via != "binary" or not entry.binaries):
         raise RegistryError(
             f"{entry.id} {entry.version} has no {via} distribution (it has {', '.join(entry.methods())})"
         )

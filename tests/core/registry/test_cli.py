@@ -167,6 +167,7 @@ def test_each_error_is_one_line_with_its_exit_code_and_the_config_untouched(
         ),
         (("add", "goose"), 1, f"deck: goose 1.5.0 has no build for this platform, {HERE} (builds: windows-aarch64)\n"),
         (("add", "gemini", "--via", "uvx"), 1, "deck: gemini 0.37.0 has no uvx distribution (it has npx)\n"),
+        (("add", "gemini", "--via", "binary"), 1, "deck: gemini 0.37.0 has no binary distribution (it has npx)\n"),
         (
             ("add", "gemini", "--host", "box"),
             2,
