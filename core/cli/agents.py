@@ -80,7 +80,8 @@ def agents(
         if action != "logout" or len(args) > 1:
             fail(f"unknown action {action!r}: `deck agents NAME` shows one agent, `deck agents logout NAME` "
                  "logs one out, `deck agents search|add|update|remove` use the ACP registry")  # fmt: skip
-        raise typer.Exit(_logout(config, args[0] if args else None))
+        name = args[0] if args else None
+        raise typer.Exit(_logout(config, name))
     deck = make_deck(config)
     if action is not None:
         check_agent(action, deck.agents)

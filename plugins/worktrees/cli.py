@@ -129,7 +129,7 @@ def land(
     as_json: bool = typer.Option(False, "--json", help="JSON output: one result per agent."),
     config: Optional[Path] = ConfigOption,
 ) -> None:
-    """Land the agents' work on their base branches, one after another.
+    """Land the agents' work on their base branches.
 
     Each agent's work is merged onto the tip the ones before it left and, with a check
     ([land] check or --check), checked on the merge result in a scratch worktree; only then
