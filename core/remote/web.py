@@ -536,14 +536,21 @@ class WebServer:
             return 401, "refused: no token, or a wrong one (deck web NAME prints the page's address with it)"
         return None
 
-    async def _websocket(self, request: web.Request) -> web.StreamResponse:
+    def _gate(self, request: web.Request, who: str) -> web.Response | None:
+        """The answer to a WebSocket upgrade refused (the server stopping, no token, a foreign Origin…), logged;
+        None when `who` (a web client, an ACP client) may come in."""
         if self.closing:
             return web.Response(status=503, text="the deck server is stopping\n")
         refused = self.refusal(request)
-        if refused is not None:
-            status, text = refused
-            log.warning("refused a web client at %s: %s", request.remote or "?", text.removeprefix("refused: "))
-            return web.Response(status=status, text=text + "\n")
+        if refused is None:
+            return None
+        status, text = refused
+        log.warning("refused %s at %s: %s", who, request.remote or "?", text.removeprefix("refused: "))
+        return web.Response(status=status, text=text + "\n")
+
+    async def _websocket(self, request: web.Request) -> web.StreamResponse:
+        if (refused := self._gate(request, "a web client")) is not None:
+            return refused
         offered = [p.strip() for p in request.headers.get(hdrs.SEC_WEBSOCKET_PROTOCOL, "").split(",")]
         ws = web.WebSocketResponse(
             protocols=(PROTOCOL,) if PROTOCOL in offered else (), max_msg_size=MAX_MESSAGE, heartbeat=30.0, compress=False
@@ -557,18 +564,12 @@ class WebServer:
         await client.serve()
         return ws
 
-
     async def _acp(self, request: web.Request) -> web.StreamResponse:
         """`/acp?agent=NAME`: an ACP client, one JSON-RPC message per text frame, behind the same checks as `/ws`."""
         from deck.remote.acp_web import serve_acp
 
-        if self.closing:
-            return web.Response(status=503, text="the deck server is stopping\n")
-        refused = self.refusal(request)
-        if refused is not None:
-            status, text = refused
-            log.warning("refused an ACP client at %s: %s", request.remote or "?", text.removeprefix("refused: "))
-            return web.Response(status=status, text=text + "\n")
+        if (refused := self._gate(request, "an ACP client")) is not None:
+            return refused
         offered = [p.strip() for p in request.headers.get(hdrs.SEC_WEBSOCKET_PROTOCOL, "").split(",")]
         connection = self.connections.get(request.transport) if request.transport is not None else None
         return await serve_acp(self, _without_token_protocols(request, offered), connection)
