@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the headless browser the web page's tests drive (tests/frontends/test_web_page.py):
+# Install the headless browser the web page's tests drive (tests/frontends/web/test_web_page.py):
 # the distribution's Chromium (Debian's `chromium` package), never a browser downloaded by a test
 # tool. Playwright itself comes from PyPI with the test extra and drives this browser.
 # Idempotent: a Chromium already on the PATH (or at $DECK_CHROMIUM) is kept. Any failure fails the script.

@@ -30,11 +30,11 @@ from tests.conftest import ROOT, agent_block
 from tests.core.remote.test_server import runtime  # noqa: F401 (a fixture)
 from tests.frontends.test_line import DECK, plain_env
 from tests.frontends.test_line import line_deck  # noqa: F401 (a fixture)
-from tests.frontends.test_urwid_e2e import TMUX
-from tests.frontends.test_urwid_e2e import console as terminal_console  # noqa: F401 (a fixture)
-from tests.frontends.test_urwid_widgets import console, until
-from tests.frontends.test_web_newcomer import opened, say, serve  # noqa: F401 (serve: a fixture)
-from tests.plugins.test_worktrees import repo, turn, worktree_agent  # noqa: F401 (repo: a fixture)
+from tests.frontends.urwid.test_urwid_e2e import TMUX
+from tests.frontends.urwid.test_urwid_e2e import console as terminal_console  # noqa: F401 (a fixture)
+from tests.frontends.urwid.test_urwid_widgets import console, until
+from tests.frontends.web.test_web_newcomer import opened, say, serve  # noqa: F401 (serve: a fixture)
+from tests.plugins.worktrees.test_worktrees import repo, turn, worktree_agent  # noqa: F401 (repo: a fixture)
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -11,7 +11,7 @@ from tests.browser import browser, page  # noqa: F401 (fixtures)
 from tests.conftest import AGENTS, agent_table
 from tests.core.remote.test_server import runtime  # noqa: F401 (a fixture)
 from tests.deck_process import run_deck  # noqa: F401 (a fixture)
-from tests.frontends.test_web_newcomer import opened, say, serve  # noqa: F401
+from tests.frontends.web.test_web_newcomer import opened, say, serve  # noqa: F401
 from tests.frontends.test_line import line_deck  # noqa: F401  (the fixture)
 
 TOML = agent_table("a", [sys.executable, str(AGENTS / "subagent_agent.py")])
@@ -59,7 +59,7 @@ def test_line_mode_says_which_child_asks_and_answers_it(line_deck):  # noqa: F81
 
 
 async def _console_model(make_deck, prompts):
-    from tests.frontends.test_urwid_widgets import roster
+    from tests.frontends.urwid.test_urwid_widgets import roster
 
     deck, rec = make_deck(TOML)
     model = roster("a")

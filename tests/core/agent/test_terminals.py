@@ -395,7 +395,7 @@ def test_line_mode_on_a_terminal_keeps_only_the_colours(tmp_path):
 async def test_console_shows_a_live_box_in_the_tool_call_with_hostile_ansi_neutralised(make_deck, tmp_path):
     from deck.frontends.urwid.app import FPS
 
-    from tests.frontends.test_urwid_widgets import canvas_text, console
+    from tests.frontends.urwid.test_urwid_widgets import canvas_text, console
 
     deck, rec = make_deck(agent(cwd=str(tmp_path)))
     app = await console(deck)
@@ -483,7 +483,7 @@ async def test_a_flood_is_read_at_a_bounded_pace(make_deck, tmp_path, monkeypatc
 async def test_console_redraws_stay_coalesced_during_a_flood(make_deck, tmp_path):
     from deck.frontends.urwid.app import FPS
 
-    from tests.frontends.test_urwid_widgets import canvas_text, console
+    from tests.frontends.urwid.test_urwid_widgets import canvas_text, console
 
     deck, rec = make_deck(agent(cwd=str(tmp_path)))
     app = await console(deck)

@@ -34,7 +34,7 @@ from deck.runtime.local import LocalClient
 from tests.conftest import agent_block
 from tests.deck_process import DECK
 from tests.frontends.test_line import LineDeck
-from tests.frontends.test_urwid_e2e import TMUX, Console, gone
+from tests.frontends.urwid.test_urwid_e2e import TMUX, Console, gone
 
 SIZE = (120, 40)
 

@@ -248,7 +248,7 @@ def test_terminal_log_lines_are_printable_and_bounded(capsys):
 
 @pytest.mark.skipif(not shutil.which("tmux"), reason="needs tmux")
 def test_console_shows_problems_in_its_status_bar_not_over_the_screen(tmp_path, failing_plugin):
-    from tests.frontends.test_urwid_e2e import Console
+    from tests.frontends.urwid.test_urwid_e2e import Console
 
     config = tmp_path / "deck.toml"
     config.write_text(escapes_block(title=f"T {HOSTILE}"))

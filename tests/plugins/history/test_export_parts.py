@@ -7,7 +7,7 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
-from tests.plugins.test_export_safety import headings
+from tests.plugins.history.test_export_safety import headings
 
 
 def conversation(*messages: dict[str, Any]) -> dict[str, Any]:

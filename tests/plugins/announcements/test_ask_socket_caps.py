@@ -16,7 +16,7 @@ from deck.plugins.announcements import asks, bridge
 
 from tests.conftest import AGENTS, agent_block, agent_table
 from tests.deck_process import DeckProcess, run_deck  # noqa: F401 - a fixture
-from tests.plugins.test_announcements import server_entry
+from tests.plugins.announcements.test_announcements import server_entry
 from tests.turns import ask
 
 pytestmark = pytest.mark.timeout(120)

@@ -22,7 +22,7 @@ from deck import ServiceError
 from tests.conftest import agent_block
 from tests.core.remote.test_server import runtime  # noqa: F401  (a fixture: the servers' folder of the test's own)
 from tests.deck_process import DECK
-from tests.plugins.test_worktrees import git, repo, turn, worktree_agent  # noqa: F401  (repo: a fixture)
+from tests.plugins.worktrees.test_worktrees import git, repo, turn, worktree_agent  # noqa: F401  (repo: a fixture)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 

@@ -11,7 +11,7 @@ from deck.plugins.history import recorder as recording
 from deck.plugins.history import store as history_store
 
 from tests.conftest import agent_block
-from tests.plugins.test_history import logged_writes, send, stored, turn_done
+from tests.plugins.history.test_history import logged_writes, send, stored, turn_done
 
 
 @pytest.mark.anyio

@@ -25,7 +25,7 @@ from deck import ServiceError
 from deck.testing import agent_table
 
 from tests.deck_process import DECK
-from tests.plugins.test_worktrees import AGENT, git, make_repo, turn
+from tests.plugins.worktrees.test_worktrees import AGENT, git, make_repo, turn
 from tests.sshd import SSHServer, sshd  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
@@ -213,7 +213,7 @@ async def test_a_standalone_merge_on_the_host_names_the_work_by_its_conversation
 async def test_deck_worktrees_names_a_host_it_cannot_reach_and_lists_the_rest(make_deck, sshd, tmp_path):
     """A local worktree and an agent whose host refuses the connection: the local one is listed, the
     host is named on stderr with ssh's reason, never "no worktrees", and the exit code is 1."""
-    from tests.plugins.test_worktrees import worktree_agent
+    from tests.plugins.worktrees.test_worktrees import worktree_agent
 
     local = make_repo(tmp_path / "local")
     deck, rec = make_deck(worktree_agent("near", local))

@@ -12,7 +12,7 @@ import pytest
 from tests.browser import browser, page  # noqa: F401 (fixtures)
 from tests.conftest import agent_block, agent_table
 from tests.core.remote.test_server import runtime  # noqa: F401 (a fixture)
-from tests.frontends.test_web_newcomer import LEVEL_COLOURS, TERMINAL_AGENT, drawn, opened, say, serve  # noqa: F401
+from tests.frontends.web.test_web_newcomer import LEVEL_COLOURS, TERMINAL_AGENT, drawn, opened, say, serve  # noqa: F401
 
 pytestmark = pytest.mark.timeout(120)
 

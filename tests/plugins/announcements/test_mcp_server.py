@@ -14,7 +14,7 @@ from deck.plugins import announcements_mcp
 from deck.plugins.announcements import bridge
 
 from tests.conftest import agent_block
-from tests.plugins.test_announcements import CONCLUSION, server_entry
+from tests.plugins.announcements.test_announcements import CONCLUSION, server_entry
 
 pytestmark = pytest.mark.anyio
 

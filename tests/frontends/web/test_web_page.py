@@ -179,7 +179,7 @@ def test_history_search_and_usage_from_the_page(page: Any, served: WebServe, ter
 
 
 def test_a_worktree_is_diffed_and_merged_from_the_page(page: Any, tmp_path: Path, runtime: Path) -> None:  # noqa: F811
-    from tests.plugins.test_worktrees import git, make_repo, worktree_agent
+    from tests.plugins.worktrees.test_worktrees import git, make_repo, worktree_agent
 
     repo = make_repo(tmp_path / "repo")
     server = WebServe(write_config(tmp_path / "deck.toml", worktree_agent("w", repo)))

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import agent_block
 from tests.deck_process import DeckProcess, write_config
 from tests.core.remote.test_server import runtime  # noqa: F401  (a fixture: the servers' folder of the test's own)
-from tests.plugins.test_history import Recorded, deck_cli, private_env, run_and_exit
+from tests.plugins.history.test_history import Recorded, deck_cli, private_env, run_and_exit
 
 pytestmark = pytest.mark.timeout(60)
 

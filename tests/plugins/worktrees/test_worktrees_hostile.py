@@ -28,7 +28,7 @@ import pytest
 from deck import ServiceError
 
 from tests.deck_process import DeckProcess
-from tests.plugins.test_worktrees import git, make_repo, run_cli, turn, worktree_agent
+from tests.plugins.worktrees.test_worktrees import git, make_repo, run_cli, turn, worktree_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -114,7 +114,7 @@ def test_after_tells_only_of_what_is_still_waiting(serve, clients, tmp_path) -> 
 
 def test_a_flood_of_requests_is_told_of_in_a_few_moments_that_count_them(serve, clients, tmp_path) -> None:
     command, out = recorder(tmp_path)
-    asking = [sys.executable, str(Path(__file__).parents[1] / "agents" / "asking_agent.py")]
+    asking = [sys.executable, str(Path(__file__).parents[2] / "agents" / "asking_agent.py")]
     server = serve(notify_table(command) + agent_block("a", command=asking))
     watcher = clients(server.path)
     watcher.call("ChatService.Send", {"agent": "a", "text": "perms 2000"})

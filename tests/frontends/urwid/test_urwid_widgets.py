@@ -932,7 +932,7 @@ async def test_a_crash_mid_turn_points_to_the_agents_log(make_deck):
 
 
 async def test_a_refused_remove_offers_the_forced_one_in_the_worktree_view(make_deck, tmp_path):
-    from tests.plugins.test_worktrees import make_repo, turn, worktree_agent
+    from tests.plugins.worktrees.test_worktrees import make_repo, turn, worktree_agent
 
     repo = make_repo(tmp_path / "repo")
     deck, rec = make_deck(worktree_agent("a", repo))
@@ -1185,7 +1185,7 @@ async def turn(deck, rec, agent: str, text: str) -> None:
 
 
 async def test_tool_calls_show_the_paths_beneath_the_agents_folder_relative_to_it(make_deck, tmp_path):
-    from tests.plugins.test_worktrees import make_repo
+    from tests.plugins.worktrees.test_worktrees import make_repo
 
     project = tmp_path / "project"
     (project / "src").mkdir(parents=True)

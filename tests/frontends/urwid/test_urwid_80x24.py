@@ -1,6 +1,6 @@
 """The console end to end at the sizes people run it: 80×24, the smallest it is made for, and 160×45.
 
-deck runs in tmux (`tests/frontends/test_urwid_e2e.py`) with the demo agent or the fake one; what the screen
+deck runs in tmux (`tests/frontends/urwid/test_urwid_e2e.py`) with the demo agent or the fake one; what the screen
 shows is read row by row: what must stay in view, where each box starts and ends.
 """
 
@@ -18,8 +18,8 @@ from deck.testing import demo_agent
 
 from tests.conftest import FAKE_AGENT, agent_block
 from tests.core.remote.test_attach_frontends import AttachedConsole, server  # noqa: F401  (a fixture)
-from tests.frontends.test_urwid_e2e import TMUX, Console, console  # noqa: F401  (a fixture)
-from tests.plugins.test_worktrees import make_repo
+from tests.frontends.urwid.test_urwid_e2e import TMUX, Console, console  # noqa: F401  (a fixture)
+from tests.plugins.worktrees.test_worktrees import make_repo
 
 pytestmark = [
     pytest.mark.skipif(not Path(TMUX).exists(), reason="tmux is not installed"),

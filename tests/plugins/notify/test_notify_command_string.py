@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import agent_block
 from tests.deck_process import DECK, DeckProcess, write_config
-from tests.plugins.test_notify import RECORD, got, wait_until
+from tests.plugins.notify.test_notify import RECORD, got, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

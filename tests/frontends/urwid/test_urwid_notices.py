@@ -12,7 +12,7 @@ from deck.frontends.urwid.app import panel_width
 from deck.frontends.urwid.common import canvas_text, palette
 
 from tests.conftest import agent_block
-from tests.frontends.test_urwid_widgets import console, help_text, turn, until
+from tests.frontends.urwid.test_urwid_widgets import console, help_text, turn, until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

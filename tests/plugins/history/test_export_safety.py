@@ -11,7 +11,7 @@ from markdown_it import MarkdownIt
 
 from tests.conftest import agent_block
 from tests.deck_process import write_config
-from tests.plugins.test_history import cli_here, private_env, run_and_exit
+from tests.plugins.history.test_history import cli_here, private_env, run_and_exit
 
 #: A user message (the fake agent echoes it as "You said: …") trying every way out of its place:
 #: headings like the transcript's, a longer fence than its own, a setext heading, an HTML block,

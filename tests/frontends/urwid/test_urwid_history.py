@@ -13,8 +13,8 @@ from deck.frontends.urwid.common import canvas_text
 from deck.frontends.urwid.history import search_words, snippet_markup
 
 from tests.conftest import agent_block
-from tests.frontends.test_urwid_widgets import console
-from tests.plugins.test_history import send, turn_done
+from tests.frontends.urwid.test_urwid_widgets import console
+from tests.plugins.history.test_history import send, turn_done
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -143,7 +143,7 @@ def test_the_console_history_view_end_to_end(tmp_path, monkeypatch) -> None:
     from deck.plugins.history.recorder import config_key
     from deck.plugins.history.store import HistoryStore
 
-    from tests.frontends.test_urwid_e2e import Console
+    from tests.frontends.urwid.test_urwid_e2e import Console
 
     config = tmp_path / "deck.toml"
     config.write_text(agent_block("alpha"))

@@ -11,7 +11,7 @@ from deck.errors import ServiceError
 
 from tests.conftest import agent_block
 from tests.frontends.test_line import line_deck  # noqa: F401  (the fixture)
-from tests.plugins.test_history import send, turn_done
+from tests.plugins.history.test_history import send, turn_done
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.anyio]
 

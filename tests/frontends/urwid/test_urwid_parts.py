@@ -11,7 +11,7 @@ from deck.frontends.urwid.common import canvas_text
 from deck.frontends.urwid.conversation import ConversationView
 from deck.frontends.urwid.i18n import Strings
 
-from tests.frontends.test_urwid_widgets import conversation_text, feed, roster, run_prompts
+from tests.frontends.urwid.test_urwid_widgets import conversation_text, feed, roster, run_prompts
 
 pytestmark = pytest.mark.anyio
 
