@@ -324,11 +324,20 @@ class ChatService:
         history = self._history()
         stored = await history.get(id, self.conversations.caps().conversation * 3 // 4)
         agent = stored["agent"]
+        if not apart and self._is_current(agent, stored):  # nothing to change: the agent goes on as it is
+            return {"agent": agent, "conversationId": id, "current": True}
         await self._leave_conversation(agent)
         history.continue_conversation(agent, stored)  # first: a message the restore finishes goes there
         self.conversations.restore(agent, stored)
         self.deck.emit(ConversationReset(agent, id, apart or None))
         return {"agent": agent, "conversationId": id}
+
+    def _is_current(self, agent: str, stored: dict[str, Any]) -> bool:
+        """Whether `stored` is the agent's conversation in this deck already: its last message is there
+        (message ids are unique across runs; a fork's copies have new ones)."""
+        messages = stored.get("messages") or []
+        last = messages[-1].get("id") if messages and isinstance(messages[-1], dict) else None
+        return isinstance(last, str) and last in self.conversations.of(agent).by_id
 
     async def _open_agent_session(self, agent: str, session_id: str) -> dict[str, Any]:
         """The agent's own session as a new conversation (stored, when history is on), then the agent

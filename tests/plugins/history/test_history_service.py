@@ -103,6 +103,24 @@ async def test_open_conversation_brings_back_the_first_ones_messages(make_deck) 
         await deck.shutdown()
 
 
+async def test_opening_the_conversation_that_is_current_already_changes_nothing(make_deck) -> None:
+    """A client that opens the agent's current conversation again (an editor reconnecting through
+    `deck acp`) neither stops the agent nor replaces the conversation."""
+    deck, rec = await talked(make_deck, "first words")
+    try:
+        (first,) = await deck.call("ChatService.History", {})
+        assert deck.agents["a"].running
+        resets = len(rec.named("conversation:reset", "a"))
+        opened = await deck.call("ChatService.OpenConversation", {"id": first["id"]})
+        assert opened == {"agent": "a", "conversationId": first["id"], "current": True}
+        assert deck.agents["a"].running and len(rec.named("conversation:reset", "a")) == resets
+        await deck.call("ChatService.NewConversation", {"agent": "a"})
+        again = await deck.call("ChatService.OpenConversation", {"id": first["id"]})  # not current now: opened
+        assert "current" not in again and not deck.agents["a"].running
+    finally:
+        await deck.shutdown()
+
+
 async def test_a_conversation_reopened_is_the_one_the_next_start_brings_back(make_deck) -> None:
     deck, rec = await talked(make_deck, "first words")
     (first,) = await deck.call("ChatService.History", {})
@@ -188,6 +206,7 @@ async def test_a_conversation_is_not_replaced_while_its_agent_answers(make_deck)
     deck, rec = await talked(make_deck, "first words")
     try:
         (first,) = await deck.call("ChatService.History", {})
+        await deck.call("ChatService.NewConversation", {"agent": "a"})
         await send(deck, "a", "sleep 10")
         await rec.wait(lambda r: len([p for p in r.named("turn:changed", "a") if p["busy"]]) == 2)  # 2nd turn runs
         for method, params in (
@@ -196,7 +215,7 @@ async def test_a_conversation_is_not_replaced_while_its_agent_answers(make_deck)
         ):
             with pytest.raises(ServiceError, match="a is answering: cancel its answer first"):
                 await deck.call(method, params)
-        assert texts(await deck.call("ChatService.Conversation", {"agent": "a"}))[0] == "first words"
+        assert texts(await deck.call("ChatService.Conversation", {"agent": "a"}))[0] == "sleep 10"
         await deck.call("ChatService.Cancel", {"agent": "a"})
     finally:
         await deck.shutdown()
