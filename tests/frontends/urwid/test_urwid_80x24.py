@@ -261,7 +261,9 @@ def test_the_permission_dialog_shows_paths_in_the_agents_worktree_relative_to_it
     assert worktree != str(repo) and len(worktree) > 40
     c.type("rpc session/request_permission " + json.dumps(permission(f"{worktree}/src/notes.md")))
     c.keys("Enter")
-    screen = c.wait(lambda s: "Permission requested by Alpha" in s and "2 Reject" in s)
+    # Its paths are relative once the console knows the agent's folder (read as the agent becomes
+    # ready; on a busy machine the request may come first and be drawn again then).
+    screen = c.wait(lambda s: "Permission requested by Alpha" in s and "2 Reject" in s and "Write src/notes.md" in s)
     rows = dialog_rows(screen, "Permission requested by Alpha")
     text = "\n".join(rows)
     assert rows[0].strip().startswith("⚙ edit Write src/notes.md · pending")
