@@ -651,8 +651,8 @@ class Agent:
                 session.track(update)
             elif kind == "subagent_update":
                 session.adopt(update)
-            elif kind == "usage_update" and session.origin != CONVERSATION:
-                self.deck.conversations.session_cost(session, update)  # an ask's cost is the agent's spending too
+            elif kind == "usage_update" and (session.origin != CONVERSATION or session.parent is not None):
+                self.deck.conversations.session_cost(session, update)  # an ask's or a subagent's cost is the agent's too
             session.on_update(update)
             return
         if session_id in self._detached:

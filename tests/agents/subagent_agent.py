@@ -11,6 +11,7 @@ Prompts (first word):
   `perm`         child "c1" asks a permission; the answer, as JSON, is the parent's reply
   `hold [nocancel]`  child "c1" works until deck sends `session/cancel` for it (then goes idle, cancelled);
                  with `nocancel` it offers no cancel and finishes at the parent's own cancel
+  `cost`         child "c1" reports its session's cost twice (0.5 USD, then 1.25 USD in all)
   `caps`         the initialize request's clientCapabilities, as JSON
 Anything else is answered `You said: TEXT`.
 """
@@ -133,6 +134,12 @@ def prompt(rid: object, sid: str, words: str) -> None:
             "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"},
                         {"optionId": "no", "name": "Reject", "kind": "reject_once"}]})  # fmt: skip
         text(sid, json.dumps(answer))
+    elif word == "cost":
+        announce(sid, "c1", title="Spender")
+        for amount in (0.5, 1.25):
+            update("c1", {"sessionUpdate": "usage_update", "used": 10, "size": 100,
+                          "cost": {"amount": amount, "currency": "USD"}})  # fmt: skip
+        text(sid, "spent")
     elif word == "caps":
         text(sid, json.dumps(init_params.get("clientCapabilities")))
     else:

@@ -144,6 +144,16 @@ async def test_cancel_of_a_child_that_offers_none_or_is_unknown_is_refused(make_
     await rec.wait(lambda r: not deck.chat.conversation("a").busy)
 
 
+@pytest.mark.anyio
+async def test_a_childs_cost_is_its_agents_spending(make_deck):
+    deck, rec = deleg(make_deck)
+    await ask(deck, rec, "cost")
+    usage = await deck.call("DeckService.Usage", {})
+    assert usage["agents"]["a"]["spent"] == {"USD": 1.25}  # what the child's session cost, counted once
+    assert [e["spent"] for e in rec.named("usage:changed", "a")] == [{"amount": 0.5, "currency": "USD"},
+                                                                    {"amount": 0.75, "currency": "USD"}]  # fmt: skip
+
+
 def test_patch_semantics_of_a_child():
     conv = Conversation("a", lambda event: None)
     conv.session_started("s1", {})
