@@ -381,9 +381,12 @@ class Model(Handlers):
 
     @handles(SubagentChanged)
     def _subagent_changed(self, e: SubagentChanged) -> None:
-        """A child named or renamed: its messages' heads are drawn again."""
+        """A child announced or changed; renamed, its messages' heads are drawn again."""
         agent = self._agent(e.agent)
-        if agent is not None and self.subagents.changed(e):
+        known = self.subagents.child(e.agent, e.session)
+        renamed = known is not None and known.get("title") != e.title
+        self.subagents.changed(e)
+        if agent is not None and renamed:  # a new child has no message yet; a state change redraws none
             for message in agent.messages:
                 if message.session == e.session or e.session in (message.sender, message.recipient):
                     self.changes.message(agent.name, message.id)

@@ -292,12 +292,18 @@
     "subagent:changed"(e) {
       if (typeof e.session !== "string") return;
       const conv = conversation(e.agent);
-      const children = (conv.children = asObjects(conv.children));
-      const at = children.findIndex((c) => c.session === e.session);
+      if (!Array.isArray(conv.children)) conv.children = [];
+      const index = childIndex(conv);
+      const known = index.get(e.session);
       const child = { session: e.session, parent: e.parent, title: e.title, state: e.state, cancel: e.cancel };
-      if (at >= 0) children[at] = child;
-      else children.push(child);
-      if (e.agent === state.selected) dirty.all = true; // the heads of its messages name it
+      if (!known) {
+        conv.children.push(child);
+        index.set(e.session, child);
+        return; // a new child has no message yet
+      }
+      const renamed = known.title !== e.title;
+      Object.assign(known, child);
+      if (renamed && e.agent === state.selected) dirty.all = true; // the heads of its messages name it
     },
   };
 
@@ -306,8 +312,21 @@
   //: The subagent sessions folded (agent NUL session).
   const folded = new Set();
 
+  //: A conversation's children by session id, made once for each `children` list it is given.
+  const childIndexes = new WeakMap();
+
+  function childIndex(conv) {
+    const children = Array.isArray(conv.children) ? conv.children : [];
+    let index = childIndexes.get(children);
+    if (!index) {
+      index = new Map(asObjects(children).filter((c) => typeof c.session === "string").map((c) => [c.session, c]));
+      childIndexes.set(children, index);
+    }
+    return index;
+  }
+
   function childOf(agent, session) {
-    return asObjects(conversation(agent).children).find((c) => c.session === session) || null;
+    return (typeof session === "string" && childIndex(conversation(agent)).get(session)) || null;
   }
 
   // A session of the agent's as the user reads it: a child's title (else its id); the agent's own as the agent.

@@ -131,3 +131,19 @@ def test_the_consoles_request_dialogs_name_the_child_that_asks():
     assert asker(titles, {"agent": "a", "session": "c1", "subagent": "Editor"}) == "Alpha › Editor"
     assert asker(titles, {"agent": "a", "session": "c1"}) == "Alpha › c1"
     assert asker(titles, {"agent": "a"}) == "Alpha"
+
+
+def test_the_console_draws_a_childs_messages_again_when_it_is_renamed_only():
+    from deck.events import MessageUpdated, SubagentChanged
+
+    from tests.frontends.urwid.test_urwid_widgets import roster
+
+    model = roster("a")
+    model.apply(SubagentChanged("a", "s1", "c1", "Explore", "running"))
+    model.apply(MessageUpdated("a", {"id": "m1", "agent": "a", "role": "agent", "parts": [], "session": "c1"}))
+    model.take_changes()
+    model.apply(SubagentChanged("a", "s1", "c1", "Explore", "idle"))  # its state: no head names it
+    assert model.take_changes().messages == {}
+    model.apply(SubagentChanged("a", "s1", "c1", "Planner", "idle"))
+    assert model.take_changes().messages == {"a": {"m1"}}
+    assert model.subagents.name("a", "c1") == "Planner"
