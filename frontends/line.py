@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 
 PALETTE = ("cyan", "magenta", "green", "yellow", "blue", "bright_cyan", "bright_magenta", "bright_green")
 DECK = "deck"
+#: Messages between sessions whose streamed lines line mode still labels; the oldest is let go first.
+BETWEEN_KEPT = 1_000
 #: Width used when nothing asks for wrapping (a pipe without $COLUMNS).
 UNBOUNDED = 100_000
 #: The longest piece of a command's output line shown at once (a line that never ends is cut in such pieces).
@@ -346,6 +348,8 @@ class LineFrontend(Frontend):
         agent, message = e.agent, e.message
         between = self.subagents.between(agent, message)
         if between is not None:  # a message between sessions: its lines under `agent · sender → recipient`
+            if message["id"] not in self._between and len(self._between) >= BETWEEN_KEPT:
+                del self._between[next(iter(self._between))]  # the oldest: its chunks came long ago
             self._between[message["id"]] = between
             if message.get("parts") and self._changed((message["id"], "between"), _text_of(message)):
                 self.emit(between, _text_of(message))

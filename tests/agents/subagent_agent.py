@@ -11,6 +11,7 @@ Prompts (first word):
   `perm`         child "c1" asks a permission; the answer, as JSON, is the parent's reply
   `hold [nocancel]`  child "c1" works until deck sends `session/cancel` for it (then goes idle, cancelled);
                  with `nocancel` it offers no cancel and finishes at the parent's own cancel
+  `between N`    child "c1" sends N messages to the parent, each of its own messageId, in one chunk each
   `cost`         child "c1" reports its session's cost twice (0.5 USD, then 1.25 USD in all)
   `caps`         the initialize request's clientCapabilities, as JSON
 Anything else is answered `You said: TEXT`.
@@ -134,6 +135,12 @@ def prompt(rid: object, sid: str, words: str) -> None:
             "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"},
                         {"optionId": "no", "name": "Reject", "kind": "reject_once"}]})  # fmt: skip
         text(sid, json.dumps(answer))
+    elif word == "between":
+        announce(sid, "c1", title="Chatty")
+        for i in range(int(rest)):
+            update(sid, {"sessionUpdate": "session_message_chunk", "messageId": f"b{i}", "senderSessionId": "c1",
+                         "recipientSessionId": sid, "content": {"type": "text", "text": f"note {i}"}})  # fmt: skip
+        text(sid, "chatted")
     elif word == "cost":
         announce(sid, "c1", title="Spender")
         for amount in (0.5, 1.25):

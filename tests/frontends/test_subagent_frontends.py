@@ -147,3 +147,36 @@ def test_the_console_draws_a_childs_messages_again_when_it_is_renamed_only():
     model.apply(SubagentChanged("a", "s1", "c1", "Planner", "idle"))
     assert model.take_changes().messages == {"a": {"m1"}}
     assert model.subagents.name("a", "c1") == "Planner"
+
+
+@pytest.mark.anyio
+async def test_messages_between_sessions_past_what_is_kept_open_lose_nothing(make_deck):
+    """1,100 messages between sessions: each kept whole in the conversation, while the conversation and
+    line mode keep at most their caps of them open to more chunks."""
+    import asyncio
+    import os
+
+    from deck.chat.conversation import MAX_BETWEEN
+    from deck.runtime.local import LocalClient
+    from deck.frontends.line import BETWEEN_KEPT, LineFrontend
+
+    from tests.turns import ask
+
+    deck, rec = make_deck(TOML)
+    stdin_read, stdin_write = os.pipe()
+    out_read, out_write = os.pipe()
+    frontend = LineFrontend(LocalClient(deck), stdin_fd=stdin_read, stdout_fd=out_write)
+    running = asyncio.create_task(frontend.run())
+    drained = asyncio.get_running_loop().run_in_executor(None, lambda: b"".join(iter(lambda: os.read(out_read, 65536), b"")))
+    try:
+        await ask(deck, rec, "between 1100")
+        conv = deck.chat.conversation("a")
+        notes = [m.text for m in conv.messages if m.sender == "c1"]
+        assert len(notes) == 1100 and notes[-1] == "note 1099"
+        assert len(conv._between) == MAX_BETWEEN and len(frontend._between) == BETWEEN_KEPT
+    finally:
+        os.close(stdin_write)
+        await running
+        os.close(out_write)
+        shown = (await drained).decode()
+    assert "[a · Chatty → a] note 1099" in shown
