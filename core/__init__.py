@@ -31,10 +31,10 @@ __all__ = [
     "AcpError",
     "ConnectionClosed",
     # helpers shared with the core
+    "AgentConfig",
     "Duration",
     "CommandLine",
     "find_config",
-    "worktree_name_problem",
     "decode_line",
     "TooDeep",
     "now_iso",
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from deck.cli.common import check_agent, config_agents
     from deck.client import Client
     from deck.config.files import find_config
-    from deck.config.models import CommandLine, Duration, worktree_name_problem
+    from deck.config.models import AgentConfig, CommandLine, Duration
     from deck.errors import AcpError, ConnectionClosed, ServiceError
     from deck.events import now_iso
     from deck.frontend import Frontend
@@ -96,10 +96,10 @@ _LAZY = {
     "ServiceError": ("errors", "ServiceError"),
     "AcpError": ("errors", "AcpError"),
     "ConnectionClosed": ("errors", "ConnectionClosed"),
+    "AgentConfig": ("config.models", "AgentConfig"),
     "Duration": ("config.models", "Duration"),
     "CommandLine": ("config.models", "CommandLine"),
     "find_config": ("config.files", "find_config"),
-    "worktree_name_problem": ("config.models", "worktree_name_problem"),
     "decode_line": ("acp.connection", "decode_line"),
     "TooDeep": ("acp.connection", "TooDeep"),
     "now_iso": ("events", "now_iso"),

@@ -113,6 +113,13 @@ def deck_before_start(deck: Deck, agent: Agent) -> Awaitable[None] | None:
 
 
 @hookspec
+def deck_check_agent(deck: Deck, agent: Agent) -> Awaitable[str | None] | str | None:
+    """`deck agents --check` looks at `agent` without starting it: what in the plugin's part of its
+    setup would stop its start (one line, or None when nothing would). An awaitable is waited for
+    (as long as a `deck_before_start` of the agent may take)."""
+
+
+@hookspec
 def deck_before_prompt(deck: Deck, agent: Agent, text: str) -> None:
     """The user's `text` is about to be sent to `agent` (`ChatService.Send`). Raise
     `deck.ServiceError` to refuse it: the sender gets the message, nothing is added to the

@@ -79,7 +79,7 @@ class Agent:
         self._auth_method: str | None = None
         self._with_session = True  # this start opens the conversation's session (`start(session=False)`)
         self._bare_run_over = asyncio.Event()  # set when a run with no session ends
-        self._hook_failures: list[str] = []  # what the plugins failed to do before this start
+        self._hook_failures: dict[str, str] = {}  # what the plugins failed to do before this start: plugin → why
         self._exit_watch: asyncio.Task[None] | None = None
         self._why_new = ""  # why the last start could not continue the conversation's earlier session
         #: A session the agent exited during (or closed its output during) resuming or loading it, and
@@ -220,6 +220,7 @@ class Agent:
             return
         if self.state is not AgentState.STARTING:
             self.workdir = None
+            self._take_pending_config()  # the plugins prepare the start as the config in force has it
             try:
                 self._hook_failures = await self.deck.hooks.before_start(self)
             except StartFailed as exc:  # not a refusal: the start was tried and cannot succeed
@@ -230,7 +231,6 @@ class Agent:
                 raise ServiceError(f"{self.name} could not start: {exc}") from exc
             if self.running or self.state is AgentState.STARTING:
                 return await self.start(auth_method, session=session)
-            self._take_pending_config()
             self._auth_method = auth_method
             self._with_session = session
             if not session:
@@ -294,9 +294,11 @@ class Agent:
         self._run_stderr.clear()
         cfg = self.config
         env = {**os.environ, **cfg.env}
-        if cfg.worktree and self.workdir is None:  # never in the main checkout instead
-            why = "; ".join(self._hook_failures) or "the worktrees plugin is off"
-            raise SpawnError(f"worktree = true, but no worktree was prepared: {why}")
+        for plugin, key in self.deck.relied_on(self.name).items():  # never without it (in the main checkout)
+            if plugin in self.deck.disabled:
+                raise SpawnError(f"{key} is set, but the {plugin} plugin, which reads it, is off ([plugins] disabled)")
+            if plugin in self._hook_failures:
+                raise SpawnError(f"{key} is set, but the {plugin} plugin failed before the start: {self._hook_failures[plugin]}")
         cwd = self.cwd
         command = list(cfg.command)
         wanted = sandbox.resolve(cfg, self.deck.config.sandbox)

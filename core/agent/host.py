@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class AgentHooks(Protocol):
     """The plugin hooks an agent calls."""
 
-    async def before_start(self, agent: Agent) -> list[str]: ...
+    async def before_start(self, agent: Agent) -> dict[str, str]: ...
 
     def acp_message(self, agent: Agent, direction: str, message: dict[str, Any]) -> None: ...
 
@@ -100,6 +100,8 @@ class Host(Protocol):
     timings: StopTimings
     tasks: TaskGroup
     clock: Callable[[], float]
+    #: The plugins that are off (`[plugins] disabled`).
+    disabled: tuple[str, ...]
 
     @property
     def hooks(self) -> AgentHooks: ...
@@ -116,6 +118,10 @@ class Host(Protocol):
     @property
     def asks(self) -> Asks:
         """What the agents ask the user (the chat layer's pending requests)."""
+        ...
+
+    def relied_on(self, agent: str) -> dict[str, str]:
+        """The plugins agent `agent` relies on (it sets keys of theirs): plugin → one such key."""
         ...
 
     def sandbox_hidden(self) -> list[Path]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from deck.agent import sandbox
 from deck.cli.common import echo, echo_json, run_async
-from deck.config.models import AgentConfig, in_git_repository
+from deck.config.models import AgentConfig
 from deck.errors import ExitCode, ServiceError
 from deck.proc.processes import start_process
 from deck.proc.supervisor import StopTimings
@@ -46,34 +46,15 @@ def find_command(cfg: AgentConfig) -> tuple[str | None, str | None]:
     return path, None
 
 
-def find_local_command(cfg: AgentConfig) -> tuple[str | None, str | None]:
-    """`find_command`, and for `worktree = true` its cwd in a git repository (its worktree is made from it)."""
-    found, problem = find_command(cfg)
-    if found is not None and cfg.worktree and not in_git_repository(cfg.resolved_cwd()):
-        return None, f"{cfg.resolved_cwd()} is in no git repository: worktree = true needs one"
-    return found, problem
-
-
-#: The probe's test that its folder is in a git repository (exit 6 if not), with none of the session's
-#: `GIT_*` variables (a `GIT_DIR` would answer for another repository).
-IN_REPOSITORY = (
-    "for v in $(env | sed -n 's/^\\(GIT_[A-Za-z0-9_]*\\)=.*/\\1/p'); do unset \"$v\"; done; "
-    "git rev-parse --show-toplevel >/dev/null 2>&1 || exit 6"
-)
-
-
 async def find_remote_command(cfg: AgentConfig) -> tuple[str | None, str | None]:
     """The same for an agent on another host, asked there through ssh (BatchMode: no prompt): where
-    the program is on the host, or why not (the host unreachable, its cwd or the command missing,
-    or git for its worktree)."""
+    the program is on the host, or why not (the host unreachable, its cwd or the command missing)."""
     import shlex
 
     from deck.agent.remote import SSH_FAILED, control_dir, ssh_base
 
     program = cfg.command[0]
     probe = f"cd -- {shlex.quote(cfg.cwd)} || exit 3; command -v {shlex.quote(program)} || exit 4"
-    if cfg.worktree:  # its worktree is made and merged there, by the host's git, from cwd's repository
-        probe += "; command -v git >/dev/null || exit 5; " + IN_REPOSITORY
     args = [*ssh_base(list(cfg.ssh), control_dir()), "--", cfg.host, "sh -c " + shlex.quote(probe)]
     try:
         process = await start_process(
@@ -94,10 +75,6 @@ async def find_remote_command(cfg: AgentConfig) -> tuple[str | None, str | None]
         return None, f"{cfg.host} not reachable through ssh: {said[-1] if said else 'ssh exited 255'}"
     if process.returncode == 3:
         return None, f"working directory does not exist on {cfg.host}: {cfg.cwd}"
-    if process.returncode == 5:
-        return None, f"git not found on {cfg.host}: worktree = true needs it there"
-    if process.returncode == 6:
-        return None, f"{cfg.host}:{cfg.cwd} is in no git repository: worktree = true needs one"
     if process.returncode != 0:
         return None, f"command not found on {cfg.host}: {program}"
     return f"{cfg.host}:{out.decode(errors='replace').strip()}", None
@@ -146,7 +123,9 @@ async def check_all(deck: Deck, with_handshake: bool, only: str | None = None) -
         for agent in deck.agents.values():
             if only is not None and agent.name != only:
                 continue
-            found, problem = await find_remote_command(agent.config) if agent.config.host else find_local_command(agent.config)
+            found, problem = await find_remote_command(agent.config) if agent.config.host else find_command(agent.config)
+            if found is not None and (theirs := await deck.hooks.check_agent(agent)):
+                found, problem = None, "; ".join(theirs)
             row: dict[str, Any] = {"name": agent.name, "command": agent.config.command, "found": found}
             if problem is not None:
                 row["problem"] = problem

@@ -8,7 +8,7 @@ command is safe by default."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
@@ -187,9 +187,20 @@ def make_deck(config: Optional[Path], disabled: tuple[str, ...] = (), warn: bool
         for line in first:
             echo(f"deck: {line}", err=True)
         fail(last)
+    names = deck.plugins_known.names or frozenset()
+    for name in disabled:  # a misspelt `-p no:NAME` leaves its plugin on: said whether or not `warn`
+        if name not in names:
+            echo(f"deck: -p no:{name}: no plugin is named {name!r}{_closest(name, names)}", err=True)
     if warn:
         say_warnings(deck)
     return deck
+
+
+def _closest(name: str, names: Collection[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else f" (plugins: {', '.join(sorted(names))})"
 
 
 def say_warnings(deck: Deck) -> None:

@@ -113,7 +113,7 @@ def _as_shown(data: dict[str, Any]) -> dict[str, Any]:
 def _load_config(path: Optional[Path], frontends: bool = False) -> tuple[str, Any, dict[str, Any]]:
     """(where, Loaded, plugin sections) for `path`, else the config in use, else the built-in one;
     with `frontends`, a `frontend` that none of the enabled plugins registers is warned of."""
-    from deck.config.check import disabled_plugins, parse
+    from deck.config.check import Plugins, disabled_plugins, parse
     from deck.config.files import embedded_default, find_config, read_text
 
     found, _source = find_config(str(path) if path else None)
@@ -128,8 +128,9 @@ def _load_config(path: Optional[Path], frontends: bool = False) -> tuple[str, An
         except (OSError, UnicodeDecodeError) as exc:
             fail(f"cannot read {found}: {exc}")
     from deck.runtime.hooks import PluginHooks
-    from deck.runtime.plugins import make_manager
+    from deck.runtime.plugins import make_manager, plugin_names, sections_off
 
-    hooks = PluginHooks(make_manager(disabled_plugins(text)), report_plugin_failure)
-    sections = hooks.config_sections()
-    return where, parse(text, sections, set(hooks.register_frontends()) if frontends else None), sections
+    disabled = disabled_plugins(text)
+    hooks = PluginHooks(make_manager(disabled), report_plugin_failure)
+    sections, plugins = hooks.config_sections(), Plugins(sections_off(disabled), plugin_names(hooks.pm))
+    return where, parse(text, sections, set(hooks.register_frontends()) if frontends else None, plugins), sections

@@ -20,8 +20,9 @@ from deck.config.models import (
     MAX_NESTING,
     MAX_SIZE,
     DeckConfig,
-    in_git_repository,
-    worktree_name_problem,
+    agent_warnings,
+    config_keys,
+    keys_set,
 )
 from pydantic import (
     BaseModel,
@@ -65,11 +66,24 @@ class Loaded:
         return [p for p in self.problems if p.warning]
 
 
+@dataclass(frozen=True)
+class Plugins:
+    """What a check knows of the plugins besides the sections of those on: the sections of those that
+    are off, by plugin (what the file sets of them does nothing, and is said so, not "unknown"), and
+    the name of every plugin there is (a `[plugins] disabled` name of none is warned of)."""
+
+    off: dict[str, dict[str, Any]] = field(default_factory=dict)
+    names: frozenset[str] | None = None
+
+
 # -- checking ---------------------------------------------------------------------------------
 
 
 def parse(
-    text: str, sections: dict[str, type[BaseModel]] | None = None, frontends: Collection[str] | None = None
+    text: str,
+    sections: dict[str, type[BaseModel]] | None = None,
+    frontends: Collection[str] | None = None,
+    plugins: Plugins | None = None,
 ) -> Loaded:
     """Check `text`; problems carry the line and column they point at.
 
@@ -78,7 +92,8 @@ def parse(
     or, under `agents` (AGENT_KEYS), keys the plugin adds to each agent's table. Either way its
     model validates what it declares; `Loaded.sections` holds the result (for `agents`, agent
     name → the model's instance).
-    `frontends`, when given, are the frontends there are: another `frontend` is warned of."""
+    `frontends`, when given, are the frontends there are: another `frontend` is warned of.
+    `plugins` (`Plugins`): the keys of the plugins that are off, and the plugins there are."""
     if (unfit := _unfit(text)) is not None:
         return Loaded(None, [unfit])
     try:
@@ -92,7 +107,7 @@ def parse(
     core = {k: v for k, v in raw.items() if k not in sections}
     given: dict[str, Any] = {name: raw.get(name, {}) for name in sections}
     for name, model in extensions.items():  # the plugin's keys of a core table are the plugin's to check
-        table, keys = raw.get(name), _keys(model)
+        table, keys = raw.get(name), config_keys(model)
         if isinstance(table, dict):
             core[name] = {k: v for k, v in table.items() if k not in keys}
             given[name] = {k: v for k, v in table.items() if k in keys}
@@ -100,7 +115,7 @@ def parse(
             given[name] = {}
     agent_keys: dict[str, dict[str, Any]] = {}
     if per_agent is not None and isinstance(raw.get("agents"), dict):
-        keys = _keys(per_agent)
+        keys = config_keys(per_agent)
         core["agents"] = dict(raw["agents"])
         for name, table in raw["agents"].items():
             if isinstance(table, dict):
@@ -130,11 +145,21 @@ def parse(
     unknown = _unknown_keys(DeckConfig, core, ())
     for name, model in sections.items():
         unknown += _unknown_keys(model, raw.get(name), (name,))
+    plugins = plugins or Plugins()
     for loc, close in unknown:
+        if (off := _off_key(plugins.off, loc, raw)) is not None:
+            problems.append(Problem(*locate.key(loc), f"{_dotted(loc)}: {off}", warning=True))
+            continue
         hint = f" (did you mean {close}?)" if close else ""
         problems.append(Problem(*locate.key(loc), f"unknown key {_dotted(loc)}{hint}", warning=True))
+    if plugins.names is not None:
+        problems += _unknown_plugins(raw, plugins.names, locate)
     if config is not None:
-        problems += _worktree_problems(config, locate)
+        for name, keys in validated.get(AGENT_KEYS, {}).items():
+            if name in config.agents:
+                for key, why in agent_warnings(keys, name, config.agents[name]):
+                    loc = ("agents", name, key)
+                    problems.append(Problem(*locate.value(loc), f"{_dotted(loc)}: {why}", warning=True))
         if frontends is not None and config.frontend is not None and config.frontend not in frontends:
             known = ", ".join(sorted(frontends)) or "none"
             message = f"frontend: unknown frontend {config.frontend!r} (available: {known}), so `deck run` refuses it"
@@ -144,25 +169,38 @@ def parse(
     return Loaded(config, sorted(problems, key=lambda p: (p.line, p.column)), raw, validated)
 
 
-def _worktree_problems(config: DeckConfig, locate: _Locator) -> list[Problem]:
-    """A warning for each `worktree = true` agent whose name cannot be a worktree's, or whose cwd (on
-    this machine) is in no git repository: it cannot start."""
+def _off_key(off: dict[str, dict[str, Any]], loc: tuple[str, ...], raw: dict[str, Any]) -> str | None:
+    """What a key unknown to the plugins on (at `loc`) is, when it is the key of one that is off."""
+    for plugin, sections in off.items():
+        said = f"a key of the {plugin} plugin, which is off ([plugins] disabled)"
+        per_agent = sections.get(AGENT_KEYS)
+        if loc[0] == "agents" and len(loc) == 3 and per_agent is not None and loc[2] in config_keys(per_agent):
+            value = raw["agents"][loc[1]][loc[2]]
+            if keys_set(per_agent, {loc[2]: value}):  # never without it: `Deck.relied_on`
+                return f"{said}: the agent does not start while it is set"
+            return f"{said}: it does nothing"
+        if loc[0] in CORE_TABLES and len(loc) == 2 and loc[0] in sections and loc[1] in config_keys(sections[loc[0]]):
+            return f"{said}: it does nothing"
+        if len(loc) == 1 and loc[0] in sections and loc[0] not in CORE_TABLES and loc[0] != AGENT_KEYS:
+            return f"{said}: it does nothing"
+    return None
+
+
+def _unknown_plugins(raw: dict[str, Any], names: frozenset[str], locate: _Locator) -> list[Problem]:
+    """A warning for each name in `[plugins] disabled` that no plugin has: a misspelt one leaves its plugin on."""
+    disabled = raw.get("plugins", {}).get("disabled") if isinstance(raw.get("plugins"), dict) else None
+    if not isinstance(disabled, list):
+        return []
     found = []
-    for name, agent in config.agents.items():
-        if not agent.worktree:
-            continue
-        loc = ("agents", name, "worktree")
-        if (why := worktree_name_problem(name)) is not None:
-            found.append(Problem(*locate.value(loc), f"{_dotted(loc)}: {why}, so the agent cannot start", warning=True))
-        if not agent.host and not in_git_repository(agent.resolved_cwd()):  # a host's is looked at as it starts
-            message = f"{_dotted(loc)}: {agent.resolved_cwd()} is in no git repository, so the agent cannot start"
-            found.append(Problem(*locate.value(loc), message, warning=True))
+    for name in disabled:
+        if isinstance(name, str) and name not in names:
+            import difflib
+
+            close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else f" (plugins: {', '.join(sorted(names))})"
+            message = f"plugins.disabled: no plugin is named {name!r}{hint}, so it switches nothing off"
+            found.append(Problem(*locate.value(("plugins", "disabled")), message, warning=True))
     return found
-
-
-def _keys(model: type[BaseModel]) -> set[str]:
-    """The keys `model` reads, as the file spells them."""
-    return {info.alias or name for name, info in model.model_fields.items()}
 
 
 def disabled_plugins(text: str) -> list[str]:

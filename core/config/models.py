@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -22,6 +23,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     WithJsonSchema,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -260,9 +262,6 @@ class AgentConfig(_Model):
     )
     auth_method: str | None = Field(None, alias="authMethod", description="ACP authenticate method id.")
     terminals: bool = Field(True, description="Let the agent run commands in deck's terminals (ACP terminal/*).")
-    worktree: bool = Field(
-        False, description="Run in a git worktree of its own (branch deck/NAME) of the repository its cwd is in."
-    )
     host: str = Field(
         "", description="Run the agent on that machine through ssh (a name of ~/.ssh/config, or user@host); "
         "its cwd and command are the host's. Default (or \"\"): this machine."
@@ -348,20 +347,34 @@ CORE_TABLES = frozenset({"limits"})
 AGENT_KEYS = "agents"
 
 
-#: Agent names a worktree can have: its branch (`deck/NAME`) and its folder are named so as they are.
-_WORKTREE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+def config_keys(model: type[BaseModel]) -> set[str]:
+    """The keys `model` reads, as the file spells them."""
+    return {info.alias or name for name, info in model.model_fields.items()}
 
 
-def worktree_name_problem(name: str) -> str | None:
-    """Why a `worktree = true` agent cannot be named `name` (None when it can): git refuses it in a
-    branch, or its folder would be another agent's `NAME.json` record beside the worktrees."""
-    if _WORKTREE_NAME.fullmatch(name) and not name.endswith((".", ".lock", ".json")) and ".." not in name:
-        return None
-    return (f"agent name {name!r} cannot name a branch and a folder: use letters, digits, '-', '_', '.', "
-            "starting with a letter, a digit or '_', not ending in '.', '.lock' or '.json'")  # fmt: skip
+def keys_set(model: type[BaseModel], values: dict[str, Any]) -> list[str]:
+    """The keys of `model`, as the file spells them, that `values` (a table of the file, or an instance
+    of `model` dumped by alias) gives other than their default."""
+    found = []
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if key in values and values[key] != info.get_default(call_default_factory=True):
+            found.append(key)
+    return found
 
 
-def in_git_repository(folder: str) -> bool:
-    """Whether `folder` or a folder above it holds a `.git` (a repository, or a worktree's link file)."""
-    path = Path(folder)
-    return any((p / ".git").exists() for p in (path, *path.parents))
+def joined(name: str, models: Sequence[type[BaseModel]]) -> type[BaseModel]:
+    """One model for section `name` holding the keys of each of `models` (several plugins adding keys
+    to every agent's table): an instance of it is an instance of each."""
+    return create_model(f"Joined_{name}", __base__=tuple(models))
+
+
+def agent_warnings(keys: BaseModel, agent: str, config: AgentConfig) -> list[tuple[str, str]]:
+    """What the plugins whose keys `keys` holds (a `joined` model's: each of them) find wrong with
+    agent `agent` that is not invalid: (key, why) from each one's `config_warnings(agent, config)`."""
+    found = []
+    for cls in type(keys).__mro__:
+        check = vars(cls).get("config_warnings")
+        if check is not None:
+            found += check(keys, agent, config)
+    return found

@@ -41,7 +41,7 @@ class ConfigHost(Protocol):
     text: str
     problems: list[Problem]
 
-    def config_sections(self) -> dict[str, Any]: ...
+    def check_config(self, text: str) -> Loaded: ...
 
     def sections_checked(self, loaded: Loaded) -> None: ...
 
@@ -175,7 +175,7 @@ class LiveConfig:
                 text = deck.text  # what deck last read stays its content
                 loaded = Loaded(None, [Problem(1, 1, f"cannot read {path}: {exc}")])
             else:
-                loaded = await asyncio.to_thread(config_check.parse, text, deck.config_sections())
+                loaded = await asyncio.to_thread(deck.check_config, text)
             if text == deck.text and loaded.problems == deck.problems:
                 if loaded.config is not None:
                     deck.sections_checked(loaded)  # checked here, in a thread: `Deck.section` need not
@@ -193,7 +193,7 @@ class LiveConfig:
 
         With `base` (the `baseHash` the caller read), the file must still be the one it read.
         """
-        loaded = await asyncio.to_thread(config_check.parse, text, self.deck.config_sections())
+        loaded = await asyncio.to_thread(self.deck.check_config, text)
         if loaded.config is None:
             return loaded
         async with self.lock:
@@ -222,7 +222,8 @@ class LiveConfig:
                     raise ServiceError(f"cannot create {path}: no such directory {path.parent}")
                 await asyncio.to_thread(_write, path, config_files.embedded_default())
                 created = True
-            text, loaded = await asyncio.to_thread(config_check.load_file, path, deck.config_sections())
+            text, unreadable = await asyncio.to_thread(config_check.read_file, path)
+            loaded = config_check.Loaded(None, [unreadable]) if unreadable else await asyncio.to_thread(deck.check_config, text)
             if loaded.config is None:
                 first = loaded.errors[0].format(str(path))
                 raise ServiceError(f"not a valid config: {first}", {"problems": [p.to_dict() for p in loaded.problems]})

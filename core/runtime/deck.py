@@ -34,7 +34,7 @@ from deck.proc.tasks import TaskGroup
 from deck.runtime.deck_service import DeckService
 from deck.runtime.hooks import Hooks
 from deck.runtime.local import LocalClient
-from deck.runtime.plugins import make_manager
+from deck.runtime.plugins import make_manager, plugin_names, sections_off
 from deck.runtime.rpc import check_params, methods
 from deck.runtime.services import AgentService, ChatService, ConfigService
 
@@ -76,13 +76,16 @@ class Deck:
         self.text, unreadable = self._read_config(config_path)
         self.disabled = (*config_check.disabled_plugins(self.text), *disabled)
         self.pm = pm or make_manager(self.disabled)
+        #: The sections of the plugins that are off (set in an agent's table, theirs refuse its start)
+        #: and every plugin's name: what a check of the config says of them.
+        self.plugins_known = config_check.Plugins(sections_off(self.disabled), plugin_names(self.pm))
         self.hooks = Hooks(self, self.pm)
         #: The root of every task the deck runs (`spawn`): each agent connection has a group inside it.
         self.tasks = TaskGroup("deck")
         in_tables = {
             k: v for k, v in self.config_sections().items() if k in config_models.CORE_TABLES or k == config_models.AGENT_KEYS
         }
-        loaded = config_check.Loaded(None, [unreadable]) if unreadable else config_check.parse(self.text, in_tables)
+        loaded = config_check.Loaded(None, [unreadable]) if unreadable else config_check.parse(self.text, in_tables, plugins=self.plugins_known)
         if loaded.config is None:
             where = str(config_path) if config_path else "<embedded>"
             lines = [f"{where}:{p.line}:{p.column}: {p.message}" for p in loaded.errors]
@@ -90,7 +93,7 @@ class Deck:
         self.config: DeckConfig = loaded.config
         # Checked again with every plugin's section: what they hold is theirs to judge (a plugin
         # whose section is invalid goes without it), but their keys are known, not "unknown keys".
-        full = config_check.parse(self.text, self.config_sections()) if not unreadable else loaded
+        full = self.check_config(self.text) if not unreadable else loaded
         self.problems = [p for p in full.problems if p.warning] if full.config is None else full.problems
         #: Plugins' sections of the config in force (`section`), read again on first use (plugins a
         #: deck's owner registers after it is made bring theirs).
@@ -387,11 +390,32 @@ class Deck:
         self.agents = {name: Agent(self, name, cfg) for name, cfg in loaded.config.agents.items()}
         self._config_changed()
 
+    def relied_on(self, agent: str) -> dict[str, str]:
+        """The plugins agent `agent` relies on, as it sets keys they add to agent tables (to other than
+        their defaults): plugin → the first such key. A plugin that is off ([plugins] disabled) counts."""
+        found: dict[str, str] = {}
+        model, keys = self.config_sections().get(config_models.AGENT_KEYS), (self.section(config_models.AGENT_KEYS) or {}).get(agent)
+        if model is not None and keys is not None:
+            owners = self.hooks.agent_keys()
+            for key in config_models.keys_set(model, keys.model_dump(by_alias=True)):
+                found.setdefault(owners.get(key, "?"), key)
+        cfg = self.config.agents.get(agent)
+        table = (cfg.model_extra or {}) if cfg is not None else {}
+        for plugin, sections in self.plugins_known.off.items():
+            if (off := sections.get(config_models.AGENT_KEYS)) is not None:
+                for key in config_models.keys_set(off, table)[:1]:
+                    found.setdefault(plugin, key)
+        return found
+
+    def check_config(self, text: str) -> config_check.Loaded:
+        """Config text `text` checked with every plugin's section (and what the plugins off would read)."""
+        return config_check.parse(text, self.config_sections(), plugins=self.plugins_known)
+
     def section(self, name: str) -> Any:
         """Plugin section `name` of the config in force, validated by the plugin's model (None when
         absent and without defaults, or invalid)."""
         if self._sections is None:  # read on first use: plugins load after the config
-            self._sections = config_check.parse(self.text, self.config_sections()).sections
+            self._sections = self.check_config(self.text).sections
         return self._sections.get(name)
 
     def sections_checked(self, loaded: config_check.Loaded) -> None:

@@ -25,6 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from deck.config.models import AGENT_KEYS, config_keys, joined
 from deck.errors import PromptRefused, ServiceError
 from deck.runtime import actions
 
@@ -65,6 +66,7 @@ class PluginHooks:
         self.context: dict[str, Any] = {}
         self._cache: dict[str, tuple[int | None, list[Impl]]] = {}
         self._refused: set[tuple[str, str]] = set()
+        self._sections_cache: tuple[int, tuple[dict[str, Any], dict[str, str]]] | None = None
 
     # -- the hooks ------------------------------------------------------------------------------
 
@@ -78,10 +80,33 @@ class PluginHooks:
         self._call("deck_register_commands", app=app)
 
     def config_sections(self) -> dict[str, Any]:
-        sections: dict[str, Any] = {}
-        for result in self._call("deck_config_sections"):
-            sections.update(result)
-        return sections
+        """`{section name: model}`; the models of one name that several plugins give (each adding
+        keys to every agent's table, `agents`) made one model holding all their keys."""
+        return self._sections()[0]
+
+    def agent_keys(self) -> dict[str, str]:
+        """The keys plugins add to every agent's table (`agents` sections): key → plugin."""
+        return self._sections()[1]
+
+    def _sections(self) -> tuple[dict[str, Any], dict[str, str]]:
+        generation = getattr(self.pm, "generation", None)
+        if self._sections_cache is not None and generation is not None and self._sections_cache[0] == generation:
+            return self._sections_cache[1]
+        given: dict[str, list[type[Any]]] = {}
+        owners: dict[str, str] = {}
+        for function, argnames, plugin in self._impls("deck_config_sections"):
+            try:
+                result = function(*[self.context[arg] for arg in argnames]) or {}
+                for name, model in result.items():
+                    given.setdefault(name, []).append(model)
+                    if name == AGENT_KEYS:
+                        owners.update(dict.fromkeys(config_keys(model), plugin))
+            except Exception as exc:
+                self.failed(plugin, "deck_config_sections", exc)
+        sections = {name: models[0] if len(models) == 1 else joined(name, models) for name, models in given.items()}
+        if generation is not None:
+            self._sections_cache = (generation, (sections, owners))
+        return sections, owners
 
     # -- machinery ------------------------------------------------------------------------------
 
@@ -223,12 +248,34 @@ class Hooks(PluginHooks):
         deck = self.deck
         return lambda event: function(*[event if arg == "event" else deck for arg in argnames])
 
-    async def before_start(self, agent: Agent) -> list[str]:
+    async def before_start(self, agent: Agent) -> dict[str, str]:
         """`deck_before_start`: a ServiceError refuses the start; an awaitable is waited for (longer
-        for an agent on another host). What failed otherwise, one line each ("plugin P: why"), for
-        the start's error should it fail for want of what the plugin was to do."""
+        for an agent on another host). What failed otherwise: plugin (the part serving one deck,
+        `NAME.deck`, counted as NAME) → why; the agent does not start when it relies on one of them."""
         limit = self.host_timeout if agent.config.host else self.timeout
-        return await self._call_and_wait("deck_before_start", refuse=ServiceError, limit=limit, agent=agent)
+        failed = await self._call_and_wait("deck_before_start", refuse=ServiceError, limit=limit, agent=agent)
+        return {plugin.removesuffix(PER_DECK): why for plugin, why in failed.items()}
+
+    async def check_agent(self, agent: Agent) -> list[str]:
+        """`deck_check_agent`: what each plugin finds in the way of the agent's start, a line each (a
+        plugin that fails to look says so)."""
+        limit = self.host_timeout if agent.config.host else self.timeout
+        kwargs = {**self.context, "agent": agent}
+        found = []
+        for function, argnames, plugin in self._impls("deck_check_agent"):
+            try:
+                result = function(*[kwargs[arg] for arg in argnames])
+                if inspect.isawaitable(result):
+                    async with asyncio.timeout(limit):
+                        result = await result
+            except Exception as exc:
+                self.failed(plugin, "deck_check_agent", exc)
+                why = f"no answer within {limit:g}s" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
+                found.append(f"the {plugin.removesuffix(PER_DECK)} plugin could not look: {why}")
+                continue
+            if result:
+                found.append(str(result))
+        return found
 
     def before_prompt(self, agent: Agent, text: str) -> None:
         """`deck_before_prompt`: a ServiceError refuses the message (raised as a `PromptRefused`, which
@@ -252,11 +299,11 @@ class Hooks(PluginHooks):
 
     async def _call_and_wait(
         self, name: str, refuse: type[Exception] | None = None, limit: float | None = None, **kwargs: Any
-    ) -> list[str]:
+    ) -> dict[str, str]:
         """Call each implementation in turn and wait for what it returns (up to `limit` seconds, else
-        `self.timeout`); `refuse` propagates. The failures reported, as "plugin P: why"."""
+        `self.timeout`); `refuse` propagates. The failures reported: plugin → why."""
         kwargs.update(self.context)
-        failures = []
+        failures = {}
         for function, argnames, plugin in self._impls(name):
             try:
                 result = function(*[kwargs[arg] for arg in argnames])
@@ -266,7 +313,7 @@ class Hooks(PluginHooks):
                 if refuse is not None and isinstance(exc, refuse):
                     raise
                 self.failed(plugin, name, exc)
-                failures.append(f"plugin {plugin}: {str(exc) or type(exc).__name__}")
+                failures[plugin] = str(exc) or type(exc).__name__
         return failures
 
     def _later(self, plugin: str, hook: str, awaitable: Awaitable[Any]) -> None:
@@ -298,6 +345,9 @@ class Hooks(PluginHooks):
 def _listens_to(function: Callable[..., Any], cls: type[Event]) -> bool:
     wanted = getattr(function, "deck_events", None)
     return wanted is None or cls.name in wanted
+
+#: The end of the name a plugin registers the part of it that serves one deck under (`history.deck`).
+PER_DECK = ".deck"
 
 #: Why a hook wrapper is refused (at registration) or never called (by the facade).
 WRAPPER_REFUSED = (

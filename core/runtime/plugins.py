@@ -11,7 +11,7 @@ from typing import Any
 import pluggy
 from deck import hookspecs
 from deck.events import Event, register_events
-from deck.runtime.hooks import WRAPPER_REFUSED
+from deck.runtime.hooks import PER_DECK, WRAPPER_REFUSED
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,33 @@ def make_manager(disabled: Iterable[str] = (), *, autoload: bool | None = None) 
     return pm
 
 
+def sections_off(disabled: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The config sections (`deck_config_sections`) the built-in plugins `disabled` would add, by
+    plugin: what the file sets of them is theirs, and does nothing while they are off."""
+    disabled = set(disabled)
+    found: dict[str, dict[str, Any]] = {}
+    for module_name in DEFAULT_PLUGINS:
+        name = short_name(module_name)
+        if name not in disabled:
+            continue
+        try:
+            sections = getattr(importlib.import_module(module_name), "deck_config_sections", None)
+            found[name] = dict(sections() or {}) if sections is not None else {}
+        except Exception as exc:  # not shipped, or broken: it adds no key
+            log.debug("plugin %s: its config sections unknown: %s", name, exc)
+    return found
+
+
+def plugin_names(pm: pluggy.PluginManager) -> frozenset[str]:
+    """Every plugin there is, on or off: the built-ins, those of the "deck" entry-point group, and
+    those registered by hand (not the parts serving one deck, `NAME.deck`)."""
+    from importlib.metadata import entry_points
+
+    names = {short_name(m) for m in DEFAULT_PLUGINS} | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    names.update(name for name, plugin in pm.list_name_plugin() if plugin is not None and not name.endswith(PER_DECK))
+    return frozenset(names)
+
+
 def _register_events(classes: list[type[Event]] | None) -> None:
     register_events(*(classes or ()))
 
@@ -109,10 +136,6 @@ def _load_entry_points(pm: pluggy.PluginManager) -> None:
             log.error("cannot load plugin %s: %s", ep.name, exc)
             continue
         SOURCES[ep.name] = f"{ep.dist.name} {ep.dist.version}" if ep.dist else ep.value
-
-
-#: The end of the name a plugin registers the part of it that serves one deck under (`history.deck`).
-PER_DECK = ".deck"
 
 
 def describe(pm: pluggy.PluginManager) -> list[dict[str, Any]]:

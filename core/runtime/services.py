@@ -443,10 +443,8 @@ class ConfigService:
 
     @rpc("ConfigService.Validate")
     async def validate(self, text: str) -> dict[str, Any]:
-        from deck.config.check import parse
-
         # In a thread: checking a big text must not stall the event loop.
-        return _checked(await asyncio.to_thread(parse, text, self.deck.config_sections()))
+        return _checked(await asyncio.to_thread(self.deck.check_config, text))
 
     @rpc("ConfigService.Save")
     async def save(self, text: str, baseHash: str | None = None) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from deck.tty import TerminalLog, alert, one_line
 
 from .actions import Actions
 from .agents import SANDBOX_MARK, AgentsPanel
+from .asks import Asks
 from .common import Binding, HintBar, LineBox, Text, keys_label, palette, run_binding
 from .conversation import ConversationView
 from .dialogs import (
@@ -153,11 +154,7 @@ class ConsoleApp(Handlers):
         #: "", "ask" (a permission request or a question), "quit", "picker", "history", "actions" (the
         #: menu), "action" (an action's parameters)…
         self.dialog_kind = ""
-        self.ask_id = ""  # the permission request or question the ask dialog shows
         self.shown_dialog: urwid.Widget | None = None
-        #: The dialogs of pending asks, by id, kept while the ask waits: a question put off (Esc,
-        #: Tab to another request) comes back with what was typed.
-        self.ask_dialogs: dict[str, PermissionDialog | QuestionDialog] = {}
         self.notice = ""
         self.notice_attr = "notice"
         self.notice_until = 0.0
@@ -180,6 +177,7 @@ class ConsoleApp(Handlers):
         self._attached = False
         #: The agents with `worktree = true`: their folder is known once their worktree is made.
         self.worktrees = Worktrees(self)
+        self.asks = Asks(self)
         #: The clients of the server this console is attached to, as it last said (0: not known yet),
         #: and how many `clients:changed` have come: a count asked for is older than one that came since.
         self.clients = 0
@@ -418,8 +416,7 @@ class ConsoleApp(Handlers):
     @handles(PermissionRequested, QuestionRequested)
     def _asked(self, e: PermissionRequested | QuestionRequested) -> None:
         if e.agent == self.selected and not self.dialog_kind:
-            self.ask_id = str(e.id)
-            self.open_asks()
+            self.asks.asked(str(e.id))
 
     @handles(Notice)
     def _notice(self, e: Notice) -> None:
@@ -504,12 +501,9 @@ class ConsoleApp(Handlers):
             self.logs_view.append(self._live_logs)
             self._live_logs = []
         if changes.folders:  # a permission request's paths are shown relative to its agent's folder
-            for ask_id, dialog in list(self.ask_dialogs.items()):
-                if isinstance(dialog, PermissionDialog) and dialog.request.get("agent") in changes.folders:
-                    del self.ask_dialogs[ask_id]
-                    changes.asks = True
+            changes.asks |= self.asks.folders_changed(set(changes.folders))
         if changes.asks and self.dialog_kind == "ask":
-            self.open_asks()
+            self.asks.open()
         self._update_footer(current)
         if self._spin_handle is None and self._loop is not None and any(a.working for a in agents.values()):
             self._spin_handle = self._loop.call_later(SPIN_EVERY, self._spin)
@@ -797,65 +791,6 @@ class ConsoleApp(Handlers):
         self.keep_focus()
         self.schedule()
 
-    def open_asks(self) -> None:
-        """The dialog of the current ask, a permission request or a question (else the selected
-        agent's first, or any); closed when none is left. What was typed in a question survives
-        other asks coming and going, and Esc."""
-        asks = self.model.pending()
-        ids = [str(p.get("id")) for _, p in asks]
-        self.ask_dialogs = {i: d for i, d in self.ask_dialogs.items() if i in ids}
-        if not asks:
-            if self.dialog_kind == "ask":
-                self.close_dialog()
-            return
-        if self.ask_id in ids:
-            index = ids.index(self.ask_id)
-        else:
-            mine = [i for i, (_, p) in enumerate(asks) if p.get("agent") == self.selected]
-            index = mine[0] if mine else 0
-        self.ask_id = ids[index]
-        dialog = self.ask_dialogs.get(self.ask_id)
-        if dialog is None:
-            titles = {name: agent.title for name, agent in self.model.agents.items()}
-            names = self.model.subagents  # a subagent's request is said to come from it
-            payloads = [{**p, "subagent": names.name(str(p["agent"]), p["session"])} if p.get("session") else p for _, p in asks]
-            if asks[index][0] == "question":
-                dialog = QuestionDialog(self.strings, payloads, index, titles, self.answer_question, self.close_dialog,
-                                        self._move_ask)  # fmt: skip
-            else:
-                agent = self.model.agents.get(str(asks[index][1].get("agent")))
-                dialog = PermissionDialog(self.strings, payloads, index, titles, self.answer, self.close_dialog, self._move_ask,
-                                          agent.folder if agent is not None else "")  # fmt: skip
-            self.ask_dialogs[self.ask_id] = dialog
-        else:
-            dialog.set_position(index, len(asks))
-            if self.dialog_kind == "ask" and self.shown_dialog is dialog:
-                self.schedule()
-                return
-        self.show_dialog("ask", dialog)
-
-    def open_oldest_ask(self) -> None:
-        """F4: the dialog of the ask waiting longest (request 1 of n); the status line says when none waits."""
-        asks = self.model.pending()
-        if not asks:
-            self.say(self.strings("nothing_pending"))
-            return
-        self.ask_id = str(asks[0][1].get("id"))
-        self.open_asks()
-
-    def _move_ask(self, step: int) -> None:
-        ids = [str(p.get("id")) for _, p in self.model.pending()]
-        if self.ask_id in ids:
-            self.ask_id = ids[(ids.index(self.ask_id) + step) % len(ids)]
-        self.open_asks()
-
-    def answer(self, request_id: str, option_id: str) -> None:
-        self.spawn(self.client.call("ChatService.AnswerPermission", {"id": request_id, "optionId": option_id}))
-
-    def answer_question(self, question_id: str, values: dict[str, Any] | None) -> None:
-        """Answer with `values`, or decline with None."""
-        self.spawn(self.client.call("ChatService.AnswerQuestion", {"id": question_id, "values": values}))
-
     def ask_quit(self) -> None:
         busy = [a.title for a in self.model.agents.values() if a.working]
         if self.client.attached:
@@ -1028,7 +963,7 @@ KEYS: list[Binding[ConsoleApp]] = [
     Binding(("ctrl t",), "key_thoughts", lambda app, key: app.conversation.toggle_all("thoughts")),
     Binding(("ctrl e",), "key_diffs", lambda app, key: app.conversation.toggle_all("diffs")),
     Binding(("ctrl f",), "key_subagents", lambda app, key: app.conversation.toggle_all("children")),
-    Binding(("f4",), "key_asks", lambda app, key: app.open_oldest_ask()),
+    Binding(("f4",), "key_asks", lambda app, key: app.asks.open_oldest()),
     Binding(("f2",), "key_logs", lambda app, key: app.toggle_view("logs")),
     Binding(("f3",), "key_config", lambda app, key: app.toggle_view("config")),
     Binding(("f8",), "key_history", lambda app, key: app.open_history()),

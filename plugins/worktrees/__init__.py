@@ -35,9 +35,10 @@ def deck_register_events() -> list[type[Event]]:
 
 @hookimpl
 def deck_config_sections() -> dict[str, Any]:
+    from .config import AgentWorktree
     from .land import LandSettings
 
-    return {"land": LandSettings}
+    return {"land": LandSettings, "agents": AgentWorktree}
 
 
 @hookimpl

@@ -23,6 +23,7 @@ from deck.errors import ServiceError, StartFailed
 from deck.events import AgentStateChanged, TurnChanged
 
 from . import running, tree
+from .config import wants_worktree
 from .events import WorktreeChanged, WorktreeOverlap
 from .git import GitMissing
 from .land import Train, land_settings
@@ -84,9 +85,23 @@ class Worktrees:
 
     @hookimpl
     def deck_before_start(self, deck: Deck, agent: Agent) -> Any:
-        if deck is not self.deck or not agent.config.worktree:
+        if deck is not self.deck or not wants_worktree(deck, agent.name):
             return None
         return self._prepare(agent)
+
+    @hookimpl
+    def deck_check_agent(self, deck: Deck, agent: Agent) -> Any:
+        if deck is not self.deck or not wants_worktree(deck, agent.name):
+            return None
+        return self._checked(agent)
+
+    async def _checked(self, agent: Agent) -> str | None:
+        """Why `agent`'s worktree cannot be made (its name, no git, no repository), or None."""
+        try:
+            await self.locate(agent)
+        except ServiceError as exc:
+            return str(exc)
+        return None
 
     async def _prepare(self, agent: Agent) -> None:
         try:
@@ -130,7 +145,7 @@ class Worktrees:
         if type(event) is not TurnChanged or event.busy:
             return
         agent = deck.agents.get(event.agent)
-        if agent is not None and agent.config.worktree and agent.workdir is not None:
+        if agent is not None and event.agent in self._running:
             deck.spawn(self.refresh(agent.name), f"worktrees: {agent.name} after its turn")
 
     @hookimpl
@@ -175,7 +190,7 @@ class Worktrees:
     async def place(self, name: str) -> Place:
         """The worktree of agent `name`: a `worktree = true` agent of the config, or one kept from before."""
         agent = self.deck.agents.get(name)
-        if agent is not None and agent.config.worktree:
+        if agent is not None and wants_worktree(self.deck, name):
             return await self.locate(agent)
         try:
             return await tree.find_kept(name)
@@ -223,7 +238,7 @@ class Worktrees:
         missed: dict[tuple[str, tuple[str, ...]], Unreachable] = {}
         for agent in self.deck.agents.values():
             config = agent.config
-            if not config.worktree:  # its repository may keep worktrees of agents gone or switched off
+            if not wants_worktree(self.deck, agent.name):  # its repository may keep worktrees of agents gone or switched off
                 top = None if config.host else tree.top_of(config.resolved_cwd())
                 if top is not None:
                     repos[LOCAL].add(top)

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from deck import worktree_name_problem
 from deck.errors import ServiceError
 
+from .config import worktree_name_problem
 from .git import MAX_OUTPUT, GitError, Result
 from .machine import LOCAL, Look, Machine
 

@@ -133,9 +133,10 @@ async def test_idle_stop_owns_its_limits_and_deck_checks_them_with_its_own(make_
     # A wrong value refuses the start, as any of deck's own keys.
     with pytest.raises(UsageError, match="invalid config"):
         make_deck('[limits]\nmaxRunningAgents = "4"\n' + agent_block("a"))
-    # Without the plugin, its keys mean nothing: they are unknown.
+    # Without the plugin, its keys mean nothing, and are said to be its.
     deck, rec = make_deck('[limits]\nmaxRunningAgents = 1\n[plugins]\ndisabled = ["idle_stop"]\n' + agent_block("a"))
-    assert [p.message for p in deck.problems] == ["unknown key limits.maxRunningAgents"]
+    off = "a key of the idle_stop plugin, which is off ([plugins] disabled): it does nothing"
+    assert [p.message for p in deck.problems] == [f"limits.maxRunningAgents: {off}"]
 
 
 # -- logs -----------------------------------------------------------------------------------

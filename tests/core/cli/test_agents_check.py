@@ -90,7 +90,7 @@ def test_check_passes_when_every_agent_is_fine(tmp_path):
 
 def test_check_refuses_a_worktree_agent_whose_cwd_is_in_no_repository(tmp_path):
     (tmp_path / "plain").mkdir()
-    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
     config = tmp_path / "deck.toml"
     config.write_text(
         agent_block("loose", cwd=str(tmp_path / "plain"), worktree=True)

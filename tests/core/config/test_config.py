@@ -18,7 +18,7 @@ import pytest
 from deck.cli.commands import app
 from deck.config.check import Problem
 from deck.config.check import parse as parse_alone
-from deck.config.models import DeckConfig
+from deck.config.models import DeckConfig, joined
 from deck.config.output import effective, json_schema, to_toml
 from deck.errors import ServiceError
 from deck.frontend import Frontend
@@ -27,6 +27,7 @@ from deck.plugins.budget import AgentBudget, BudgetSettings
 from deck.plugins.history import HistorySettings
 from deck.plugins.idle_stop import IdleStopLimits
 from deck.plugins.notify import NotifySettings
+from deck.plugins.worktrees.config import AgentWorktree
 from deck.plugins.worktrees.land import LandSettings
 from pydantic import BaseModel, ConfigDict, Field
 from typer.testing import CliRunner
@@ -48,7 +49,7 @@ def config_example(path: Path) -> str:
 #: The sections deck's built-in plugins add to the config (and to its schema): idle_stop's keys of [limits] too.
 BUILT_IN_SECTIONS = {
     "history": HistorySettings, "limits": IdleStopLimits, "notify": NotifySettings, "budget": BudgetSettings,
-    "agents": AgentBudget, "land": LandSettings,
+    "agents": joined("agents", [AgentBudget, AgentWorktree]), "land": LandSettings,
 }  # fmt: skip
 
 

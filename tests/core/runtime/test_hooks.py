@@ -138,6 +138,10 @@ class Recording:
         self.called.add("deck_before_prompt")
 
     @hookimpl
+    def deck_check_agent(self, deck, agent):
+        self.called.add("deck_check_agent")
+
+    @hookimpl
     def deck_session_mcp_servers(self, deck, agent):
         self.called.add("deck_session_mcp_servers")
         return []
@@ -207,6 +211,7 @@ def test_deck_calls_every_hook_itself(tmp_path, monkeypatch, installed):
     assert plugin.ran == ["scenario"]
     assert run_main(monkeypatch, "recorded", "--config", str(config)) == 0
     assert plugin.ran == ["scenario", "recorded"]
+    assert run_main(monkeypatch, "agents", "--check", "--config", str(config)) == 0
     missing = sorted(set(hook_names()) - plugin.called)
     assert not missing, f"deck never called {missing} (or the recording plugin does not implement them)"
 

@@ -298,7 +298,7 @@ def test_config_validate_warns_with_the_line_and_column(tmp_path):
 
 async def test_without_the_plugin_a_worktree_agent_never_runs_in_the_main_checkout(make_deck, repo):
     deck, rec = make_deck(worktree_agent("a", repo), disabled=("worktrees",))
-    with pytest.raises(ServiceError, match="no worktree was prepared"):
+    with pytest.raises(ServiceError, match=r"worktree is set, but the worktrees plugin, which reads it, is off \(\[plugins\] disabled\)"):
         await deck.call("AgentService.Start", {"name": "a"})
 
 
@@ -312,7 +312,7 @@ async def test_a_start_the_plugin_failed_before_says_what_failed(make_deck, repo
 
     monkeypatch.setattr(tree, "ensure", fails)
     deck, rec = make_deck(worktree_agent("a", repo))
-    with pytest.raises(ServiceError, match="no worktree was prepared: plugin worktrees.deck: the disk is on fire"):
+    with pytest.raises(ServiceError, match="worktree is set, but the worktrees plugin failed before the start: the disk is on fire"):
         await deck.call("AgentService.Start", {"name": "a"})
 
 
