@@ -143,8 +143,15 @@ async def _finish(process: asyncio.subprocess.Process, task: asyncio.Future[Resu
     try:
         await asyncio.wait_for(asyncio.shield(task), CANCEL_GRACE)
     except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
+        _kill(process)
         await asyncio.gather(task, return_exceptions=True)
+    except asyncio.CancelledError:  # cancelled again while it had its grace (deck ending): killed now,
+        _kill(process)  # never left running on into what its caller deletes next (a temporary index)
+        raise
     except Exception:
         pass  # its result was not wanted
+
+
+def _kill(process: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()

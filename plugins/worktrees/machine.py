@@ -229,7 +229,7 @@ class Machine:
     async def staging(self, index: str) -> AsyncIterator[tuple[str, bool]]:
         """A temporary folder holding a copy of file `index` with its times, as `index`: that copy's
         path, and whether `index` was there to copy (deleted after)."""
-        with tempfile.TemporaryDirectory(prefix="deck-worktree-") as folder:
+        with tempfile.TemporaryDirectory(prefix="deck-worktree-", ignore_cleanup_errors=True) as folder:
             copy = os.path.join(folder, "index")
             try:
                 with open(index, "rb") as source, open(copy, "wb") as target:

@@ -281,3 +281,25 @@ async def test_deck_merge_of_a_branch_naming_a_filter_runs_it_no_more(make_deck,
     merged = await deck.call("WorktreeService.Merge", {"agent": "a"})
     assert sorted(merged["files"]) == [".gitattributes", "notes.txt"] and (repo / "notes.txt").exists()
     assert not mark.exists()
+
+
+async def test_git_cancelled_twice_is_killed_not_left_running_into_what_is_deleted_next(tmp_path):
+    """deck ending cancels a worktree's look while git runs, then cancels its grace too: git is killed
+    then and there, so it cannot go on writing into the temporary index folder being deleted."""
+    import psutil
+    from deck.plugins.worktrees.git import run
+
+    pid_file = tmp_path / "pid"
+    slow = [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"]
+    task = asyncio.ensure_future(run(slow, cwd=str(tmp_path), env=dict(os.environ)))
+    while not pid_file.exists() or not pid_file.read_text():
+        await asyncio.sleep(0.01)
+    child = psutil.Process(int(pid_file.read_text()))
+    task.cancel()
+    await asyncio.sleep(0.1)  # in its grace: waiting for git to end on its own
+    assert child.is_running()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    child.wait(timeout=5)  # killed at the second cancel, not 5 s of grace later
+    assert not child.is_running()
