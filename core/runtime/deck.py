@@ -94,7 +94,7 @@ class Deck:
         # Checked again with every plugin's section: what they hold is theirs to judge (a plugin
         # whose section is invalid goes without it), but their keys are known, not "unknown keys".
         full = self.check_config(self.text) if not unreadable else loaded
-        self.problems = [p for p in full.problems if p.warning] if full.config is None else full.problems
+        self.problems = full.problems if full.config is not None else [_as_warning(p) for p in full.problems]
         #: Plugins' sections of the config in force (`section`), read again on first use (plugins a
         #: deck's owner registers after it is made bring theirs).
         self._sections: dict[str, Any] | None = None
@@ -437,3 +437,11 @@ async def _closed_then_stopped(agent: Agent) -> None:
     """An agent removed from the config: its session closed (`session/close`, where it lists it), then stopped."""
     await agent.close_session()
     await agent.stop()
+
+
+def _as_warning(problem: config_check.Problem) -> config_check.Problem:
+    """A plugin section's error, in a config deck runs with all the same: the plugin goes without its
+    section (at its defaults), which is said, as a warning."""
+    if problem.warning:
+        return problem
+    return config_check.Problem(problem.line, problem.column, f"{problem.message} (its plugin does without it)", warning=True)

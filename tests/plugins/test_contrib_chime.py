@@ -57,4 +57,4 @@ def test_the_plugins_own_tests_pass_with_deck_testing(installed):
         capture_output=True, text=True, env=installed, cwd=PLUGIN, timeout=240,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "2 passed" in out.stdout
+    assert "3 passed" in out.stdout

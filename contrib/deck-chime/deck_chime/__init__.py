@@ -7,12 +7,16 @@ import os
 import shutil
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from deck import hookimpl
 
 
 class ChimeSettings(BaseModel):
+    """`[chime]`: strict, as deck's own tables are (`bell = "yes"` is an error, not true)."""
+
+    model_config = ConfigDict(strict=True)
+
     bell: bool = True
     desktop: bool = False
     command: list[str] = Field(default_factory=list)
@@ -20,8 +24,8 @@ class ChimeSettings(BaseModel):
 
 
 def settings(deck: Any) -> ChimeSettings:
-    raw = (deck.config.model_extra or {}).get("chime") or {}
-    return ChimeSettings.model_validate(raw)
+    """`[chime]` of the config in force, as deck checked it (the defaults while it is invalid)."""
+    return deck.config_service.section("chime") or ChimeSettings()
 
 
 def moment(event: Any) -> tuple[str, str] | None:

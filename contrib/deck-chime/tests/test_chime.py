@@ -48,3 +48,9 @@ async def test_a_permission_request_asks_for_input(make_deck, tmp_path):
     assert await written(out) == ["demo needs your input"]
     deck.chat.answer_permission(request["id"], "allow")
     await rec.wait_event("turn:changed", agent="demo", busy=False)
+
+
+async def test_a_setting_of_the_wrong_type_is_a_problem_with_its_line_not_a_guess(make_deck):
+    deck, rec = make_deck('[chime]\nbell = "yes"\n' + demo_agent("demo"))
+    said = [(p.line, p.message) for p in deck.problems]
+    assert said == [(2, "chime.bell: expected true or false, got a string (\"yes\") (its plugin does without it)")], said
