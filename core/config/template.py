@@ -21,6 +21,8 @@ HEADER = """\
 # maxRunningAgents = 4
 # stopIdleAgentsAfter = "10m"
 # handshakeTimeout = "30s"
+# messageSize = "8 MiB"     # what one message keeps
+# conversationSize = "32 MiB"   # what a conversation keeps in memory; at least twice messageSize
 
 # [plugins]
 # disabled = []             # e.g. ["announcements"]

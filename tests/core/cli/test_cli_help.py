@@ -45,6 +45,11 @@ def test_config_init_writes_a_valid_commented_config_and_never_overwrites(tmp_pa
         assert preset.problems == [], (name, preset.problems)
         assert set(preset.config.agents) == {"demo", name}
         assert preset.config.agents[name].permissions == "ask"
+    # Every key of deck's own top-level tables is there, commented, with its default.
+    from deck.config.models import Limits
+
+    for info in Limits.model_fields.values():
+        assert f"\n# {info.alias} = " in text, f"limits.{info.alias} is not in the config init writes"
     # A second init refuses, and leaves the file as it was.
     written.write_text(text + "# mine\n")
     again = deck("config", "init", cwd=tmp_path)
