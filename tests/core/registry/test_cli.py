@@ -242,6 +242,25 @@ def test_a_failed_install_leaves_nothing_behind(registry: RegistryServer, tmp_pa
     assert config.read_text() == CONFIG
 
 
+def test_a_zip_whose_link_climbs_out_through_a_link_to_dot_is_refused_and_leaves_nothing(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
+    # `c` -> `.`, then `b` -> `c/c/…/../…/ESCAPED` (inside on paper, outside on disk), then a folder under `b`.
+    escaped = tmp_path / "ESCAPED"
+    escaped.mkdir()
+    up = "c/" * 12 + "../" * 12 + str(escaped).lstrip("/")
+    chain = zip_bytes([("c", b".", 0o120777), ("b", up.encode(), 0o120777), ("b/made_by_zip/", b"", 0o040755),
+                       ("agent", b"#!/bin/sh\nexit 0\n")])  # fmt: skip
+    registry.serve_registry([binary_agent("chain", "1.0", registry.serve("/chain.zip", chain), cmd="./agent")])
+    config = config_file(tmp_path)
+    result = deck("add", "chain", config=config)
+    assert result.returncode == 1 and "not installed" in result.stderr and result.stderr.count("\n") == 1, result
+    assert list(escaped.iterdir()) == []
+    agents = tmp_path / "data" / "deck" / "agents"
+    assert not agents.exists() or list(agents.iterdir()) == []
+    assert config.read_text() == CONFIG
+
+
 def test_update_moves_to_the_new_version_and_removes_the_old_binary_and_the_listing_says_so(
     registry: RegistryServer, tmp_path: Path
 ) -> None:
