@@ -37,7 +37,7 @@ def run(action: str, args: list[str], config: Optional[Path], options: dict[str,
             return add(args[0], config, options)
         if action == "update":
             return update(args[0] if args else None, config)
-        return remove(args[0], config)
+        return remove(args[0], config, bool(options.get("force")))
     except RegistryError as exc:
         fail(str(exc), exc.exit_code)
     except OSError as exc:  # a folder deck cannot make or write (the data or cache folder)
@@ -271,10 +271,13 @@ def _update_one(edited: ConfigFile, name: str, table: dict[str, Any], catalog: C
 # -- remove -----------------------------------------------------------------------------------
 
 
-def remove(name: str, config: Optional[Path]) -> int:
-    """Remove `[agents.NAME]`, and the binary deck downloaded for it when no other entry uses it."""
+def remove(name: str, config: Optional[Path], force: bool = False) -> int:
+    """Remove `[agents.NAME]`, and the binary deck downloaded for it when no other entry uses it. An
+    entry without a `registry` key was written by hand (or is deck's demo): only with `force`."""
     edited, _url = _config(config)
     table = edited.agents().get(name)
+    if isinstance(table, dict) and "registry" not in table and not force:
+        fail(f"{name} was not added from the registry: remove its [agents.{name}] table by hand, or --force")
     edited.remove(name)
     edited.save()
     assert isinstance(table, dict)

@@ -326,6 +326,47 @@ def test_remove_keeps_a_binary_another_entry_uses_and_removes_it_with_the_last(
     assert config.read_text() == CONFIG  # the entries gone, the rest as it was
 
 
+def test_remove_refuses_a_hand_written_agent_of_deck_config_init_and_its_commented_presets_stay(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "deck.toml"
+    made = subprocess.run([*DECK, "config", "init", str(config)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    init = config.read_text()
+    refused = deck("remove", "demo", config=config)
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "deck: demo was not added from the registry: remove its [agents.demo] table by hand, or --force\n",
+    )
+    assert config.read_text() == init
+    forced = deck("remove", "demo", "--force", config=config)
+    assert forced.returncode == 0 and forced.stdout == f"removed demo from {config}\n", forced.stderr
+    text = config.read_text()
+    assert "[agents.demo]" not in text and "deck.demo" not in text and "# The demo agent" not in text
+    below = init[init.index("# -- Real agents") :]  # every commented preset, with its notes
+    assert text.endswith(below) and text == init[: init.index("# The demo agent")] + below
+    assert deck("remove", "demo", "--force", config=config).returncode == 2  # gone: an unknown agent
+    wrong = deck("update", "--force", config=config)
+    assert (wrong.returncode, wrong.stderr) == (2, "deck: --force is an option of `deck agents remove NAME`\n")
+
+
+def test_add_then_remove_on_a_deck_config_init_config_gives_it_back_to_the_byte(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
+    registry.serve_registry([GEMINI, FAST])
+    config = tmp_path / "deck.toml"
+    assert subprocess.run([*DECK, "config", "init", str(config)], capture_output=True).returncode == 0
+    init = config.read_text()
+    assert deck("add", "gemini", config=config).returncode == 0
+    assert deck("add", "fast-agent", "--as", "fast", config=config).returncode == 0
+    assert init in config.read_text()
+    removed = deck("remove", "gemini", config=config)
+    assert removed.returncode == 0, removed.stderr
+    assert "\n[agents.gemini]\n" not in config.read_text() and "\n[agents.fast]\n" in config.read_text()
+    assert deck("remove", "fast", config=config).returncode == 0
+    assert config.read_text() == init
+
+
 def test_concurrent_installs_of_one_agent_do_not_corrupt_each_other(registry: RegistryServer, tmp_path: Path) -> None:
     archive = agent_tar()
     # The archive is sent to none of the four until all four asked for it: they race for sure.
