@@ -86,12 +86,11 @@ def search(words: list[str], config: Optional[Path], as_json: bool) -> int:
     _edited, url = _config(config)
     loaded = _load(url)
     found = matching(words, loaded.catalog)
-    for problem in loaded.catalog.problems[:5]:  # the entries left out, and why: the registry's to fix
-        echo(f"deck: registry: {problem}", err=True)
+    problems = loaded.catalog.problems
+    _say_left_out(problems)
     if as_json:
-        echo_json(
-            {"registry": {"url": url, "how": loaded.how, "age": round(loaded.age)}, "agents": [_row(e) for e in found]}
-        )
+        registry = {"url": url, "how": loaded.how, "age": round(loaded.age)}
+        echo_json({"registry": registry, "agents": [_row(e) for e in found], "left_out": list(problems)})
         return ExitCode.OK
     for entry in found:
         echo(
@@ -105,6 +104,17 @@ def search(words: list[str], config: Optional[Path], as_json: bool) -> int:
 
         echo(f"(the registry as cached {format_age(loaded.age)} ago)", err=True)
     return ExitCode.OK
+
+
+def _say_left_out(problems: tuple[str, ...], shown: int = 5) -> None:
+    """The registry's entries left out, and why (the registry's to fix): the first few, then how many
+    more, so a long list neither floods the terminal nor looks shorter than it is."""
+    for problem in problems[:shown]:
+        echo(f"deck: registry: {problem}", err=True)
+    if len(problems) > shown:
+        more = len(problems) - shown
+        echo(f"deck: registry: … and {more} more left out (`deck agents search --json` lists them all, in left_out)",
+             err=True)  # fmt: skip
 
 
 def _row(entry: Entry) -> dict[str, Any]:

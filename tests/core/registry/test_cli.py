@@ -502,6 +502,23 @@ def test_add_options_elsewhere_are_a_usage_error_and_search_says_the_entries_lef
     assert "deck: registry: agent 'Bad/Id' left out: id 'Bad/Id' is not an id" in listed.stderr
 
 
+def test_search_with_ten_bad_entries_says_five_and_how_many_more_and_json_lists_all_ten(
+    registry: RegistryServer,
+) -> None:
+    bad = [{"id": f"Bad/{i}", "version": "1", "distribution": {"npx": {"package": "x"}}} for i in range(10)]
+    registry.serve_registry([GEMINI, *bad])
+    listed = deck("search")
+    assert listed.returncode == 0 and listed.stdout.startswith("gemini"), listed.stderr
+    said = [line for line in listed.stderr.splitlines() if line.startswith("deck: registry:")]
+    why = "is not an id (a-z, 0-9, '.', '_', '-')"
+    assert said[:5] == [f"deck: registry: agent 'Bad/{i}' left out: id 'Bad/{i}' {why}" for i in range(5)]
+    assert said[5:] == [
+        "deck: registry: … and 5 more left out (`deck agents search --json` lists them all, in left_out)"
+    ]
+    every = json.loads(deck("search", "--json").stdout)["left_out"]
+    assert len(every) == 10 and every[9].startswith("agent 'Bad/9' left out: ")
+
+
 def test_a_config_with_an_error_is_said_before_anything_is_downloaded(registry: RegistryServer, tmp_path: Path) -> None:
     registry.serve_registry([binary_agent("tiny", "1.0.0", registry.serve("/t.tar.gz", agent_tar()))])
     config = config_file(tmp_path, CONFIG + 'permissions = "bogus"\n')
