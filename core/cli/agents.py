@@ -79,7 +79,8 @@ def agents(
     if action in ACTIONS and action != "logout":
         from deck.cli.registry import run
 
-        options = {"as_json": as_json, "as_name": as_name, "host": host, "ssh": ssh, "cwd": cwd, "via": via, "force": force}
+        options = {"as_json": as_json, "as_name": as_name, "host": host, "ssh": ssh, "cwd": cwd, "via": via,
+                   "force": force}  # fmt: skip
         raise typer.Exit(run(action, args, config, options))
     if action == "logout" or args:
         if action != "logout" or len(args) > 1:

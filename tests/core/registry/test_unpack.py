@@ -209,8 +209,8 @@ def test_the_probes_tar_a_link_out_through_a_link_to_dot_and_a_folder_made_throu
 ) -> None:
     (tmp_path / "escaped").mkdir()
     made = tar_special("b/made_by_tar", tarfile.DIRTYPE)
-    data = tar_bytes([tar_special("c", tarfile.SYMTYPE, "."), tar_special("b", tarfile.SYMTYPE, escape_target(tmp_path)),
-                      made, ("agent", b"#!/bin/sh\n")])  # fmt: skip
+    out = tar_special("b", tarfile.SYMTYPE, escape_target(tmp_path))
+    data = tar_bytes([tar_special("c", tarfile.SYMTYPE, "."), out, made, ("agent", b"#!/bin/sh\n")])
     with pytest.raises(RegistryError, match="not installed|refused"):
         unpacked(tmp_path, data, "tar", cmd="agent")
     assert list((tmp_path / "escaped").iterdir()) == [], "a folder was made outside"
