@@ -51,6 +51,9 @@ def agents(
     via: Optional[str] = typer.Option(
         None, "--via", metavar="HOW", help="add: npx, uvx or binary (default: the first the registry gives)."
     ),
+    force: bool = typer.Option(
+        False, "--force", help="remove: also an agent not added from the registry (a table of yours)."
+    ),
     check: bool = typer.Option(False, "--check", help="Check that each agent's command exists (exit 1 if not)."),
     handshake: bool = typer.Option(False, "--handshake", help="With --check: also start each agent for an ACP handshake."),
 ) -> None:
@@ -63,18 +66,21 @@ def agents(
     agent NAME out (ACP logout). An agent the config does not have is an error (exit 2).
     From the ACP registry: `search [WORDS]` lists its agents, `add ID [--as NAME]` writes one
     into the config with a pinned command, `update [NAME]` moves it to the registry's version,
-    `remove NAME` takes it out (and the binary deck downloaded for it). These words are
-    actions, never agent names.
+    `remove NAME` takes it out (and the binary deck downloaded for it; an agent that did not
+    come from the registry only with --force). These words are actions, never agent names.
     """
     from deck.cli.registry import ACTIONS
 
     args = list(rest or [])
     if action != "add" and (as_name or host or cwd or via or ssh):
         fail("--as, --host, --ssh, --cwd and --via are options of `deck agents add ID`")
+    if force and action != "remove":
+        fail("--force is an option of `deck agents remove NAME`")
     if action in ACTIONS and action != "logout":
         from deck.cli.registry import run
 
-        options = {"as_json": as_json, "as_name": as_name, "host": host, "ssh": ssh, "cwd": cwd, "via": via}
+        options = {"as_json": as_json, "as_name": as_name, "host": host, "ssh": ssh, "cwd": cwd, "via": via,
+                   "force": force}  # fmt: skip
         raise typer.Exit(run(action, args, config, options))
     if action == "logout" or args:
         if action != "logout" or len(args) > 1:

@@ -37,7 +37,7 @@ def run(action: str, args: list[str], config: Optional[Path], options: dict[str,
             return add(args[0], config, options)
         if action == "update":
             return update(args[0] if args else None, config)
-        return remove(args[0], config)
+        return remove(args[0], config, bool(options.get("force")))
     except RegistryError as exc:
         fail(str(exc), exc.exit_code)
     except OSError as exc:  # a folder deck cannot make or write (the data or cache folder)
@@ -86,12 +86,11 @@ def search(words: list[str], config: Optional[Path], as_json: bool) -> int:
     _edited, url = _config(config)
     loaded = _load(url)
     found = matching(words, loaded.catalog)
-    for problem in loaded.catalog.problems[:5]:  # the entries left out, and why: the registry's to fix
-        echo(f"deck: registry: {problem}", err=True)
+    problems = loaded.catalog.problems
+    _say_left_out(problems)
     if as_json:
-        echo_json(
-            {"registry": {"url": url, "how": loaded.how, "age": round(loaded.age)}, "agents": [_row(e) for e in found]}
-        )
+        registry = {"url": url, "how": loaded.how, "age": round(loaded.age)}
+        echo_json({"registry": registry, "agents": [_row(e) for e in found], "left_out": list(problems)})
         return ExitCode.OK
     for entry in found:
         echo(
@@ -105,6 +104,17 @@ def search(words: list[str], config: Optional[Path], as_json: bool) -> int:
 
         echo(f"(the registry as cached {format_age(loaded.age)} ago)", err=True)
     return ExitCode.OK
+
+
+def _say_left_out(problems: tuple[str, ...], shown: int = 5) -> None:
+    """The registry's entries left out, and why (the registry's to fix): the first few, then how many
+    more, so a long list neither floods the terminal nor looks shorter than it is."""
+    for problem in problems[:shown]:
+        echo(f"deck: registry: {problem}", err=True)
+    if len(problems) > shown:
+        more = len(problems) - shown
+        echo(f"deck: registry: … and {more} more left out (`deck agents search --json` lists them all, in left_out)",
+             err=True)  # fmt: skip
 
 
 def _row(entry: Entry) -> dict[str, Any]:
@@ -271,10 +281,13 @@ def _update_one(edited: ConfigFile, name: str, table: dict[str, Any], catalog: C
 # -- remove -----------------------------------------------------------------------------------
 
 
-def remove(name: str, config: Optional[Path]) -> int:
-    """Remove `[agents.NAME]`, and the binary deck downloaded for it when no other entry uses it."""
+def remove(name: str, config: Optional[Path], force: bool = False) -> int:
+    """Remove `[agents.NAME]`, and the binary deck downloaded for it when no other entry uses it. An
+    entry without a `registry` key was written by hand (or is deck's demo): only with `force`."""
     edited, _url = _config(config)
     table = edited.agents().get(name)
+    if isinstance(table, dict) and "registry" not in table and not force:
+        fail(f"{name} was not added from the registry: remove its [agents.{name}] table by hand, or --force")
     edited.remove(name)
     edited.save()
     assert isinstance(table, dict)

@@ -1,10 +1,17 @@
 """Unpacking a downloaded archive into a folder, safely: no member lands outside it.
 
 Refused, with the member named: an absolute path, a `..` component, a symbolic or hard link whose
-target is outside the folder (or absolute), a device, a FIFO or any other special file, more than
-`MAX_MEMBERS` members, more than `max_total` bytes once unpacked (counted as they are written, so a
-zip that lies about its sizes is stopped too). The folder is the caller's fresh temp folder: on any
-error the caller removes it whole, and nothing of a half-unpacked archive is ever used.
+target is outside the folder (or absolute), a member written through a link, a device, a FIFO or any
+other special file, more than `MAX_MEMBERS` members, more than `max_total` bytes once unpacked (counted
+as they are written, so a zip that lies about its sizes is stopped too). The folder is the caller's
+fresh temp folder: on any error the caller removes it whole, and nothing of a half-unpacked archive is
+ever used.
+
+A link's target cannot be judged from its text alone: `c/..` is `.` on paper, but where `c` is itself
+a link to `.`, each `..` climbs a real folder. So links are made last, once every file and folder is
+written (nothing is ever written through one), and then each link of the tree is followed on disk, one
+name at a time and through other links, as the system would: one that leaves the folder at any step
+refuses the archive.
 
 The formats are the registry's: `.zip`, `.tar.gz`/`.tgz`, `.tar.bz2`/`.tbz2`, `.tar.xz`, `.tar`, and
 a bare executable (anything else), which is kept under the command's own name.
@@ -97,8 +104,9 @@ def _untar(archive: Path, dest: Path, max_total: int) -> None:
     try:
         with tarfile.open(archive, "r:*") as tar:
             members = _checked_tar(tar, max_total)
-            for member in members:
+            for member in sorted(members, key=lambda m: m.issym() or m.islnk()):  # links last
                 _extract_tar_member(tar, member, dest)
+        _links_stay_inside(dest)
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
         raise RegistryError(f"the archive cannot be unpacked: {str(exc)[:200] or type(exc).__name__}") from None
 
@@ -126,6 +134,10 @@ def _checked_tar(tar: tarfile.TarFile, max_total: int) -> list[tarfile.TarInfo]:
 def _extract_tar_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path) -> None:
     """One checked member, written by tarfile's own `data` filter as a second guard (it refuses a path
     that a link made earlier would lead out)."""
+    name = _safe_name(member.name)
+    _no_link_above(dest, name, itself=member.isdir())
+    if member.issym() or member.islnk():
+        _nothing_there(dest, name)
     try:
         tar.extract(member, dest, filter="data")
     except tarfile.FilterError as exc:
@@ -138,8 +150,9 @@ def _unzip(archive: Path, dest: Path, max_total: int) -> None:
             infos = zf.infolist()
             _count(len(infos), sum(i.file_size for i in infos), max_total)
             written = 0
-            for info in infos:
+            for info in sorted(infos, key=_is_zip_link):  # links last
                 written += _extract_zip_member(zf, info, dest, max_total - written)
+        _links_stay_inside(dest)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:
         raise RegistryError(f"the archive cannot be unpacked: {str(exc)[:200] or type(exc).__name__}") from None
 
@@ -152,10 +165,10 @@ def _extract_zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, 
     mode = info.external_attr >> 16
     kind = stat.S_IFMT(mode)
     target = dest / name
+    _no_link_above(dest, name, itself=info.is_dir())
     if info.is_dir():
         target.mkdir(parents=True, exist_ok=True)
         return 0
-    _no_link_above(dest, name)
     target.parent.mkdir(parents=True, exist_ok=True)
     if kind == stat.S_IFLNK:
         if info.file_size > 4096:  # a link's target is its content: never a large one
@@ -163,6 +176,7 @@ def _extract_zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, 
             raise RegistryError(f"archive member {info.filename[:200]!r} is a link of {size} bytes: not installed")
         link = zf.read(info)[:4096].decode("utf-8", "replace")
         _inside_link(name, link)
+        _nothing_there(dest, name)
         os.symlink(link, target)
         return 0
     if kind not in (0, stat.S_IFREG):
@@ -176,13 +190,65 @@ def _extract_zip_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, 
     return written
 
 
-def _no_link_above(dest: Path, name: str) -> None:
-    """No folder on the way to member `name` may be a link made by an earlier member (it may lead out)."""
+def _is_zip_link(info: zipfile.ZipInfo) -> bool:
+    return stat.S_IFMT(info.external_attr >> 16) == stat.S_IFLNK
+
+
+def _no_link_above(dest: Path, name: str, itself: bool = False) -> None:
+    """No folder on the way to member `name` (nor, for a folder member, `name` itself) may be a link made
+    by an earlier member: `mkdir` and `open` would follow it, and it may lead out."""
     here = dest
-    for part in name.split("/")[:-1]:
+    parts = name.split("/")
+    for part in parts if itself else parts[:-1]:
         here = here / part
         if here.is_symlink():
             raise RegistryError(f"archive member {name[:200]!r} is written through a link: not installed")
+
+
+def _nothing_there(dest: Path, name: str) -> None:
+    """A link, made last, may not take the place of a member written before it: a folder there means
+    other members were written where the link would have led them."""
+    path = dest / name
+    if path.is_dir() and not path.is_symlink():
+        raise RegistryError(f"archive member {name[:200]!r} is a link other members are written through: not installed")
+    if os.path.lexists(path):
+        raise RegistryError(f"archive member {name[:200]!r} is a link where another member is: not installed")
+
+
+def _links_stay_inside(dest: Path) -> None:
+    """Every link of the unpacked tree, followed on disk, stays inside `dest` at each step."""
+    for folder, dirs, files in os.walk(dest):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                _follow_inside(str(dest), os.path.relpath(path, dest))
+
+
+def _follow_inside(root: str, member: str) -> None:
+    """Walk to the link `member` (a path under `root`) and on through its target one name at a time, as
+    the system would, through every link met; RegistryError as soon as a step leaves `root`, a target is
+    an absolute path, or the links go round in a loop."""
+    here: list[str] = []  # the folders walked into under root, none of them a link
+    todo, hops = member.split("/"), 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not here:
+                raise RegistryError(f"archive member {member[:200]!r} links out of its folder: not installed")
+            here.pop()
+            continue
+        path = os.path.join(root, *here, part)
+        if not os.path.islink(path):
+            here.append(part)
+            continue
+        target, hops = os.readlink(path), hops + 1
+        if target.startswith("/"):
+            raise RegistryError(f"archive member {member[:200]!r} leads to an absolute path: not installed")
+        if hops > 40:
+            raise RegistryError(f"archive member {member[:200]!r} links round in a loop: not installed")
+        todo = target.split("/") + todo
 
 
 def _copy_capped(src: IO[bytes], out: IO[bytes], room: int) -> int:

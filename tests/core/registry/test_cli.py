@@ -242,6 +242,25 @@ def test_a_failed_install_leaves_nothing_behind(registry: RegistryServer, tmp_pa
     assert config.read_text() == CONFIG
 
 
+def test_a_zip_whose_link_climbs_out_through_a_link_to_dot_is_refused_and_leaves_nothing(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
+    # `c` -> `.`, then `b` -> `c/c/…/../…/ESCAPED` (inside on paper, outside on disk), then a folder under `b`.
+    escaped = tmp_path / "ESCAPED"
+    escaped.mkdir()
+    up = "c/" * 12 + "../" * 12 + str(escaped).lstrip("/")
+    chain = zip_bytes([("c", b".", 0o120777), ("b", up.encode(), 0o120777), ("b/made_by_zip/", b"", 0o040755),
+                       ("agent", b"#!/bin/sh\nexit 0\n")])  # fmt: skip
+    registry.serve_registry([binary_agent("chain", "1.0", registry.serve("/chain.zip", chain), cmd="./agent")])
+    config = config_file(tmp_path)
+    result = deck("add", "chain", config=config)
+    assert result.returncode == 1 and "not installed" in result.stderr and result.stderr.count("\n") == 1, result
+    assert list(escaped.iterdir()) == []
+    agents = tmp_path / "data" / "deck" / "agents"
+    assert not agents.exists() or list(agents.iterdir()) == []
+    assert config.read_text() == CONFIG
+
+
 def test_update_moves_to_the_new_version_and_removes_the_old_binary_and_the_listing_says_so(
     registry: RegistryServer, tmp_path: Path
 ) -> None:
@@ -305,6 +324,47 @@ def test_remove_keeps_a_binary_another_entry_uses_and_removes_it_with_the_last(
     assert last.returncode == 0 and last.stdout == f"removed tiny2 from {config}, and its binary {folder}\n"
     assert not folder.parent.exists()
     assert config.read_text() == CONFIG  # the entries gone, the rest as it was
+
+
+def test_remove_refuses_a_hand_written_agent_of_deck_config_init_and_its_commented_presets_stay(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "deck.toml"
+    made = subprocess.run([*DECK, "config", "init", str(config)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    init = config.read_text()
+    refused = deck("remove", "demo", config=config)
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "deck: demo was not added from the registry: remove its [agents.demo] table by hand, or --force\n",
+    )
+    assert config.read_text() == init
+    forced = deck("remove", "demo", "--force", config=config)
+    assert forced.returncode == 0 and forced.stdout == f"removed demo from {config}\n", forced.stderr
+    text = config.read_text()
+    assert "[agents.demo]" not in text and "deck.demo" not in text and "# The demo agent" not in text
+    below = init[init.index("# -- Real agents") :]  # every commented preset, with its notes
+    assert text.endswith(below) and text == init[: init.index("# The demo agent")] + below
+    assert deck("remove", "demo", "--force", config=config).returncode == 2  # gone: an unknown agent
+    wrong = deck("update", "--force", config=config)
+    assert (wrong.returncode, wrong.stderr) == (2, "deck: --force is an option of `deck agents remove NAME`\n")
+
+
+def test_add_then_remove_on_a_deck_config_init_config_gives_it_back_to_the_byte(
+    registry: RegistryServer, tmp_path: Path
+) -> None:
+    registry.serve_registry([GEMINI, FAST])
+    config = tmp_path / "deck.toml"
+    assert subprocess.run([*DECK, "config", "init", str(config)], capture_output=True).returncode == 0
+    init = config.read_text()
+    assert deck("add", "gemini", config=config).returncode == 0
+    assert deck("add", "fast-agent", "--as", "fast", config=config).returncode == 0
+    assert init in config.read_text()
+    removed = deck("remove", "gemini", config=config)
+    assert removed.returncode == 0, removed.stderr
+    assert "\n[agents.gemini]\n" not in config.read_text() and "\n[agents.fast]\n" in config.read_text()
+    assert deck("remove", "fast", config=config).returncode == 0
+    assert config.read_text() == init
 
 
 def test_concurrent_installs_of_one_agent_do_not_corrupt_each_other(registry: RegistryServer, tmp_path: Path) -> None:
@@ -440,6 +500,23 @@ def test_add_options_elsewhere_are_a_usage_error_and_search_says_the_entries_lef
     listed = deck("search")
     assert listed.returncode == 0 and listed.stdout.startswith("gemini")
     assert "deck: registry: agent 'Bad/Id' left out: id 'Bad/Id' is not an id" in listed.stderr
+
+
+def test_search_with_ten_bad_entries_says_five_and_how_many_more_and_json_lists_all_ten(
+    registry: RegistryServer,
+) -> None:
+    bad = [{"id": f"Bad/{i}", "version": "1", "distribution": {"npx": {"package": "x"}}} for i in range(10)]
+    registry.serve_registry([GEMINI, *bad])
+    listed = deck("search")
+    assert listed.returncode == 0 and listed.stdout.startswith("gemini"), listed.stderr
+    said = [line for line in listed.stderr.splitlines() if line.startswith("deck: registry:")]
+    why = "is not an id (a-z, 0-9, '.', '_', '-')"
+    assert said[:5] == [f"deck: registry: agent 'Bad/{i}' left out: id 'Bad/{i}' {why}" for i in range(5)]
+    assert said[5:] == [
+        "deck: registry: … and 5 more left out (`deck agents search --json` lists them all, in left_out)"
+    ]
+    every = json.loads(deck("search", "--json").stdout)["left_out"]
+    assert len(every) == 10 and every[9].startswith("agent 'Bad/9' left out: ")
 
 
 def test_a_config_with_an_error_is_said_before_anything_is_downloaded(registry: RegistryServer, tmp_path: Path) -> None:

@@ -97,3 +97,71 @@ def test_a_registry_key_that_could_name_a_folder_out_is_a_config_error() -> None
             errors,
         )
     assert parse('[agents.a]\ncommand = ["a"]\nregistry = "claude-acp@0.85.1"\n').problems == []
+
+
+SPACED = """\
+# The file's own note, kept.
+[agents.a]
+command = ["a"]
+# sandbox = { write = ["~/.a"] }   (a's own, commented out)
+
+# A block apart from a's keys: kept.
+# [agents.old]
+# command = ["old"]
+
+## About b, right above it: b's own.
+[agents.b]
+# b's own note, under its header.
+command = ["b"]   # b's
+# b's own, right under its keys.
+
+# Apart from b's keys by a blank line: kept.
+
+# About c, running straight into it: c's own.
+[agents.c]
+command = ["c"]
+# Right above d's header: d's own, kept when c goes.
+[agents.d]
+command = ["d"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "gone"),
+    [
+        ("a", '[agents.a]\ncommand = ["a"]\n# sandbox = { write = ["~/.a"] }   (a\'s own, commented out)\n\n'),
+        (
+            "b",
+            "## About b, right above it: b's own.\n[agents.b]\n# b's own note, under its header.\n"
+            'command = ["b"]   # b\'s\n# b\'s own, right under its keys.\n\n',
+        ),
+        ("d", "# Right above d's header: d's own, kept when c goes.\n[agents.d]\ncommand = [\"d\"]\n"),
+    ],
+    ids=["own-commented-option-then-a-block-apart", "heading-and-notes-then-a-block-apart", "heading-of-the-last"],
+)
+def test_remove_keeps_the_comment_blocks_apart_from_the_entry_or_running_into_the_next_table(
+    tmp_path: Path, name: str, gone: str
+) -> None:
+    path = tmp_path / "deck.toml"
+    path.write_text(SPACED)
+    edited = ConfigFile.open(path)
+    edited.remove(name)
+    edited.save()
+    assert gone in SPACED and path.read_text() == SPACED.replace(gone, "")
+
+
+def test_remove_keeps_a_comment_running_into_the_next_header_and_takes_its_own_heading(tmp_path: Path) -> None:
+    path = tmp_path / "deck.toml"
+    path.write_text(SPACED)
+    edited = ConfigFile.open(path)
+    edited.remove("c")
+    edited.save()
+    c = '# About c, running straight into it: c\'s own.\n[agents.c]\ncommand = ["c"]\n'
+    assert path.read_text() == SPACED.replace(c, "")
+    edited = ConfigFile.open(path)
+    edited.remove("b")
+    edited.save()
+    assert path.read_text().endswith(
+        '# [agents.old]\n# command = ["old"]\n\n# Apart from b\'s keys by a blank line: kept.\n\n'
+        "# Right above d's header: d's own, kept when c goes.\n[agents.d]\ncommand = [\"d\"]\n"
+    )

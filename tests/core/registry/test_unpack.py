@@ -123,7 +123,7 @@ def test_a_hostile_zip_member_is_refused(tmp_path: Path, members: list, words: s
 
 
 def test_a_zip_member_written_through_an_earlier_link_is_refused(tmp_path: Path) -> None:
-    refused(tmp_path, zip_bytes([("d", b".", 0o120777), ("d/x", b"x")]), "zip", "written through a link")
+    refused(tmp_path, zip_bytes([("d", b".", 0o120777), ("d/x", b"x")]), "zip", "written through")
 
 
 def test_the_total_size_cap_holds_for_tar_zip_and_a_bare_file(tmp_path: Path) -> None:
@@ -179,3 +179,95 @@ def test_an_archive_made_from_inside_its_folder_unpacks(tmp_path: Path) -> None:
     (tmp_path / "z").mkdir()
     dest = unpacked(tmp_path / "z", zip_bytes([("./", b"", 0o040755), ("./bin/agent", b"#!/bin/sh\n")]), "zip")
     assert (dest / "bin" / "agent").read_bytes() == b"#!/bin/sh\n"
+
+
+# -- links whose target means something else on disk than on paper ------------------------------------------
+
+LINK = 0o120777
+#: `c` -> `.`: on paper `c/c/…/../..` is `.`, on disk every `..` climbs a real folder.
+UP = "c/" * 12 + "../" * 12
+
+
+def escape_target(tmp_path: Path) -> str:
+    """The probe's target: from `box/tree`, through the `c` links, to `tmp_path/escaped`."""
+    return UP + str(tmp_path / "escaped").lstrip("/")
+
+
+def test_the_probes_zip_a_link_out_through_a_link_to_dot_and_a_folder_made_through_it_is_refused(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "escaped").mkdir()
+    data = zip_bytes([("c", b".", LINK), ("b", escape_target(tmp_path).encode(), LINK),
+                      ("b/made_by_zip/", b"", 0o040755), ("agent", b"#!/bin/sh\n")])  # fmt: skip
+    with pytest.raises(RegistryError, match="not installed"):
+        unpacked(tmp_path, data, "zip", cmd="agent")
+    assert list((tmp_path / "escaped").iterdir()) == [], "a folder was made outside"
+
+
+def test_the_probes_tar_a_link_out_through_a_link_to_dot_and_a_folder_made_through_it_is_refused(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "escaped").mkdir()
+    made = tar_special("b/made_by_tar", tarfile.DIRTYPE)
+    out = tar_special("b", tarfile.SYMTYPE, escape_target(tmp_path))
+    data = tar_bytes([tar_special("c", tarfile.SYMTYPE, "."), out, made, ("agent", b"#!/bin/sh\n")])
+    with pytest.raises(RegistryError, match="not installed|refused"):
+        unpacked(tmp_path, data, "tar", cmd="agent")
+    assert list((tmp_path / "escaped").iterdir()) == [], "a folder was made outside"
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar"])
+@pytest.mark.parametrize(
+    "links",
+    [
+        [("c", "."), ("out", "c/c/../..")],  # the link to `.` first
+        [("out", "c/c/../.."), ("c", ".")],  # the link to `.` last: judged on the finished tree
+        [("c", "."), ("d", "c"), ("e", "d/d"), ("out", "e/e/../../..")],  # a chain of links to links
+        [("c", "."), ("up", "c/.."), ("out", "up")],  # a link to a link that climbs out
+        [("sub/c", ".."), ("sub/out", "c/sub/c/..")],  # a link to its own folder's parent, taken twice
+        [("a", "b"), ("b", "a")],  # a loop
+    ],
+    ids=["dot-then-climb", "climb-then-dot", "chain", "link-to-climbing-link", "parent-link", "loop"],
+)
+def test_a_link_chain_that_climbs_out_on_disk_is_refused(tmp_path: Path, kind: str, links: list) -> None:
+    files = [("bin/agent", b"#!/bin/sh\n"), ("sub/keep", b"x")]
+    if kind == "zip":
+        data = zip_bytes([*files, *((n, t.encode(), LINK) for n, t in links)])
+    else:
+        data = tar_bytes([*files, *(tar_special(n, tarfile.SYMTYPE, t) for n, t in links)])
+    refused(tmp_path, data, kind, "links out of its folder|links round in a loop|refused")
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar"])
+def test_a_folder_entry_under_a_link_is_refused_even_one_inside(tmp_path: Path, kind: str) -> None:
+    if kind == "zip":
+        data = zip_bytes([("real/", b"", 0o040755), ("d", b"real", LINK), ("d/made/", b"", 0o040755)])
+    else:
+        data = tar_bytes([tar_special("real", tarfile.DIRTYPE), tar_special("d", tarfile.SYMTYPE, "real"),
+                          tar_special("d/made", tarfile.DIRTYPE)])  # fmt: skip
+    refused(tmp_path, data, kind, "a link other members are written through")
+
+
+def test_a_zip_folder_entry_whose_name_is_an_earlier_link_is_refused(tmp_path: Path) -> None:
+    dest = tmp_path / "box" / "tree"
+    dest.mkdir(parents=True)
+    (dest / "d").symlink_to(tmp_path / "escaped-dir", target_is_directory=True)
+    archive = tmp_path / "download"
+    archive.write_bytes(zip_bytes([("d/", b"", 0o040755), ("d/x/", b"", 0o040755)]))
+    with pytest.raises(RegistryError, match="written through a link"):
+        unpack(archive, dest, "zip", "x")
+    assert not (tmp_path / "escaped-dir").exists()
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar"])
+def test_links_within_the_folder_through_other_links_are_kept(tmp_path: Path, kind: str) -> None:
+    files = [("lib/libfoo.so.1.2", b"elf"), ("bin/real", b"#!/bin/sh\n")]
+    links = [("lib/libfoo.so.1", "libfoo.so.1.2"), ("lib/libfoo.so", "libfoo.so.1"), ("cur", "."),
+             ("bin/agent", "../cur/bin/real"), ("bin/lib", "../lib/../cur/lib"), ("dangling", "nowhere/x")]  # fmt: skip
+    if kind == "zip":
+        data = zip_bytes([*files, *((n, t.encode(), LINK) for n, t in links)])
+    else:
+        data = tar_bytes([*files, *(tar_special(n, tarfile.SYMTYPE, t) for n, t in links)])
+    dest = unpacked(tmp_path, data, kind)
+    assert (dest / "bin" / "lib" / "libfoo.so").read_bytes() == b"elf"
+    assert find_command(dest, "bin/agent").read_bytes() == b"#!/bin/sh\n"
