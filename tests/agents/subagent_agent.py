@@ -11,6 +11,9 @@ Prompts (first word):
   `perm`         child "c1" asks a permission; the answer, as JSON, is the parent's reply
   `hold [nocancel]`  child "c1" works until deck sends `session/cancel` for it (then goes idle, cancelled);
                  with `nocancel` it offers no cancel and finishes at the parent's own cancel
+  `late`         child "c1" (cancellable) works until deck sends `session/cancel` for it, then asks a permission
+                 all the same, streams a word and asks again, then reports `running` (new work) and asks a
+                 third time; the three answers, as a JSON list, are the parent's reply
   `between N`    child "c1" sends N messages to the parent, each of its own messageId, in one chunk each
   `cost`         child "c1" reports its session's cost twice (0.5 USD, then 1.25 USD in all)
   `caps`         the initialize request's clientCapabilities, as JSON
@@ -109,6 +112,25 @@ def hold(rid: object, sid: str, cancellable: bool) -> None:
             return
 
 
+def edit(title: str) -> dict:
+    return request("session/request_permission", {
+        "sessionId": "c1", "toolCall": {"toolCallId": title, "title": title, "kind": "edit"},
+        "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"}]})  # fmt: skip
+
+
+def late(sid: str) -> None:
+    announce(sid, "c1", title="Worker", capabilities={"cancel": {}}, state={"state": "running"})
+    text("c1", "working")
+    while read().get("method") != "session/cancel":
+        pass
+    answers = [edit("after its cancel")]
+    text("c1", "still at it")
+    answers.append(edit("after more words"))
+    announce(sid, "c1", state={"state": "running"})
+    answers.append(edit("new work"))
+    text(sid, json.dumps(answers))
+
+
 def prompt(rid: object, sid: str, words: str) -> None:
     word, _, rest = words.partition(" ")
     if word == "hold":
@@ -135,6 +157,8 @@ def prompt(rid: object, sid: str, words: str) -> None:
             "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"},
                         {"optionId": "no", "name": "Reject", "kind": "reject_once"}]})  # fmt: skip
         text(sid, json.dumps(answer))
+    elif word == "late":
+        late(sid)
     elif word == "between":
         announce(sid, "c1", title="Chatty")
         for i in range(int(rest)):
