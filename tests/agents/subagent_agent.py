@@ -17,7 +17,11 @@ Prompts (first word):
   `between N`    child "c1" sends N messages to the parent, each of its own messageId, in one chunk each
   `cost`         child "c1" reports its session's cost twice (0.5 USD, then 1.25 USD in all)
   `caps`         the initialize request's clientCapabilities, as JSON
+  `forkas WHAT`  the next `session/fork` answers WHAT: `parent` (the forked session's own id), `child` (the
+                 live child "c1", announced now), `huge` (an id of 5,000,000 characters), `fresh` ("f1")
 Anything else is answered `You said: TEXT`.
+
+It lists `sessionCapabilities.fork`. `--new-id ID` makes `session/new` answer ID (`huge`: 5,000,000 characters).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import sys
 
 ids = itertools.count(1000)
 init_params: dict = {}
+fork_as = ["fresh"]
+HUGE = "F" * 5_000_000
 
 
 def send(message: dict) -> None:
@@ -171,6 +177,11 @@ def prompt(rid: object, sid: str, words: str) -> None:
             update("c1", {"sessionUpdate": "usage_update", "used": 10, "size": 100,
                           "cost": {"amount": amount, "currency": "USD"}})  # fmt: skip
         text(sid, "spent")
+    elif word == "forkas":
+        fork_as[0] = rest
+        if rest == "child":
+            announce(sid, "c1", title="Live", state={"state": "running"})
+        text(sid, f"next fork: {rest}")
     elif word == "caps":
         text(sid, json.dumps(init_params.get("clientCapabilities")))
     else:
@@ -185,9 +196,14 @@ def main() -> None:
         method, rid, params = message.get("method"), message.get("id"), message.get("params") or {}
         if method == "initialize":
             init_params.update(params)
-            send({"id": rid, "result": {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": []}})
+            caps = {"sessionCapabilities": {"fork": {}}}
+            send({"id": rid, "result": {"protocolVersion": 1, "agentCapabilities": caps, "authMethods": []}})
         elif method == "session/new":
-            send({"id": rid, "result": {"sessionId": f"s{next(sessions)}"}})
+            given = sys.argv[sys.argv.index("--new-id") + 1] if "--new-id" in sys.argv else None
+            send({"id": rid, "result": {"sessionId": (HUGE if given == "huge" else given) or f"s{next(sessions)}"}})
+        elif method == "session/fork":
+            forked = {"parent": params.get("sessionId"), "child": "c1", "huge": HUGE}.get(fork_as[0], "f1")
+            send({"id": rid, "result": {"sessionId": forked}})
         elif method == "session/prompt":
             blocks = params.get("prompt") or []
             prompt(rid, params["sessionId"], "".join(b.get("text", "") for b in blocks))
