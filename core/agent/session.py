@@ -153,8 +153,12 @@ class Session:
 
     def receive(self, update: dict[str, Any]) -> None:
         """One `session/update` of this session (the agent routes it here; on the hot path it
-        does the same itself, `track` then `on_update`, a call less per streamed chunk)."""
+        does the same itself, `track` then `on_update`, a call less per streamed chunk). One whose
+        `sessionUpdate` is no string is no update of any kind: logged and skipped."""
         kind = update.get("sessionUpdate")
+        if not isinstance(kind, str):
+            self.agent.log(f"deck: session/update whose sessionUpdate is no string ({type(kind).__name__}), skipped")
+            return
         if kind in TOOL_UPDATES:
             self.track(update)
         elif kind == "subagent_update":
@@ -277,7 +281,8 @@ class Session:
 
     def _hold(self, update: dict[str, Any]) -> None:
         """An update of a replay nobody wants: dropped if it is of the history, else held for the sink."""
-        if update.get("sessionUpdate") not in REPLAYED:
+        kind = update.get("sessionUpdate")
+        if isinstance(kind, str) and kind not in REPLAYED:
             self._held.append(update)
 
 
