@@ -646,9 +646,12 @@ class Agent:
         if not isinstance(session_id, str):
             self.log(f"deck: session/update with a sessionId that is no string, skipped: {str(session_id)[:100]}")
             return
+        kind = update.get("sessionUpdate")
+        if not isinstance(kind, str):  # first: a list or an object would fail every look-up by kind
+            self.log(f"deck: session/update whose sessionUpdate is no string ({type(kind).__name__}), skipped")
+            return
         session = self.sessions.get(session_id)
         if session is not None:
-            kind = update.get("sessionUpdate")
             if kind in TOOL_UPDATES:
                 session.track(update)
             elif kind == "subagent_update":

@@ -35,8 +35,8 @@ REPLAYED = frozenset({"user_message_chunk", "agent_message_chunk", "agent_though
 MAX_HELD = 256
 #: The subagent sessions one session's family may hold (children, their children…); more are dropped.
 MAX_CHILDREN = 10_000
-#: The characters a subagent's session id may have.
-CHILD_ID_MAX = 200
+#: The characters a session id the agent gives may have (a new session's, a fork's, a subagent's).
+SESSION_ID_MAX = 200
 
 
 class SessionSink(Protocol):
@@ -85,18 +85,28 @@ class Session:
         servers = self.agent.deck.hooks.session_mcp_servers(self.agent, self)
         params = {"cwd": self.agent.cwd, "mcpServers": servers, **self.agent.session_directories()}
         result = await conn.request("session/new", params)
-        if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
-            raise ServiceError("session/new returned no sessionId")
-        self.id, self.result = result["sessionId"], result
+        self.id, self.result = self._fresh_id("session/new", result), result
 
     async def fork(self, session_id: str) -> None:
         """`session/fork` of `session_id`: a new session of the agent's that starts with that one's
         context, in the agent's cwd, with the MCP servers the plugins give this session."""
         conn = self._connection()
         result = await conn.request("session/fork", self._continued(session_id))
-        if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str) or not result["sessionId"]:
-            raise ServiceError("session/fork returned no sessionId")
-        self.id, self.result = result["sessionId"][:200], result
+        self.id, self.result = self._fresh_id("session/fork", result), result
+
+    def _fresh_id(self, method: str, result: Any) -> str:
+        """The id of the session a `session/new` or `session/fork` answer made: refused when it is
+        missing, longer than SESSION_ID_MAX, or the id of a session the agent has open already (its
+        conversation's, an ask's, a subagent's), whose updates and requests it would take over."""
+        session_id = result.get("sessionId") if isinstance(result, dict) else None
+        if not isinstance(session_id, str) or not session_id:
+            raise ServiceError(f"{method} returned no sessionId")
+        if len(session_id) > SESSION_ID_MAX:
+            why = f"{method} returned a sessionId of {len(session_id)} characters: deck takes {SESSION_ID_MAX} at most"
+            raise ServiceError(why)
+        if session_id in self.agent.sessions:
+            raise ServiceError(f"{method} returned the id of a session open already, {session_id!r}: refused")
+        return session_id
 
     async def resume(self, session_id: str) -> None:
         """`session/resume`: the agent serves `session_id` again, remembering it, and replays nothing.
@@ -143,8 +153,12 @@ class Session:
 
     def receive(self, update: dict[str, Any]) -> None:
         """One `session/update` of this session (the agent routes it here; on the hot path it
-        does the same itself, `track` then `on_update`, a call less per streamed chunk)."""
+        does the same itself, `track` then `on_update`, a call less per streamed chunk). One whose
+        `sessionUpdate` is no string is no update of any kind: logged and skipped."""
         kind = update.get("sessionUpdate")
+        if not isinstance(kind, str):
+            self.agent.log(f"deck: session/update whose sessionUpdate is no string ({type(kind).__name__}), skipped")
+            return
         if kind in TOOL_UPDATES:
             self.track(update)
         elif kind == "subagent_update":
@@ -158,7 +172,7 @@ class Session:
         owner patches what it knows of it); an id that is some other session's is refused."""
         child_id = update.get("sessionId")
         agent = self.agent
-        if not isinstance(child_id, str) or not child_id or len(child_id) > CHILD_ID_MAX:
+        if not isinstance(child_id, str) or not child_id or len(child_id) > SESSION_ID_MAX:
             agent.log(f"deck: subagent_update with no usable sessionId, skipped: {str(child_id)[:100]}")
             return
         known = agent.sessions.get(child_id)
@@ -267,7 +281,8 @@ class Session:
 
     def _hold(self, update: dict[str, Any]) -> None:
         """An update of a replay nobody wants: dropped if it is of the history, else held for the sink."""
-        if update.get("sessionUpdate") not in REPLAYED:
+        kind = update.get("sessionUpdate")
+        if isinstance(kind, str) and kind not in REPLAYED:
             self._held.append(update)
 
 

@@ -103,7 +103,8 @@ class MatchedReplay:
         self._replay = ReplaySink(self.copy)
 
     def on_update(self, update: dict[str, Any]) -> None:
-        if update.get("sessionUpdate") in REPLAYED:
+        kind = update.get("sessionUpdate")
+        if isinstance(kind, str) and kind in REPLAYED:
             self._replay.on_update(update)
         else:
             self.conv.apply_update(update)

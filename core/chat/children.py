@@ -38,7 +38,7 @@ CHILD_UPDATES = frozenset({
 class Child:
     """One subagent session as the conversation knows it."""
 
-    __slots__ = ("id", "parent", "title", "description", "state", "stop_reason", "cancel",
+    __slots__ = ("id", "parent", "title", "description", "state", "stop_reason", "cancel", "stopping",
                  "current", "tools", "acp_messages")  # fmt: skip
 
     def __init__(self, child_id: str, parent: str) -> None:
@@ -52,6 +52,9 @@ class Child:
         self.stop_reason: str | None = None
         #: The child offers `session/cancel` of its work alone (its capabilities' `cancel`).
         self.cancel = False
+        #: Cancelled alone (`ChatService.Cancel` with its session), and not working again since: what it
+        #: asks meanwhile is answered cancelled, as a cancelled turn's requests are.
+        self.stopping = False
         self.current: Message | None = None  # its message receiving updates
         self.tools: dict[str, tuple[Message, int]] = {}
         self.acp_messages: dict[str, Message] = {}
@@ -67,6 +70,8 @@ class Child:
             self.cancel = isinstance(caps, dict) and isinstance(caps.get("cancel"), dict)
         if "state" in update:
             self.state, self.stop_reason = _state(update["state"])
+            if self.state == "running":
+                self.stopping = False  # new work reported: what it asks is the user's again
 
     @property
     def working(self) -> bool:
@@ -108,6 +113,17 @@ class Children:
 
     def get(self, child_id: str) -> Child | None:
         return self.by_id.get(child_id)
+
+    def stopped(self, child_id: str) -> bool:
+        """Whether the child, or a child above it, was cancelled and has reported no new work since."""
+        child = self.by_id.get(child_id)
+        for _ in range(len(self.by_id)):  # the parents are a chain of announcers: bounded all the same
+            if child is None:
+                return False
+            if child.stopping:
+                return True
+            child = self.by_id.get(child.parent)
+        return False
 
     def announce(self, parent: str, update: dict[str, Any]) -> Child | None:
         """A `subagent_update` sent on session `parent`: the child made or patched; None when it is

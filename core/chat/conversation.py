@@ -589,7 +589,7 @@ class Conversation:
         if kind == "agent_message_chunk" and child.current is not None and "messageId" not in update:
             self._chunk(update, "text", child.current)  # the hot path of a child's: nothing to swap
             return
-        if kind not in CHILD_UPDATES:
+        if not isinstance(kind, str) or kind not in CHILD_UPDATES:  # a list or an object is no kind, and no key
             self.emit(SessionUpdate(self.agent, update, session))
             return
         saved = self.current, self._tools, self._acp_messages, self._session

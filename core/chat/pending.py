@@ -4,7 +4,8 @@ An agent's `session/request_permission` or `elicitation/create` becomes one `Pen
 announced by `permission:requested` / `question:requested` and listed by
 `ChatService.Pending()` in the order asked. Only the services answer it
 (`ChatService.AnswerPermission` / `AnswerQuestion`); `ChatService.Cancel`, the end of the
-session that asked, or the end of input (nobody is left to answer) cancel it. A permission
+session that asked, or the end of input (nobody is left to answer) cancel it. What a cancelled
+turn, or a subagent cancelled alone, asks before it ends or works again is cancelled at once. A permission
 the `--approve` patterns or the agent's `permissions` policy grant is answered at once and
 never becomes pending; one that offers no option to choose is refused at once (nobody could
 answer it). An answer to a question is checked against the form the agent asked for
@@ -179,7 +180,7 @@ class PendingRequests:
     async def ask_permission(self, asker: Asker, params: dict[str, Any]) -> dict[str, Any]:
         """An ACP `session/request_permission` → its answer: granted by a rule, or by the user."""
         agent = asker.agent
-        if agent.name in self.stopping:
+        if self._stopped(asker):
             agent.log("deck: permission request after session/cancel answered cancelled")
             return CANCELLED_PERMISSION
         raw_options = params.get("options")
@@ -218,7 +219,7 @@ class PendingRequests:
         fields; a URL (mode `url`, an http or https address) is shown, and the user goes ahead (any
         answer, `{}`) or declines. Any other mode, or a URL of another scheme, is declined."""
         agent = asker.agent
-        if agent.name in self.stopping:
+        if self._stopped(asker):
             agent.log("deck: elicitation/create after session/cancel answered cancelled")
             return CANCELLED_QUESTION
         mode = params.get("mode", "form")
@@ -248,6 +249,13 @@ class PendingRequests:
         if answer is DECLINED:
             return {"action": "decline"}
         return {"action": "accept"} if mode == "url" else {"action": "accept", "content": answer}
+
+    def _stopped(self, asker: Asker) -> bool:
+        """Whether the asker's work was cancelled and has not ended (its agent's turn) or started again
+        (a subagent cancelled alone, or one below it): what it asks is answered cancelled at once."""
+        name = asker.agent.name
+        child = asker.child_id
+        return name in self.stopping or (child is not None and self.deck.conversation_of(name).children.stopped(child))
 
     async def _wait(self, pending: Pending, event: Event) -> Any:
         """Announce `pending` and wait for its answer (None: cancelled); it leaves the registry either way."""
@@ -321,6 +329,19 @@ class PendingRequests:
         action): the user declined nothing, the turn was stopped."""
         for pending in self:
             if pending.agent == agent:
+                pending.future.set_result(None)
+
+    def stop_child(self, agent: str, session: str) -> None:
+        """`ChatService.Cancel` of subagent `session` alone: what it and the subagents below it asked is
+        cancelled, and so is what they ask until it reports new work (its state `running` again)."""
+        children = self.deck.conversation_of(agent).children
+        child = children.get(session)
+        if child is None:
+            return
+        child.stopping = True
+        for pending in self:
+            asking = pending.asker.child_id
+            if pending.agent == agent and asking is not None and children.stopped(asking):
                 pending.future.set_result(None)
 
     def cancel_from(self, asker: Asker) -> None:

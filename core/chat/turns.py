@@ -93,7 +93,8 @@ class Turns:
 
     def cancel_child(self, agent_name: str, session: str) -> dict[str, Any]:
         """End the work of subagent session `session` alone (`session/cancel` on it), where the child
-        offers it (its capabilities' `cancel`); what it asked the user is cancelled. Refused otherwise."""
+        offers it (its capabilities' `cancel`); what it asked the user is cancelled, and what it asks
+        until it reports new work (`PendingRequests.stop_child`). Refused otherwise."""
         agent = self._deck.agent(agent_name)
         child = self._conversations.of(agent.name).children.get(session)
         if child is None:
@@ -104,7 +105,7 @@ class Turns:
         live = agent.sessions.get(session)
         if live is None or live.parent is None:
             raise ServiceError(f"subagent {name!r} of {agent.name} is not running")
-        self._pending.cancel_from(live)
+        self._pending.stop_child(agent.name, session)
         live.cancel()
         return {"cancelled": child.working, "session": session}
 

@@ -14,8 +14,9 @@ to write, and gives it every event of the deck through `on_event`.
 
 An ACP session is one of the agent's conversations: its id is the stored conversation's (without
 history, one made up for the connection). The agent has one current conversation (§6); a prompt to
-another session of the client's makes that one current first (`OpenConversation`), and the events
-of the agent's conversation go to the session it is.
+another session of the client's makes that one current first (`OpenConversation`, with the agent
+named: another agent's conversation is never opened), and the events of the agent's conversation go
+to the session it is.
 
 The client is untrusted: each line is decoded within bounds (`MAX_LINE_BYTES`, the depth of
 `decode_line`), a line that is no request gets its JSON-RPC error, an unknown method -32601, bad
@@ -661,18 +662,19 @@ class AcpProxy(Handlers):
         return message_id
 
     async def _make_current(self, session: str, opening: bool = False) -> None:
-        """Make the session's stored conversation the agent's current one (refused while it answers)."""
+        """Make the session's stored conversation the agent's current one (refused while it answers, and
+        -32002 when it is no conversation of the agent's: another agent's is left as it is)."""
         if not self.history:
             raise AcpError(RESOURCE_NOT_FOUND, f"session {session!r} is no longer {self.agent}'s conversation, and deck's history is off")
         if not opening and session not in self.sessions:
             raise AcpError(RESOURCE_NOT_FOUND, f"no session {session!r} open here: session/new, load or resume first")
         self.sessions.add(session)
-        try:
-            await self.client.call("ChatService.OpenConversation", {"id": session})
+        try:  # with the agent named: another agent's conversation is refused, and stays as it is
+            await self.client.call("ChatService.OpenConversation", {"id": session, "agent": self.agent})
         except ServiceError as exc:
             if opening:
                 self.sessions.discard(session)
-            raise AcpError(RESOURCE_NOT_FOUND if "no conversation" in str(exc) else INTERNAL_ERROR, str(exc)) from None
+            raise AcpError(RESOURCE_NOT_FOUND if _not_found(exc) else INTERNAL_ERROR, str(exc)) from None
         self.current = session
         self._tools.clear()
 
@@ -781,6 +783,12 @@ async def _call(client: Client, method: str, params: Any = None) -> Any:
     except ServiceError as exc:
         code = exc.code if exc.code in (INVALID_PARAMS, RESOURCE_NOT_FOUND) else INTERNAL_ERROR
         raise AcpError(code, str(exc)) from None
+
+
+def _not_found(error: ServiceError) -> bool:
+    """Whether OpenConversation refused a session that is none of the agent's: no such conversation,
+    or another agent's (its `data` names whose)."""
+    return "no conversation" in str(error) or (isinstance(error.data, dict) and "agent" in error.data)
 
 
 def _failed(outcome: dict[str, Any]) -> dict[str, Any]:

@@ -314,6 +314,8 @@ class ChatService:
         """Make stored conversation `id` its agent's current one. The agent is stopped if it runs;
         its next start resumes or loads the conversation's session where it can (`Agent.start`).
         The next start of deck comes back to it, unless it is opened `apart` (by a one-shot `deck send`).
+        With `agent` too, a conversation of another agent's is refused with nothing changed: a client
+        that speaks for one agent (`deck acp`) never switches another's conversation.
 
         With `agent` and `sessionId` instead (from `AgentSessions`): the agent's own session
         becomes its current conversation, loaded at once (its replay forms the conversation)."""
@@ -323,6 +325,11 @@ class ChatService:
             return await self._open_agent_session(agent, sessionId)
         history = self._history()
         stored = await history.get(id, self.conversations.caps().conversation * 3 // 4)
+        if agent is not None and stored["agent"] != agent:
+            raise ServiceError(
+                f"conversation {id!r} is another agent's ({stored['agent']}'s), not {agent}'s",
+                {"conversationId": id, "agent": stored["agent"]},
+            )
         agent = stored["agent"]
         if not apart and self._is_current(agent, stored):  # nothing to change: the agent goes on as it is
             return {"agent": agent, "conversationId": id, "current": True}

@@ -11,10 +11,17 @@ Prompts (first word):
   `perm`         child "c1" asks a permission; the answer, as JSON, is the parent's reply
   `hold [nocancel]`  child "c1" works until deck sends `session/cancel` for it (then goes idle, cancelled);
                  with `nocancel` it offers no cancel and finishes at the parent's own cancel
+  `late`         child "c1" (cancellable) works until deck sends `session/cancel` for it, then asks a permission
+                 all the same, streams a word and asks again, then reports `running` (new work) and asks a
+                 third time; the three answers, as a JSON list, are the parent's reply
   `between N`    child "c1" sends N messages to the parent, each of its own messageId, in one chunk each
   `cost`         child "c1" reports its session's cost twice (0.5 USD, then 1.25 USD in all)
   `caps`         the initialize request's clientCapabilities, as JSON
+  `forkas WHAT`  the next `session/fork` answers WHAT: `parent` (the forked session's own id), `child` (the
+                 live child "c1", announced now), `huge` (an id of 5,000,000 characters), `fresh` ("f1")
 Anything else is answered `You said: TEXT`.
+
+It lists `sessionCapabilities.fork`. `--new-id ID` makes `session/new` answer ID (`huge`: 5,000,000 characters).
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import sys
 
 ids = itertools.count(1000)
 init_params: dict = {}
+fork_as = ["fresh"]
+HUGE = "F" * 5_000_000
 
 
 def send(message: dict) -> None:
@@ -109,6 +118,25 @@ def hold(rid: object, sid: str, cancellable: bool) -> None:
             return
 
 
+def edit(title: str) -> dict:
+    return request("session/request_permission", {
+        "sessionId": "c1", "toolCall": {"toolCallId": title, "title": title, "kind": "edit"},
+        "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"}]})  # fmt: skip
+
+
+def late(sid: str) -> None:
+    announce(sid, "c1", title="Worker", capabilities={"cancel": {}}, state={"state": "running"})
+    text("c1", "working")
+    while read().get("method") != "session/cancel":
+        pass
+    answers = [edit("after its cancel")]
+    text("c1", "still at it")
+    answers.append(edit("after more words"))
+    announce(sid, "c1", state={"state": "running"})
+    answers.append(edit("new work"))
+    text(sid, json.dumps(answers))
+
+
 def prompt(rid: object, sid: str, words: str) -> None:
     word, _, rest = words.partition(" ")
     if word == "hold":
@@ -135,6 +163,8 @@ def prompt(rid: object, sid: str, words: str) -> None:
             "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"},
                         {"optionId": "no", "name": "Reject", "kind": "reject_once"}]})  # fmt: skip
         text(sid, json.dumps(answer))
+    elif word == "late":
+        late(sid)
     elif word == "between":
         announce(sid, "c1", title="Chatty")
         for i in range(int(rest)):
@@ -147,6 +177,11 @@ def prompt(rid: object, sid: str, words: str) -> None:
             update("c1", {"sessionUpdate": "usage_update", "used": 10, "size": 100,
                           "cost": {"amount": amount, "currency": "USD"}})  # fmt: skip
         text(sid, "spent")
+    elif word == "forkas":
+        fork_as[0] = rest
+        if rest == "child":
+            announce(sid, "c1", title="Live", state={"state": "running"})
+        text(sid, f"next fork: {rest}")
     elif word == "caps":
         text(sid, json.dumps(init_params.get("clientCapabilities")))
     else:
@@ -161,9 +196,14 @@ def main() -> None:
         method, rid, params = message.get("method"), message.get("id"), message.get("params") or {}
         if method == "initialize":
             init_params.update(params)
-            send({"id": rid, "result": {"protocolVersion": 1, "agentCapabilities": {}, "authMethods": []}})
+            caps = {"sessionCapabilities": {"fork": {}}}
+            send({"id": rid, "result": {"protocolVersion": 1, "agentCapabilities": caps, "authMethods": []}})
         elif method == "session/new":
-            send({"id": rid, "result": {"sessionId": f"s{next(sessions)}"}})
+            given = sys.argv[sys.argv.index("--new-id") + 1] if "--new-id" in sys.argv else None
+            send({"id": rid, "result": {"sessionId": (HUGE if given == "huge" else given) or f"s{next(sessions)}"}})
+        elif method == "session/fork":
+            forked = {"parent": params.get("sessionId"), "child": "c1", "huge": HUGE}.get(fork_as[0], "f1")
+            send({"id": rid, "result": {"sessionId": forked}})
         elif method == "session/prompt":
             blocks = params.get("prompt") or []
             prompt(rid, params["sessionId"], "".join(b.get("text", "") for b in blocks))

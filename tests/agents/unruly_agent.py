@@ -8,6 +8,8 @@ Prompt commands (first word), each written as raw lines, then the turn's answer:
 `deep N` (a usage_update whose cost is an object nested N levels, then a chunk "after"),
 `numbers` (NaN, Infinity, -Infinity and 1e400 in a usage_update and in the answer's usage),
 `surrogate` (a chunk whose text is a lone surrogate escape, then a chunk "after"),
+`badkind` (updates whose sessionUpdate is a list, an object, a number or null, one more for a session nobody
+opened, then a chunk "after"),
 `unknown N [SIZE]` (updates for N distinct session ids nobody opened, each SIZE bytes longer, then a chunk "after"),
 `close-stdout` (a chunk "closing", then fd 1 closed: the agent stays alive, reading stdin);
 anything else is echoed.
@@ -75,6 +77,10 @@ def turn(rid, sid: str, text: str) -> None:
     elif word == "badsid":  # session ids that are no strings: a list, an object, a number, null
         write(b"".join(update(bad, {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "boo"}})
                        for bad in (["s1"], {"id": "s1"}, 1, None)) + chunk(sid, "after"))
+    elif word == "badkind":
+        kinds = [(sid, ["tool_call"]), (sid, {"a": 1}), (sid, 1), (sid, None), ("ghost", ["agent_message_chunk"])]
+        write(b"".join(update(to, {"sessionUpdate": kind, "toolCallId": "t", "content": {"type": "text", "text": "boo"}})
+                       for to, kind in kinds) + chunk(sid, "after"))
     elif word == "close-stdout":
         write(chunk(sid, "closing"))
         os.close(1)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 from deck.errors import ServiceError
 
-from tests.conftest import agent_block
+from tests.conftest import agent_block, agent_table
+from tests.core.chat.test_subagents import SUBAGENT_AGENT
 from tests.frontends.test_line import line_deck  # noqa: F401  (the fixture)
 from tests.plugins.history.test_history import send, turn_done
 from tests.turns import ask
@@ -55,6 +56,33 @@ async def test_fork_is_refused_when_the_agent_does_not_offer_it(make_deck):
     with pytest.raises(ServiceError, match="cannot fork its session: its initialize answer has no sessionCapabilities.fork"):
         await deck.call("ChatService.Fork", {"agent": "a"})
     assert [m.text for m in deck.chat.conversation("a").messages] == ["hello", "You said: hello"]
+
+
+@pytest.mark.anyio
+async def test_hostile_fork_answer_naming_an_open_session_or_too_long_is_refused_and_changes_nothing(make_deck):
+    deck, rec = make_deck(agent_table("a", SUBAGENT_AGENT))
+    await ask(deck, rec, "forkas child")  # the child "c1" is announced, its session open
+    agent = deck.agents["a"]
+    parent, routed = agent.session_id, dict(agent.sessions)
+    refusals = (("parent", "the id of a session open already"), ("child", "the id of a session open already"),
+                ("huge", "a sessionId of 5000000 characters: deck takes 200 at most"))  # fmt: skip
+    for answer, why in refusals:
+        await ask(deck, rec, f"forkas {answer}")
+        with pytest.raises(ServiceError, match=why):
+            await deck.call("ChatService.Fork", {"agent": "a"})
+        assert agent.session_id == deck.chat.conversation("a").session_id == parent
+        assert agent.sessions == routed  # the child's updates still go to the child
+    await ask(deck, rec, "forkas fresh")
+    assert (await deck.call("ChatService.Fork", {"agent": "a"}))["sessionId"] == "f1"
+
+
+@pytest.mark.anyio
+async def test_hostile_session_new_answer_of_five_megabytes_fails_the_start(make_deck):
+    deck, rec = make_deck(agent_table("a", [*SUBAGENT_AGENT, "--new-id", "huge"]))
+    await deck.startup()
+    with pytest.raises(ServiceError, match="session/new returned a sessionId of 5000000 characters"):
+        await deck.call("AgentService.Start", {"name": "a"})
+    assert deck.agents["a"].session_id is None
 
 
 def test_line_mode_forks_with_slash_fork(line_deck):  # noqa: F811

@@ -10,6 +10,7 @@ import json
 import sys
 
 import pytest
+from deck.chat.children import Children
 from deck.chat.conversation import Conversation
 from deck.errors import ServiceError
 
@@ -131,6 +132,24 @@ async def test_cancel_a_child_alone_where_it_offers_it(make_deck):
 
 
 @pytest.mark.anyio
+async def test_hostile_request_of_a_child_cancelled_alone_is_answered_cancelled_until_it_reports_new_work(make_deck):
+    deck, rec = deleg(make_deck)
+    await deck.startup()
+    deck.chat.turns.send("a", "late")
+    await rec.wait_event("subagent:changed", agent="a", state="running")
+    await deck.call("ChatService.Cancel", {"agent": "a", "session": "c1"})
+    asked = await rec.wait_event("permission:requested", agent="a")
+    assert asked["toolCall"]["title"] == "new work"  # the two asked after the cancel never reached the inbox
+    await deck.call("ChatService.AnswerPermission", {"id": asked["id"], "optionId": "ok"})
+    await rec.wait(lambda r: not deck.chat.conversation("a").busy)
+    reply = [m for m in deck.chat.conversation("a").messages if m.role == "agent" and m.session is None][-1]
+    cancelled = {"outcome": {"outcome": "cancelled"}}
+    assert json.loads(reply.text) == [{"result": cancelled}, {"result": cancelled},
+                                      {"result": {"outcome": {"outcome": "selected", "optionId": "ok"}}}]  # fmt: skip
+    assert len(rec.named("permission:requested", "a")) == 1
+
+
+@pytest.mark.anyio
 async def test_cancel_of_a_child_that_offers_none_or_is_unknown_is_refused(make_deck):
     deck, rec = deleg(make_deck)
     await deck.startup()
@@ -174,3 +193,16 @@ def test_a_child_restored_from_the_history_is_no_longer_working():
                    "session": "c"}], "s1", None, children=stored)  # type: ignore[list-item]  # fmt: skip
     assert conv.snapshot()["children"] == [{"session": "c", "parent": "s1", "title": "T", "state": "idle", "cancel": False}]
     assert conv.messages[0].session == "c"
+
+
+def test_a_child_below_one_cancelled_alone_is_stopped_with_it_until_it_works_again():
+    children = Children("a")
+    children.announce("s1", {"sessionId": "c1", "state": {"state": "running"}})
+    children.announce("c1", {"sessionId": "c2"})
+    children.announce("s1", {"sessionId": "c3"})
+    children.by_id["c1"].stopping = True
+    assert [children.stopped(c) for c in ("c1", "c2", "c3", "unknown")] == [True, True, False, False]
+    children.announce("s1", {"sessionId": "c1", "title": "renamed", "state": {"state": "idle"}})
+    assert children.stopped("c2")  # idle is no new work
+    children.announce("s1", {"sessionId": "c1", "state": {"state": "running"}})
+    assert not children.stopped("c1") and not children.stopped("c2")

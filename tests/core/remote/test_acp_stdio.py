@@ -143,6 +143,36 @@ def test_sessions_are_deck_conversations_listed_loaded_resumed_and_closed(tmp_pa
     assert later[one] >= history[one] + 2
 
 
+def test_hostile_load_or_resume_of_another_agents_conversation_is_refused_and_changes_nothing(serve, clients, acp) -> None:
+    """`deck acp a` asked for b's conversations by their ids: refused as sessions it does not have,
+    nothing told under their ids, b's current conversation left as it is (for the other frontends too)."""
+    server = serve(agent_block("a") + agent_block("b"), name="foreign")
+    watcher = clients(server.path)
+    watcher.call("DeckService.Snapshot")  # events from now on
+    other = acp("b", "--attach", server.name)
+    older = other.open_session()
+    other.call("session/prompt", {"sessionId": older, "prompt": [{"type": "text", "text": "secret of b"}]})
+    current = other.call("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
+    other.call("session/prompt", {"sessionId": current, "prompt": [{"type": "text", "text": "b goes on"}]})
+    seen = len(watcher.lines)
+    client = acp("a", "--attach", server.name)
+    mine = client.open_session()
+    client.call("session/prompt", {"sessionId": mine, "prompt": [{"type": "text", "text": "a's own"}]})
+    for method, session in (("session/load", older), ("session/resume", older), ("session/load", current), ("session/resume", current)):
+        refused = client.error(method, {"sessionId": session, "cwd": "/tmp", "mcpServers": []})
+        assert refused["code"] == -32002 and "another agent's (b's)" in refused["message"], refused
+        assert client.updates(session) == []  # nothing of a's told as b's session
+    assert client.error("session/prompt", {"sessionId": older, "prompt": [{"type": "text", "text": "x"}]})["code"] == -32002
+    assert client.call("session/prompt", {"sessionId": mine, "prompt": [{"type": "text", "text": "still mine"}]})["stopReason"] == "end_turn"
+    texts = [p.get("text") for m in watcher.call("ChatService.Conversation", {"agent": "b"})["messages"] for p in m["parts"]]
+    assert "b goes on" in texts and "secret of b" not in texts  # b's current conversation is still its own
+    assert not any(x.get("event") == "conversation:reset" and x.get("agent") == "b" for x in watcher.lines[seen:])
+    # The service itself: the id of b's conversation with agent a named is refused, nothing changed.
+    reply = watcher.response(watcher.request("ChatService.OpenConversation", {"id": older, "agent": "a"}))
+    assert reply["error"]["data"] == {"conversationId": older, "agent": "b"}, reply
+    assert other.call("session/prompt", {"sessionId": current, "prompt": [{"type": "text", "text": "b still"}]})["stopReason"] == "end_turn"
+
+
 def test_cancel_ends_the_prompt_as_cancelled(tmp_path, acp) -> None:
     client = acp("a", "--config", config(tmp_path, agent_block("a")))
     session = client.open_session()

@@ -266,6 +266,21 @@ async def test_updates_whose_session_id_is_no_string_are_skipped_and_the_turn_co
     assert deck.agents["u"].early.sessions == {}
 
 
+async def test_updates_whose_session_update_is_a_list_or_an_object_are_skipped_without_a_traceback(make_deck, caplog):
+    deck, rec = make_deck(unruly())
+    deck.chat.send("u", "badkind")
+    await rec.wait_event("turn:changed", agent="u", busy=False, timeout=30)
+    reply = deck.chat.conversation("u").messages[-1]
+    assert reply.done and reply.stop_reason == "end_turn" and reply.text == "after" and not reply.parts[1:]
+    logs = deck.agents["u"].logs
+    skipped = [line for line in logs if "sessionUpdate is no string" in line]
+    assert [line.rsplit("(", 1)[1] for line in skipped] == ["list), skipped", "dict), skipped", "int), skipped",
+                                                            "NoneType), skipped", "list), skipped"]  # fmt: skip
+    assert not any("error while handling" in line for line in logs), logs
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert deck.agents["u"].early.sessions == {} and not rec.named("session:update", "u")
+
+
 async def test_early_updates_within_the_bounds_are_still_replayed(make_deck):
     deck, rec = make_deck(agent_block("a", "--early-update"))
     await deck.agent_service.start("a")
