@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
@@ -58,7 +58,7 @@ def worktrees(
     if as_json:
         typer.echo(json_printable(json.dumps(rows, indent=2, ensure_ascii=False)))
     elif rows or not missed:
-        show(rows)
+        show(rows, [] if rows else worktree_agents(call(config, "ConfigService.Content", {})))
     for row in missed:  # not "no worktrees": those there were not looked at
         of = f" (of {', '.join(row['agents'])})" if row.get("agents") else ""
         typer.echo(printable(f"deck: {row['host']} could not be reached, so the worktrees there{of} are not listed, "
@@ -67,8 +67,22 @@ def worktrees(
         raise typer.Exit(ExitCode.ERROR)
 
 
-def show(rows: list[dict[str, Any]]) -> None:
-    if not rows:
+def worktree_agents(text: str) -> list[str]:
+    """The agents of config text `text` with `worktree = true`."""
+    import tomllib
+
+    try:
+        agents = tomllib.loads(text).get("agents", {})
+    except tomllib.TOMLDecodeError:
+        return []
+    return [name for name, table in agents.items() if isinstance(table, dict) and table.get("worktree") is True]
+
+
+def show(rows: list[dict[str, Any]], waiting: Sequence[str] = ()) -> None:
+    """The worktrees' rows; none, with the `waiting` agents (`worktree = true`, not started yet) named."""
+    if not rows and waiting:
+        typer.echo(printable(f"no worktrees yet: {', '.join(waiting)} (worktree = true) get theirs at their first start"))
+    elif not rows:
         typer.echo("no worktrees (give an agent worktree = true; its worktree is made at its first start)")
     for row in rows:
         if "error" in row:

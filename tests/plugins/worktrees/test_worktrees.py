@@ -733,3 +733,13 @@ async def test_a_standalone_merge_names_the_work_by_its_conversation(make_deck, 
     assert merged.exit_code == 0, merged.output
     assert git(repo, "log", "-1", "--format=%s").strip() == "Merge deck/a: write notes.txt the notes"
     assert git(repo, "log", "-1", "--format=%s", "HEAD^2").strip() == "a: write notes.txt the notes"
+
+
+def test_worktrees_before_any_start_names_the_agents_whose_worktree_is_to_come(repo, tmp_path):
+    config = tmp_path / "deck.toml"
+    config.write_text(worktree_agent("a", repo) + worktree_agent("b", repo) + agent_table("c", [sys.executable, str(AGENT)]))
+    listed = run_cli(config, "worktrees")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout == "no worktrees yet: a, b (worktree = true) get theirs at their first start\n"
+    config.write_text(agent_table("c", [sys.executable, str(AGENT)]))
+    assert run_cli(config, "worktrees").stdout.startswith("no worktrees (give an agent worktree = true")
