@@ -123,6 +123,27 @@ def complete_frontends(incomplete: str) -> list[str]:
     return [n for n in ("urwid", "line", "jsonl") if n.startswith(incomplete)]
 
 
+def need_terminal(frontend: str) -> None:
+    """The console draws on a terminal and reads its keys: with stdin or stdout a pipe, a file or
+    /dev/null it would draw into the pipe and spin on an input that is closed, so it is a usage
+    error, said before anything starts. Any other frontend: nothing to check."""
+    import sys
+
+    if frontend != "urwid":
+        return
+    missing = [name for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)) if not _is_terminal(stream)]
+    if missing:
+        what = " and ".join(missing) + (" are not terminals" if len(missing) > 1 else " is not a terminal")
+        fail(f"the console (urwid) needs a terminal: {what}; use --frontend=line or jsonl")
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return stream is not None and bool(stream.isatty())
+    except (OSError, ValueError):  # closed
+        return False
+
+
 def echo(text: str = "", err: bool = False, nl: bool = True) -> None:
     """Print `text` on stdout (`err`: stderr) with its control characters and bidi controls made
     visible (`deck.tty.printable`): none reaches the terminal as a control sequence."""
