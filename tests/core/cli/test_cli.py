@@ -191,6 +191,24 @@ def test_config_show_gives_each_agent_the_title_and_icon_it_is_shown_with(tmp_pa
     assert '[agents.alpha]\ntitle = "alpha"\nicon = "A"\n' in toml and 'icon = ""' not in toml
 
 
+def test_config_show_gives_the_registry_url_deck_reads(tmp_path):
+    """Unset, `[registry] url` is the registry's CDN, as the docs and `deck config init` say, not
+    "": `deck config show` says the URL `deck agents add` would read, $DECK_REGISTRY_URL first."""
+    from deck.config.registry_url import DEFAULT_URL
+
+    config = write_config(tmp_path / "deck.toml", agent_block("a"))
+    env = {k: v for k, v in os.environ.items() if k != "DECK_REGISTRY_URL"}
+    shown = deck("config", "show", "--config", str(config), env=env).stdout
+    assert f'[registry]\nurl = "{DEFAULT_URL}"\n' in shown and 'url = ""' not in shown
+    assert DEFAULT_URL.startswith("https://cdn.agentclientprotocol.com/")
+    as_json = json.loads(deck("config", "show", "--json", "--config", str(config), env=env).stdout)
+    assert as_json["registry"] == {"url": DEFAULT_URL}
+    mirror = write_config(tmp_path / "mirror.toml", '[registry]\nurl = "file:///srv/r.json"\n' + agent_block("a"))
+    assert json.loads(deck("config", "show", "--json", "--config", str(mirror), env=env).stdout)["registry"] == {"url": "file:///srv/r.json"}
+    env["DECK_REGISTRY_URL"] = "https://mirror.example/r.json"
+    assert json.loads(deck("config", "show", "--json", "--config", str(mirror), env=env).stdout)["registry"] == {"url": "https://mirror.example/r.json"}
+
+
 def test_diff_of_an_agent_the_config_does_not_have_names_it_and_the_agents(tmp_path):
     config = write_config(tmp_path / "deck.toml", agent_block("a") + agent_block("b"))
     done = deck("diff", "zzz", "--config", str(config), cwd=tmp_path)
