@@ -213,6 +213,14 @@ def make_deck(config: Optional[Path], disabled: tuple[str, ...] = (), warn: bool
     return deck
 
 
+def no_agent(deck: Deck) -> str | None:
+    """What a command says of a config with no agent (an empty file): else it would print nothing
+    and exit 0, as if it had done something. None when the config has agents."""
+    if deck.agents:
+        return None
+    return f"no agent in the config ({deck.config_path or 'built-in'}): `deck config init` writes one"
+
+
 def say_warnings(deck: Deck) -> None:
     """The config's warnings (unknown keys, with the key meant) on stderr, one line each."""
     where = str(deck.config_path or "<config>")

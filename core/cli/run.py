@@ -22,6 +22,7 @@ from deck.cli.common import (
     frontends,
     make_deck,
     need_terminal,
+    no_agent,
     report_plugin_failure,
     run_async,
     say_warnings,
@@ -64,6 +65,8 @@ def run(
     need_terminal(name)
     if name not in ("line", "urwid"):  # those two show the config's warnings where they show the rest
         say_warnings(deck)
+    if (empty := no_agent(deck)) is not None:  # deck runs all the same: it takes agents added to the file
+        echo(f"deck: {empty}", err=True)
     options: dict[str, Any] = {"stay": stay} if name == "jsonl" else {}
     code = run_async(deck.run(available[name], **options))
     raise typer.Exit(code or ExitCode.OK)

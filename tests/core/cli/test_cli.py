@@ -209,6 +209,24 @@ def test_config_show_gives_the_registry_url_deck_reads(tmp_path):
     assert json.loads(deck("config", "show", "--json", "--config", str(mirror), env=env).stdout)["registry"] == {"url": "https://mirror.example/r.json"}
 
 
+def test_a_config_with_no_agent_is_said_so(tmp_path):
+    """An empty config: `deck agents` and `deck run` say there is no agent and how to get one,
+    rather than print nothing; `deck run` runs all the same (agents added to the file start),
+    as line mode answers input then: `[deck] there is no agent in the config`."""
+    config = write_config(tmp_path / "empty.toml", "")
+    said = f"no agent in the config ({config}): `deck config init` writes one"
+    listed = deck("agents", "--config", str(config))
+    assert (listed.returncode, listed.stdout, listed.stderr) == (0, said + "\n", "")
+    assert deck("agents", "--check", "--config", str(config)).stdout == said + "\n"
+    assert json.loads(deck("agents", "--json", "--config", str(config)).stdout) == []
+    for frontend in ("line", "jsonl"):
+        ran = deck("run", "--frontend", frontend, "--config", str(config))
+        assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", f"deck: {said}\n"), frontend
+    typed = subprocess.run([*DECK, "run", "--config", str(config)], input="hi\n", capture_output=True, text=True, timeout=30)
+    assert typed.returncode == 0 and typed.stderr == f"deck: {said}\n"
+    assert "[deck] there is no agent in the config" in typed.stdout
+
+
 def test_diff_of_an_agent_the_config_does_not_have_names_it_and_the_agents(tmp_path):
     config = write_config(tmp_path / "deck.toml", agent_block("a") + agent_block("b"))
     done = deck("diff", "zzz", "--config", str(config), cwd=tmp_path)
