@@ -40,10 +40,48 @@ class Command(TyperCommand):
 
 
 class Group(TyperGroup):
-    """The `deck` group: its options (help, completion) read as `Command`'s do."""
+    """The `deck` group (and `deck config`): its options (help, completion) read as `Command`'s do,
+    and a command it lacks is answered with the one meant: `deck chek` is likely `deck check`,
+    and `deck check`, which deck has not, is one of two that it has (`MEANT`)."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _as_text(super().get_params(ctx))
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except Exception as exc:  # the UsageError of the click typer runs on (its own copy, or click)
+            name = args[0] if args else ""
+            if not hasattr(exc, "message") or not name or name.startswith("-") or self.get_command(ctx, name):
+                raise
+            exc.message = f"No such command {name!r}. {_meant(_path(ctx), name, self.list_commands(ctx))}".rstrip()
+            raise
+
+
+def _path(ctx: Any) -> str:
+    """`deck config` for the context of `deck config`, whatever name deck runs under (`python -m deck`)."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(["deck", *reversed(names)])
+
+
+#: Commands deck has under another name, by the group they are typed in: what each means.
+MEANT = {
+    ("deck", "check"): "Did you mean `deck agents --check` (can each agent start?) or `deck config validate` (is the config valid?)?",
+    ("deck config", "check"): "Did you mean `deck config validate`?",
+}
+
+
+def _meant(group: str, name: str, commands: list[str]) -> str:
+    """What `group NAME` likely meant: a command of another name (`MEANT`), else the closest one."""
+    import difflib
+
+    if (group, name) in MEANT:
+        return MEANT[group, name]
+    close = difflib.get_close_matches(name, commands, n=1)
+    return f"Did you mean `{group} {close[0]}`?" if close else ""
 
 
 try:

@@ -227,6 +227,23 @@ def test_a_config_with_no_agent_is_said_so(tmp_path):
     assert "[deck] there is no agent in the config" in typed.stdout
 
 
+@pytest.mark.parametrize(("args", "meant"), [
+    (["check"], "Did you mean `deck agents --check` (can each agent start?) or `deck config validate` (is the config valid?)?"),
+    (["config", "check"], "Did you mean `deck config validate`?"),
+    (["agent"], "Did you mean `deck agents`?"),
+    (["config", "shw"], "Did you mean `deck config show`?"),
+])  # fmt: skip
+def test_an_unknown_command_names_the_one_meant(args, meant):
+    done = deck(*args)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines()[-1] == f"Error: No such command {args[-1]!r}. {meant}"
+
+
+def test_an_unknown_command_like_none_is_said_alone():
+    done = deck("zzzz")
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == "Error: No such command 'zzzz'."
+
+
 def test_diff_of_an_agent_the_config_does_not_have_names_it_and_the_agents(tmp_path):
     config = write_config(tmp_path / "deck.toml", agent_block("a") + agent_block("b"))
     done = deck("diff", "zzz", "--config", str(config), cwd=tmp_path)
