@@ -69,7 +69,9 @@ def _path(ctx: Any) -> str:
 
 #: Commands deck has under another name, by the group they are typed in: what each means.
 MEANT = {
-    ("deck", "check"): "Did you mean `deck agents --check` (can each agent start?) or `deck config validate` (is the config valid?)?",
+    ("deck", "check"): (
+        "Did you mean `deck agents --check` (can each agent start?) or `deck config validate` (is the config valid?)?"
+    ),
     ("deck config", "check"): "Did you mean `deck config validate`?",
 }
 

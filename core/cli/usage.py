@@ -83,7 +83,9 @@ def _days_of(config: Optional[Path]) -> tuple[dict[str, Any], bool]:
 
 
 #: The columns of `deck usage`, each at least as wide as given: a longer value widens its column.
-COLUMNS = (("agent", 16), ("context", 24), ("tokens (reported)", 18), ("conversation", 14), ("since start", 18), ("today", 0))
+COLUMNS = (
+    ("agent", 16), ("context", 24), ("tokens (reported)", 18), ("conversation", 14), ("since start", 18), ("today", 0),
+)  # fmt: skip
 
 
 def _by_agent(found: dict[str, Any]) -> list[str]:

@@ -204,9 +204,13 @@ def test_config_show_gives_the_registry_url_deck_reads(tmp_path):
     as_json = json.loads(deck("config", "show", "--json", "--config", str(config), env=env).stdout)
     assert as_json["registry"] == {"url": DEFAULT_URL}
     mirror = write_config(tmp_path / "mirror.toml", '[registry]\nurl = "file:///srv/r.json"\n' + agent_block("a"))
-    assert json.loads(deck("config", "show", "--json", "--config", str(mirror), env=env).stdout)["registry"] == {"url": "file:///srv/r.json"}
+
+    def registry() -> dict[str, str]:
+        return json.loads(deck("config", "show", "--json", "--config", str(mirror), env=env).stdout)["registry"]
+
+    assert registry() == {"url": "file:///srv/r.json"}
     env["DECK_REGISTRY_URL"] = "https://mirror.example/r.json"
-    assert json.loads(deck("config", "show", "--json", "--config", str(mirror), env=env).stdout)["registry"] == {"url": "https://mirror.example/r.json"}
+    assert registry() == {"url": "https://mirror.example/r.json"}  # the environment wins, as it does for the registry
 
 
 def test_a_config_with_no_agent_is_said_so(tmp_path):
@@ -222,13 +226,15 @@ def test_a_config_with_no_agent_is_said_so(tmp_path):
     for frontend in ("line", "jsonl"):
         ran = deck("run", "--frontend", frontend, "--config", str(config))
         assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", f"deck: {said}\n"), frontend
-    typed = subprocess.run([*DECK, "run", "--config", str(config)], input="hi\n", capture_output=True, text=True, timeout=30)
+    typed = subprocess.run([*DECK, "run", "--config", str(config)], input="hi\n", capture_output=True, text=True,
+                           timeout=30)  # fmt: skip
     assert typed.returncode == 0 and typed.stderr == f"deck: {said}\n"
     assert "[deck] there is no agent in the config" in typed.stdout
 
 
 @pytest.mark.parametrize(("args", "meant"), [
-    (["check"], "Did you mean `deck agents --check` (can each agent start?) or `deck config validate` (is the config valid?)?"),
+    (["check"], "Did you mean `deck agents --check` (can each agent start?) or `deck config validate`"
+                " (is the config valid?)?"),
     (["config", "check"], "Did you mean `deck config validate`?"),
     (["agent"], "Did you mean `deck agents`?"),
     (["config", "shw"], "Did you mean `deck config show`?"),

@@ -124,7 +124,7 @@ def test_an_agent_that_cannot_resume_says_it_forgot_only_when_something_was_said
 
         def say(text: str, count: int) -> None:
             deck.call("ChatService.Send", {"agent": "a", "text": text})
-            deck.wait_line(lambda e: e.get("event") == "turn:changed" and e.get("agent") == "a" and e.get("busy") is False,
+            deck.wait_line(lambda e: e.get("event") == "turn:changed" and e.get("agent") == "a" and not e.get("busy"),
                            timeout=30, count=count)  # fmt: skip
 
         deck.call("AgentService.Start", {"name": "a"})  # a session opened, nothing said in it

@@ -46,7 +46,8 @@ def test_the_console_without_a_terminal_is_a_usage_error(tmp_path) -> None:
     by_flag = run("--frontend", "urwid", "--config", str(write_config(tmp_path / "plain.toml", agent_block("a"))))
     assert (by_flag.returncode, by_flag.stdout) == (2, "")
     assert by_flag.stderr == NO_TERMINAL.format("stdin and stdout are not terminals")
-    piped = subprocess.run([*DECK, "run", "--config", str(config)], input="hi\n", capture_output=True, text=True, timeout=30)
+    piped = subprocess.run([*DECK, "run", "--config", str(config)], input="hi\n", capture_output=True, text=True,
+                           timeout=30)  # fmt: skip
     assert (piped.returncode, piped.stdout) == (2, "")
     assert piped.stderr == NO_TERMINAL.format("stdin and stdout are not terminals")
 
@@ -57,7 +58,8 @@ def test_the_console_says_which_stream_is_no_terminal(tmp_path) -> None:
     config = write_config(tmp_path / "deck.toml", 'frontend = "urwid"\n' + agent_block("a"))
     main, side = os.openpty()
     try:
-        done = subprocess.run([*DECK, "run", "--config", str(config)], stdin=side, capture_output=True, text=True, timeout=30)
+        done = subprocess.run([*DECK, "run", "--config", str(config)], stdin=side, capture_output=True, text=True,
+                              timeout=30)  # fmt: skip
     finally:
         os.close(main)
         os.close(side)
@@ -69,8 +71,10 @@ def test_attaching_the_console_without_a_terminal_is_a_usage_error(tmp_path, ser
     """`deck attach` and a `deck run` that attaches to a server of its config: the same error."""
     server = serve('frontend = "urwid"\n' + agent_block("a"))
     config = server.popen.args[server.popen.args.index("--config") + 1]
-    attach = subprocess.run([*DECK, "attach", "t", "--frontend", "urwid"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
-    assert (attach.returncode, attach.stdout, attach.stderr) == (2, "", NO_TERMINAL.format("stdin and stdout are not terminals"))
+    attach = subprocess.run([*DECK, "attach", "t", "--frontend", "urwid"], capture_output=True, text=True, timeout=30,
+                            stdin=subprocess.DEVNULL)  # fmt: skip
+    assert (attach.returncode, attach.stdout) == (2, "")
+    assert attach.stderr == NO_TERMINAL.format("stdin and stdout are not terminals")
     through_run = run("--config", config)
     assert (through_run.returncode, through_run.stdout) == (2, "")
     assert through_run.stderr.endswith(NO_TERMINAL.format("stdin and stdout are not terminals"))
