@@ -47,7 +47,7 @@ from deck.events import (
 from deck.frontend import ALWAYS, ONCE, REJECT, Frontend, action_usage, choose_option, read_lines, stdout_failed
 from deck.frontends.line_text import StreamedText
 from deck.frontends.subagents import NESTED, Subagents
-from deck.frontends.words import money, state_word, word
+from deck.frontends.words import money, state_word, stderr_of, word
 from deck.states import AgentState
 from deck.tty import alert, one_line, printable, sgr_spans, terminal_text
 
@@ -331,7 +331,7 @@ class LineFrontend(Frontend):
             shown += f" · {word('outdated', language)}"
         if state == AgentState.ERROR.value:
             self.error(agent, f"{shown}: {error}" if error else shown)
-            self.emit(agent, f"/logs {agent} shows its last stderr lines", "dim")
+            self._spawn(self._logs_hint(agent), agent)
         else:
             self.emit(agent, shown, "dim" if state in ("busy", "starting") else "")
 
@@ -834,6 +834,13 @@ class LineFrontend(Frontend):
         result = await call
         if not result["cancelled"] and not result["abandoned"] and not dropped:
             self.emit(agent, "nothing to cancel", "dim")
+
+    async def _logs_hint(self, agent: str) -> None:
+        """`/logs AGENT` is offered only when the agent wrote something on stderr: a start that
+        failed before it ran (its command missing, no bubblewrap) has no line to show."""
+        lines = await self.client.call("AgentService.Logs", {"name": agent})
+        if stderr_of(lines):
+            self.emit(agent, f"/logs {agent} shows its last stderr lines", "dim")
 
     async def _logs(self, agent: str) -> None:
         lines = await self.client.call("AgentService.Logs", {"name": agent})

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 from deck.errors import ExitCode, ServiceError, refused_prompt
 from deck.events import Event, MessageDelta, MessageUpdated, PermissionRequested, QuestionRequested, handles
 from deck.frontend import REJECT, Frontend, choose_option, encode_event  # the jsonl bridge's encoder (`deck.wire`)
+from deck.frontends.words import stderr_of
 from deck.tty import json_printable, printable
 
 #: The exit code of each stop reason; an agent message that ended with an error exits 1.
@@ -45,6 +46,8 @@ STOP_CODES: dict[str, int] = {
 LABELS = {"thought": "[thought] ", "tool": "[tool] ", "plan": "[plan] ", "note": "deck: "}
 #: How long an interrupted send waits for its turn's cancellation to be taken.
 INTERRUPT_SECONDS = 3.0
+#: The most of a crashed agent's last stderr lines shown.
+STDERR_SHOWN = 10
 #: The most stored conversations of the agent looked through for `conversation`.
 CONVERSATIONS_LISTED = 1_000_000
 
@@ -86,6 +89,7 @@ class SendFrontend(Frontend):
         self.reply_id: str | None = None
         self.tools: dict[str, tuple[str, str]] = {}  # tool id → (title, status) last shown
         self._done: asyncio.Future[int] | None = None
+        self._failing: asyncio.Future[None] | None = None  # a failed turn's last lines, being fetched
         self._sending: asyncio.Future[Any] | None = None  # the Send call, once made
         self._calls: set[asyncio.Future[Any]] = set()
         self._flush_scheduled = False
@@ -224,11 +228,25 @@ class SendFrontend(Frontend):
         stop = message.get("stopReason")
         if stop is None:
             self.note(f"{self.agent}: {message.get('error') or 'the turn ended without a stop reason'}")
-            self._finish(ExitCode.ERROR)
+            self._failing = asyncio.ensure_future(self._failed())
             return
         if stop != "end_turn":
             self.note(f"{self.agent} stopped: {stop}")
         self._finish(STOP_CODES.get(stop, ExitCode.ERROR))
+
+    async def _failed(self) -> None:
+        """The turn ended with an error: when the agent is in error (it crashed), its last stderr
+        lines, which say why and which `deck send` has no `/logs` to show later; then exit 1."""
+        try:
+            listed = await self.client.call("AgentService.List")
+            crashed = any(a["name"] == self.agent and a["state"] == "error" for a in listed)
+            lines = stderr_of(await self.client.call("AgentService.Logs", {"name": self.agent})) if crashed else []
+        except Exception:  # a help only: the error said stands without them
+            lines = []
+        if lines:
+            self.note(f"{self.agent}'s last stderr lines:")
+            self._to_stderr("".join(f"| {line}\n" for line in lines[-STDERR_SHOWN:]))
+        self._finish(ExitCode.ERROR)
 
     @handles(MessageDelta)
     def _message_delta(self, event: MessageDelta) -> None:

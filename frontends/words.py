@@ -46,3 +46,13 @@ def money(cost: object) -> str | None:
     if not (isinstance(currency, str) and 1 <= len(currency) <= 8 and currency.isalpha()):
         return None
     return f"{amount:.2f} {currency.upper()}"
+
+
+#: How deck's own notes start in an agent's log (`AgentService.Logs`): the other lines are its stderr.
+DECK_LOG = "deck: "
+
+
+def stderr_of(logs: list[str]) -> list[str]:
+    """The lines of an agent's log that the agent wrote on stderr, deck's notes left out: what a
+    hint to read the log, or a failure's last lines, is about."""
+    return [line for line in logs if not line.startswith(DECK_LOG)]

@@ -145,6 +145,15 @@ def _words(message: Message) -> list[str]:
     return message.text.split()
 
 
+def _exchanged(conv: Conversation) -> bool:
+    """Whether the conversation holds something the agent was told or said before this start: what
+    a new session loses, and the note of an agent that forgot is for. deck's own notes and the
+    messages waiting to be sent (the one that starts the agent) are no such thing: an agent
+    started, stopped, then spoken to, forgets nothing."""
+    waiting = {message.id for message in conv.queue}
+    return any(m.role in ("user", "agent") and m.id not in waiting for m in conv.messages)
+
+
 def _nowhere(_event: Any) -> None:
     """Where a replay's copy reports its changes: nobody sees it."""
 
@@ -243,7 +252,7 @@ class Conversations(Mapping[str, Conversation]):
         session = agent.session
         assert session is not None and session.id is not None
         conv = self.of(agent.name)
-        if session.restarted and conv.messages:
+        if session.restarted and _exchanged(conv):
             conv.add_system("agent-restarted", text=session.restarted)
         conv.session_started(session.id, session.result, fresh=bool(session.restarted))
         session.attach(ConversationSink(conv))

@@ -15,6 +15,7 @@ from deck.cli.common import (
     echo_json,
     fail,
     make_deck,
+    no_agent,
     run_async,
 )
 from deck.errors import ExitCode
@@ -91,6 +92,8 @@ def agents(
     deck = make_deck(config)
     if action is not None:
         check_agent(action, deck.agents)
+    if (empty := no_agent(deck)) is not None and not as_json:
+        echo(empty)
     if check or handshake:
         from deck.cli.check import run_check
 

@@ -45,7 +45,7 @@ def main() -> None:
 
 
 # One module per command, each registering its own, as plugins register theirs.
-app.add_typer(config.config_app, name="config")  # deck config path|init|validate|schema|show
+app.add_typer(config.config_app, name="config", cls=Group)  # deck config path|init|validate|schema|show
 run.register(app)  # deck run, deck send
 server.register(app)  # deck serve, attach, stop, ls
 agents.register(app)  # deck agents, deck plugins

@@ -40,10 +40,50 @@ class Command(TyperCommand):
 
 
 class Group(TyperGroup):
-    """The `deck` group: its options (help, completion) read as `Command`'s do."""
+    """The `deck` group (and `deck config`): its options (help, completion) read as `Command`'s do,
+    and a command it lacks is answered with the one meant: `deck chek` is likely `deck check`,
+    and `deck check`, which deck has not, is one of two that it has (`MEANT`)."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _as_text(super().get_params(ctx))
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except Exception as exc:  # the UsageError of the click typer runs on (its own copy, or click)
+            name = args[0] if args else ""
+            if not hasattr(exc, "message") or not name or name.startswith("-") or self.get_command(ctx, name):
+                raise
+            exc.message = f"No such command {name!r}. {_meant(_path(ctx), name, self.list_commands(ctx))}".rstrip()
+            raise
+
+
+def _path(ctx: Any) -> str:
+    """`deck config` for the context of `deck config`, whatever name deck runs under (`python -m deck`)."""
+    names = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(["deck", *reversed(names)])
+
+
+#: Commands deck has under another name, by the group they are typed in: what each means.
+MEANT = {
+    ("deck", "check"): (
+        "Did you mean `deck agents --check` (can each agent start?) or `deck config validate` (is the config valid?)?"
+    ),
+    ("deck config", "check"): "Did you mean `deck config validate`?",
+}
+
+
+def _meant(group: str, name: str, commands: list[str]) -> str:
+    """What `group NAME` likely meant: a command of another name (`MEANT`), else the closest one."""
+    import difflib
+
+    if (group, name) in MEANT:
+        return MEANT[group, name]
+    close = difflib.get_close_matches(name, commands, n=1)
+    return f"Did you mean `{group} {close[0]}`?" if close else ""
 
 
 try:
@@ -121,6 +161,27 @@ def check_agent(name: str, agents: Iterable[str]) -> None:
 def complete_frontends(incomplete: str) -> list[str]:
     """Shell completion: the frontends deck ships (plugins may add more)."""
     return [n for n in ("urwid", "line", "jsonl") if n.startswith(incomplete)]
+
+
+def need_terminal(frontend: str) -> None:
+    """The console draws on a terminal and reads its keys: with stdin or stdout a pipe, a file or
+    /dev/null it would draw into the pipe and spin on an input that is closed, so it is a usage
+    error, said before anything starts. Any other frontend: nothing to check."""
+    import sys
+
+    if frontend != "urwid":
+        return
+    missing = [name for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout)) if not _is_terminal(stream)]
+    if missing:
+        what = " and ".join(missing) + (" are not terminals" if len(missing) > 1 else " is not a terminal")
+        fail(f"the console (urwid) needs a terminal: {what}; use --frontend=line or jsonl")
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return stream is not None and bool(stream.isatty())
+    except (OSError, ValueError):  # closed
+        return False
 
 
 def echo(text: str = "", err: bool = False, nl: bool = True) -> None:
@@ -201,6 +262,14 @@ def _closest(name: str, names: Collection[str]) -> str:
 
     close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else f" (plugins: {', '.join(sorted(names))})"
+
+
+def no_agent(deck: Deck) -> str | None:
+    """What a command says of a config with no agent (an empty file): else it would print nothing
+    and exit 0, as if it had done something. None when the config has agents."""
+    if deck.agents:
+        return None
+    return f"no agent in the config ({deck.config_path or 'built-in'}): `deck config init` writes one"
 
 
 def say_warnings(deck: Deck) -> None:

@@ -21,6 +21,8 @@ from deck.cli.common import (
     fail,
     frontends,
     make_deck,
+    need_terminal,
+    no_agent,
     report_plugin_failure,
     run_async,
     say_warnings,
@@ -45,6 +47,7 @@ def run(
     disabled = disabled_option(plugin)
     if frontend is not None:
         _check_frontend(frontend, disabled, config)
+        need_terminal(frontend)
     approvals = approvals_of(approve)
     if not new:
         _attach_instead(config, frontend, stay=stay, changed=bool(plugin or trace or approve))
@@ -59,8 +62,11 @@ def run(
     if name not in available:
         given = "" if frontend else f" in {deck.config_path or 'the config'}"
         fail(unknown_frontend(name, available, given))
+    need_terminal(name)
     if name not in ("line", "urwid"):  # those two show the config's warnings where they show the rest
         say_warnings(deck)
+    if (empty := no_agent(deck)) is not None:  # deck runs all the same: it takes agents added to the file
+        echo(f"deck: {empty}", err=True)
     options: dict[str, Any] = {"stay": stay} if name == "jsonl" else {}
     code = run_async(deck.run(available[name], **options))
     raise typer.Exit(code or ExitCode.OK)

@@ -18,6 +18,7 @@ from deck.cli.common import (
     echo_json,
     fail,
     make_deck,
+    need_terminal,
     report_plugin_failure,
     run_async,
 )
@@ -185,6 +186,7 @@ def attach(
         if chosen not in available:
             fail(f"unknown frontend {chosen!r} (available: {', '.join(sorted(available)) or 'none'})")
         frontend_cls = available[chosen]
+    need_terminal(chosen)
     raise typer.Exit(attached(name, frontend_cls) or ExitCode.OK)
 
 

@@ -82,19 +82,25 @@ def _days_of(config: Optional[Path]) -> tuple[dict[str, Any], bool]:
     return {"days": found.get("days") or []}, False
 
 
+#: The columns of `deck usage`, each at least as wide as given: a longer value widens its column.
+COLUMNS = (
+    ("agent", 16), ("context", 24), ("tokens (reported)", 18), ("conversation", 14), ("since start", 18), ("today", 0),
+)  # fmt: skip
+
+
 def _by_agent(found: dict[str, Any]) -> list[str]:
-    lines = [f"{'agent':<16} {'context':<24} {'tokens (reported)':<18} {'conversation':<14} {'since start':<18} today"]
+    rows = [[title for title, _width in COLUMNS]]
     for name, row in found["agents"].items():
         if row["size"]:
             context = f"{row['used']:,}/{row['size']:,} tokens"
         else:
             context = f"{row['used']:,} tokens" if row["used"] else NOT_REPORTED
         used = f"{row['tokens']['conversation']:,}" if row["tokens"]["conversation"] else NONE_REPORTED
-        if row["cost"] is None and not row["spent"]:
-            lines.append(f"{name:<16} {context:<24} {used:<18} cost unknown (not counted)")
-            continue
-        spent = f"{_money(row['cost']):<14} {_sum(row['spent']):<18} {_sum(row['today'])}"
-        lines.append(f"{name:<16} {context:<24} {used:<18} {spent}")
+        if row["cost"] is None and not row["spent"]:  # every column filled all the same: none shifts left
+            rows.append([name, context, used, "cost unknown (not counted)", NONE_REPORTED, NONE_REPORTED])
+        else:
+            rows.append([name, context, used, _money(row["cost"]), _sum(row["spent"]), _sum(row["today"])])
+    lines = _table(rows)
     if found["sinceStart"] or found["today"]:
         line = f"total: {_sum(found['sinceStart'])} since the server started, {_sum(found['today'])} today"
     else:
@@ -105,6 +111,14 @@ def _by_agent(found: dict[str, Any]) -> list[str]:
     if found["notCounted"]:
         line += f" (not counted, cost unknown: {', '.join(found['notCounted'])})"
     return [*lines, line]
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    """`rows` in columns, each as wide as `COLUMNS` says or as its widest value, one space apart:
+    a value longer than its column's width (a sum in two currencies) moves no other column."""
+    widths = [max(minimum, *(len(row[i]) for row in rows)) for i, (_title, minimum) in enumerate(COLUMNS)]
+    widths[-1] = 0  # the last column: no padding at the end of a line
+    return [" ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 
 
 def _by_day(found: dict[str, Any], live: bool) -> list[str]:

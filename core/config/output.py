@@ -8,6 +8,7 @@ from typing import Any
 
 from deck.config.check import _dotted
 from deck.config.models import AGENT_KEYS, CORE_TABLES, DeckConfig
+from deck.config.registry_url import effective_url
 from pydantic import (
     BaseModel,
 )
@@ -40,6 +41,7 @@ def effective(config: DeckConfig, sections: dict[str, Any] | None = None) -> dic
     data = config.model_dump(by_alias=True, exclude_none=True)
     for name, agent in config.agents.items():
         data["agents"][name]["cwd"] = agent.resolved_cwd()  # the folder it runs in, not "" for "here"
+    data["registry"]["url"] = effective_url(config.registry.url or None)  # the one read, not "" for the default
     for name, model in (sections or {}).items():
         if name == AGENT_KEYS:
             for agent, keys in model.items():

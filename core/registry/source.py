@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from deck.config.registry_url import effective_url
 from deck.errors import ExitCode
 from deck.proc.storage import write_atomic
 from deck.registry.catalog import MAX_REGISTRY, Catalog, RegistryError, parse
 
-DEFAULT_URL = "https://cdn.agentclientprotocol.com/registry/v1/latest/registry.json"
 #: How long a cached copy is used without asking the registry again, in seconds.
 FRESH = 3600.0
 #: Seconds to connect, and for the whole fetch of the registry.
@@ -53,7 +53,7 @@ class Loaded:
 def registry_url(configured: str | None = None) -> str:
     """The registry's URL: `$DECK_REGISTRY_URL`, else the config's `[registry] url`, else the default;
     RegistryError (exit 2) for another scheme than http, https or file."""
-    url = os.environ.get("DECK_REGISTRY_URL") or configured or DEFAULT_URL
+    url = effective_url(configured)
     if urlsplit(url).scheme not in ("http", "https", "file"):
         raise RegistryError(f"registry URL {url!r} is not http, https or file", ExitCode.USAGE)
     return url

@@ -32,7 +32,7 @@ user message chunk, session/resume nothing, then the agent exits with code 7), -
 loadSession; session/load is never answered).
 
 Prompt commands (first word): `stream N` (N chunks), `slow` (a chunk every 50 ms
-until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7),
+until cancelled), `big N` (one chunk of N bytes), `crash` (a chunk, then exit 7; `crash WORDS`: WORDS on stderr first),
 `perm` (a tool call asking permission), `perm-after-cancel` (like slow; once cancelled, a
 permission request, its outcome chunked), `perm-and-end` (a permission request left unanswered as the turn ends), `read PATH`, `write PATH TEXT`,
 `question`, `late` (an update after the response), `error` (a JSON-RPC error),
@@ -211,6 +211,8 @@ def turn(rid, sid: str, text: str) -> None:
         chunk(sid, "ok")
     elif word == "crash":
         chunk(sid, "about to crash")
+        if rest:
+            print(rest, file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(7)
     elif word == "error":

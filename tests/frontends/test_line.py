@@ -782,3 +782,20 @@ def test_piped_input_is_answered_in_the_order_of_its_lines(tmp_path):
     order = [lines.index(line) for line in ("[a] a · stopped  (current)", "[a] > echo two",
              "[deck] unknown agent 'nobody' (agents: a, b)", "[deck] unknown command: /nosuch", "[b] > echo five")]  # fmt: skip
     assert order == sorted(order), lines
+
+
+def test_logs_are_offered_after_an_error_only_when_the_agent_wrote_some(line_deck):
+    """A command that is missing wrote nothing: no `/logs` hint (it would show `no log lines`); an
+    agent that said why on stderr before it failed: the hint, and /logs shows the line."""
+    loud = [sys.executable, "-c", "import sys; print('boom: no key', file=sys.stderr); sys.exit(1)"]
+    deck = line_deck(agent_block("gone", command=["/no/such/agent-binary"]) + agent_block("loud", command=loud))
+    deck.send("@gone hi")
+    deck.expect(r"\[gone\] error: command not found: /no/such/agent-binary")
+    deck.expect(r"\[gone\] unavailable: .*")
+    deck.send("@loud hi")
+    deck.expect(r"\[loud\] error: the agent exited during the handshake with code 1")
+    deck.expect(r"\[loud\] /logs loud shows its last stderr lines")
+    deck.send("/logs loud")
+    deck.expect(r"\[loud\] \| boom: no key")
+    assert deck.close() == 0
+    assert not any(line.startswith("[gone] /logs") for line in deck.lines)

@@ -191,6 +191,65 @@ def test_config_show_gives_each_agent_the_title_and_icon_it_is_shown_with(tmp_pa
     assert '[agents.alpha]\ntitle = "alpha"\nicon = "A"\n' in toml and 'icon = ""' not in toml
 
 
+def test_config_show_gives_the_registry_url_deck_reads(tmp_path):
+    """Unset, `[registry] url` is the registry's CDN, as the docs and `deck config init` say, not
+    "": `deck config show` says the URL `deck agents add` would read, $DECK_REGISTRY_URL first."""
+    from deck.config.registry_url import DEFAULT_URL
+
+    config = write_config(tmp_path / "deck.toml", agent_block("a"))
+    env = {k: v for k, v in os.environ.items() if k != "DECK_REGISTRY_URL"}
+    shown = deck("config", "show", "--config", str(config), env=env).stdout
+    assert f'[registry]\nurl = "{DEFAULT_URL}"\n' in shown and 'url = ""' not in shown
+    assert DEFAULT_URL.startswith("https://cdn.agentclientprotocol.com/")
+    as_json = json.loads(deck("config", "show", "--json", "--config", str(config), env=env).stdout)
+    assert as_json["registry"] == {"url": DEFAULT_URL}
+    mirror = write_config(tmp_path / "mirror.toml", '[registry]\nurl = "file:///srv/r.json"\n' + agent_block("a"))
+
+    def registry() -> dict[str, str]:
+        return json.loads(deck("config", "show", "--json", "--config", str(mirror), env=env).stdout)["registry"]
+
+    assert registry() == {"url": "file:///srv/r.json"}
+    env["DECK_REGISTRY_URL"] = "https://mirror.example/r.json"
+    assert registry() == {"url": "https://mirror.example/r.json"}  # the environment wins, as it does for the registry
+
+
+def test_a_config_with_no_agent_is_said_so(tmp_path):
+    """An empty config: `deck agents` and `deck run` say there is no agent and how to get one,
+    rather than print nothing; `deck run` runs all the same (agents added to the file start),
+    as line mode answers input then: `[deck] there is no agent in the config`."""
+    config = write_config(tmp_path / "empty.toml", "")
+    said = f"no agent in the config ({config}): `deck config init` writes one"
+    listed = deck("agents", "--config", str(config))
+    assert (listed.returncode, listed.stdout, listed.stderr) == (0, said + "\n", "")
+    assert deck("agents", "--check", "--config", str(config)).stdout == said + "\n"
+    assert json.loads(deck("agents", "--json", "--config", str(config)).stdout) == []
+    for frontend in ("line", "jsonl"):
+        ran = deck("run", "--frontend", frontend, "--config", str(config))
+        assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", f"deck: {said}\n"), frontend
+    typed = subprocess.run([*DECK, "run", "--config", str(config)], input="hi\n", capture_output=True, text=True,
+                           timeout=30)  # fmt: skip
+    assert typed.returncode == 0 and typed.stderr == f"deck: {said}\n"
+    assert "[deck] there is no agent in the config" in typed.stdout
+
+
+@pytest.mark.parametrize(("args", "meant"), [
+    (["check"], "Did you mean `deck agents --check` (can each agent start?) or `deck config validate`"
+                " (is the config valid?)?"),
+    (["config", "check"], "Did you mean `deck config validate`?"),
+    (["agent"], "Did you mean `deck agents`?"),
+    (["config", "shw"], "Did you mean `deck config show`?"),
+])  # fmt: skip
+def test_an_unknown_command_names_the_one_meant(args, meant):
+    done = deck(*args)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines()[-1] == f"Error: No such command {args[-1]!r}. {meant}"
+
+
+def test_an_unknown_command_like_none_is_said_alone():
+    done = deck("zzzz")
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == "Error: No such command 'zzzz'."
+
+
 def test_diff_of_an_agent_the_config_does_not_have_names_it_and_the_agents(tmp_path):
     config = write_config(tmp_path / "deck.toml", agent_block("a") + agent_block("b"))
     done = deck("diff", "zzz", "--config", str(config), cwd=tmp_path)

@@ -108,3 +108,33 @@ def test_a_line_frontend_that_attaches_while_a_request_waits_shows_it_and_the_ou
     finally:
         line.popen.kill()
         line.popen.wait(5)
+
+
+def test_an_agent_that_cannot_resume_says_it_forgot_only_when_something_was_said(tmp_path) -> None:
+    """Started, stopped, then spoken to, an agent that cannot resume sessions forgets nothing: no
+    note. Stopped after an exchange, its next start says it does not remember."""
+    from tests.deck_process import DeckProcess, write_config
+
+    config = write_config(tmp_path / "deck.toml", agent_block("a"))
+    deck = DeckProcess("--config", str(config), cwd=tmp_path)
+    try:
+
+        def codes() -> list[str | None]:
+            return [m.get("code") for m in deck.call("ChatService.Conversation", {"agent": "a"})["messages"]]
+
+        def say(text: str, count: int) -> None:
+            deck.call("ChatService.Send", {"agent": "a", "text": text})
+            deck.wait_line(lambda e: e.get("event") == "turn:changed" and e.get("agent") == "a" and not e.get("busy"),
+                           timeout=30, count=count)  # fmt: skip
+
+        deck.call("AgentService.Start", {"name": "a"})  # a session opened, nothing said in it
+        deck.call("AgentService.Stop", {"name": "a"})
+        say("echo one", 1)
+        assert "agent-restarted" not in codes()
+        deck.call("AgentService.Stop", {"name": "a"})
+        say("echo two", 2)
+        assert codes().count("agent-restarted") == 1  # "echo one" is forgotten: said so
+        deck.close_stdin()
+        assert deck.wait(30) == 0
+    finally:
+        deck.kill_everything()

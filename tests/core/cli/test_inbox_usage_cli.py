@@ -54,7 +54,7 @@ def test_usage_says_what_each_column_counts_and_what_was_never_reported(serve, c
     watcher = clients(server.path)
     silent = cli("usage", "--attach", server.name).stdout.splitlines()  # nothing reported by anyone yet
     assert silent[0].split() == ["agent", "context", "tokens", "(reported)", "conversation", "since", "start", "today"]
-    assert silent[1].split() == ["a", "not", "reported", "—", "cost", "unknown", "(not", "counted)"]
+    assert cells(silent)[1] == ["a", "not reported", "—", "cost unknown (not counted)", "—", "—"]
     assert silent[-1] == "total: nothing spent yet (not counted, cost unknown: a, b, c)"
     assert "nothing" not in " ".join(silent[:-1]) and " 0 tokens" not in "\n".join(silent)
 
@@ -62,12 +62,27 @@ def test_usage_says_what_each_column_counts_and_what_was_never_reported(serve, c
     watcher.event("usage:changed", agent="a", timeout=20)
     watcher.request("ChatService.Send", {"agent": "b", "text": "usage"})
     watcher.event("usage:changed", agent="b", tokens=30, timeout=20)
-    rows = {line.split()[0]: line for line in cli("usage", "--attach", server.name).stdout.splitlines()}
-    assert rows["a"].split() == ["a", "500/100,000", "tokens", "—", "0.25", "USD", "0.25", "USD", "0.25", "USD"]
-    assert rows["b"].split() == ["b", "1,000/200,000", "tokens", "30", "cost", "unknown", "(not", "counted)"]
-    assert rows["c"].split()[1:4] == ["not", "reported", "—"]
+    shown = cli("usage", "--attach", server.name).stdout.splitlines()
+    rows = {row[0]: row for row in cells(shown)}
+    assert rows["a"] == ["a", "500/100,000 tokens", "—", "0.25 USD", "0.25 USD", "0.25 USD"]
+    assert rows["b"] == ["b", "1,000/200,000 tokens", "30", "cost unknown (not counted)", "—", "—"]
+    assert rows["c"] == ["c", "not reported", "—", "cost unknown (not counted)", "—", "—"]
+    rows = {line.split()[0]: line for line in shown}
     assert rows["total:"] == ("total: 0.25 USD since the server started, 0.25 USD today; 30 tokens reported since the "
                               "server started, 30 today (not counted, cost unknown: b, c)")  # fmt: skip
+
+
+def cells(lines: list[str]) -> list[list[str]]:
+    """The table `deck usage` prints, cut where each title of its header starts: every row must
+    have a value under every title, starting there (a value shifted left is cut in two)."""
+    header, *rows = [line for line in lines if not line.startswith("total:")]
+    starts = [m.start() for m in re.finditer(r"\S+(?: \S+)*", header)]
+    table = []
+    for line in [header, *rows]:
+        assert all(i == 0 or line[i - 1] == " " for i in starts if i < len(line)), line
+        table.append([line[a:b].strip() for a, b in zip(starts, [*starts[1:], None])])
+        assert all(table[-1]), line  # every column filled
+    return table
 
 
 def test_usage_by_day_reads_the_history_with_no_server_running(tmp_path, runtime) -> None:  # noqa: F811

@@ -62,6 +62,18 @@ def test_each_send_has_a_conversation_of_its_own_with_no_note(config: Path) -> N
     assert (first["title"], second["title"]) == ("echo one", "echo two")
 
 
+def test_an_agent_that_crashes_leaves_its_last_stderr_lines_on_stderr(config: Path) -> None:
+    """`deck send` has no `/logs` to read later: a crash says why in the agent's own last lines."""
+    done = send(config, "a", "crash out of memory: heap")
+    assert (done.returncode, done.stdout) == (1, "about to crash\n")
+    assert done.stderr == ("deck: a: the agent exited on its own with code 7\n"
+                           "deck: a's last stderr lines:\n| out of memory: heap\n")  # fmt: skip
+    quiet = send(config, "a", "crash")  # nothing on stderr: nothing more said
+    assert (quiet.returncode, quiet.stderr) == (1, "deck: a: the agent exited on its own with code 7\n")
+    refused = send(config, "a", "error")  # an error answer, the agent still running: its words alone
+    assert refused.returncode == 1 and "stderr lines" not in refused.stderr
+
+
 def test_continue_and_conversation_go_on_in_a_stored_conversation_and_say_what_the_agent_forgot(config: Path) -> None:
     assert send(config, "a", "echo one").returncode == 0
     assert send(config, "a", "echo two").returncode == 0

@@ -20,6 +20,7 @@ from deck.config.check import Problem
 from deck.config.check import parse as parse_alone
 from deck.config.models import DeckConfig, joined
 from deck.config.output import effective, json_schema, to_toml
+from deck.config.registry_url import effective_url
 from deck.errors import ServiceError
 from deck.frontend import Frontend
 from deck.hookspecs import hookimpl
@@ -252,7 +253,9 @@ def test_effective_config_round_trips_through_toml():
     assert again.problems == []
     # The folder each agent runs in is spelled out ("" means the folder deck runs in).
     assert {a.cwd for a in again.config.agents.values()} == {os.getcwd()}
-    assert again.config.model_dump(exclude={"agents"}) == config.model_dump(exclude={"agents"})
+    # The registry's URL too ("" means its CDN, unless $DECK_REGISTRY_URL says another).
+    assert again.config.registry.url == effective_url() and config.registry.url == ""
+    assert again.config.model_dump(exclude={"agents", "registry"}) == config.model_dump(exclude={"agents", "registry"})
     assert [a.model_dump(exclude={"cwd"}) for a in again.config.agents.values()] == [
         a.model_dump(exclude={"cwd"}) for a in config.agents.values()
     ]

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from deck.config.registry_url import DEFAULT_URL
 from deck.registry import source
 from deck.registry.catalog import RegistryError
 from deck.registry.download import download
@@ -111,7 +112,7 @@ def test_the_url_comes_from_the_environment_then_the_config_and_only_http_https_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("DECK_REGISTRY_URL", raising=False)
-    assert registry_url() == source.DEFAULT_URL
+    assert registry_url() == DEFAULT_URL
     assert registry_url("file:///r.json") == "file:///r.json"
     monkeypatch.setenv("DECK_REGISTRY_URL", "https://mirror.example/r.json")
     assert registry_url("file:///r.json") == "https://mirror.example/r.json"
