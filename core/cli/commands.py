@@ -62,15 +62,19 @@ BUILTIN_COMMANDS = frozenset(
 def register_plugin_commands(target: typer.Typer, args: list[str]) -> None:
     """Let each enabled plugin add its commands to `target`, through the hooks facade: one that
     fails is reported in one line, and the others still add theirs."""
+    from deck.cli import common
     from deck.runtime.hooks import PluginHooks
-    from deck.runtime.plugins import make_manager
+    from deck.runtime.plugins import commands_off, make_manager
 
+    disabled = disabled_by(args)
     try:
-        pm = make_manager(disabled_by(args))
+        pm = make_manager(disabled)
     except Exception as exc:  # a broken plugin must not take the CLI down
         echo(f"deck: cannot load the plugins: {exc!r}", err=True)
         return
     PluginHooks(pm, report_plugin_failure).register_commands(target)
+    if disabled:  # `deck land` with the worktrees off: "No such command", and why
+        common.OFF_COMMANDS.update(commands_off(disabled))
 
 
 def disabled_by(args: list[str]) -> list[str]:

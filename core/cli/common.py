@@ -76,12 +76,20 @@ MEANT = {
 }
 
 
+#: The commands the built-in plugins that are off would add, by name: their plugin (`commands_off`).
+OFF_COMMANDS: dict[str, str] = {}
+
+
 def _meant(group: str, name: str, commands: list[str]) -> str:
-    """What `group NAME` likely meant: a command of another name (`MEANT`), else the closest one."""
+    """What `group NAME` likely meant: a command of another name (`MEANT`), one of a plugin that is
+    off (`OFF_COMMANDS`), else the closest one."""
     import difflib
 
     if (group, name) in MEANT:
         return MEANT[group, name]
+    if group == "deck" and name in OFF_COMMANDS:
+        plugin = OFF_COMMANDS[name]
+        return f"It is a command of the {plugin} plugin, which is off ([plugins] disabled, or -p no:{plugin})."
     close = difflib.get_close_matches(name, commands, n=1)
     return f"Did you mean `{group} {close[0]}`?" if close else ""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,7 +19,8 @@ def config_path(config: Optional[Path] = ConfigOption) -> None:
     from deck.config.files import find_config
 
     path, source = find_config(str(config) if config else None)
-    how = {"flag": "--config", "env": "$DECK_CONFIG", "cwd": "./deck.toml", "xdg": "$XDG_CONFIG_HOME/deck/deck.toml"}
+    xdg = "$XDG_CONFIG_HOME/deck/deck.toml" if os.environ.get("XDG_CONFIG_HOME") else "~/.config/deck/deck.toml"
+    how = {"flag": "--config", "env": "$DECK_CONFIG", "cwd": "./deck.toml", "xdg": xdg}
     if path is None:
         echo("built-in default (no config file found)")
     elif not path.is_file():

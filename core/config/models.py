@@ -86,7 +86,9 @@ def parse_duration(value: Any) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """600 → "10m", 30 → "30s", 0.25 → "250ms": the shortest exact spelling."""
+    """600 → "10m", 30 → "30s", 0.25 → "250ms", 0 → "0s": the shortest exact spelling."""
+    if seconds == 0:
+        return "0s"
     for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)):
         if seconds >= size and (seconds / size).is_integer():
             return f"{int(seconds / size)}{unit}"

@@ -110,6 +110,33 @@ def sections_off(disabled: Iterable[str]) -> dict[str, dict[str, Any]]:
     return found
 
 
+def commands_off(disabled: Iterable[str]) -> dict[str, str]:
+    """The commands the built-in plugins `disabled` would add (`deck_register_commands`), by name:
+    their plugin, for the error of one typed all the same."""
+    import typer
+
+    disabled = set(disabled)
+    found: dict[str, str] = {}
+    for module_name in DEFAULT_PLUGINS:
+        name = short_name(module_name)
+        if name not in disabled:
+            continue
+        scratch = typer.Typer()
+        try:
+            register = getattr(importlib.import_module(module_name), "deck_register_commands", None)
+            if register is not None:
+                register(app=scratch)
+        except Exception as exc:  # not shipped, or broken: it adds no command
+            log.debug("plugin %s: its commands unknown: %s", name, exc)
+            continue
+        for command in scratch.registered_commands:
+            found[command.name or getattr(command.callback, "__name__", "").replace("_", "-")] = name
+        for group in scratch.registered_groups:
+            if group.name:
+                found[group.name] = name
+    return found
+
+
 def plugin_names(pm: pluggy.PluginManager) -> frozenset[str]:
     """Every plugin there is, on or off: the built-ins, those of the "deck" entry-point group, and
     those registered by hand (not the parts serving one deck, `NAME.deck`)."""

@@ -245,6 +245,15 @@ def test_an_unknown_command_names_the_one_meant(args, meant):
     assert done.stderr.splitlines()[-1] == f"Error: No such command {args[-1]!r}. {meant}"
 
 
+def test_a_command_of_a_plugin_that_is_off_says_so(tmp_path):
+    config = write_config(tmp_path / "deck.toml", '[plugins]\ndisabled = ["worktrees"]\n' + agent_block("a"))
+    done = deck("land", "--config", str(config), cwd=tmp_path)
+    off = "It is a command of the worktrees plugin, which is off ([plugins] disabled, or -p no:worktrees)."
+    assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"Error: No such command 'land'. {off}"
+    done = deck("history", "-p", "no:history")
+    assert done.stderr.splitlines()[-1].endswith("a command of the history plugin, which is off ([plugins] disabled, or -p no:history).")
+
+
 def test_an_unknown_command_like_none_is_said_alone():
     done = deck("zzzz")
     assert done.returncode == 2 and done.stderr.splitlines()[-1] == "Error: No such command 'zzzz'."

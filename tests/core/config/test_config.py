@@ -310,6 +310,21 @@ def test_config_path_says_how_the_file_was_found(cli, tmp_path, monkeypatch):
     assert cli("config", "path", "-c", "deck.toml").stdout == "deck.toml (from --config)\n"
     result = cli("config", "path", "-c", "nope.toml")
     assert result.exit_code == 2 and result.stdout == "nope.toml (from --config; file not found)\n"
+    # Without $XDG_CONFIG_HOME, the folder deck looks in is named as it is.
+    monkeypatch.delenv("DECK_CONFIG")
+    (tmp_path / "deck.toml").unlink()
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    home = tmp_path / "home" / ".config" / "deck" / "deck.toml"
+    home.parent.mkdir(parents=True)
+    home.write_text("")
+    assert cli("config", "path").stdout == f"{home} (from ~/.config/deck/deck.toml)\n"
+
+
+def test_a_duration_of_nothing_is_written_0s():
+    from deck.config.models import format_duration
+
+    assert [format_duration(s) for s in (0, 0.25, 30, 600, 90 * 86400)] == ["0s", "250ms", "30s", "10m", "90d"]
 
 
 def test_config_schema_prints_the_json_schema(cli):
