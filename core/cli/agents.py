@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import typer
 from deck.cli.common import (
+    PluginOption,
     Command,
     ConfigOption,
     check_agent,
@@ -142,7 +143,7 @@ def _logout(config: Optional[Path], name: Optional[str]) -> int:
 
 def plugins(
     config: Optional[Path] = ConfigOption,
-    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
+    plugin: list[str] = PluginOption,
     as_json: bool = typer.Option(False, "--json", help="JSON output."),
 ) -> None:
     """List the loaded plugins and their hooks.

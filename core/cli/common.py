@@ -306,6 +306,9 @@ def disabled_option(values: list[str]) -> tuple[str, ...]:
     return tuple(v[3:] for v in values)
 
 
+#: `-p no:NAME`, repeatable: a plugin switched off for this command (`disabled_option`).
+PluginOption = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable).")
+
 ApproveOption = typer.Option(
     [],
     "--approve",

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import typer
 from deck.cli.common import (
+    PluginOption,
     ApproveOption,
     Command,
     ConfigOption,
@@ -34,7 +35,7 @@ def run(
     config: Optional[Path] = ConfigOption,
     frontend: Optional[str] = typer.Option(None, "--frontend", "-f", metavar="NAME", autocompletion=complete_frontends, help="urwid, line or jsonl (else the config's)."),
     stay: bool = typer.Option(False, "--stay", help="jsonl: keep running after the end of stdin, until a signal."),
-    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
+    plugin: list[str] = PluginOption,
     trace: Optional[Path] = typer.Option(None, "--trace", metavar="FILE", help="Write every ACP line exchanged to this JSONL file."),
     approve: list[str] = ApproveOption,
     new: bool = typer.Option(False, "--new", help="Run apart even when a deck server (deck serve) runs this config."),
@@ -116,6 +117,7 @@ def send(
     keep: bool = typer.Option(False, "--continue", help="Continue the agent's latest conversation (with --attach: the default)."),
     conversation: Optional[str] = typer.Option(None, "--conversation", metavar="ID", help="Continue the stored conversation ID (or a unique start of it)."),
     new: bool = typer.Option(False, "--new", help="Run a deck of its own even when a deck server (deck serve) runs this config."),
+    plugin: list[str] = PluginOption,
 ) -> None:
     """Send one prompt and stream the answer to stdout.
 
@@ -134,16 +136,17 @@ def send(
 
     if keep and conversation is not None:
         fail("--continue and --conversation: give one of them")
-    if attach is not None and (approve or config is not None):
-        fail("--attach sends through a server, which follows its own config: no --config or --approve with it")
+    disabled = disabled_option(plugin)
+    if attach is not None and (approve or config is not None or disabled):
+        fail("--attach sends through a server, which follows its own config: no --config, --approve or -p with it")
     if attach is None and not new:
-        attach = _server_instead(config, approve)
+        attach = _server_instead(config, approve, disabled)
     options: dict[str, Any] = {"agent": agent, "text": _prompt(text), "as_json": as_json, "conversation": conversation}
     if attach is not None:
         code = attached(attach, SendFrontend, keep=True, attached=True, **options)  # the conversation its console shows
         raise typer.Exit(code or ExitCode.OK)
     approvals = approvals_of(approve)
-    deck = make_deck(config, warn=True)
+    deck = make_deck(config, disabled, warn=True)
     deck.chat.approvals = approvals
     code = run_async(deck.run(SendFrontend, keep=keep, **options))
     raise typer.Exit(code or ExitCode.OK)
@@ -176,18 +179,19 @@ def _read_prompt(stream: Any) -> str:
         fail(f"the prompt on stdin is not UTF-8 text (byte {exc.start} is not)")
 
 
-def _server_instead(config: Optional[Path], approve: list[str]) -> Optional[str]:
+def _server_instead(config: Optional[Path], approve: list[str], disabled: tuple[str, ...] = ()) -> Optional[str]:
     """`deck send` of a config a deck server runs: the server's name, said on stderr (its agents are
     running there, in their folders: a second copy would work on the same files); refused with
-    --approve, which only a deck of its own honours. None when no server runs the config."""
+    --approve or -p, which only a deck of its own honours. None when no server runs the config."""
     from deck.remote.socket_client import server_of
 
     path, _source = config_file(config)
     name = server_of(path) if path is not None and path.is_file() else None
     if name is None:
         return None
-    if approve:
-        fail(f"the deck server {name} runs {path} already, with its own approvals: send without --approve"
+    if approve or disabled:
+        option = "--approve" if approve else "-p"
+        fail(f"the deck server {name} runs {path} already, with its own approvals and plugins: send without {option}"
              f" (`deck send --attach {name}`), or `deck send --new` to run a deck of its own beside it")  # fmt: skip
     echo(f"deck: the deck server {name} runs {path}: sending through it (deck send --new runs apart)", err=True)
     return name

@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 import typer
 from deck.cli.common import (
+    PluginOption,
     Command,
     ConfigOption,
     attached,
@@ -31,7 +32,7 @@ def serve(
     config: Optional[Path] = ConfigOption,
     name: str = typer.Option("default", "--name", "-n", metavar="NAME", help="The server's name (its socket's)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background; return once it listens."),
-    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
+    plugin: list[str] = PluginOption,
     web: Optional[str] = typer.Option(
         None, "--web", metavar="[HOST:]PORT", help="Also serve the web page and its WebSocket (host 127.0.0.1 unless given)."
     ),
@@ -165,7 +166,7 @@ def _end_server(server: Any) -> None:
 def attach(
     name: str = NameArgument,
     frontend: Optional[str] = typer.Option(None, "--frontend", "-f", metavar="NAME", autocompletion=complete_frontends, help="urwid, line or jsonl (else urwid on a terminal, line otherwise)."),
-    plugin: list[str] = typer.Option([], "--plugin", "-p", metavar="no:NAME", help="Disable plugin NAME (repeatable)."),
+    plugin: list[str] = PluginOption,
 ) -> None:
     """Attach a frontend to a running deck server.
 

@@ -62,6 +62,15 @@ def test_each_send_has_a_conversation_of_its_own_with_no_note(config: Path) -> N
     assert (first["title"], second["title"]) == ("echo one", "echo two")
 
 
+def test_a_send_with_a_plugin_off_keeps_nothing_of_it(config: Path) -> None:
+    """`-p no:history`, as `deck run` takes it: the answer comes, and the history keeps no conversation."""
+    done = send(config, "a", "echo off the record", "-p", "no:history")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "You said: echo off the record\n", "")
+    assert stored(config) == []
+    misspelt = send(config, "a", "echo hi", "-p", "no:histroy")
+    assert misspelt.stderr == "deck: -p no:histroy: no plugin is named 'histroy' (did you mean history?)\n"
+
+
 def test_an_agent_that_crashes_leaves_its_last_stderr_lines_on_stderr(config: Path) -> None:
     """`deck send` has no `/logs` to read later: a crash says why in the agent's own last lines."""
     done = send(config, "a", "crash out of memory: heap")
