@@ -318,6 +318,8 @@ class HistoryRecorder:
             self._stored[cid] = stored
             if agent not in self.apart:
                 self.writer.set_current(self.config, agent, cid)
+            else:  # a later start must not take it for the agent's latest conversation either
+                self.writer.fresh_unless_current(self.config, agent)
             choices = self._early_choices.pop(agent, None)
             if choices is not None:
                 self.writer.set_choices(cid, choices)

@@ -311,9 +311,11 @@ class _Pending:
     spent: dict[tuple[str, str, str, str], float] = field(default_factory=dict)
     #: (config_path, agent) → its current conversation (None: a fresh one).
     current: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    #: (config_path, agent) whose next start begins a fresh conversation unless one was made current.
+    fresh: set[tuple[str, str]] = field(default_factory=set)
 
     def __bool__(self) -> bool:
-        return bool(self.created or self.meta or self.messages or self.spent or self.current)
+        return bool(self.created or self.meta or self.messages or self.spent or self.current or self.fresh)
 
     def put_back(self, newer: _Pending) -> _Pending:
         """This (failed) batch with `newer`'s changes on top: nothing lost, no version goes back in time."""
@@ -583,6 +585,11 @@ class HistoryStore:
                 "INSERT INTO spending (day, config_path, agent, currency, amount) VALUES (?, ?, ?, ?, ?)"
                 " ON CONFLICT (day, config_path, agent, currency) DO UPDATE SET amount = amount + excluded.amount",
                 [(*key, amount) for key, amount in pending.spent.items()],
+            )
+            db.executemany(
+                "INSERT INTO current_conversations (config_path, agent, conversation_id) VALUES (?, ?, NULL)"
+                " ON CONFLICT (config_path, agent) DO NOTHING",
+                sorted(pending.fresh),
             )
             db.executemany(
                 "INSERT INTO current_conversations (config_path, agent, conversation_id) VALUES (?, ?, ?)"
@@ -1355,6 +1362,12 @@ class Writer:
         """`agent`'s current conversation under `config_path` is now `conversation_id` (None: a fresh one)."""
         with self._pending_changes() as pending:
             pending.current[(config_path, agent)] = conversation_id
+
+    def fresh_unless_current(self, config_path: str, agent: str) -> None:
+        """`agent`'s next start under `config_path` begins a fresh conversation, unless one is its current
+        one already: a conversation kept apart (a one-shot `deck send`'s) is never taken for its latest."""
+        with self._pending_changes() as pending:
+            pending.fresh.add((config_path, agent))
 
     def spend(self, day: str, config_path: str, agent: str, currency: str, amount: float) -> None:
         """`amount` more spent by `agent` on `day`."""

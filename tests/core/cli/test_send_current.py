@@ -65,6 +65,15 @@ def test_a_one_shot_send_is_not_the_conversation_the_next_run_comes_back_to(conf
     assert user_texts(run_once(config)) == ["echo in the console"]
 
 
+def test_a_first_run_after_only_one_shot_sends_begins_afresh(config: Path) -> None:
+    """No conversation was ever current under the config: the one-shot's is not taken for the latest."""
+    sent = deck("send", "--config", str(config), "a", "echo one shot", cwd=config.parent)
+    assert sent.returncode == 0, sent.stderr
+    assert user_texts(run_once(config)) == []
+    run_once(config, ("ChatService.Send", {"agent": "a", "text": "echo in the console"}))
+    assert user_texts(run_once(config)) == ["echo in the console"]
+
+
 def test_a_fresh_conversation_made_with_new_is_still_current_after_a_restart(config: Path) -> None:
     run_once(config, ("ChatService.Send", {"agent": "a", "text": "echo the old one"}),
              ("ChatService.NewConversation", {"agent": "a"}))  # fmt: skip
