@@ -218,7 +218,9 @@ class SendFrontend(Frontend):
         ends), or it was restarted and does not remember the conversation continued."""
         code = message.get("code")
         if code == "agent-unavailable":
-            self.note(message.get("error") or f"{self.agent} is unavailable")
+            first, *stderr = (message.get("error") or f"{self.agent} is unavailable").split("\n")
+            self.note(first)
+            self._stderr_tail(stderr)  # what the agent wrote as it failed to start: as after a crash
             self._finish(ExitCode.ERROR)
         elif code == "agent-restarted" and self._sending is not None:
             text = " ".join(p.get("text", "") for p in message.get("parts") or [] if p.get("type") == "text")
@@ -243,10 +245,15 @@ class SendFrontend(Frontend):
             lines = stderr_of(await self.client.call("AgentService.Logs", {"name": self.agent})) if crashed else []
         except Exception:  # a help only: the error said stands without them
             lines = []
+        self._stderr_tail(lines)
+        self._finish(ExitCode.ERROR)
+
+    def _stderr_tail(self, lines: list[str]) -> None:
+        """The agent's last stderr `lines`, under a note that says whose they are, each marked `| `."""
+        lines = [line for line in lines if line.strip()]
         if lines:
             self.note(f"{self.agent}'s last stderr lines:")
             self._to_stderr("".join(f"| {line}\n" for line in lines[-STDERR_SHOWN:]))
-        self._finish(ExitCode.ERROR)
 
     @handles(MessageDelta)
     def _message_delta(self, event: MessageDelta) -> None:

@@ -295,10 +295,11 @@ class Agent:
         cfg = self.config
         env = {**os.environ, **cfg.env}
         for plugin, key in self.deck.relied_on(self.name).items():  # never without it (in the main checkout)
-            if plugin in self.deck.disabled:
-                raise SpawnError(f"{key} is set, but the {plugin} plugin, which reads it, is off ([plugins] disabled)")
+            if (how := self.deck.plugin_off(plugin)) is not None:
+                raise SpawnError(f"{key} is set, but the {plugin} plugin, which reads it, is off ({how})")
             if plugin in self._hook_failures:
-                raise SpawnError(f"{key} is set, but the {plugin} plugin failed before the start: {self._hook_failures[plugin]}")
+                why = self._hook_failures[plugin]
+                raise SpawnError(f"{key} is set, but the {plugin} plugin failed before the start: {why}")
         cwd = self.cwd
         command = list(cfg.command)
         wanted = sandbox.resolve(cfg, self.deck.config.sandbox)

@@ -100,8 +100,6 @@ class Host(Protocol):
     timings: StopTimings
     tasks: TaskGroup
     clock: Callable[[], float]
-    #: The plugins that are off (`[plugins] disabled`).
-    disabled: tuple[str, ...]
 
     @property
     def hooks(self) -> AgentHooks: ...
@@ -118,6 +116,10 @@ class Host(Protocol):
     @property
     def asks(self) -> Asks:
         """What the agents ask the user (the chat layer's pending requests)."""
+        ...
+
+    def plugin_off(self, plugin: str) -> str | None:
+        """How `plugin` was switched off ("[plugins] disabled", "-p no:NAME"), None when it was not."""
         ...
 
     def relied_on(self, agent: str) -> dict[str, str]:

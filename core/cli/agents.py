@@ -58,6 +58,7 @@ def agents(
     ),
     check: bool = typer.Option(False, "--check", help="Check that each agent's command exists (exit 1 if not)."),
     handshake: bool = typer.Option(False, "--handshake", help="With --check: also start each agent for an ACP handshake."),
+    plugin: list[str] = PluginOption,
 ) -> None:
     """List the agents; add them from the registry.
 
@@ -90,7 +91,7 @@ def agents(
                  "logs one out, `deck agents search|add|update|remove` use the ACP registry")  # fmt: skip
         name = args[0] if args else None
         raise typer.Exit(_logout(config, name))
-    deck = make_deck(config)
+    deck = make_deck(config, disabled_option(plugin))
     if action is not None:
         check_agent(action, deck.agents)
     if (empty := no_agent(deck)) is not None and not as_json:

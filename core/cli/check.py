@@ -124,7 +124,7 @@ async def check_all(deck: Deck, with_handshake: bool, only: str | None = None) -
             if only is not None and agent.name != only:
                 continue
             found, problem = await find_remote_command(agent.config) if agent.config.host else find_command(agent.config)
-            if found is not None and (theirs := await deck.hooks.check_agent(agent)):
+            if found is not None and (theirs := [*_plugins_off(deck, agent.name), *await deck.hooks.check_agent(agent)]):
                 found, problem = None, "; ".join(theirs)
             row: dict[str, Any] = {"name": agent.name, "command": agent.config.command, "found": found}
             if problem is not None:
@@ -138,6 +138,12 @@ async def check_all(deck: Deck, with_handshake: bool, only: str | None = None) -
     finally:
         await deck.shutdown()
     return rows
+
+
+def _plugins_off(deck: Deck, name: str) -> list[str]:
+    """Why agent `name` does not start for want of a plugin that is off (it sets a key of its)."""
+    return [f"{key} is set, but the {plugin} plugin, which reads it, is off ({how})"
+            for plugin, key in deck.relied_on(name).items() if (how := deck.plugin_off(plugin)) is not None]  # fmt: skip
 
 
 def run_check(deck: Deck, with_handshake: bool, as_json: bool, only: str | None = None) -> ExitCode:

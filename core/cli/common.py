@@ -85,13 +85,16 @@ def _meant(group: str, name: str, commands: list[str]) -> str:
     off (`OFF_COMMANDS`), else the closest one."""
     import difflib
 
-    if (group, name) in MEANT:
-        return MEANT[group, name]
-    if group == "deck" and name in OFF_COMMANDS:
-        plugin = OFF_COMMANDS[name]
-        return f"It is a command of the {plugin} plugin, which is off ([plugins] disabled, or -p no:{plugin})."
-    close = difflib.get_close_matches(name, commands, n=1)
-    return f"Did you mean `{group} {close[0]}`?" if close else ""
+    others = [n for g, n in MEANT if g == group] + (list(OFF_COMMANDS) if group == "deck" else [])
+    close = difflib.get_close_matches(name, [*commands, *others], n=1)
+    meant = name if name in others else close[0] if close else None
+    if meant is not None and (group, meant) in MEANT:
+        return MEANT[group, meant]
+    if group == "deck" and meant in OFF_COMMANDS:
+        plugin = OFF_COMMANDS[meant]
+        said = "It is" if meant == name else f"`deck {meant}` is"
+        return f"{said} a command of the {plugin} plugin, which is off ([plugins] disabled, or -p no:{plugin})."
+    return f"Did you mean `{group} {meant}`?" if meant else ""
 
 
 try:
@@ -259,7 +262,7 @@ def make_deck(config: Optional[Path], disabled: tuple[str, ...] = (), warn: bool
     names = deck.plugins_known.names or frozenset()
     for name in disabled:  # a misspelt `-p no:NAME` leaves its plugin on: said whether or not `warn`
         if name not in names:
-            echo(f"deck: -p no:{name}: no plugin is named {name!r}{_closest(name, names)}", err=True)
+            echo(f"deck: -p no:{name}: no plugin is named {name!r}{_closest(name, names)}, so it switches nothing off", err=True)
     if warn:
         say_warnings(deck)
     return deck

@@ -22,7 +22,8 @@ from deck.config.models import (
     DeckConfig,
     agent_warnings,
     config_keys,
-    keys_set,
+    keys_of_off,
+    validate_joined,
 )
 from pydantic import (
     BaseModel,
@@ -74,6 +75,8 @@ class Plugins:
 
     off: dict[str, dict[str, Any]] = field(default_factory=dict)
     names: frozenset[str] | None = None
+    #: Those of `off` switched off by the command line (`-p no:NAME`), not by the file.
+    by_option: frozenset[str] = frozenset()
 
 
 # -- checking ---------------------------------------------------------------------------------
@@ -130,24 +133,25 @@ def parse(
         problems += _problems(exc, (), locate)
     validated: dict[str, Any] = {}
     for name, model in {**sections, **extensions}.items():
-        try:
-            validated[name] = model.model_validate(given[name])
-        except ValidationError as exc:
-            if name in raw:
-                problems += _problems(exc, (name,), locate)
+        found, invalid = validate_joined(model, given[name])
+        if found is not None:
+            validated[name] = found
+        for error in invalid if name in raw else ():
+            problems += _problems(error, (name,), locate)
     if per_agent is not None:
         validated[AGENT_KEYS] = each_agent = {}
         for name, given_keys in agent_keys.items():
-            try:
-                each_agent[name] = per_agent.model_validate(given_keys)
-            except ValidationError as exc:
-                problems += _problems(exc, ("agents", name), locate)
+            found, invalid = validate_joined(per_agent, given_keys)
+            if found is not None:
+                each_agent[name] = found
+            for error in invalid:
+                problems += _problems(error, ("agents", name), locate)
     unknown = _unknown_keys(DeckConfig, core, ())
     for name, model in sections.items():
         unknown += _unknown_keys(model, raw.get(name), (name,))
     plugins = plugins or Plugins()
     for loc, close in unknown:
-        if (off := _off_key(plugins.off, loc, raw)) is not None:
+        if (off := _off_key(plugins, loc, raw)) is not None:
             problems.append(Problem(*locate.key(loc), f"{_dotted(loc)}: {off}", warning=True))
             continue
         hint = f" (did you mean {close}?)" if close else ""
@@ -169,14 +173,14 @@ def parse(
     return Loaded(config, sorted(problems, key=lambda p: (p.line, p.column)), raw, validated)
 
 
-def _off_key(off: dict[str, dict[str, Any]], loc: tuple[str, ...], raw: dict[str, Any]) -> str | None:
+def _off_key(plugins: Plugins, loc: tuple[str, ...], raw: dict[str, Any]) -> str | None:
     """What a key unknown to the plugins on (at `loc`) is, when it is the key of one that is off."""
-    for plugin, sections in off.items():
-        said = f"a key of the {plugin} plugin, which is off ([plugins] disabled)"
+    for plugin, sections in plugins.off.items():
+        how = f"-p no:{plugin}" if plugin in plugins.by_option else "[plugins] disabled"
+        said = f"a {'section' if len(loc) == 1 else 'key'} of the {plugin} plugin, which is off ({how})"
         per_agent = sections.get(AGENT_KEYS)
         if loc[0] == "agents" and len(loc) == 3 and per_agent is not None and loc[2] in config_keys(per_agent):
-            value = raw["agents"][loc[1]][loc[2]]
-            if keys_set(per_agent, {loc[2]: value}):  # never without it: `Deck.relied_on`
+            if keys_of_off(per_agent, raw["agents"][loc[1]]):  # never without it: `Deck.relied_on`
                 return f"{said}: the agent does not start while it is set"
             return f"{said}: it does nothing"
         if loc[0] in CORE_TABLES and len(loc) == 2 and loc[0] in sections and loc[1] in config_keys(sections[loc[0]]):

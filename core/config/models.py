@@ -22,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    ValidationError,
     WithJsonSchema,
     create_model,
     field_validator,
@@ -354,21 +355,54 @@ def config_keys(model: type[BaseModel]) -> set[str]:
     return {info.alias or name for name, info in model.model_fields.items()}
 
 
-def keys_set(model: type[BaseModel], values: dict[str, Any]) -> list[str]:
-    """The keys of `model`, as the file spells them, that `values` (a table of the file, or an instance
-    of `model` dumped by alias) gives other than their default."""
-    found = []
-    for name, info in model.model_fields.items():
-        key = info.alias or name
-        if key in values and values[key] != info.get_default(call_default_factory=True):
-            found.append(key)
-    return found
+def keys_set(keys: BaseModel) -> list[str]:
+    """The keys, as the file spells them, to which `keys` (a model's instance, validated) gives a value
+    other than the key's default (both as validated: `"10m"` is 600 seconds, a table its model)."""
+    fields = type(keys).model_fields
+    return [info.alias or name for name, info in fields.items() if getattr(keys, name) != info.get_default(call_default_factory=True)]
+
+
+def keys_of_off(model: type[BaseModel], table: dict[str, Any]) -> list[str]:
+    """The keys of `model` (a plugin's that is off) that an agent's `table`, as the file has it, gives
+    other than their default; all it gives of them when they are not even valid."""
+    given = {k: v for k, v in table.items() if k in config_keys(model)}
+    if not given:
+        return []
+    try:
+        return [key for key in keys_set(model.model_validate(given)) if key in given]
+    except ValidationError:
+        return list(given)
 
 
 def joined(name: str, models: Sequence[type[BaseModel]]) -> type[BaseModel]:
     """One model for section `name` holding the keys of each of `models` (several plugins adding keys
-    to every agent's table): an instance of it is an instance of each."""
-    return create_model(f"Joined_{name}", __base__=tuple(models))
+    to every agent's table): an instance of it is an instance of each. Each plugin's model validates
+    its own keys, by its own rules (`validate_joined`); the joined model only holds the results."""
+    models = [m for m in dict.fromkeys(models) if not any(o is not m and issubclass(o, m) for o in models)]
+    if len(models) == 1:
+        return models[0]
+    made = create_model(f"Joined_{name}", __base__=tuple(models))
+    made.deck_parts = tuple(models)  # type: ignore[attr-defined]
+    return made
+
+
+def validate_joined(model: type[BaseModel], given: dict[str, Any]) -> tuple[BaseModel | None, list[ValidationError]]:
+    """`given` validated by `model` (None, and why, when invalid): a `joined` one's parts each validate
+    their own keys (a plugin's model is never made strict, nor frozen, by another's), then their
+    values make one instance."""
+    parts: tuple[type[BaseModel], ...] = getattr(model, "deck_parts", (model,))
+    values: dict[str, Any] = {}
+    errors = []
+    for part in parts:
+        try:
+            mine = part.model_validate({k: v for k, v in given.items() if k in config_keys(part)})
+        except ValidationError as exc:
+            errors.append(exc)
+            continue
+        if part is model:
+            return mine, []
+        values.update({name: getattr(mine, name) for name in part.model_fields})
+    return (None, errors) if errors else (model.model_construct(**values), [])
 
 
 def agent_warnings(keys: BaseModel, agent: str, config: AgentConfig) -> list[tuple[str, str]]:

@@ -78,7 +78,8 @@ class Deck:
         self.pm = pm or make_manager(self.disabled)
         #: The sections of the plugins that are off (set in an agent's table, theirs refuse its start)
         #: and every plugin's name: what a check of the config says of them.
-        self.plugins_known = config_check.Plugins(sections_off(self.disabled), plugin_names(self.pm))
+        by_option = frozenset(disabled) - set(config_check.disabled_plugins(self.text))
+        self.plugins_known = config_check.Plugins(sections_off(self.disabled), plugin_names(self.pm), by_option)
         self.hooks = Hooks(self, self.pm)
         #: The root of every task the deck runs (`spawn`): each agent connection has a group inside it.
         self.tasks = TaskGroup("deck")
@@ -394,18 +395,24 @@ class Deck:
         """The plugins agent `agent` relies on, as it sets keys they add to agent tables (to other than
         their defaults): plugin → the first such key. A plugin that is off ([plugins] disabled) counts."""
         found: dict[str, str] = {}
-        model, keys = self.config_sections().get(config_models.AGENT_KEYS), (self.section(config_models.AGENT_KEYS) or {}).get(agent)
-        if model is not None and keys is not None:
+        keys = (self.section(config_models.AGENT_KEYS) or {}).get(agent)
+        if keys is not None:
             owners = self.hooks.agent_keys()
-            for key in config_models.keys_set(model, keys.model_dump(by_alias=True)):
+            for key in config_models.keys_set(keys):
                 found.setdefault(owners.get(key, "?"), key)
         cfg = self.config.agents.get(agent)
         table = (cfg.model_extra or {}) if cfg is not None else {}
         for plugin, sections in self.plugins_known.off.items():
             if (off := sections.get(config_models.AGENT_KEYS)) is not None:
-                for key in config_models.keys_set(off, table)[:1]:
+                for key in config_models.keys_of_off(off, table)[:1]:
                     found.setdefault(plugin, key)
         return found
+
+    def plugin_off(self, plugin: str) -> str | None:
+        """How `plugin` was switched off ("[plugins] disabled", "-p no:NAME"), None when it was not."""
+        if plugin not in self.disabled:
+            return None
+        return f"-p no:{plugin}" if plugin in self.plugins_known.by_option else "[plugins] disabled"
 
     def check_config(self, text: str) -> config_check.Loaded:
         """Config text `text` checked with every plugin's section (and what the plugins off would read)."""

@@ -94,16 +94,21 @@ class PluginHooks:
             return self._sections_cache[1]
         given: dict[str, list[type[Any]]] = {}
         owners: dict[str, str] = {}
-        for function, argnames, plugin in self._impls("deck_config_sections"):
+        for function, argnames, plugin in reversed(self._impls("deck_config_sections")):  # the first registered first
             try:
                 result = function(*[self.context[arg] for arg in argnames]) or {}
                 for name, model in result.items():
-                    given.setdefault(name, []).append(model)
                     if name == AGENT_KEYS:
-                        owners.update(dict.fromkeys(config_keys(model), plugin))
+                        owner = plugin.removesuffix(PER_DECK)
+                        taken = [owners[key] for key in config_keys(model) if owners.get(key, owner) != owner]
+                        if taken:  # one plugin's key each: the type and the owner never disagree
+                            raise ValueError(f"its agent keys {sorted(config_keys(model))} take one of plugin {taken[0]}'s")
+                        joined(name, [*given.get(name, []), model])  # bases that cannot be one model: refused now
+                        owners.update(dict.fromkeys(config_keys(model), owner))
+                    given.setdefault(name, []).append(model)
             except Exception as exc:
                 self.failed(plugin, "deck_config_sections", exc)
-        sections = {name: models[0] if len(models) == 1 else joined(name, models) for name, models in given.items()}
+        sections = {name: joined(name, models) for name, models in given.items()}
         if generation is not None:
             self._sections_cache = (generation, (sections, owners))
         return sections, owners

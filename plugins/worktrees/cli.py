@@ -81,7 +81,8 @@ def worktree_agents(text: str) -> list[str]:
 def show(rows: list[dict[str, Any]], waiting: Sequence[str] = ()) -> None:
     """The worktrees' rows; none, with the `waiting` agents (`worktree = true`, not started yet) named."""
     if not rows and waiting:
-        typer.echo(printable(f"no worktrees yet: {', '.join(waiting)} (worktree = true) get theirs at their first start"))
+        gets = "gets one at its" if len(waiting) == 1 else "get theirs at their"
+        typer.echo(printable(f"no worktrees yet: {', '.join(waiting)} (worktree = true) {gets} first start"))
     elif not rows:
         typer.echo("no worktrees (give an agent worktree = true; its worktree is made at its first start)")
     for row in rows:

@@ -98,7 +98,7 @@ class Worktrees:
     async def _checked(self, agent: Agent) -> str | None:
         """Why `agent`'s worktree cannot be made (its name, no git, no repository), or None."""
         try:
-            await self.locate(agent)
+            await tree.can_make(await self.locate(agent))
         except ServiceError as exc:
             return str(exc)
         return None

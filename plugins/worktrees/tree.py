@@ -217,6 +217,29 @@ async def current_branch(place: Place) -> str | None:
     return found.out.strip() or None if found.code == 0 else None
 
 
+async def can_make(place: Place) -> None:
+    """Refuse, with the reason, what would stop `place`'s worktree from being made at a start (its
+    repository on no branch, or with no commit); nothing when it is there already."""
+    look = await place.look()
+    if look.folder and not look.git:
+        raise place.lost_error()
+    if not look.git:
+        meta = await read_meta(place)
+        await new_base(place, meta.get("base") if isinstance(meta.get("base"), str) else None)
+
+
+async def new_base(place: Place, base: str | None) -> str:
+    """The base branch a new worktree of `place` starts from: `base`, else the branch its repository
+    is on; refused when it is on none, or has no commit to start from."""
+    if base is None:
+        base = await current_branch(place)
+        if base is None:
+            raise ServiceError(f"{place.shown_repo} is on no branch (detached HEAD): check out the branch to work from first")
+    if (await place.machine.git("rev-parse", "--verify", "-q", "HEAD^{commit}", cwd=place.repo, check=False)).code != 0:
+        raise ServiceError(f"{place.shown_repo} has no commit yet: a worktree starts from one")
+    return base
+
+
 async def ensure(place: Place) -> str:
     """Make `place`'s worktree if it is not there (reusing its branch if that is), return its base branch."""
     meta = await read_meta(place)
@@ -233,12 +256,7 @@ async def ensure(place: Place) -> str:
         if not meta:
             await write_meta(place, base)
         return base
-    if base is None:
-        base = await current_branch(place)
-        if base is None:
-            raise ServiceError(f"{place.shown_repo} is on no branch (detached HEAD): check out the branch to work from first")
-    if (await git("rev-parse", "--verify", "-q", "HEAD^{commit}", cwd=place.repo, check=False)).code != 0:
-        raise ServiceError(f"{place.shown_repo} has no commit yet: a worktree starts from one")
+    base = await new_base(place, base)
     await git("worktree", "prune", cwd=place.repo)  # a worktree folder deleted by hand is forgotten
     if await branch_exists(place, place.branch):
         await git("worktree", "add", place.path, place.branch, cwd=place.repo)

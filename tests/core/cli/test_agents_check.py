@@ -90,15 +90,23 @@ def test_check_passes_when_every_agent_is_fine(tmp_path):
 
 def test_check_refuses_a_worktree_agent_whose_cwd_is_in_no_repository(tmp_path):
     (tmp_path / "plain").mkdir()
-    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
+    for repo in ("repo", "empty"):
+        subprocess.run(["git", "init", "-q", "-b", "main", str(tmp_path / repo)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path / "repo"), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "first"], check=True)  # fmt: skip
     config = tmp_path / "deck.toml"
     config.write_text(
         agent_block("loose", cwd=str(tmp_path / "plain"), worktree=True)
         + agent_block("kept", cwd=str(tmp_path / "repo"), worktree=True)
+        + agent_block("early", cwd=str(tmp_path / "empty"), worktree=True)
     )
     result = deck_agents(config, "--check")
     assert result.returncode == 1
     assert result.stdout.splitlines() == [
         f"✗ loose            {tmp_path / 'plain'} is in no git repository: worktree = true needs one",
         f"✓ kept             command: {sys.executable}",
+        f"✗ early            {tmp_path / 'empty'} has no commit yet: a worktree starts from one",
     ]
+    off = deck_agents(config, "kept", "--check", "-p", "no:worktrees")  # it would run in the main checkout
+    assert off.returncode == 1
+    assert off.stdout == "✗ kept             worktree is set, but the worktrees plugin, which reads it, is off (-p no:worktrees)\n"

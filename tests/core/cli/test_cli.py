@@ -238,11 +238,17 @@ def test_a_config_with_no_agent_is_said_so(tmp_path):
     (["config", "check"], "Did you mean `deck config validate`?"),
     (["agent"], "Did you mean `deck agents`?"),
     (["config", "shw"], "Did you mean `deck config show`?"),
+    (["config", "chek"], "Did you mean `deck config validate`?"),
+    (["chek"], "Did you mean `deck agents --check` (can each agent start?) or `deck config validate`"
+               " (is the config valid?)?"),
+    (["lnd", "-p", "no:worktrees"], "`deck land` is a command of the worktrees plugin, which is off ([plugins] disabled,"
+                                    " or -p no:worktrees)."),
 ])  # fmt: skip
 def test_an_unknown_command_names_the_one_meant(args, meant):
     done = deck(*args)
     assert (done.returncode, done.stdout) == (2, "")
-    assert done.stderr.splitlines()[-1] == f"Error: No such command {args[-1]!r}. {meant}"
+    typed = args[1] if args[0] == "config" else args[0]
+    assert done.stderr.splitlines()[-1] == f"Error: No such command {typed!r}. {meant}"
 
 
 def test_a_command_of_a_plugin_that_is_off_says_so(tmp_path):

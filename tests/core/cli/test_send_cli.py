@@ -68,7 +68,7 @@ def test_a_send_with_a_plugin_off_keeps_nothing_of_it(config: Path) -> None:
     assert (done.returncode, done.stdout, done.stderr) == (0, "You said: echo off the record\n", "")
     assert stored(config) == []
     misspelt = send(config, "a", "echo hi", "-p", "no:histroy")
-    assert misspelt.stderr == "deck: -p no:histroy: no plugin is named 'histroy' (did you mean history?)\n"
+    assert misspelt.stderr == "deck: -p no:histroy: no plugin is named 'histroy' (did you mean history?), so it switches nothing off\n"
 
 
 def test_an_agent_that_crashes_leaves_its_last_stderr_lines_on_stderr(config: Path) -> None:
@@ -81,6 +81,19 @@ def test_an_agent_that_crashes_leaves_its_last_stderr_lines_on_stderr(config: Pa
     assert (quiet.returncode, quiet.stderr) == (1, "deck: a: the agent exited on its own with code 7\n")
     refused = send(config, "a", "error")  # an error answer, the agent still running: its words alone
     assert refused.returncode == 1 and "stderr lines" not in refused.stderr
+
+
+def test_an_agent_that_fails_to_start_leaves_its_last_stderr_lines_as_a_crash_does(tmp_path: Path) -> None:
+    script = "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo line$i >&2; done; exit 3"
+    config = tmp_path / "deck.toml"
+    config.write_text(f"[agents.c]\ncommand = [\"sh\", \"-c\", \"{script}\"]\n")
+    done = send(config, "c", "hi")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "deck: c could not start: the agent exited during the handshake with code 3",
+        "deck: c's last stderr lines:",
+        *(f"| line{i}" for i in range(3, 13)),  # the last ten
+    ]
 
 
 def test_continue_and_conversation_go_on_in_a_stored_conversation_and_say_what_the_agent_forgot(config: Path) -> None:

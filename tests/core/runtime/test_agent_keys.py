@@ -3,10 +3,11 @@ agent that relies on a plugin (it sets a key of its) never starting without it."
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
-from deck import hookimpl
+from deck import Duration, hookimpl
 from deck.cli.check import check_all
 from deck.errors import ServiceError
 from deck.plugins.budget import AgentBudget
@@ -109,4 +110,81 @@ async def test_agents_check_shows_what_a_plugin_finds_in_the_way_of_a_start(make
     deck, _ = make_deck(agent_block("a", ticket="X-404") + agent_block("b", ticket="X-1"), pm=with_tickets())
     rows = {row["name"]: row for row in await check_all(deck, with_handshake=False)}
     assert rows["a"]["found"] is None and rows["a"]["problem"] == "ticket X-404 not found"
+    assert rows["b"]["found"] and "problem" not in rows["b"]
+
+
+class Nested(BaseModel):
+    loud: bool = False
+
+
+class LenientKeys(BaseModel):
+    """Not strict, with defaults that are a table's model and a duration: none of them "set" when unset."""
+
+    folder: Path | None = None
+    opts: Nested = Nested()
+    wait: Duration = 600.0
+
+
+class Lenient:
+    """A plugin whose part serving one deck (`lenient.deck`) gives its keys and fails every start."""
+
+    @hookimpl
+    def deck_config_sections(self) -> dict[str, Any]:
+        return {"agents": LenientKeys}
+
+    @hookimpl
+    def deck_before_start(self, deck: Any, agent: Any) -> None:
+        raise RuntimeError("no folder service")
+
+
+async def test_another_plugins_strict_keys_leave_a_lenient_plugins_own_and_unset_keys_are_not_set(make_deck):
+    pm = make_manager(autoload=False)
+    pm.register(Lenient(), name="lenient.deck")
+    deck, _ = make_deck(agent_block("a", folder="/tmp", wait="10m") + agent_block("b"), pm=pm)
+    assert [p for p in deck.problems if not p.warning] == []
+    keys = deck.config_service.section("agents")
+    assert keys["a"].folder == Path("/tmp") and isinstance(keys["a"], AgentBudget) and isinstance(keys["a"], LenientKeys)
+    assert deck.relied_on("b") == {}  # its defaults (a model, a duration) are no keys it sets
+    assert deck.relied_on("a") == {"lenient": "folder"}  # "10m" is the default too; the folder is not
+    await deck.call("AgentService.Start", {"name": "b"})
+    with pytest.raises(ServiceError, match="folder is set, but the lenient plugin failed before the start: no folder service"):
+        await deck.call("AgentService.Start", {"name": "a"})
+
+
+class Thief:
+    """A plugin giving as its own a key another plugin has (budget's), and budget's model again."""
+
+    @hookimpl
+    def deck_config_sections(self) -> dict[str, Any]:
+        class Stolen(BaseModel):
+            budget: int | None = None
+
+        return {"agents": Stolen}
+
+
+class Echo:
+    @hookimpl
+    def deck_config_sections(self) -> dict[str, Any]:
+        return {"agents": AgentBudget}
+
+
+async def test_a_plugins_agent_key_that_is_another_plugins_is_refused_and_the_first_keeps_it(make_deck):
+    pm = make_manager(autoload=False)
+    pm.register(Thief(), name="thief")
+    pm.register(Echo(), name="echo")
+    deck, rec = make_deck(agent_block("a", budget="5 USD"), pm=pm)
+    assert deck.config_service.section("agents")["a"].budget == (5.0, "USD")  # budget's own type
+    assert deck.hooks.agent_keys()["budget"] == "budget"
+    refused = {e["plugin"] for e in rec.named("plugin:error")}
+    assert refused == {"thief", "echo"}, rec.named("plugin:error")
+
+
+async def test_agents_check_says_an_agent_relying_on_a_plugin_off_cannot_start_and_how_it_is_off(make_deck):
+    deck, _ = make_deck(agent_block("a", budget="5 USD") + agent_block("b"), disabled=("budget",))
+    said = [p.message for p in deck.problems]
+    off = "a key of the budget plugin, which is off (-p no:budget): the agent does not start while it is set"
+    assert f"agents.a.budget: {off}" in said
+    rows = {row["name"]: row for row in await check_all(deck, with_handshake=False)}
+    assert rows["a"]["found"] is None
+    assert rows["a"]["problem"] == "budget is set, but the budget plugin, which reads it, is off (-p no:budget)"
     assert rows["b"]["found"] and "problem" not in rows["b"]

@@ -298,7 +298,7 @@ def test_config_validate_warns_with_the_line_and_column(tmp_path):
 
 async def test_without_the_plugin_a_worktree_agent_never_runs_in_the_main_checkout(make_deck, repo):
     deck, rec = make_deck(worktree_agent("a", repo), disabled=("worktrees",))
-    with pytest.raises(ServiceError, match=r"worktree is set, but the worktrees plugin, which reads it, is off \(\[plugins\] disabled\)"):
+    with pytest.raises(ServiceError, match=r"worktree is set, but the worktrees plugin, which reads it, is off \(-p no:worktrees\)"):
         await deck.call("AgentService.Start", {"name": "a"})
 
 
@@ -741,5 +741,7 @@ def test_worktrees_before_any_start_names_the_agents_whose_worktree_is_to_come(r
     listed = run_cli(config, "worktrees")
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout == "no worktrees yet: a, b (worktree = true) get theirs at their first start\n"
+    config.write_text(worktree_agent("a", repo))
+    assert run_cli(config, "worktrees").stdout == "no worktrees yet: a (worktree = true) gets one at its first start\n"
     config.write_text(agent_table("c", [sys.executable, str(AGENT)]))
     assert run_cli(config, "worktrees").stdout.startswith("no worktrees (give an agent worktree = true")
