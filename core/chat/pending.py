@@ -29,9 +29,11 @@ from deck.events import (
     PermissionRequested,
     PermissionResolved,
     QuestionRequested,
+    Notice,
     QuestionResolved,
     now_iso,
 )
+from deck.tty import one_line
 
 if TYPE_CHECKING:
     from deck.agent.agent import Agent
@@ -200,7 +202,10 @@ class PendingRequests:
         if auto is None:
             auto, granter = _by_policy(agent, tool_call, options), "the config"
         if auto is not None:
-            agent.log(f"deck: permission for {tool_call.get('title') or 'a tool'} granted by {granter} ({auto})")
+            title = tool_call.get("title") or "a tool"
+            agent.log(f"deck: permission for {title} granted by {granter} ({auto})")
+            chosen = next((str(o.get("name") or auto) for o in options if o["optionId"] == auto), auto)
+            self.deck.emit(Notice("approvals", "info", f"{one_line(str(title), 200)}: {chosen}, by {granter}", agent.name))
             return {"outcome": {"outcome": "selected", "optionId": auto}}
         event = PermissionRequested(
             f"perm-{next(_ids)}", agent.name, asker.message_id(), tool_call, options,

@@ -531,6 +531,7 @@ def test_an_early_answer_with_an_option_the_request_lacks_leaves_it_waiting(line
 def test_approve_on_the_command_line_approves_that_kind_only(line_deck):
     deck = line_deck(agent_block("a"), "--approve", "edit")
     deck.send("@a perm")
+    deck.expect(r"\[a\] Edit file: .+, by --approve")  # what allowed it, said
     deck.expect(r"\[a\] Edit file \[completed\]  \+1 -1 /x")
     deck.expect(r"\[a\] permission: yes")
     deck.send("perms 1 read")

@@ -89,3 +89,5 @@ async def test_the_allow_policy_picks_allow_once_before_allow_always_whatever_th
     assert json.loads(reply.text) == {"result": {"outcome": {"outcome": "selected", "optionId": chosen}}}
     granted = [line for line in deck.agents["a"].logs if "granted by the config" in line]
     assert len(granted) == (chosen != "no")
+    said = [n["text"] for n in rec.named("deck:notice") if n.get("agent") == "a" and n["source"] == "approvals"]
+    assert len(said) == (chosen != "no") and all(text.endswith(", by the config") for text in said)
