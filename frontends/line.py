@@ -750,6 +750,9 @@ class LineFrontend(Frontend):
             self._help()
         elif name == "quit":
             self._quit = True
+            if self._asks and not self.client.attached:  # said first: what follows is their end
+                n = len(self._asks)
+                self.emit(DECK, f"quitting: {n} request{'s' if n > 1 else ''} waiting cancelled as the agents stop", "dim")
         elif name == "shutdown":
             if self.client.attached:
                 self._spawn(self.client.call("DeckService.Shutdown"), DECK)

@@ -800,3 +800,13 @@ def test_logs_are_offered_after_an_error_only_when_the_agent_wrote_some(line_dec
     deck.expect(r"\[loud\] \| boom: no key")
     assert deck.close() == 0
     assert not any(line.startswith("[gone] /logs") for line in deck.lines)
+
+
+def test_quit_with_a_request_waiting_says_first_that_it_is_cancelled(line_deck):
+    deck = line_deck(agent_block("a"))
+    deck.send("perm")
+    deck.expect(r"\[a\] permission\? Edit file  \+1 -1 /x")
+    deck.send("/quit")
+    deck.expect(r"\[deck\] quitting: 1 request waiting cancelled as the agents stop")
+    deck.expect(r"\[a\] permission: cancelled")
+    assert deck.close() == 0
