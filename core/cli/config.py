@@ -54,12 +54,16 @@ def config_init(
 @config_app.command("validate", cls=Command)
 def config_validate(
     path: Optional[Path] = typer.Argument(None, metavar="PATH", help="The file to check (else the config in use)."),
+    config: Optional[Path] = ConfigOption,
 ) -> None:
     """Check a config file.
 
-    One `path:line:col: message` line per problem; exit 1 on an error.
+    One `path:line:col: message` line per problem; exit 1 on an error. The file is PATH, or
+    --config as the other commands take it.
     """
-    where, loaded, _sections = _load_config(path, frontends=True)
+    if path is not None and config is not None and path != config:
+        fail("give the file to check once: PATH or --config")
+    where, loaded, _sections = _load_config(path or config, frontends=True)
     for problem in loaded.problems:
         echo(problem.format(where))
     if loaded.errors:

@@ -288,6 +288,9 @@ def test_config_validate_prints_problems_and_exits_1_on_an_error(cli, tmp_path):
     result = cli("config", "validate", "warn.toml")
     assert result.exit_code == 0
     assert result.stdout.splitlines() == ["warn.toml:1:1: warning: unknown key tema", "warn.toml: valid (1 warning)"]
+    assert cli("config", "validate", "--config", "warn.toml").stdout == result.stdout  # as the other commands take it
+    both = cli("config", "validate", "-c", "warn.toml", "bad.toml")
+    assert both.exit_code == 2 and "give the file to check once: PATH or --config" in both.stderr
 
     (tmp_path / "deck.toml").write_text(agent_block("a"))
     result = cli("config", "validate")  # the config in use: ./deck.toml
