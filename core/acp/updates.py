@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"})
+#: ACP's ToolKind (v1), `switch_mode` included (the agent leaving plan mode asks with it).
+TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"})
 
 
 TOOL_STATUSES = frozenset({"pending", "in_progress", "completed", "failed"})
@@ -33,7 +34,7 @@ def tool_part(call: dict[str, Any], old: dict[str, Any] | None = None) -> dict[s
     }  # fmt: skip
     if isinstance(call.get("title"), str):
         part["title"] = call["title"]
-    if isinstance(call.get("name"), str) and call["name"]:  # null or none: the name it had stays
+    if isinstance(call.get("name"), str):  # a string sets it ("" too); null or none: the name it had stays
         part["name"] = call["name"][:TOOL_NAME_MAX]
     if call.get("kind") is not None:
         part["kind"] = choice(call["kind"], TOOL_KINDS, "other")

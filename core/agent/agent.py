@@ -657,8 +657,9 @@ class Agent:
                 session.track(update)
             elif kind == "subagent_update":
                 session.adopt(update)
-            elif kind == "usage_update" and (session.origin != CONVERSATION or session.parent is not None):
-                self.deck.conversations.session_cost(session, update)  # an ask's or a subagent's cost is the agent's too
+            elif kind == "usage_update" and session.origin != CONVERSATION and session.parent is None:
+                self.deck.conversations.session_cost(session, update)  # an ask's cost is the agent's too
+                # (a subagent's never: ACP has its parent's cost hold it already, if it is to count)
             session.on_update(update)
             return
         if session_id in self._detached:

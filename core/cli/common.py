@@ -319,7 +319,7 @@ ApproveOption = typer.Option(
     help=(
         "Approve the permission requests whose tool call PATTERN names (repeatable), with their "
         "allow-once option (else allow-always): KIND (read, edit, delete, move, search, execute, "
-        "think, fetch, other), KIND:GLOB (that kind, its title matching the case-sensitive fnmatch "
+        "think, fetch, switch_mode, other), KIND:GLOB (that kind, its title matching the case-sensitive fnmatch "
         "GLOB) or *:GLOB (any kind). Other requests follow the agent's permissions policy."
     ),
 )

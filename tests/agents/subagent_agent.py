@@ -15,7 +15,8 @@ Prompts (first word):
                  all the same, streams a word and asks again, then reports `running` (new work) and asks a
                  third time; the three answers, as a JSON list, are the parent's reply
   `between N`    child "c1" sends N messages to the parent, each of its own messageId, in one chunk each
-  `cost`         child "c1" reports its session's cost twice (0.5 USD, then 1.25 USD in all)
+  `cost`         child "c1" reports its session's cost twice (0.5 USD, then 1.25 USD in all), then the
+                 parent its own, 2 USD (the child's within it)
   `caps`         the initialize request's clientCapabilities, as JSON
   `forkas WHAT`  the next `session/fork` answers WHAT: `parent` (the forked session's own id), `child` (the
                  live child "c1", announced now), `huge` (an id of 5,000,000 characters), `fresh` ("f1")
@@ -176,6 +177,8 @@ def prompt(rid: object, sid: str, words: str) -> None:
         for amount in (0.5, 1.25):
             update("c1", {"sessionUpdate": "usage_update", "used": 10, "size": 100,
                           "cost": {"amount": amount, "currency": "USD"}})  # fmt: skip
+        update(sid, {"sessionUpdate": "usage_update", "used": 20, "size": 100,
+                     "cost": {"amount": 2.0, "currency": "USD"}})  # its own, the child's within it  # fmt: skip
         text(sid, "spent")
     elif word == "forkas":
         fork_as[0] = rest

@@ -29,6 +29,12 @@ def test_a_name_that_is_no_string_or_null_leaves_the_name_it_had():
     assert tool_part({"toolCallId": "t", "name": 7}, part)["name"] == "grep"
     assert "name" not in tool_part({"toolCallId": "t", "title": "x"})
     assert len(tool_part({"toolCallId": "t", "name": "n" * 1000})["name"]) == 200
+    assert tool_part({"toolCallId": "t", "name": ""}, part)["name"] == ""  # a string sets it, "" too
+
+
+def test_switch_mode_is_a_tool_kind_of_its_own():
+    assert tool_part({"toolCallId": "t", "kind": "switch_mode"})["kind"] == "switch_mode"
+    assert tool_part({"toolCallId": "t", "kind": "teleport"})["kind"] == "other"
 
 
 def test_line_mode_shows_the_name_beside_the_title(line_deck):  # noqa: F811
