@@ -423,7 +423,7 @@ class LineFrontend(Frontend):
             "completed": (f"compacted: {summary}" if summary else "compacted", "green"),
             "failed": ("compaction failed" + (f": {error}" if error else ""), "red"),
             "cancelled": ("compaction cancelled", "yellow"),
-        }.get(status)
+        }.get(status, (f"compaction: {status}", "dim"))  # a status deck does not know: said as it is
         if shown is not None and self._changed((agent, "compaction " + str(part.get("id"))), shown[0]):
             self.emit(agent, *shown)
 

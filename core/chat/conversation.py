@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import re
 import time
 import uuid
 from collections import deque
@@ -57,8 +58,15 @@ TAIL_SHARE = 8
 NOTICE_SEVERITIES = frozenset({"info", "warning", "error"})
 NOTICE_TITLE_MAX = 500
 NOTICE_TEXT_MAX = 4000
-#: A context compaction's statuses (`compaction_update`); one deck does not know leaves the status it had.
-COMPACTION_STATUSES = frozenset({"in_progress", "completed", "failed", "cancelled"})
+#: What an open enumeration's value deck does not know may be (ACP: kept, shown without a meaning
+#: read into it): a word, `_`-prefixed for an implementation's own.
+OPAQUE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,39}")
+
+
+def opaque(value: Any, default: str) -> str:
+    """`value` of an open enumeration (a notice's severity, a compaction's status) as the agent gave
+    it, when it is a word (else `default`): one deck does not know is kept, never taken for another."""
+    return value if isinstance(value, str) and OPAQUE.fullmatch(value) else default
 #: Messages between sessions (`session_message`) still open to chunks; past it the oldest takes none.
 MAX_BETWEEN = 1_000
 #: What a tool call's list item (a diff, a location, a terminal) or a plan entry counts beyond its text.
@@ -983,13 +991,13 @@ class Conversation:
         if not text:
             log.info("%s: a notice with no title, skipped", self.agent)
             return
-        level = choice(update.get("severity"), NOTICE_SEVERITIES, "info")
+        level = opaque(update.get("severity"), "info")  # an unknown one kept as it is, shown plainly
         message = self._new("system")
         message.code, message.level = "notice", level
         message.parts.append(TextPart("text", text))
         message.size = text_size(text)
         self.add(message)
-        self.emit(Notice("agent", level, text, self.agent))
+        self.emit(Notice("agent", choice(level, NOTICE_SEVERITIES, "info"), text, self.agent))
 
     # -- context compaction: its status and the summary it keeps ------------------------------------
 
@@ -999,7 +1007,7 @@ class Conversation:
         found, part = self._compaction_part(update)
         if part is None:
             return
-        part["status"] = choice(update.get("status"), COMPACTION_STATUSES, part["status"])
+        part["status"] = opaque(update.get("status"), part["status"])  # one deck does not know: kept as said
         if "summary" in update:
             summary = update["summary"]
             part["summary"] = "".join(map(block_text, summary)) if isinstance(summary, list) else ""

@@ -174,8 +174,10 @@ def compaction_widgets(part: dict[str, Any], strings: Strings) -> list[AbstractF
         words = strings("compaction_failed", error=error) if error else strings("compaction_failed_bare")
     elif status == "cancelled":
         words = strings("compaction_cancelled")
-    else:
+    elif status == "in_progress":
         words = strings("compacting")
+    else:  # a status deck does not know: said as it is, nothing read into it
+        words = f"{strings('compaction')}: {status}"
     return [_pad(Text((COMPACTION_ATTRS.get(status, "dim"), words)))]
 
 

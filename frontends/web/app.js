@@ -905,12 +905,13 @@
     slot.node.replaceChildren(...nodes);
   }
 
-  //: The statuses of a context compaction; another one reads as in progress.
+  //: The statuses of a context compaction; another one is said as it is, nothing read into it.
   const COMPACTION_STATUSES = ["in_progress", "completed", "failed", "cancelled"];
 
   // A context compaction, one line: in progress, done (its summary's first line), failed (why), cancelled.
   function drawCompaction(slot, part) {
-    const status = COMPACTION_STATUSES.includes(part.status) ? part.status : "in_progress";
+    const known = COMPACTION_STATUSES.includes(part.status);
+    const status = known ? part.status : "other";
     const firstLine = (x) => asText(x).trim().split("\n")[0];
     const summary = firstLine(part.summary);
     const error = firstLine(part.error);
@@ -920,6 +921,7 @@
       completed: summary ? `compacted: ${summary}` : "compacted",
       failed: error ? `compaction failed: ${error}` : "compaction failed",
       cancelled: "compaction cancelled",
+      other: `compaction: ${asText(part.status)}`,
     }[status];
   }
 

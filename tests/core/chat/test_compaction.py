@@ -52,9 +52,12 @@ def test_patch_semantics_and_junk():
     conv.apply_update({"sessionUpdate": "compaction_update", "status": "in_progress"})  # no id: skipped
     conv.apply_update({"sessionUpdate": "compaction_update", "compactionId": "k", "status": "completed",
                        "summary": [{"type": "text", "text": "one"}, {"type": "text", "text": " two"}]})  # fmt: skip
-    conv.apply_update({"sessionUpdate": "compaction_update", "compactionId": "k", "status": "_later"})  # unknown: kept
     (part,) = compactions(conv.messages[-1])
     assert (part["status"], part["summary"]) == ("completed", "one two")
+    conv.apply_update({"sessionUpdate": "compaction_update", "compactionId": "k", "status": "_later"})
+    assert compactions(conv.messages[-1])[0]["status"] == "_later"  # one deck does not know: kept as said (ACP)
+    conv.apply_update({"sessionUpdate": "compaction_update", "compactionId": "k", "status": ["junk"]})
+    assert compactions(conv.messages[-1])[0]["status"] == "_later"  # no word: the status it had stays
     conv.apply_update({"sessionUpdate": "compaction_update", "compactionId": "k", "status": "completed", "summary": []})
     assert compactions(conv.messages[-1])[0]["summary"] == ""
     assert len(conv.messages) == 1

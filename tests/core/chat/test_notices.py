@@ -30,11 +30,12 @@ async def test_a_notice_becomes_a_note_with_its_severity_and_a_deck_notice(make_
     assert notice == {"source": "agent", "level": "warning", "text": "Rate limit close\nsee the log", "agent": "a", "sticky": False}
 
 
-async def test_an_unknown_severity_reads_as_info_and_a_long_title_is_cut(make_deck):
+async def test_an_unknown_severity_is_kept_shown_plainly_and_a_long_title_is_cut(make_deck):
+    """ACP: an unknown severity is kept as it is, with no salience read into it (`deck:notice` says info)."""
     deck, rec = make_deck(agent_block("a"))
     await ask(deck, rec, "notice _custom " + "x" * 5000)
     (note,) = notes(deck)
-    assert note["level"] == "info"
+    assert note["level"] == "_custom"
     assert note["parts"][0]["text"] == "x" * 500 + "\nsee the log"
     assert rec.named("deck:notice")[-1]["level"] == "info"
 
