@@ -84,7 +84,7 @@ def test_an_agent_that_crashes_leaves_its_last_stderr_lines_on_stderr(config: Pa
 
 
 def test_an_agent_that_fails_to_start_leaves_its_last_stderr_lines_as_a_crash_does(tmp_path: Path) -> None:
-    script = "for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo line$i >&2; done; exit 3"
+    script = "read -r line; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do echo line$i >&2; done; exit 3"  # read: initialize came
     config = tmp_path / "deck.toml"
     config.write_text(f"[agents.c]\ncommand = [\"sh\", \"-c\", \"{script}\"]\n")
     done = send(config, "c", "hi")
