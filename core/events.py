@@ -303,12 +303,14 @@ class Notice(Event):
 @dataclass(frozen=True, slots=True)
 class SubagentChanged(Event):
     """A subagent session of `agent`'s announced or changed (ACP `subagent_update`): `parent` is the
-    session that announced it (the conversation's, or another child's), `state` its work (`running`,
-    `idle`, `requires_action`, `unknown`, `other`; None when unsaid), `cancel` whether
+    session that announced it (the conversation's, or another child's), `state` its work as the agent
+    says it (`running`, `idle`, `requires_action`, `unknown`, or another word kept as sent: a value ACP
+    may add, an agent's own `_`-prefixed one; None when unsaid) and `stop_reason` why an idle one
+    stopped, `cwd` and `additional_directories` where it works, `cancel` whether
     `ChatService.Cancel(agent, session)` can stop its work alone."""
 
     name: ClassVar[str] = "subagent:changed"
-    _optional: ClassVar[frozenset[str]] = frozenset({"description"})
+    _optional: ClassVar[frozenset[str]] = frozenset({"description", "stop_reason", "cwd", "additional_directories"})
     agent: str
     parent: str
     session: str
@@ -316,6 +318,9 @@ class SubagentChanged(Event):
     state: str | None
     cancel: bool = False
     description: str | None = None
+    stop_reason: str | None = None
+    cwd: str | None = None
+    additional_directories: list[str] | None = None
 
 
 ALL_EVENTS: tuple[type[Event], ...] = (

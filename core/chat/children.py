@@ -3,8 +3,9 @@
 An agent that delegates work exposes each subagent as a child session with its own id. The child's
 updates build a conversation of their own, kept in the parent's message list with `session` set on
 each message (the frontends nest them under the parent); this module keeps what the agent said of
-each child (title, description, state, what the client may do) and, while one of its updates is
-applied, where its streamed text lands (`current`), its tool calls and its ACP message ids.
+each child (title, description, state, where it works, what the client may do) and, while one of
+its updates is applied, where its streamed text lands (`current`), its tool calls, its compactions
+and its ACP message ids.
 
 Everything here comes from the agent, so untrusted: ids and texts are cut, and a conversation has
 at most MAX_CHILDREN children (more are logged and dropped, as the agent layer drops their routes).
@@ -16,6 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from deck.acp.updates import as_string
+from deck.events import SubagentChanged
 
 if TYPE_CHECKING:
     from deck.chat.conversation import Message
@@ -26,20 +28,23 @@ log = logging.getLogger(__name__)
 MAX_CHILDREN = 10_000
 #: The characters kept of a child's session id, title and description.
 ID_MAX, TITLE_MAX, DESCRIPTION_MAX = 200, 200, 2_000
-#: A child's work states (ACP `state`); anything else reads as "other".
-CHILD_STATES = frozenset({"running", "idle", "requires_action", "unknown"})
+#: The characters kept of a child's state and stop reason: ACP's words, or an agent's own (`_`-prefixed).
+STATE_MAX = 100
+#: The characters kept of a path a child works in, and how many additional directories are kept.
+PATH_MAX, DIRECTORIES_MAX = 4_096, 64
 #: The updates of a child's that build its conversation; others are passed on raw, marked with it.
 CHILD_UPDATES = frozenset({
     "agent_message_chunk", "agent_thought_chunk", "user_message_chunk", "tool_call", "tool_call_update",
     "plan", "notice", "subagent_update", "session_message", "session_message_chunk",
+    "compaction_update", "compaction_summary_chunk",
 })  # fmt: skip
 
 
 class Child:
     """One subagent session as the conversation knows it."""
 
-    __slots__ = ("id", "parent", "title", "description", "state", "stop_reason", "cancel", "stopping",
-                 "current", "tools", "acp_messages")  # fmt: skip
+    __slots__ = ("id", "parent", "title", "description", "state", "stop_reason", "cwd", "directories", "cancel",
+                 "stopping", "current", "tools", "compactions", "acp_messages")  # fmt: skip
 
     def __init__(self, child_id: str, parent: str) -> None:
         self.id = child_id
@@ -47,9 +52,14 @@ class Child:
         self.parent = parent
         self.title: str | None = None
         self.description: str | None = None
-        #: Its foreground work (`running`, `idle`, `requires_action`, `unknown`, `other`), None when unsaid.
+        #: Its foreground work as the agent says it (`running`, `idle`, `requires_action`, `unknown`, or a
+        #: word ACP may add or the agent's own, kept as sent: a client shows what it does not know as is),
+        #: None when unsaid.
         self.state: str | None = None
         self.stop_reason: str | None = None
+        #: Where it works (ACP `cwd`, `additionalDirectories`), None when unsaid.
+        self.cwd: str | None = None
+        self.directories: list[str] | None = None
         #: The child offers `session/cancel` of its work alone (its capabilities' `cancel`).
         self.cancel = False
         #: Cancelled alone (`ChatService.Cancel` with its session), and not working again since: what it
@@ -57,6 +67,7 @@ class Child:
         self.stopping = False
         self.current: Message | None = None  # its message receiving updates
         self.tools: dict[str, tuple[Message, int]] = {}
+        self.compactions: dict[str, tuple[Message, int]] = {}  # its own compactions' parts, by id
         self.acp_messages: dict[str, Message] = {}
 
     def patch(self, update: dict[str, Any]) -> None:
@@ -65,6 +76,10 @@ class Child:
             self.title = _text(update["title"], TITLE_MAX)
         if "description" in update:
             self.description = _text(update["description"], DESCRIPTION_MAX)
+        if "cwd" in update:
+            self.cwd = _text(update["cwd"], PATH_MAX)
+        if "additionalDirectories" in update:
+            self.directories = _paths(update["additionalDirectories"])
         if "capabilities" in update:
             caps = update["capabilities"]
             self.cancel = isinstance(caps, dict) and isinstance(caps.get("cancel"), dict)
@@ -84,7 +99,16 @@ class Child:
             out["description"] = self.description
         if self.stop_reason is not None:
             out["stopReason"] = self.stop_reason
+        if self.cwd is not None:
+            out["cwd"] = self.cwd
+        if self.directories is not None:
+            out["additionalDirectories"] = list(self.directories)
         return out
+
+    def changed(self, agent: str) -> SubagentChanged:
+        """The event that tells of it as it is now."""
+        return SubagentChanged(agent, self.parent, self.id, self.title, self.state, self.cancel, self.description,
+                               self.stop_reason, self.cwd, self.directories and list(self.directories))  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Child | None:
@@ -97,6 +121,11 @@ class Child:
         child.description = _text(data.get("description"), DESCRIPTION_MAX)
         state, _ = _state(data.get("state"))
         child.state = "idle" if state in ("running", "requires_action") else state
+        stop = data.get("stopReason")
+        if isinstance(stop, str) and stop and state == child.state:  # a working one's stop is not known
+            child.stop_reason = stop[:STATE_MAX]
+        child.cwd = _text(data.get("cwd"), PATH_MAX)
+        child.directories = _paths(data.get("additionalDirectories"))
         return child
 
 
@@ -162,9 +191,18 @@ def _text(value: Any, limit: int) -> str | None:
     return value[:limit] if isinstance(value, str) else None
 
 
+def _paths(value: Any) -> list[str] | None:
+    """`additionalDirectories`: its strings, cut, DIRECTORIES_MAX at most; None for null (or no list)."""
+    if not isinstance(value, list):
+        return None
+    return [v[:PATH_MAX] for v in value if isinstance(v, str) and v][:DIRECTORIES_MAX]
+
+
 def _state(value: Any) -> tuple[str | None, str | None]:
     """A child's `state` (an object tagged by `state`, or by `type`; a bare string is read too) → its
-    name and the stop reason an idle one gives."""
+    name, as sent (cut), and its stop reason. A value ACP does not list yet, or an agent's own
+    (`_`-prefixed), is kept: the protocol asks clients to preserve it; a state that is no word at all
+    reads as ACP's `unknown`."""
     if value is None:
         return None, None
     raw = value if isinstance(value, str) else None
@@ -172,5 +210,5 @@ def _state(value: Any) -> tuple[str | None, str | None]:
     if isinstance(value, dict):
         raw = value.get("state", value.get("type"))
         stop = value.get("stopReason")
-    state = raw if isinstance(raw, str) and raw in CHILD_STATES else "other"
-    return state, (stop[:100] if isinstance(stop, str) else None)
+    state = raw[:STATE_MAX] if isinstance(raw, str) and raw else "unknown"
+    return state, (stop[:STATE_MAX] if isinstance(stop, str) and stop else None)

@@ -24,7 +24,6 @@ from deck.events import (
     MessageUpdated,
     Notice,
     SessionUpdate,
-    SubagentChanged,
     TerminalExited,
     TerminalOutput,
     UsageChanged,
@@ -600,15 +599,15 @@ class Conversation:
         if not isinstance(kind, str) or kind not in CHILD_UPDATES:  # a list or an object is no kind, and no key
             self.emit(SessionUpdate(self.agent, update, session))
             return
-        saved = self.current, self._tools, self._acp_messages, self._session
-        self.current, self._tools, self._acp_messages, self._session = (
-            child.current, child.tools, child.acp_messages, session
+        saved = self.current, self._tools, self._compactions, self._acp_messages, self._session
+        self.current, self._tools, self._compactions, self._acp_messages, self._session = (
+            child.current, child.tools, child.compactions, child.acp_messages, session
         )  # fmt: skip
-        try:
+        try:  # a child's compaction is a part of its conversation, by an id of its session's
             self._handlers[kind](self, update)
         finally:
             child.current = self.current
-            self.current, self._tools, self._acp_messages, self._session = saved
+            self.current, self._tools, self._compactions, self._acp_messages, self._session = saved
 
     def child_message_id(self, session: str) -> str:
         """The child's message receiving its updates (what a request of the child's shows beside)."""
@@ -626,8 +625,7 @@ class Conversation:
             return
         if child.state == "idle":
             self._finish_child(child)  # its work is over: its next words start a message of their own
-        self.emit(SubagentChanged(self.agent, child.parent, child.id, child.title, child.state,
-                                  child.cancel, child.description))  # fmt: skip
+        self.emit(child.changed(self.agent))
 
     def _finish_child(self, child: Child) -> None:
         message, child.current = child.current, None

@@ -142,6 +142,8 @@ class AcpProxy(Handlers):
         #: deck (the parent of its first children), said as the client's session when a message names it.
         self._between: dict[str, tuple[str, str]] = {}
         self._between_told: dict[str, int] = {}  # how much the client was told of each (upserts and chunks)
+        self._compactions: dict[str, shapes.Told] = {}  # what the client was told of each compaction, by session and id
+        self._notices: dict[str, None] = {}  # the agent's notices told (ids of their messages)
         self._agent_session = ""
         self.history = False
         self.sessions: set[str] = set()
@@ -269,30 +271,44 @@ class AcpProxy(Handlers):
     def _subagent(self, event: SubagentChanged) -> None:
         """A child announced or changed: told as a `subagent_update` on the session that announced it
         (the client's session, or another child's), where the client takes subagents."""
-        if self.current is None or not isinstance(self.client_caps.get("subagents"), dict):
+        if self.current is None or not self._takes("subagents"):
             return
         on = event.parent if event.parent in self._children else self.current
         if on == self.current:
             self._agent_session = event.parent
         self._children.add(event.session)
-        update: dict[str, Any] = {"sessionUpdate": "subagent_update", "sessionId": event.session, "title": event.title,
-                                  "state": {"state": event.state} if event.state else None,
-                                  "capabilities": {"cancel": {}} if event.cancel else {}}  # fmt: skip
         self.out.end_stream()
-        self.conn.notify("session/update", {"sessionId": on, "update": update})
+        self.conn.notify("session/update", {"sessionId": on, "update": shapes.subagent_update(event.payload())})
+
+    def _takes(self, capability: str) -> bool:
+        """Whether the client declared `capability` (`subagents`), or the session's (`session.compaction`)."""
+        caps: Any = self.client_caps
+        if capability.startswith("session."):
+            caps, capability = caps.get("session"), capability.removeprefix("session.")
+        return isinstance(caps, dict) and isinstance(caps.get(capability), dict)
+
+    def _session_of(self, session: str | None) -> str | None:
+        """The client's session deck's `session` is: a child told to it, else the client's own."""
+        return session if session is not None and session in self._children else self.current
 
     def _between_message(self, message: dict[str, Any]) -> None:
         """A message between sessions made or replaced whole: a `session_message` upsert to a client
-        that takes subagents (its chunks follow as `session_message_chunk`s)."""
+        that takes subagents (its chunks follow as `session_message_chunk`s), on the session whose
+        transcript holds it, as the agent sent it: its `messageId` is that session's."""
         text = "".join(p.get("text", "") for p in message.get("parts") or [] if isinstance(p, dict) and p.get("type") == "text")
         mid = str(message["id"])
-        if not text or len(text) == self._between_told.get(mid) or self.current is None or not isinstance(self.client_caps.get("subagents"), dict):
+        if not text or len(text) == self._between_told.get(mid) or self.current is None or not self._takes("subagents"):
             return  # nothing new: its chunks told it already, or it is unchanged
-        self._between_told[mid] = len(text)
-        update: dict[str, Any] = {"sessionUpdate": "session_message", "messageId": message["id"],
-                                  "content": [{"type": "text", "text": text}], **self._parties(str(message["id"]))}  # fmt: skip
+        self._between_upsert(mid, self._session_of(message.get("session")), text)
+
+    def _between_upsert(self, mid: str, on: str | None, text: str | None) -> None:
+        """A `session_message`: its sender and recipient, and its whole text where given."""
+        self._between_told[mid] = len(text) if text is not None else self._between_told.get(mid, 0)
+        update: dict[str, Any] = {"sessionUpdate": "session_message", "messageId": mid, **self._parties(mid)}
+        if text is not None:
+            update["content"] = [{"type": "text", "text": text}]
         self.out.end_stream()
-        self.conn.notify("session/update", {"sessionId": self.current, "update": update})
+        self.conn.notify("session/update", {"sessionId": on, "update": update})
 
     def _parties(self, message_id: str) -> dict[str, str]:
         """`senderSessionId` and `recipientSessionId` of a message between sessions, as the client knows
@@ -303,13 +319,15 @@ class AcpProxy(Handlers):
 
     def _between_delta(self, event: MessageDelta) -> None:
         """A chunk of a message between sessions: a `session_message_chunk` to a client that takes
-        subagents, on the session it is of; nothing to the others (it is not the agent's answer)."""
-        if event.text is None or not isinstance(self.client_caps.get("subagents"), dict):
+        subagents, on the session it is of (its upsert's); nothing to the others (it is not the agent's
+        answer). A chunk carries its content alone: an upsert before the first says who sends it to whom."""
+        if event.text is None or not self._takes("subagents"):
             return
-        on = event.session if event.session in self._children else self.current
-        self._between_told[event.message_id] = self._between_told.get(event.message_id, 0) + len(event.text)
-        update: dict[str, Any] = {"sessionUpdate": "session_message_chunk", "messageId": event.message_id,
-                                  "content": {"type": "text", "text": event.text}, **self._parties(event.message_id)}  # fmt: skip
+        on = self._session_of(event.session)
+        if event.message_id not in self._between_told:
+            self._between_upsert(event.message_id, on, None)
+        self._between_told[event.message_id] += len(event.text)
+        update = {"sessionUpdate": "session_message_chunk", "messageId": event.message_id, "content": {"type": "text", "text": event.text}}
         self.out.end_stream()
         self.conn.notify("session/update", {"sessionId": on, "update": update})
 
@@ -322,9 +340,41 @@ class AcpProxy(Handlers):
             if kind is not None:
                 self.out.stream((event.message_id, event.index, event.kind), event.session, kind, event.text)
         elif event.part is not None:
-            update = shapes.part_update(event.part, "agent", self._tools)
-            if update is not None:
-                self.conn.notify("session/update", {"sessionId": event.session, "update": update})
+            self._part(event.part, event.session)
+
+    def _part(self, part: dict[str, Any], session: str) -> None:
+        """A part replaced whole (a tool call, a plan, a compaction), as the updates of `session`."""
+        if part.get("type") == "compaction":
+            self._compaction(part, session)
+            return
+        update = shapes.part_update(part, "agent", self._tools)
+        if update is not None:
+            self.conn.notify("session/update", {"sessionId": session, "update": update})
+
+    def _compaction(self, part: dict[str, Any], session: str) -> None:
+        """A compaction of the agent's (or a child's), to a client that takes them
+        (`clientCapabilities.session.compaction`): what changed since it was last told."""
+        if not self._takes("session.compaction"):
+            return
+        key = f"{session}\0{part.get('id')}"
+        for update in shapes.compaction(part, self._compactions.get(key)):
+            self.conn.notify("session/update", {"sessionId": session, "update": update})
+        told = tuple(v if isinstance(v, str) else "" for v in (part.get("status"), part.get("summary"), part.get("error")))
+        _remember(self._compactions, key, told)
+
+    def _notice(self, message: dict[str, Any]) -> None:
+        """An agent's notice (or a child's, to a client that takes subagents), once, as ACP's `notice`
+        to a client that takes them (`clientCapabilities.session.notices`): a live event, never replayed."""
+        session, mid = message.get("session"), str(message.get("id"))
+        if self.current is None or not self._takes("session.notices") or mid in self._notices:
+            return
+        if session is not None and session not in self._children:
+            return  # a subagent's, to a client that is not told of subagents
+        update = shapes.notice(message)
+        if update is not None:
+            _remember(self._notices, mid)
+            self.out.end_stream()
+            self.conn.notify("session/update", {"sessionId": self._session_of(session), "update": update})
 
     def _delta(self, event: MessageDelta) -> None:
         """A chunk that starts another part's text, or a part replaced (a tool call, a plan)."""
@@ -335,14 +385,15 @@ class AcpProxy(Handlers):
             if kind is None or (role == "user" and event.kind != "text"):
                 return
             self.out.stream((event.message_id, event.index, event.kind), self.current, kind, event.text)
-        elif event.part is not None:
-            update = shapes.part_update(event.part, "agent", self._tools)
-            if update is not None:
-                self.notify(update)
+        elif event.part is not None and self.current is not None:
+            self._part(event.part, self.current)
 
     @handles(MessageUpdated)
     def _message(self, event: MessageUpdated) -> None:
         message = event.message
+        if message.get("role") == "system" and message.get("code") == "notice":
+            self._notice(message)
+            return
         if message.get("sender") or message.get("recipient"):  # between sessions: never the agent's own words
             mid = str(message["id"])
             if mid not in self._between and len(self._between) >= MAX_BETWEEN:
@@ -574,7 +625,7 @@ class AcpProxy(Handlers):
         settings = await self._start_agent()
         if replay:
             conversation = await _call(self.client, "ChatService.Conversation", {"agent": self.agent})
-            for update in shapes.replay(conversation.get("messages") or []):
+            for update in shapes.replay(conversation.get("messages") or [], self._takes("session.compaction")):
                 self.notify(update)
         self._opened(session)
         return settings

@@ -20,6 +20,10 @@ TOOL_KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "
 TOOL_STATUSES = frozenset({"pending", "in_progress", "completed", "failed"})
 PRIORITIES = frozenset({"high", "medium", "low"})
 PLAN_STATUSES = frozenset({"pending", "in_progress", "completed"})
+NOTICE_SEVERITIES = frozenset({"info", "warning", "error"})
+COMPACTION_STATUSES = frozenset({"in_progress", "completed", "failed", "cancelled"})
+#: What a client was told of a compaction: its status, its summary and its error.
+Told = tuple[str, str, str]
 
 
 def prompt_text(blocks: Any) -> str:
@@ -91,6 +95,8 @@ def tool_call(part: dict[str, Any], first: bool) -> dict[str, Any]:
     raw = part.get("input")
     if isinstance(raw, str) and raw:
         update["rawInput"] = _json_or_text(raw)
+    if isinstance(part.get("name"), str) and part["name"]:
+        update["name"] = part["name"]  # the tool's own name, as the agent gave it (unstable)
     return update
 
 
@@ -127,7 +133,8 @@ def plan(part: dict[str, Any]) -> dict[str, Any]:
 
 def part_update(part: dict[str, Any], role: str, seen_tools: set[str]) -> dict[str, Any] | None:
     """One part of a message as the update that says it whole (a replay, a part replaced); None for a
-    part ACP has no update for (deck's notices, compactions)."""
+    part that is no single update (a compaction: `compaction`, which a client takes only when it said
+    so) or that ACP does not carry (a plugin's)."""
     kind = part.get("type")
     if kind in ("text", "thought") and isinstance(part.get("text"), str):
         if role == "user":
@@ -143,19 +150,78 @@ def part_update(part: dict[str, Any], role: str, seen_tools: set[str]) -> dict[s
     return None
 
 
-def replay(messages: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def replay(messages: list[dict[str, Any]], compactions: bool = False) -> Iterator[dict[str, Any]]:
     """A stored conversation as the updates that tell it again (`session/load`): the user's and the
-    agent's messages, their thoughts, tool calls and plans; deck's own notes (system messages) left out."""
+    agent's messages, their thoughts, tool calls and plans, and its compactions where the client takes
+    them (they keep their place in the session's timeline); deck's own notes (system messages, the
+    agent's notices among them: live events, no history) left out."""
     seen: set[str] = set()
     for message in messages:
         role = message.get("role")
         if role not in ("user", "agent") or message.get("queued"):
             continue
         for part in message.get("parts") or []:
-            if isinstance(part, dict):
-                update = part_update(part, str(role), seen)
-                if update is not None:
-                    yield update
+            if not isinstance(part, dict):
+                continue
+            if part.get("type") == "compaction":
+                yield from compaction(part, None) if compactions else ()
+                continue
+            update = part_update(part, str(role), seen)
+            if update is not None:
+                yield update
+
+
+def notice(message: dict[str, Any]) -> dict[str, Any] | None:
+    """An agent's notice (deck's system message of code "notice") as ACP's `notice`: its first line the
+    title, the rest the description (deck keeps them as one text, the title first); None without text."""
+    text = "".join(p.get("text", "") for p in message.get("parts") or [] if isinstance(p, dict) and p.get("type") == "text")
+    title, _, description = text.strip().partition("\n")
+    if not title.strip():
+        return None
+    level = message.get("level")
+    update = {"sessionUpdate": "notice", "severity": level if level in NOTICE_SEVERITIES else "info", "title": title.strip()}
+    if description.strip():
+        update["description"] = description.strip()
+    return update
+
+
+def compaction(part: dict[str, Any], told: Told | None) -> list[dict[str, Any]]:
+    """A compaction part as the updates that bring a client from what it was told of it (`told`; None:
+    nothing yet) to it: a `compaction_update` when it is new or its status or error changed, its summary
+    streamed on as `compaction_summary_chunk`s while it grows, replaced whole otherwise (told anew, a
+    replay: whole, so telling it twice changes nothing)."""
+    compaction_id = str(part.get("id") or "")
+    status = part.get("status") if part.get("status") in COMPACTION_STATUSES else "in_progress"
+    summary, error = (v if isinstance(v, str) else "" for v in (part.get("summary"), part.get("error")))
+    was_status, was_summary, was_error = told or ("", "", "")
+    update: dict[str, Any] = {"sessionUpdate": "compaction_update", "compactionId": compaction_id, "status": status}
+    if (told is None and summary) or (told is not None and not summary.startswith(was_summary)):
+        update["summary"] = [{"type": "text", "text": summary}] if summary else None
+    if error != was_error:
+        update["error"] = error or None
+    out = [update] if told is None or status != was_status or len(update) > 3 else []
+    if "summary" not in update and len(summary) > len(was_summary):
+        more = {"type": "text", "text": summary[len(was_summary) :]}
+        out.append({"sessionUpdate": "compaction_summary_chunk", "compactionId": compaction_id, "content": more})
+    return out
+
+
+def subagent_update(event: dict[str, Any]) -> dict[str, Any]:
+    """`subagent:changed`'s payload as ACP's `subagent_update`: every field deck keeps of the child, as
+    the agent sent it (its state's word kept, even one ACP does not list), null where it said none or
+    cleared it (a patch: null clears what the client had)."""
+    state = event.get("state")
+    said: dict[str, Any] | None = None
+    if isinstance(state, str):
+        said = {"state": state}
+        if isinstance(event.get("stopReason"), str):
+            said["stopReason"] = event["stopReason"]
+    return {
+        "sessionUpdate": "subagent_update", "sessionId": event.get("session"), "title": event.get("title"),
+        "description": event.get("description"), "state": said,
+        "capabilities": {"cancel": {}} if event.get("cancel") else {},
+        "cwd": event.get("cwd"), "additionalDirectories": event.get("additionalDirectories"),
+    }  # fmt: skip
 
 
 def usage(value: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,11 @@ Prompts (first word):
   `between N`    child "c1" sends N messages to the parent, each of its own messageId, in one chunk each
   `cost`         child "c1" reports its session's cost twice (0.5 USD, then 1.25 USD in all), then the
                  parent its own, 2 USD (the child's within it)
+  `official`     as ACP v1's draft shows it: child "c1" announced with its `cwd` and `additionalDirectories`;
+                 the parent's message to it on the child's own session (its incoming view: an upsert, then
+                 a chunk of content alone); the child's text, a compaction of its context (streamed summary,
+                 completed) and a notice; then its own state `_paused` (stop reason `_waiting`), its
+                 directories cleared; a notice of the parent's; the parent answers "reviewed"
   `caps`         the initialize request's clientCapabilities, as JSON
   `forkas WHAT`  the next `session/fork` answers WHAT: `parent` (the forked session's own id), `child` (the
                  live child "c1", announced now), `huge` (an id of 5,000,000 characters), `fresh` ("f1")
@@ -91,6 +96,24 @@ def delegate(sid: str) -> None:
     text(sid, "delegated")
 
 
+def official(sid: str) -> None:
+    announce(sid, "c1", title="Review", cwd="/work/app", additionalDirectories=["/work/lib", "/work/docs"],
+             capabilities={"cancel": {}}, state={"state": "running"})  # fmt: skip
+    update("c1", {"sessionUpdate": "session_message", "messageId": "in1", "senderSessionId": sid,
+                  "recipientSessionId": "c1", "content": [{"type": "text", "text": "Review the diff"}]})  # fmt: skip
+    update("c1", {"sessionUpdate": "session_message_chunk", "messageId": "in1",
+                  "content": {"type": "text", "text": ", please"}})  # fmt: skip
+    text("c1", "Looking at it")
+    update("c1", {"sessionUpdate": "compaction_update", "compactionId": "k1", "status": "in_progress"})
+    update("c1", {"sessionUpdate": "compaction_summary_chunk", "compactionId": "k1",
+                  "content": {"type": "text", "text": "kept: the diff"}})  # fmt: skip
+    update("c1", {"sessionUpdate": "compaction_update", "compactionId": "k1", "status": "completed"})
+    update("c1", {"sessionUpdate": "notice", "severity": "warning", "title": "Slow disk"})
+    announce(sid, "c1", state={"state": "_paused", "stopReason": "_waiting"}, additionalDirectories=None)
+    update(sid, {"sessionUpdate": "notice", "severity": "info", "title": "Review started", "description": "one child"})
+    text(sid, "reviewed")
+
+
 def junk(sid: str) -> None:
     announce(sid, "c1", title="First")
     announce(sid, "c2", title="Second")
@@ -145,6 +168,8 @@ def prompt(rid: object, sid: str, words: str) -> None:
         return
     if word == "delegate":
         delegate(sid)
+    elif word == "official":
+        official(sid)
     elif word == "nested":
         announce(sid, "c1", title="Planner")
         announce("c1", "c2", title="Searcher")

@@ -48,6 +48,15 @@ def test_line_mode_nests_a_childs_lines_under_its_agent(line_deck):  # noqa: F81
     assert deck.close() == 0
 
 
+def test_line_mode_shows_a_childs_own_state_as_the_agent_says_it(line_deck):  # noqa: F811
+    deck = line_deck(TOML)
+    deck.send("@a official")
+    deck.expect(r"\[a › Review\] subagent: running")
+    deck.expect(r"\[a › Review\] subagent: _paused")  # a word of the agent's own: shown as is
+    deck.expect(r"\[a\] reviewed")
+    assert deck.close() == 0
+
+
 def test_line_mode_says_which_child_asks_and_answers_it(line_deck):  # noqa: F811
     deck = line_deck(TOML)
     deck.send("@a perm")

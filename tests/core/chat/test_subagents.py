@@ -70,6 +70,26 @@ async def test_a_childs_work_is_a_child_conversation_nested_in_its_parents(make_
 
 
 @pytest.mark.anyio
+async def test_a_childs_own_state_where_it_works_and_its_compaction_are_kept_as_the_agent_sent_them(make_deck):
+    deck, rec = deleg(make_deck)
+    reply = await ask(deck, rec, "official")
+    conv = deck.chat.conversation("a")
+    assert reply.text == "reviewed"
+    (child,) = conv.snapshot()["children"]
+    assert (child["state"], child["stopReason"], child["cwd"]) == ("_paused", "_waiting", "/work/app")
+    assert "additionalDirectories" not in child  # cleared by null
+    first, last = rec.named("subagent:changed", "a")
+    assert (first["state"], first["cwd"], first["additionalDirectories"]) == ("running", "/work/app", ["/work/lib", "/work/docs"])
+    assert (last["state"], last["stopReason"], last["cwd"]) == ("_paused", "_waiting", "/work/app")
+    assert "additionalDirectories" not in last
+    # The child's compaction is a part of its conversation, as the agent's own is; nothing passed on raw.
+    parts = [p.to_dict() for m in of(conv, "c1") for p in m.parts if p.type == "compaction"]
+    assert parts == [{"type": "compaction", "id": "k1", "status": "completed", "summary": "kept: the diff"}]
+    assert not [e for e in rec.named("session:update", "a") if "compaction" in str(e["update"].get("sessionUpdate"))]
+    assert [m.text for m in of(conv, None) if m.sender is None and m.role == "agent"] == ["reviewed"]  # none dropped
+
+
+@pytest.mark.anyio
 async def test_a_child_of_a_child_names_its_own_parent(make_deck):
     deck, rec = deleg(make_deck)
     await ask(deck, rec, "nested")
@@ -177,13 +197,18 @@ def test_patch_semantics_of_a_child():
     conv = Conversation("a", lambda event: None)
     conv.session_started("s1", {})
     sub = {"sessionUpdate": "subagent_update", "sessionId": "c"}
-    conv.apply_update({**sub, "title": "T", "description": "D", "capabilities": {"cancel": {}}, "state": "running"})
-    conv.apply_update({**sub, "description": None, "state": {"state": "_custom"}})  # null clears; unknown → other
+    conv.apply_update({**sub, "title": "T", "description": "D", "capabilities": {"cancel": {}}, "state": "running",
+                       "cwd": "/w", "additionalDirectories": ["/x", 3, "/y"]})  # fmt: skip
+    # null clears; a state ACP does not list is kept as sent (cut), with its stop reason
+    conv.apply_update({**sub, "description": None, "state": {"state": "_custom" + "x" * 500, "stopReason": "_mine"}})
     (child,) = conv.snapshot()["children"]
-    assert child == {"session": "c", "parent": "s1", "title": "T", "state": "other", "cancel": True}
-    conv.apply_update({**sub, "capabilities": None, "title": ["junk"]})
+    assert child == {"session": "c", "parent": "s1", "title": "T", "state": "_custom" + "x" * 93, "cancel": True,
+                     "stopReason": "_mine", "cwd": "/w", "additionalDirectories": ["/x", "/y"]}  # fmt: skip
+    conv.apply_update({**sub, "capabilities": None, "title": ["junk"], "cwd": None, "additionalDirectories": None,
+                       "state": {"state": ["junk"]}})  # fmt: skip
     (child,) = conv.snapshot()["children"]
-    assert (child["cancel"], child["title"]) == (False, None)
+    assert (child["cancel"], child["title"], child["state"]) == (False, None, "unknown")
+    assert "cwd" not in child and "additionalDirectories" not in child and "stopReason" not in child
 
 
 def test_a_child_restored_from_the_history_is_no_longer_working():
@@ -193,6 +218,10 @@ def test_a_child_restored_from_the_history_is_no_longer_working():
                    "session": "c"}], "s1", None, children=stored)  # type: ignore[list-item]  # fmt: skip
     assert conv.snapshot()["children"] == [{"session": "c", "parent": "s1", "title": "T", "state": "idle", "cancel": False}]
     assert conv.messages[0].session == "c"
+    kept = {"session": "c", "parent": "s1", "title": "T", "state": "_paused", "stopReason": "_waiting", "cwd": "/w",
+            "additionalDirectories": ["/x"], "cancel": False}  # fmt: skip
+    conv.restore([], "s1", None, children=[kept])
+    assert conv.snapshot()["children"] == [kept]  # where it worked, and its own state, as the agent said them
 
 
 def test_a_child_below_one_cancelled_alone_is_stopped_with_it_until_it_works_again():

@@ -80,3 +80,30 @@ def test_conversation_changes_and_questions_in_acp_terms() -> None:
     assert url == {"sessionId": "s", "mode": "url", "url": "https://x.example/a", "message": "Sign in", "elicitationId": "question-1"}
     form = shapes.question({"id": "q", "message": "Name?", "schema": {"type": "object", "properties": {}}}, "s")
     assert form["mode"] == "form" and form["requestedSchema"] == {"type": "object", "properties": {}}
+
+
+def test_a_compaction_is_told_by_what_changed_and_a_summary_replaced_is_sent_whole() -> None:
+    part = {"type": "compaction", "id": "k", "status": "in_progress", "summary": ""}
+    assert shapes.compaction(part, None) == [{"sessionUpdate": "compaction_update", "compactionId": "k", "status": "in_progress"}]
+    grown = shapes.compaction({**part, "summary": "kept a"}, ("in_progress", "", ""))
+    assert grown == [{"sessionUpdate": "compaction_summary_chunk", "compactionId": "k", "content": {"type": "text", "text": "kept a"}}]
+    done = shapes.compaction({**part, "status": "completed", "summary": "kept a"}, ("in_progress", "kept a", ""))
+    assert done == [{"sessionUpdate": "compaction_update", "compactionId": "k", "status": "completed"}]
+    replaced = shapes.compaction({**part, "status": "completed", "summary": "other"}, ("completed", "kept a", ""))
+    assert replaced == [{"sessionUpdate": "compaction_update", "compactionId": "k", "status": "completed",
+                         "summary": [{"type": "text", "text": "other"}]}]  # fmt: skip
+    failed = shapes.compaction({**part, "status": "failed", "error": "no room"}, None)
+    assert failed == [{"sessionUpdate": "compaction_update", "compactionId": "k", "status": "failed", "error": "no room"}]
+    assert shapes.compaction({**part, "status": "odd"}, ("in_progress", "", "")) == []  # nothing new: nothing said
+
+
+def test_a_subagent_and_a_notice_as_acp_says_them() -> None:
+    child = {"session": "c", "parent": "s", "title": None, "state": "_mine", "stopReason": "_why", "cancel": False,
+             "cwd": "/w"}  # fmt: skip
+    assert shapes.subagent_update(child) == {
+        "sessionUpdate": "subagent_update", "sessionId": "c", "title": None, "description": None,
+        "state": {"state": "_mine", "stopReason": "_why"}, "capabilities": {}, "cwd": "/w", "additionalDirectories": None,
+    }  # fmt: skip
+    note = {"role": "system", "code": "notice", "level": "_loud", "parts": [{"type": "text", "text": "Title\nmore\nlines"}]}
+    assert shapes.notice(note) == {"sessionUpdate": "notice", "severity": "info", "title": "Title", "description": "more\nlines"}
+    assert shapes.notice({**note, "parts": []}) is None

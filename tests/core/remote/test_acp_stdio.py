@@ -457,16 +457,93 @@ def test_a_subagents_work_reaches_a_client_that_takes_subagents_as_a_child_sessi
     }
     announced = [u for u in client.updates(session, "subagent_update")]
     assert announced[0]["sessionId"] == "c1" and announced[0]["title"] == "Explore"
-    assert announced[0]["capabilities"] == {"cancel": {}} and announced[-1]["state"] == {"state": "idle"}
+    assert announced[0]["capabilities"] == {"cancel": {}} and announced[0]["description"] == "Find the config loader"
+    assert announced[-1]["state"] == {"state": "idle", "stopReason": "end_turn"}
     assert client.text("c1") == "The loader is in config.py" and client.text("c1", "agent_thought_chunk") == "reading files"
     assert "loader" not in client.text(session)  # never flattened into the parent's answer
     assert client.text(session) == "delegated"
     between = client.updates(session, "session_message_chunk")
     assert "".join(u["content"]["text"] for u in between) == "Found: config.py"
-    assert (between[0]["senderSessionId"], between[0]["recipientSessionId"]) == ("c1", session)
-    (told,) = client.updates(session, "session_message")
+    assert all(set(u) == {"sessionUpdate", "messageId", "content"} for u in between)  # a chunk is content alone
+    told, found = client.updates(session, "session_message")
     assert told["content"] == [{"type": "text", "text": "Look for the loader"}]
     assert (told["senderSessionId"], told["recipientSessionId"]) == (session, "c1")
+    # Who sent the streamed one to whom: an upsert before its first chunk, of the same messageId.
+    assert "content" not in found and (found["senderSessionId"], found["recipientSessionId"]) == ("c1", session)
+    assert found["messageId"] == between[0]["messageId"]
+
+
+SUBAGENT_CAPS = {**INITIALIZE["clientCapabilities"], "subagents": {}, "session": {"compaction": {}, "notices": {}}}
+
+
+def test_a_child_told_as_sent_its_messages_on_their_own_session_its_compaction_and_notices(tmp_path, acp) -> None:
+    from tests.conftest import agent_table
+
+    client = acp("a", "--config", config(tmp_path, agent_table("a", SUBAGENTS)))
+    client.call("initialize", {**INITIALIZE, "clientCapabilities": SUBAGENT_CAPS})
+    session = client.call("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
+    assert client.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "official"}]}) == {
+        "stopReason": "end_turn"
+    }
+    first, *_, last = client.updates(session, "subagent_update")
+    assert (first["cwd"], first["additionalDirectories"]) == ("/work/app", ["/work/lib", "/work/docs"])
+    assert first["state"] == {"state": "running"}
+    # The agent's own state word and stop reason, forwarded as received; a cleared field cleared.
+    assert last["state"] == {"state": "_paused", "stopReason": "_waiting"}
+    assert (last["cwd"], last["additionalDirectories"]) == ("/work/app", None)
+    # The parent's message to the child, on the child's session as the agent sent it: upsert and chunk alike.
+    assert [u for u in client.updates(session) if u["sessionUpdate"].startswith("session_message")] == []
+    (upsert,) = client.updates("c1", "session_message")
+    assert upsert["content"] == [{"type": "text", "text": "Review the diff"}]
+    assert (upsert["senderSessionId"], upsert["recipientSessionId"]) == (session, "c1")
+    (chunk,) = client.updates("c1", "session_message_chunk")
+    assert chunk == {"sessionUpdate": "session_message_chunk", "messageId": upsert["messageId"],
+                     "content": {"type": "text", "text": ", please"}}  # fmt: skip
+    # The child's compaction, on its session, to a client that takes compactions.
+    compaction = [u for u in client.updates("c1") if u["sessionUpdate"].startswith("compaction")]
+    assert [(u["sessionUpdate"], u.get("status")) for u in compaction] == [
+        ("compaction_update", "in_progress"), ("compaction_summary_chunk", None), ("compaction_update", "completed")]
+    assert compaction[1]["content"] == {"type": "text", "text": "kept: the diff"}
+    assert {u["compactionId"] for u in compaction} == {"k1"}
+    # Notices, each on the session it was said in.
+    assert client.updates("c1", "notice") == [{"sessionUpdate": "notice", "severity": "warning", "title": "Slow disk"}]
+    assert client.updates(session, "notice") == [
+        {"sessionUpdate": "notice", "severity": "info", "title": "Review started", "description": "one child"}]
+    assert client.text(session) == "reviewed"
+
+
+def test_notices_compactions_and_tool_names_reach_a_client_as_it_takes_them(tmp_path, acp) -> None:
+    toml = config(tmp_path, agent_block("a"))
+    taker = acp("a", "--config", toml)
+    taker.call("initialize", {**INITIALIZE, "clientCapabilities": {**INITIALIZE["clientCapabilities"], "session": {"compaction": {}, "notices": {}}}})
+    session = taker.call("session/new", {"cwd": "/tmp", "mcpServers": []})["sessionId"]
+    for text in ("notice warning Rate limit close", "compact", "named-tool"):
+        assert taker.call("session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": text}]})["stopReason"] == "end_turn"
+    assert taker.updates(session, "notice") == [
+        {"sessionUpdate": "notice", "severity": "warning", "title": "Rate limit close", "description": "see the log"}]
+    compaction = [u for u in taker.updates(session) if u["sessionUpdate"].startswith("compaction")]
+    assert compaction[0] == {"sessionUpdate": "compaction_update", "compactionId": "c1", "status": "in_progress"}
+    assert compaction[-1]["status"] == "completed"
+    summary = "".join(u["content"]["text"] for u in compaction if u["sessionUpdate"] == "compaction_summary_chunk")
+    assert summary and all(u["compactionId"] == "c1" for u in compaction)
+    tools = [u for u in taker.updates(session) if u["sessionUpdate"] in ("tool_call", "tool_call_update") and u["toolCallId"] == "tn"]
+    assert [u["name"] for u in tools][:1] == ["read_file"] and tools[-1]["name"] == "fs.read"
+    for update in tools:
+        checked("SessionUpdate", update)  # the name rides along, the update still valid ACP
+    # A session loaded again tells the compaction again, whole, in its place.
+    assert taker.close() == 0
+    again = acp("a", "--config", toml)
+    again.call("initialize", {**INITIALIZE, "clientCapabilities": {**INITIALIZE["clientCapabilities"], "session": {"compaction": {}}}})
+    again.call("session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []})
+    (told,) = again.updates(session, "compaction_update")
+    assert told["status"] == "completed" and told["summary"] == [{"type": "text", "text": summary}]
+    assert again.updates(session, "notice") == []  # a notice is a live event, no history
+    # A client that did not say it takes them gets neither notices nor compactions; tool names all the same.
+    plain = acp("a", "--config", toml)
+    other = plain.open_session()
+    for text in ("notice warning Rate limit close", "compact"):
+        plain.call("session/prompt", {"sessionId": other, "prompt": [{"type": "text", "text": text}]})
+    assert [u for u in plain.updates(other) if u["sessionUpdate"] in ("notice", "compaction_update", "compaction_summary_chunk")] == []
 
 
 def test_a_client_that_takes_no_subagents_gets_the_parents_answer_alone_and_a_childs_request(tmp_path, acp) -> None:

@@ -45,3 +45,20 @@ async def test_the_history_keeps_children_linked_to_their_parent_and_the_next_de
     assert "- Subagents:\n  - Planner (c1) · idle\n    - Searcher (c2) · unknown\n" in text  # c1 renamed by `nested`
     assert "## Agent › Planner ·" in text and "## Agent › Searcher ·" in text
     assert "## Agent · message a → Planner ·" in text and "## Agent · message Planner → a ·" in text
+
+
+@pytest.mark.anyio
+async def test_the_next_deck_restores_where_a_child_worked_and_its_own_state(make_deck):
+    deck, rec = make_deck(TOML)
+    await deck.startup()
+    await ask(deck, rec, "official")
+    await deck.shutdown()
+
+    deck, rec = make_deck(TOML)
+    await deck.startup()
+    restored = await deck.call("ChatService.Conversation", {"agent": "a"})
+    (child,) = restored["children"]
+    assert (child["state"], child["stopReason"], child["cwd"]) == ("_paused", "_waiting", "/work/app")
+    assert "additionalDirectories" not in child  # the agent cleared them
+    compactions = [p for m in restored["messages"] if m.get("session") == "c1" for p in m["parts"] if p["type"] == "compaction"]
+    assert [(p["id"], p["status"], p["summary"]) for p in compactions] == [("k1", "completed", "kept: the diff")]
