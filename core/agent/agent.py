@@ -373,8 +373,9 @@ class Agent:
                         "_meta": {"terminal_output": True},
                         "elicitation": {"form": {}, "url": {}},
                         # Boolean config options are shown and set as the select ones are; a context
-                        # compaction is a part of the conversation (unstable).
-                        "session": {"configOptions": {"boolean": {}}, "compaction": {}},
+                        # compaction is a part of the conversation; an agent's notice is shown (ACP v1
+                        # has it sent only to a client that says so).
+                        "session": {"configOptions": {"boolean": {}}, "compaction": {}, "notices": {}},
                         # A subagent's work is a child conversation nested in the agent's.
                         "subagents": {},
                     },

@@ -4,6 +4,7 @@ by line mode."""
 
 from __future__ import annotations
 
+import json
 import pytest
 
 from tests.conftest import agent_block
@@ -18,9 +19,12 @@ def notes(deck) -> list[dict]:
     return [m.to_dict() for m in deck.chat.conversation("a").messages if m.code == "notice"]
 
 
-async def test_a_notice_becomes_a_note_with_its_severity_and_a_deck_notice(make_deck):
-    deck, rec = make_deck(agent_block("a"))
+async def test_a_notice_becomes_a_note_with_its_severity_and_a_deck_notice(make_deck, tmp_path):
+    requests = tmp_path / "requests.jsonl"
+    deck, rec = make_deck(agent_block("a", "--requests", str(requests)))
     reply = await ask(deck, rec, "notice warning Rate limit close")
+    init = json.loads(requests.read_text().splitlines()[0])  # ACP v1: notices go to a client that opts in
+    assert init["method"] == "initialize" and init["params"]["clientCapabilities"]["session"]["notices"] == {}
     assert reply.text == "noted"
     (note,) = notes(deck)
     assert (note["role"], note["code"], note["level"]) == ("system", "notice", "warning")
