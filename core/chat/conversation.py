@@ -569,13 +569,15 @@ class Conversation:
             del self.by_id[message.id]
         gone = sum(m.size for m in removed)
         self.size -= gone
-        gone_ids = {m.id for m in removed}  # nothing more lands in them
-        for held in (self._tools, self._acp_messages, self._terminal_parts, self._compactions, self._between):
-            for key in [k for k, v in held.items() if (v[0] if isinstance(v, tuple) else v).id in gone_ids]:
-                del held[key]
+        gone_ids = {m.id for m in removed}  # nothing more lands in them, the children's parts included
+        helds: list[dict[str, Any]] = [self._tools, self._acp_messages, self._terminal_parts, self._compactions, self._between]
         for child in self.children.by_id.values():
+            helds += [child.tools, child.compactions, child.acp_messages]
             if child.current is not None and child.current.id in gone_ids:
                 child.current = None
+        for held in helds:
+            for key in [k for k, v in held.items() if (v[0] if isinstance(v, tuple) else v).id in gone_ids]:
+                del held[key]
         self.cut = {"messages": self.cut["messages"] + len(removed), "bytes": self.cut["bytes"] + gone}
         log.info("%s: %d earlier message(s) let go (%s)", self.agent, len(removed), shown_size(gone))
         value = {**self.cut, "messageIds": [m.id for m in removed]}

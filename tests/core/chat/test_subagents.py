@@ -211,6 +211,25 @@ def test_patch_semantics_of_a_child():
     assert "cwd" not in child and "additionalDirectories" not in child and "stopReason" not in child
 
 
+def test_a_childs_tool_call_in_a_message_let_go_is_never_patched_there():
+    """Earlier messages leave memory (a compaction, the cap): a child's later update of a tool call
+    they held starts afresh in a message in memory, never in one gone."""
+    conv = Conversation("a", lambda event: None)
+    conv.session_started("s1", {})
+    conv.apply_update({"sessionUpdate": "subagent_update", "sessionId": "c", "title": "T", "state": "running"})
+    conv.apply_child_update("c", {"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "Read", "status": "pending"})
+    conv.apply_child_update("c", {"sessionUpdate": "compaction_update", "compactionId": "k", "status": "in_progress"})
+    (gone,) = [m for m in conv.messages if m.session == "c"]
+    conv.add_system("note", text="first")  # the first message stays; what follows it goes
+    conv.messages.insert(0, conv.messages.pop())
+    conv._let_go(len(conv.messages))
+    assert gone not in conv.messages
+    conv.apply_child_update("c", {"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed"})
+    conv.apply_child_update("c", {"sessionUpdate": "compaction_update", "compactionId": "k", "status": "completed"})
+    assert [p.to_dict()["status"] for p in gone.parts if p.type == "tool"] == ["pending"]  # untouched
+    assert all(p.to_dict().get("status") == "in_progress" for p in gone.parts if p.type == "compaction")
+
+
 def test_a_child_restored_from_the_history_is_no_longer_working():
     conv = Conversation("a", lambda event: None)
     stored = [{"session": "c", "parent": "s1", "title": "T", "state": "running"}, {"title": "no id"}, "junk"]
