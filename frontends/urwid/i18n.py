@@ -493,7 +493,7 @@ STOP_REASONS = {
 TOOL_WORDS = {
     "fr": {"read": "lecture", "edit": "modification", "delete": "suppression", "move": "déplacement",
            "search": "recherche", "execute": "exécution", "think": "réflexion", "fetch": "récupération",
-           "other": "autre",
+           "switch_mode": "changement de mode", "other": "autre",
            "pending": "en attente", "in_progress": "en cours", "completed": "terminé", "failed": "échoué"},
 }  # fmt: skip
 

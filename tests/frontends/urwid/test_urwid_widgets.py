@@ -1023,12 +1023,13 @@ def test_tool_kinds_and_statuses_in_french():
     for kind in sorted(TOOL_KINDS):
         for status in sorted(TOOL_STATUSES):
             en = header({"kind": kind, "status": status, "title": "T"}, "en")
-            assert en == f"  ⚙ {kind} T · {status.replace('_', ' ')}"
+            assert en == f"  ⚙ {kind.replace('_', ' ')} T · {status.replace('_', ' ')}"
             words[kind, status] = header({"kind": kind, "status": status, "title": "T"}, "fr")
     assert words["edit", "pending"] == "  ⚙ modification T · en attente"
     assert words["execute", "in_progress"] == "  ⚙ exécution T · en cours"
     assert words["read", "completed"] == "  ⚙ lecture T · terminé"
     assert words["other", "failed"] == "  ⚙ autre T · échoué"
+    assert words["switch_mode", "pending"] == "  ⚙ changement de mode T · en attente"
     assert len({w.split(" T ")[0] for w in words.values()}) == len(TOOL_KINDS)
     assert header({"kind": "weird", "status": "odd", "title": "T"}, "fr") == "  ⚙ weird T · odd"  # unknown: as sent
 
