@@ -18,7 +18,7 @@ from typing import Any
 
 import tomlkit
 from tomlkit.container import Container
-from tomlkit.items import AoT, Comment, Item, Null, Table, Whitespace
+from tomlkit.items import AoT, Comment, InlineTable, Item, Null, Table, Whitespace
 from tomlkit.toml_document import TOMLDocument
 
 from deck.config.check import parse
@@ -105,6 +105,9 @@ class ConfigFile:
     def _table(self, name: str) -> Table:
         agents = self.doc.get("agents")
         table = agents.get(name) if isinstance(agents, Table) else None
+        if isinstance(table, InlineTable):  # `[agents] a = {…}`: a line of its own deck does not rewrite
+            raise RegistryError(f"{name} is written as an inline table in {self.path} ({name} = {{…}}): "
+                                f"edit it by hand, or write it as an [agents.{name}] table", ExitCode.USAGE)  # fmt: skip
         if not isinstance(table, Table):
             known = ", ".join(self.agents()) or "none"
             raise RegistryError(f"unknown agent {name!r} in {self.path} (agents: {known})", ExitCode.USAGE)

@@ -87,6 +87,17 @@ def test_a_file_that_is_not_toml_and_a_name_taken_or_unknown_are_one_line(tmp_pa
         edited.remove("zz")
 
 
+def test_an_agent_written_as_an_inline_table_is_said_to_be_one_and_left_as_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "deck.toml"
+    text = '[agents]\nb = { command = "python3 -m deck.demo", registry = "demo@1.0.0" }\n'
+    path.write_text(text)
+    edited = ConfigFile.open(path)
+    for edit in (lambda: edited.remove("b"), lambda: edited.change("b", {"registry": "demo@2.0.0"})):
+        with pytest.raises(RegistryError, match=r"b is written as an inline table in .* \(b = \{…\}\): edit it by hand"):
+            edit()
+    assert path.read_text() == text
+
+
 def test_a_registry_key_that_could_name_a_folder_out_is_a_config_error() -> None:
     from deck.config.check import parse
 
