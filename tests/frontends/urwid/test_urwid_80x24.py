@@ -299,9 +299,10 @@ def test_f1_opens_the_keys_and_esc_closes_them(console):
     assert "Enter send to the selected agent (queued while it answers)" in first
     assert "Ctrl-N a new conversation with the agent" in first
     c.keys("PageDown")
-    screen = c.wait(lambda s: "Keys ·" in s and help_text(s) != first)  # scrolled
+    # Scrolled down to the keys below: waited for whole (a redraw may reach the screen in pieces).
+    screen = c.wait(lambda s: "Keys ·" in s and "F9 the agent's worktree as a diff" in help_text(s))
+    assert help_text(screen) != first
     assert "Ctrl-O the agent's settings: model, mode…" in first + help_text(screen)
-    assert "F9 the agent's worktree as a diff" in help_text(screen)
     c.type("hello")  # the help has the keys: nothing reaches the input
     c.keys("Escape")
     screen = c.wait(lambda s: "Keys ·" not in s and "Message to Alpha" in s)

@@ -324,7 +324,7 @@ def test_a_request_in_a_tab_out_of_sight_is_a_browser_notification(browser: Any,
 
 def test_a_queued_message_is_edited_or_removed_from_the_page(page: Any, served: WebServe, terminal: Raw) -> None:  # noqa: F811
     opened(page, served)
-    say(page, "sleep 2")
+    say(page, "sleep 6")  # long enough for both to queue behind it on a busy machine
     page.wait_for_selector("#cancel:enabled")
     say(page, "one")
     say(page, "two")
